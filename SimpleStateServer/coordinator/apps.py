@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CoordinatorConfig(AppConfig):
+    name = "coordinator"
+    verbose_name = "ESync worker coordination"

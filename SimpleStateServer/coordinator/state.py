@@ -1,0 +1,199 @@
+"""Coordination state for ESync (Li et al., "ESync: Accelerating Intra-Domain Federated
+Learning in Heterogeneous Data Centers").
+
+Each worker runs local SGD steps and, after every step, asks whether it should stop and
+join the synchronous aggregation. The slowest worker does one step per round; a faster
+worker keeps stepping while it could still finish another step before the slowest one
+finishes its own. This module holds that rule and the per-worker records; it has no web
+framework in it so the rule can be tested with an injected clock.
+"""
+
+import math
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+POLICIES = ("apply", "plan")
+MAX_WORKERS = 4096
+# Without an explicit epsilon the margin follows the measured step times: a fixed margin
+# larger than a step would make every worker stop after one step (plain synchronous SGD).
+AUTO_MARGIN_FRACTION = 0.1
+# Bounds the plan for absurd step-time ratios (which could overflow to infinity).
+MAX_PLANNED_STEPS = 1_000_000
+# Keeps floor(0.3 / 0.1) at 3 despite binary rounding.
+_FLOOR_TOLERANCE = 1e-9
+
+
+class FieldError(ValueError):
+    """A request field that is missing, malformed or out of range."""
+
+    def __init__(self, field_name, problem):
+        super().__init__(f"field '{field_name}' {problem}")
+        self.field_name = field_name
+
+
+class NotInitialised(RuntimeError):
+    """A worker request arrived before any job was set up with init."""
+
+
+@dataclass
+class WorkerRecord:
+    rank: int
+    step_start: float  # server clock; the workers' clocks are not synchronised with it
+    c: float | None = None  # seconds per local step, None until first reported
+    k: int = 0
+    ready: bool = False
+    t: int = 0
+    te: float | None = None  # worker clock, kept for display only
+    applies: int = 0
+    resets: int = 0
+    plans: int = 0
+
+
+def slowest_worker(workers):
+    """The worker with the largest step time (ties go to the lowest rank), or None while
+    any worker has not reported a step time yet."""
+    if any(worker.c is None for worker in workers):
+        return None
+    return max(workers, key=lambda worker: (worker.c, -worker.rank))
+
+
+def margin(epsilon, slowest):
+    return epsilon if epsilon is not None else AUTO_MARGIN_FRACTION * slowest.c
+
+
+def time_left(slowest, round_index, now):
+    """Seconds until the slowest worker is expected to finish its step of that round."""
+    if slowest.t < round_index:
+        return slowest.c
+    return slowest.c - (now - slowest.step_start)
+
+
+def is_ready(workers, rank, epsilon, now):
+    """Whether worker `rank` should stop stepping and wait for the aggregation."""
+    worker = workers[rank]
+    if worker.k == 0:
+        return False
+    slowest = slowest_worker(workers)
+    if slowest is None:
+        return False
+    if slowest.rank == rank:
+        return True
+    # The ready flag of a worker still in an older round says nothing about this one.
+    if slowest.ready and slowest.t == worker.t:
+        return True
+    return worker.c + margin(epsilon, slowest) > time_left(slowest, worker.t, now)
+
+
+def planned_steps(workers, rank, epsilon):
+    """Local steps worker `rank` should do in one round so that it finishes about when
+    the slowest worker finishes its single step."""
+    slowest = slowest_worker(workers)
+    if slowest is None:
+        return 1
+    budget = slowest.c + margin(epsilon, slowest)
+    steps = min(budget / workers[rank].c + _FLOOR_TOLERANCE, MAX_PLANNED_STEPS)
+    return max(1, math.floor(steps))
+
+
+@dataclass
+class Job:
+    num_workers: int
+    epsilon: float | None
+    policy: str
+    workers: list
+    requests: dict = field(default_factory=lambda: {"apply": 0, "reset": 0, "plan": 0})
+
+
+class Coordinator:
+    """The current job behind one lock, since the web server answers from many threads."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._job = None
+
+    def init(self, num_workers, epsilon=None, policy="apply"):
+        _check_job_settings(num_workers, epsilon, policy)
+        with self._lock:
+            now = self._clock()
+            workers = [WorkerRecord(rank=rank, step_start=now) for rank in range(num_workers)]
+            self._job = Job(num_workers, epsilon, policy, workers)
+            return self._describe_settings(self._job)
+
+    def apply(self, rank, k, c, te):
+        with self._lock:
+            job = self._current_job()
+            worker = self._worker(job, rank)
+            now = self._clock()
+            if c > 0:  # a worker reporting before its first step has no time to give
+                worker.c = c
+            worker.k, worker.te, worker.step_start = k, te, now
+            worker.applies += 1
+            job.requests["apply"] += 1
+            if not worker.ready:
+                worker.ready = is_ready(job.workers, rank, job.epsilon, now)
+            return worker.ready
+
+    def reset(self, rank, t, te):
+        with self._lock:
+            job = self._current_job()
+            worker = self._worker(job, rank)
+            worker.k, worker.ready, worker.t, worker.te = 0, False, t, te
+            worker.step_start = self._clock()
+            worker.resets += 1
+            job.requests["reset"] += 1
+
+    def plan(self, rank, c):
+        with self._lock:
+            job = self._current_job()
+            worker = self._worker(job, rank)
+            worker.c = c
+            worker.plans += 1
+            job.requests["plan"] += 1
+            return planned_steps(job.workers, rank, job.epsilon)
+
+    def snapshot(self):
+        with self._lock:
+            job = self._job
+            if job is None:
+                return {"num_workers": None, "epsilon": None, "policy": None,
+                        "margin": None, "workers": [], "requests": {}}
+            now = self._clock()
+            return {**self._describe_settings(job),
+                    "workers": [_describe_worker(worker, now) for worker in job.workers],
+                    "requests": dict(job.requests)}
+
+    def _current_job(self):
+        if self._job is None:
+            raise NotInitialised("no job yet: POST /init/ first")
+        return self._job
+
+    @staticmethod
+    def _worker(job, rank):
+        if not 0 <= rank < job.num_workers:
+            raise FieldError("r", f"is out of range: rank {rank} with {job.num_workers} workers")
+        return job.workers[rank]
+
+    @staticmethod
+    def _describe_settings(job):
+        slowest = slowest_worker(job.workers)
+        current_margin = None if slowest is None else margin(job.epsilon, slowest)
+        return {"num_workers": job.num_workers, "epsilon": job.epsilon,
+                "policy": job.policy, "margin": current_margin}
+
+
+def _check_job_settings(num_workers, epsilon, policy):
+    if not 1 <= num_workers <= MAX_WORKERS:
+        raise FieldError("num_workers", f"must be between 1 and {MAX_WORKERS}")
+    if epsilon is not None and not (math.isfinite(epsilon) and epsilon >= 0):
+        raise FieldError("epsilon", "must be a finite number >= 0")
+    if policy not in POLICIES:
+        raise FieldError("policy", f"must be one of {', '.join(POLICIES)}")
+
+
+def _describe_worker(worker, now):
+    record = asdict(worker)
+    # Server clock readings mean nothing outside this process; the age of the step does.
+    record["step_age"] = now - record.pop("step_start")
+    return record

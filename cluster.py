@@ -1,0 +1,163 @@
+"""Start and stop the processes of a job on this machine: state server, scheduler, servers, workers.
+
+Used by launch.py and by the tests. Every process gets its own output file, is stopped by its PID (its whole
+process group), and a ProcessGroup used as a context manager leaves nothing behind, also on errors.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+LOOPBACK = "127.0.0.1"
+# ps-lite binds a node to $PORT when it is set: an inherited PORT would put every node on the scheduler's port.
+INHERITED_VARS_TO_DROP = ("PORT", "DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
+                          "DMLC_NUM_WORKER", "DMLC_NODE_HOST", "DMLC_INTERFACE")
+
+
+def free_port(host=LOOPBACK):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface="lo"):
+    return {
+        "DMLC_ROLE": role, "DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(root_port),
+        "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers),
+        "DMLC_NODE_HOST": host, "DMLC_INTERFACE": interface,
+    }
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    output: str
+    role: str = ""
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def pid(self):
+        return self.popen.pid
+
+    def poll(self):
+        return self.popen.poll()
+
+
+class ProcessGroup:
+    """The processes of one job; `with ProcessGroup(...) as group:` stops them all on the way out."""
+
+    def __init__(self, out_dir):
+        self.out_dir = out_dir
+        os.makedirs(out_dir, exist_ok=True)
+        self.procs = []
+
+    def start(self, name, argv, env=None, role="", cwd=ROOT, **meta):
+        full_env = {k: v for k, v in os.environ.items() if k not in INHERITED_VARS_TO_DROP}
+        full_env.update(env or {})
+        full_env["PYTHONUNBUFFERED"] = "1"
+        output = os.path.join(self.out_dir, f"{name}.log")
+        with open(output, "w") as out:
+            popen = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = Proc(name, popen, output, role, meta)
+        self.procs.append(proc)
+        return proc
+
+    def start_python(self, name, args, env=None, role="", **meta):
+        return self.start(name, [sys.executable] + list(args), env, role, **meta)
+
+    def failed(self):
+        """The first process that exited with an error, or None."""
+        for proc in self.procs:
+            code = proc.poll()
+            if code not in (None, 0):
+                return proc
+        return None
+
+    def running(self, role=None):
+        return [p for p in self.procs if p.poll() is None and (role is None or p.role == role)]
+
+    def wait(self, procs, timeout):
+        """Wait until every process in `procs` has exited; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(p.poll() is not None for p in procs):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self, grace=5.0):
+        """SIGTERM every process group still alive, then SIGKILL what is left after `grace` seconds."""
+        alive = [p for p in self.procs if p.poll() is None]
+        for proc in alive:
+            _signal_group(proc.pid, signal.SIGTERM)
+        if not self.wait(alive, grace):
+            for proc in alive:
+                _signal_group(proc.pid, signal.SIGKILL)
+            self.wait(alive, grace)
+        for proc in self.procs:  # the group may hold children that outlived their leader
+            _signal_group(proc.pid, signal.SIGKILL)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _signal_group(pid, sig):
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def tail(path, lines=5):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def processes_in_group(pgid):
+    """PIDs of the live processes (zombies excluded) in process group `pgid`, read from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            state, group = _state_and_group(entry)
+            if group == pgid and state != "Z":
+                members.append(int(entry))
+    return members
+
+
+def is_running(pid):
+    """True while `pid` exists and is not a zombie waiting to be reaped."""
+    state, _ = _state_and_group(str(pid))
+    return state is not None and state != "Z"
+
+
+def _state_and_group(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None, None
+    # The command name in parentheses may itself hold spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rindex(")") + 2:].split()
+    return fields[0], int(fields[2])
+
+
+def describe_exit(code):
+    """'code 1', or 'signal SIGKILL' for a process killed by a signal."""
+    if code is not None and code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"

@@ -1,0 +1,148 @@
+"""Every default of a training job, and the command line that overrides them.
+
+The flags keep the names of the original ESync scripts (-l, -ll, -gl, -b, -dd, -g, -c, -n, -ld, -e, -m, -dcasgd,
+-s, -ip, -port); the rest are what a reproduction needs on top (stop conditions, seed, dataset, emulated slowdown).
+The resolved configuration is saved beside each worker's logs (meta.json).
+"""
+import argparse
+import math
+import socket
+
+MODES = ("esync", "sync", "async", "local")
+DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
+ESYNC_POLICIES = ("apply", "plan")
+
+DEFAULTS = dict(
+    learning_rate=0.001,    # of the loss summed over a batch, as the original scripts use it
+    local_lr=0.001,         # ESync's local optimizer
+    global_lr=1.0,          # ESync: weights = start + global_lr * mean of the workers' deltas
+    momentum=0.0,
+    batch_size=64,
+    data_dir="data",
+    dataset="fashion-mnist",
+    network="resnet18-v1",
+    mode="local",
+    gpu=None,               # list of GPU ids, e.g. [0, 1]
+    cpu=0,
+    log_dir="logs",
+    eval_duration=1,        # evaluate every N global iterations (0 turns evaluation off)
+    use_dcasgd=0,
+    split_by_class=0,       # 1: non-i.i.d. partition, each worker gets a contiguous block of classes
+    state_server_ip="127.0.0.1",
+    state_server_port=10010,
+    esync_policy="apply",
+    epsilon=None,           # seconds; None lets the state server fit the margin to the measured step times
+    max_iters=None,
+    max_time=None,
+    target_accuracy=None,
+    seed=0,
+    node_name=None,         # the machine's log folder; default: the host name
+    slowdown=1.0,
+    digest_weights=False,
+)
+
+
+def _int_list(text):
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a GPU id or a comma list of ids, got {text!r}")
+    if not ids or any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"expected non-negative GPU ids, got {text!r}")
+    return ids
+
+
+def _positive(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+    return parse
+
+
+def _non_negative(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+        return value
+    return parse
+
+
+def _slowdown(text):
+    value = _positive(float)(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--slowdown must be >= 1 (a device F times slower), got {text!r}")
+    return value
+
+
+def _accuracy(text):
+    value = _positive(float)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"--target-accuracy is a fraction in (0, 1], got {text!r}")
+    return value
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Reports a bad argument in one line instead of the whole usage text."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser():
+    from models import NETWORKS
+
+    p = OneLineErrorParser(
+        description="ESync reproduction: acts as ps-lite scheduler, server or worker from DMLC_ROLE, "
+                    "or trains on one device when DMLC_ROLE is unset.")
+    p.set_defaults(**DEFAULTS)
+    p.add_argument("-l", "--learning-rate", type=_positive(float), help="SGD learning rate (sync, async, local)")
+    p.add_argument("-ll", "--local-lr", type=_positive(float), help="ESync's local learning rate")
+    p.add_argument("-gl", "--global-lr", type=_positive(float), help="ESync's global learning rate")
+    p.add_argument("--momentum", type=_non_negative(float), help="SGD momentum")
+    p.add_argument("-b", "--batch-size", type=_positive(int), help="samples per step and device set")
+    p.add_argument("-dd", "--data-dir", help="folder holding <dataset>/ (or cifar-10-batches-bin/)")
+    p.add_argument("--dataset", choices=DATASETS)
+    p.add_argument("-g", "--gpu", type=_int_list, help="GPU id, or a comma list to split each batch over GPUs")
+    p.add_argument("-c", "--cpu", type=_non_negative(int),
+                   help="1: train on the CPU; N > 1: split each batch over N CPU contexts")
+    p.add_argument("-n", "--network", choices=sorted(NETWORKS))
+    p.add_argument("-ld", "--log-dir", help="iteration logs go to <log-dir>/<node>/<device>-rank<R>/")
+    p.add_argument("-e", "--eval-duration", type=_non_negative(int),
+                   help="rank 0 evaluates every N global iterations (0: never)")
+    p.add_argument("-m", "--mode", choices=MODES)
+    p.add_argument("-dcasgd", "--use-dcasgd", type=int, choices=(0, 1), help="async mode: 1 uses DC-ASGD")
+    p.add_argument("-s", "--split-by-class", type=int, choices=(0, 1), help="1: non-i.i.d. data partition")
+    p.add_argument("-ip", "--state-server-ip", help="ESync state server address")
+    p.add_argument("-port", "--state-server-port", type=_positive(int), help="ESync state server port")
+    p.add_argument("--esync-policy", choices=ESYNC_POLICIES,
+                   help="apply: ask the state server after every local step; "
+                        "plan: ask once per round for the number of local steps")
+    p.add_argument("--epsilon", type=_non_negative(float),
+                   help="ESync readiness margin in seconds (default: fitted to the measured step times)")
+    p.add_argument("--max-iters", type=_positive(int), help="stop after this many global iterations")
+    p.add_argument("--max-time", type=_positive(float), help="stop after this many seconds of training")
+    p.add_argument("--target-accuracy", type=_accuracy, help="stop once rank 0's test accuracy reaches this")
+    p.add_argument("--seed", type=_non_negative(int))
+    p.add_argument("--node-name", help="this machine's log folder name (default: the host name)")
+    p.add_argument("--slowdown", type=_slowdown,
+                   help="emulate a device F times slower: sleep (F-1) x each local step's compute time")
+    p.add_argument("--digest-weights", action="store_true",
+                   help="record a fingerprint of the weights after each aggregation (to verify that all "
+                        "workers hold identical weights; costs a copy of the model per round)")
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.node_name is None:
+        args.node_name = socket.gethostname()
+    return args

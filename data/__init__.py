@@ -1,0 +1,149 @@
+"""Datasets on disk, their partition across workers, and the batch stream a worker trains on.
+
+Layouts read (nothing is downloaded):
+  <data_dir>/<dataset>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]   fashion-mnist, mnist, mnist-5k
+  <data_dir>/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin          cifar10
+"""
+import gzip
+import os
+import struct
+from collections import namedtuple
+
+import numpy as np
+
+Dataset = namedtuple("Dataset", "train_images train_labels test_images test_labels")
+
+IDX_IMAGES_MAGIC = 2051
+IDX_LABELS_MAGIC = 2049
+CIFAR_SIDE = 32
+CIFAR_RECORD = 1 + 3 * CIFAR_SIDE * CIFAR_SIDE
+
+WHERE_TO_GET = {
+    "fashion-mnist": "https://github.com/zalandoresearch/fashion-mnist (the four *-ubyte.gz files)",
+    "mnist": "http://yann.lecun.com/exdb/mnist/ (the four *-ubyte.gz files)",
+    "mnist-5k": "this repository (data/mnist-5k)",
+    "cifar10": "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz (extract it there)",
+}
+
+
+class DataError(Exception):
+    """A dataset that is missing or malformed; the message says which file and what to do."""
+
+
+def dataset_path(data_dir, dataset):
+    folder = "cifar-10-batches-bin" if dataset == "cifar10" else dataset
+    return os.path.join(data_dir, folder)
+
+
+def check_dataset(data_dir, dataset):
+    """Raise DataError naming every missing file, before anything expensive starts."""
+    root = dataset_path(data_dir, dataset)
+    if dataset == "cifar10":
+        wanted = [os.path.join(root, f"data_batch_{i}.bin") for i in range(1, 6)] + [os.path.join(root, "test_batch.bin")]
+        missing = [path for path in wanted if not os.path.isfile(path)]
+    else:
+        missing = [_idx_stem(root, split, kind) + "[.gz]" for split in ("train", "t10k") for kind in ("images", "labels")
+                   if _idx_file(root, split, kind) is None]
+    if missing:
+        raise DataError(f"{dataset} not found: missing {', '.join(missing)}; get it from {WHERE_TO_GET[dataset]}")
+
+
+def load_dataset(data_dir, dataset):
+    check_dataset(data_dir, dataset)
+    root = dataset_path(data_dir, dataset)
+    if dataset == "cifar10":
+        train = [_read_cifar(os.path.join(root, f"data_batch_{i}.bin")) for i in range(1, 6)]
+        test_images, test_labels = _read_cifar(os.path.join(root, "test_batch.bin"))
+        return Dataset(np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]),
+                       test_images, test_labels)
+    parts = [_read_idx_pair(root, split) for split in ("train", "t10k")]
+    return Dataset(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
+
+
+def _idx_stem(root, split, kind):
+    suffix = "images-idx3-ubyte" if kind == "images" else "labels-idx1-ubyte"
+    return os.path.join(root, f"{split}-{suffix}")
+
+
+def _idx_file(root, split, kind):
+    stem = _idx_stem(root, split, kind)
+    for path in (stem + ".gz", stem):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _read_idx_pair(root, split):
+    images = _read_idx(_idx_file(root, split, "images"), IDX_IMAGES_MAGIC)
+    labels = _read_idx(_idx_file(root, split, "labels"), IDX_LABELS_MAGIC)
+    if len(images) != len(labels):
+        raise DataError(f"{root}: {split} has {len(images)} images but {len(labels)} labels")
+    return images[:, None, :, :], labels.astype(np.int32)
+
+
+def _read_idx(path, magic):
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as err:
+        raise DataError(f"{path}: cannot read ({err})")
+    ndim = 3 if magic == IDX_IMAGES_MAGIC else 1
+    header = 4 * (1 + ndim)
+    if len(raw) < header or struct.unpack(">i", raw[:4])[0] != magic:
+        raise DataError(f"{path}: not an idx file (expected magic number {magic})")
+    shape = struct.unpack(f">{ndim}i", raw[4:header])
+    expected = int(np.prod(shape))
+    if len(raw) - header != expected:
+        raise DataError(f"{path}: truncated or padded: header says {expected} bytes of data, file has {len(raw) - header}")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def _read_cifar(path):
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size == 0 or raw.size % CIFAR_RECORD:
+        raise DataError(f"{path}: not a CIFAR-10 binary batch (size {raw.size} is not a multiple of {CIFAR_RECORD})")
+    records = raw.reshape(-1, CIFAR_RECORD)
+    return records[:, 1:].reshape(-1, 3, CIFAR_SIDE, CIFAR_SIDE), records[:, 0].astype(np.int32)
+
+
+def partition(labels, rank, num_workers, by_class=False, seed=0):
+    """Indices of the training samples that belong to worker `rank`.
+
+    i.i.d.: a seeded uniform shuffle cut into equal shares. By class: samples sorted by label and cut into
+    contiguous shares, so each worker sees a block of classes (the paper's non-i.i.d. setting).
+    """
+    if by_class:
+        order = np.argsort(labels, kind="stable")
+    else:
+        order = np.random.RandomState(seed).permutation(len(labels))
+    return np.array_split(order, num_workers)[rank]
+
+
+class BatchStream:
+    """Endless shuffled batches of one worker's share; a new seeded permutation every epoch."""
+
+    def __init__(self, images, labels, batch_size, seed=0):
+        if len(images) < batch_size:
+            raise DataError(f"a worker's share has {len(images)} samples, fewer than the batch size {batch_size}")
+        self.images = images
+        self.labels = labels
+        self.batch_size = batch_size
+        self.rng = np.random.RandomState(seed)
+        self.epoch = 0
+        self._order = self.rng.permutation(len(images))
+        self._pos = 0
+
+    def next(self):
+        if self._pos + self.batch_size > len(self._order):
+            self.epoch += 1
+            self._order = self.rng.permutation(len(self.images))
+            self._pos = 0
+        idx = self._order[self._pos:self._pos + self.batch_size]
+        self._pos += self.batch_size
+        return self.images[idx], self.labels[idx]
+
+
+def to_float(images):
+    """uint8 images to float32 in [0, 1]."""
+    return images.astype(np.float32) / 255.0

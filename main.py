@@ -1,0 +1,120 @@
+"""One entry point for every role of an ESync job, chosen by DMLC_ROLE.
+
+One device, no cluster:
+    python main.py -m local -n lenet --dataset mnist-5k -c 1 --max-iters 600
+
+A cluster (each line on its machine; DMLC_PS_ROOT_URI is the scheduler's address):
+    DMLC_ROLE=scheduler DMLC_PS_ROOT_URI=10.1.1.34 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 python main.py -c 1 -m sync
+    DMLC_ROLE=server    DMLC_PS_ROOT_URI=10.1.1.34 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 python main.py -c 1 -m sync
+    DMLC_ROLE=worker    DMLC_PS_ROOT_URI=10.1.1.34 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 python main.py -g 0 -m sync -n resnet18-v1
+"""
+import logging
+import os
+import sys
+
+import config
+
+ROLES = ("scheduler", "server", "worker")
+DMLC_INTEGERS = ("DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+
+log = logging.getLogger("main")
+
+
+class UsageError(Exception):
+    """A mistake in the command line or the environment; reported in one line."""
+
+
+def check_environment(role, mode):
+    if role is not None and role not in ROLES:
+        raise UsageError(f"DMLC_ROLE={role!r} is not one of {', '.join(ROLES)} (unset it to train on one device)")
+    if role is None:
+        if mode != "local":
+            raise UsageError(f"-m {mode} needs a cluster: start the scheduler, servers and workers with DMLC_ROLE "
+                             "and the DMLC_* variables (see README), or use -m local")
+        return
+    if role == "worker" and mode == "local":
+        raise UsageError("-m local trains without a cluster: unset DMLC_ROLE, or choose -m esync/sync/async")
+    missing = [name for name in ("DMLC_PS_ROOT_URI",) + DMLC_INTEGERS if not os.environ.get(name)]
+    if missing:
+        raise UsageError(f"DMLC_ROLE={role} needs {', '.join(missing)} in the environment")
+    for name in DMLC_INTEGERS:
+        value = os.environ[name]
+        if not value.isdigit() or int(value) < 1:
+            raise UsageError(f"{name}={value!r} must be a positive integer")
+    if int(os.environ["DMLC_PS_ROOT_PORT"]) > 65535:
+        raise UsageError(f"DMLC_PS_ROOT_PORT={os.environ['DMLC_PS_ROOT_PORT']} is not a port number")
+    if role != "scheduler" and os.environ.get("PORT"):
+        log.warning("PORT=%s is set: ps-lite binds this %s to that port (unset PORT to let it choose)",
+                    os.environ["PORT"], role)
+
+
+def check_worker(args, num_workers):
+    """Everything a worker can check before it waits on the network."""
+    from data import DataError, load_dataset
+    from training.devices import DeviceError, contexts
+
+    try:
+        contexts(args.gpu, args.cpu)
+        data = load_dataset(args.data_dir, args.dataset)
+    except (DataError, DeviceError) as err:
+        raise UsageError(str(err))
+    share = len(data.train_labels) // num_workers
+    if share < args.batch_size:
+        raise UsageError(f"each of {num_workers} workers gets about {share} training samples, "
+                         f"fewer than the batch size {args.batch_size}")
+    if args.mode == "esync":
+        check_state_server(args)
+    return data
+
+
+def check_state_server(args):
+    from training.state_client import StateClient, StateServerUnavailable
+
+    client = StateClient(args.state_server_ip, args.state_server_port, retry_for=10.0)
+    try:
+        client.state()
+    except StateServerUnavailable as err:
+        raise UsageError(f"{err} (start it with: python SimpleStateServer/manage.py runserver 0.0.0.0:"
+                         f"{args.state_server_port})")
+    finally:
+        client.close()
+
+
+def run_ps_role(role):
+    log.info("ps-lite %s (pid %d): scheduler at %s:%s, %s server(s), %s worker(s)", role, os.getpid(),
+             os.environ["DMLC_PS_ROOT_URI"], os.environ["DMLC_PS_ROOT_PORT"],
+             os.environ["DMLC_NUM_SERVER"], os.environ["DMLC_NUM_WORKER"])
+    import mxnet  # noqa: F401  with DMLC_ROLE set to scheduler or server, the import runs that role's loop
+
+
+def run_training(args, data):
+    from training.loop import train
+    from training.schemes import scheme_for
+
+    train(args, scheme_for(args.mode, args.use_dcasgd), data)
+
+
+def main(argv=None):
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    args = config.parse_args(argv)
+    role = os.environ.get("DMLC_ROLE") or None
+    try:
+        check_environment(role, args.mode)
+        if role in ("scheduler", "server"):
+            run_ps_role(role)
+            return 0
+        data = check_worker(args, int(os.environ["DMLC_NUM_WORKER"]) if role else 1)
+    except UsageError as err:
+        print(f"main.py: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        run_training(args, data)
+    except KeyboardInterrupt:
+        log.warning("interrupted")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

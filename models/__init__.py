@@ -1,0 +1,66 @@
+"""Networks by name: Gluon's model zoo for the paper's networks, two small CPU-friendly ones written here.
+
+Every network takes 1- or 3-channel images and has 10 classes. `input_size` is the side length the network
+expects; None means it takes the dataset's own size (28 for MNIST-like data, 32 for CIFAR-10).
+"""
+from collections import namedtuple
+
+NetworkSpec = namedtuple("NetworkSpec", "zoo_name input_size")
+
+NETWORKS = {
+    "resnet18-v1": NetworkSpec("resnet18_v1", None),
+    "resnet50-v1": NetworkSpec("resnet50_v1", None),
+    "resnet50-v2": NetworkSpec("resnet50_v2", None),
+    "alexnet": NetworkSpec("alexnet", 224),
+    "mobilenet-v1": NetworkSpec("mobilenet1.0", None),
+    "mobilenet-v2": NetworkSpec("mobilenetv2_1.0", None),
+    "inception-v3": NetworkSpec("inceptionv3", 299),
+    "vgg11": NetworkSpec("vgg11", 224),
+    "vgg16": NetworkSpec("vgg16", 224),
+    "lenet": NetworkSpec(None, None),
+    "mlp": NetworkSpec(None, None),
+}
+
+NUM_CLASSES = 10
+
+
+def input_size(name):
+    return NETWORKS[name].input_size
+
+
+def get_network(name, classes=NUM_CLASSES):
+    """A fresh, uninitialised Gluon network."""
+    from mxnet.gluon.model_zoo import vision
+
+    spec = NETWORKS[name]
+    if name == "lenet":
+        return _lenet(classes)
+    if name == "mlp":
+        return _mlp(classes)
+    return vision.get_model(spec.zoo_name, classes=classes)
+
+
+def _lenet(classes):
+    """LeNet-5 (44k parameters on 28x28 input)."""
+    from mxnet.gluon import nn
+
+    net = nn.HybridSequential(prefix="lenet_")
+    with net.name_scope():
+        net.add(nn.Conv2D(6, kernel_size=5, activation="relu"),
+                nn.MaxPool2D(pool_size=2, strides=2),
+                nn.Conv2D(16, kernel_size=5, activation="relu"),
+                nn.MaxPool2D(pool_size=2, strides=2),
+                nn.Flatten(),
+                nn.Dense(120, activation="relu"),
+                nn.Dense(84, activation="relu"),
+                nn.Dense(classes))
+    return net
+
+
+def _mlp(classes):
+    from mxnet.gluon import nn
+
+    net = nn.HybridSequential(prefix="mlp_")
+    with net.name_scope():
+        net.add(nn.Flatten(), nn.Dense(256, activation="relu"), nn.Dense(128, activation="relu"), nn.Dense(classes))
+    return net

@@ -1,0 +1,518 @@
+"""Summarize the per-device iteration logs of one training run into a single JSON file.
+
+    python summary.py -b logs -n lenet -m esync
+    python summary.py -b logs -n lenet --all --target 0.9
+    python summary.py -b logs -n resnet18-v1 -m sync --num-params 11689512   # original logs, no meta.json
+
+Workers log one JSON object per global iteration at
+<base>/<network>/<mode>/<node>/<device>/iter-<N>.txt; the summary is written beside the node folders,
+named after the algorithm (esync -> ESync.json, sync-niid -> Sync-Non-IID.json, ...).
+"""
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import sys
+import tempfile
+
+log = logging.getLogger("summary")
+
+ALGORITHMS = {
+    "esync": "ESync",
+    "sync": "Sync",
+    "async": "Async",
+    "dcasgd": "DCASGD",
+    "nbsync": "NBSSGD",
+    "zeno": "Zeno",
+    "local": "Standalone",
+}
+STANDALONE_MODE = "local"
+NON_IID_SUFFIX = "-niid"
+AGGREGATE_KEYS = ("global aggregate", "global update")
+META_FILE = "meta.json"
+ITER_FILE = re.compile(r"^iter-(\d+)\.txt$")
+RANK_SUFFIX = re.compile(r"-rank(\d+)$")
+BYTES_PER_PARAM = 4  # MXNet weights are float32
+DEFAULT_TARGET = 0.85
+EXIT_USAGE = 2
+
+
+class SummaryError(Exception):
+    """A problem that makes the whole summary impossible, as opposed to one unreadable file."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Mode folder names
+
+
+def split_mode(mode):
+    """'esync-niid' -> ('esync', True); 'sync' -> ('sync', False)."""
+    if mode.endswith(NON_IID_SUFFIX):
+        return mode[: -len(NON_IID_SUFFIX)], True
+    return mode, False
+
+
+def is_known_mode(mode):
+    return split_mode(mode)[0] in ALGORITHMS
+
+
+def algorithm_name(mode):
+    base, _ = split_mode(mode)
+    if base not in ALGORITHMS:
+        known = ", ".join(sorted(ALGORITHMS))
+        raise SummaryError(f"unknown mode '{mode}' (known: {known}, each optionally with '{NON_IID_SUFFIX}')")
+    return ALGORITHMS[base]
+
+
+def summary_file_name(mode):
+    suffix = "-Non-IID" if split_mode(mode)[1] else ""
+    return f"{algorithm_name(mode)}{suffix}.json"
+
+
+# ----------------------------------------------------------------------------------------------
+# One iteration record
+
+
+def is_number(value):
+    """A finite int or float; JSON booleans and NaN/Infinity do not count."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def record_problem(record):
+    """Why an iteration record cannot be used, or None when it is fine."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key in ("num_samples", "total_time"):
+        if not is_number(record.get(key)):
+            return f"missing or non-numeric '{key}'"
+    steps = record.get("time")
+    if not isinstance(steps, dict) or not steps or not all(isinstance(s, dict) for s in steps.values()):
+        return "missing or malformed 'time'"
+    if any(key in s and not is_number(s[key]) for s in steps.values() for key in AGGREGATE_KEYS):
+        return "non-numeric aggregation time"
+    for key in ("num_iters", "accuracy"):
+        if key in record and not is_number(record[key]):
+            return f"non-numeric '{key}'"
+    return None
+
+
+def aggregate_seconds(record):
+    """Aggregation time of one global iteration; workers put it in the last local step's timings."""
+    return float(sum(step.get(key, 0.0) for step in record["time"].values() for key in AGGREGATE_KEYS))
+
+
+def local_steps(record):
+    return int(record.get("num_iters", len(record["time"])))
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-device math
+
+
+def first_expected_iteration(iterations):
+    # The original scripts number global iterations from 1, ours from 0.
+    return min(iterations[0], 1)
+
+
+def missing_iterations(iterations):
+    """Iteration numbers absent between the first expected one and the last one logged."""
+    if not iterations:
+        return []
+    present = set(iterations)
+    return [i for i in range(first_expected_iteration(iterations), iterations[-1] + 1) if i not in present]
+
+
+def rounds_covered(iterations):
+    if not iterations:
+        return 0
+    return iterations[-1] - first_expected_iteration(iterations) + 1
+
+
+def time_to_reach(points, target):
+    """Seconds until an accuracy point first reaches target; points are [iteration, seconds, accuracy]."""
+    for _, seconds, accuracy in points:
+        if accuracy >= target:
+            return seconds
+    return None
+
+
+def ratio(numerator, denominator):
+    return numerator / denominator if denominator > 0 else None
+
+
+def summarize_device(records):
+    """Turn {iteration: record} of one device into lists over iterations plus rates.
+
+    Records must already be valid (see record_problem).
+    """
+    iterations = sorted(records)
+    ordered = [records[i] for i in iterations]
+    elapsed = [float(r["total_time"]) for r in ordered]
+    aggregate = [aggregate_seconds(r) for r in ordered]
+    samples = [r["num_samples"] for r in ordered]
+    accuracy = [r.get("accuracy") for r in ordered]
+    points = [[i, t, a] for i, t, a in zip(iterations, elapsed, accuracy) if a is not None]
+    last_time = max(elapsed, default=0.0)
+    compute_share = ratio(sum(aggregate), last_time)
+    return {
+        "iterations": iterations,
+        "missing_iterations": missing_iterations(iterations),
+        "num_rounds": rounds_covered(iterations),
+        "accuracy_list": accuracy,
+        "accuracy_time_list": [p[1] for p in points],
+        "accuracy_points": points,
+        "num_samples_list": samples,
+        "self_iters_list": [local_steps(r) for r in ordered],
+        "elapsed_time_list": elapsed,
+        "aggregate_time_list": aggregate,
+        "total_samples": sum(samples),
+        "elapsed_time": last_time,
+        "throughput": ratio(sum(samples), last_time),
+        "compute_ratio": None if compute_share is None else 1.0 - compute_share,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Cluster math
+
+
+def traffic_mb_per_s(param_bytes, num_workers, rounds, elapsed):
+    """Parameter-server traffic: every worker pushes and pulls all parameters once per round."""
+    if param_bytes is None or elapsed <= 0:
+        return None
+    return 2.0 * param_bytes * num_workers * rounds / elapsed / 1e6
+
+
+def iter_devices(devices):
+    """Yield (node, device, device_summary) in a stable order."""
+    for node in sorted(devices):
+        for device in sorted(devices[node]):
+            yield node, device, devices[node][device]
+
+
+def pick_accuracy_device(devices):
+    """'node/device' of the device with the most accuracy points (the evaluator), or None."""
+    best, best_count = None, 0
+    for node, device, stats in iter_devices(devices):
+        if len(stats["accuracy_points"]) > best_count:
+            best, best_count = f"{node}/{device}", len(stats["accuracy_points"])
+    return best
+
+
+def accuracy_points(summary):
+    """Accuracy points [[iteration, seconds, accuracy], ...] of a summary's evaluating device."""
+    if not summary.get("accuracy_device"):
+        return []
+    node, device = summary["accuracy_device"].split("/", 1)
+    return summary["devices"][node][device]["accuracy_points"]
+
+
+def summarize_cluster(devices, num_workers, param_bytes, target, standalone=False):
+    """Cluster-level numbers from {node: {device: summarize_device(...)}}."""
+    stats = [s for _, _, s in iter_devices(devices)]
+    elapsed = max((s["elapsed_time"] for s in stats), default=0.0)
+    rounds = max((s["num_rounds"] for s in stats), default=0)
+    summary = {"accuracy_device": pick_accuracy_device(devices), "devices": devices}
+    points = accuracy_points(summary)
+    accuracies = [p[2] for p in points]
+    # A standalone run talks to no parameter server.
+    traffic = 0.0 if standalone else traffic_mb_per_s(param_bytes, num_workers, rounds, elapsed)
+    summary.update({
+        "cluster_throughput": sum(s["throughput"] or 0.0 for s in stats),
+        "elapsed_time": elapsed,
+        "num_rounds": rounds,
+        "rounds_per_second": ratio(rounds, elapsed),
+        "traffic_mb_per_s": traffic,
+        "target_accuracy": target,
+        "time_to_accuracy": time_to_reach(points, target),
+        "final_accuracy": accuracies[-1] if accuracies else None,
+        "best_accuracy": max(accuracies) if accuracies else None,
+    })
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the log folders
+
+
+def read_json(path, what):
+    """Parsed JSON of a file, or None after one warning naming the file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        log.warning("skipping unreadable %s %s: %s", what, path, error)
+        return None
+
+
+def read_iter_file(path):
+    record = read_json(path, "iteration log")
+    if record is None:
+        return None
+    problem = record_problem(record)
+    if problem:
+        log.warning("skipping malformed iteration log %s: %s", path, problem)
+        return None
+    return record
+
+
+def read_meta(device_dir):
+    path = os.path.join(device_dir, META_FILE)
+    if not os.path.exists(path):
+        return {}
+    meta = read_json(path, "meta file")
+    if not isinstance(meta, dict):
+        if meta is not None:
+            log.warning("skipping meta file %s: not a JSON object", path)
+        return {}
+    return meta
+
+
+def read_device_folder(device_dir):
+    """({iteration: record}, meta) of one device folder; unusable files are reported and skipped."""
+    records = {}
+    for name in sorted(os.listdir(device_dir)):
+        if name == META_FILE:
+            continue
+        path = os.path.join(device_dir, name)
+        match = ITER_FILE.match(name)
+        if not match or not os.path.isfile(path):
+            log.warning("skipping stray entry %s (not an iter-<N>.txt file)", path)
+            continue
+        record = read_iter_file(path)
+        if record is not None:
+            records[int(match.group(1))] = record
+    return records, read_meta(device_dir)
+
+
+def subfolders(path):
+    return sorted(name for name in os.listdir(path) if os.path.isdir(os.path.join(path, name)))
+
+
+def find_device_folders(mode_dir):
+    """[(node, device, path)] for every <node>/<device> folder of a run."""
+    return [(node, device, os.path.join(mode_dir, node, device))
+            for node in subfolders(mode_dir)
+            for device in subfolders(os.path.join(mode_dir, node))]
+
+
+def has_iter_logs(mode_dir):
+    return any(ITER_FILE.match(name)
+               for _, _, path in find_device_folders(mode_dir)
+               for name in os.listdir(path))
+
+
+def mode_folders(network_dir):
+    """Mode folders of a network that carry a known mode name, in sorted order."""
+    if not os.path.isdir(network_dir):
+        return []
+    return [name for name in subfolders(network_dir) if is_known_mode(name)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Assembling one run's summary
+
+
+def rank_of(device, meta):
+    if is_number(meta.get("rank")):
+        return int(meta["rank"])
+    match = RANK_SUFFIX.search(device)
+    return int(match.group(1)) if match else None
+
+
+def describe_device(device, records, meta):
+    stats = summarize_device(records)
+    stats["rank"] = rank_of(device, meta)
+    stats["slowdown"] = meta.get("slowdown")
+    return stats
+
+
+def report_gaps(node, device, stats):
+    if stats["missing_iterations"]:
+        log.warning("%s/%s: missing iterations %s", node, device, compact_ranges(stats["missing_iterations"]))
+
+
+def compact_ranges(numbers):
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    spans = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def first_known(metas, key):
+    return next((m[key] for m in metas if m.get(key) is not None), None)
+
+
+def first_count(metas, key):
+    """First positive whole number logged under key, ignoring malformed values."""
+    return next((int(m[key]) for m in metas if is_number(m.get(key)) and m[key] > 0), None)
+
+
+def resolve_model_size(metas, num_params, notes):
+    """(num_params, param_bytes): from meta.json, else from the command line, else unknown."""
+    num_params = first_count(metas, "num_params") or num_params
+    param_bytes = first_count(metas, "param_bytes")
+    if param_bytes is None and num_params is not None:
+        param_bytes = num_params * BYTES_PER_PARAM
+        notes.append(f"param_bytes assumed {BYTES_PER_PARAM} bytes per parameter")
+    if param_bytes is None:
+        notes.append("param_bytes unknown (no meta.json, no --num-params): traffic not estimated")
+    return num_params, param_bytes
+
+
+def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
+    """Read every device folder of one run and return its summary dict."""
+    algorithm = algorithm_name(mode)
+    mode_dir = os.path.join(network_dir, mode)
+    if not os.path.isdir(mode_dir):
+        raise SummaryError(f"no such log folder: {mode_dir}")
+    devices, metas = {}, []
+    for node, device, path in find_device_folders(mode_dir):
+        records, meta = read_device_folder(path)
+        if not records:
+            log.warning("skipping %s: no usable iter-<N>.txt files", path)
+            continue
+        stats = describe_device(device, records, meta)
+        report_gaps(node, device, stats)
+        devices.setdefault(node, {})[device] = stats
+        metas.append(meta)
+    if not devices:
+        raise SummaryError(f"no iteration logs under {mode_dir}")
+    notes = []
+    num_params, param_bytes = resolve_model_size(metas, num_params, notes)
+    if param_bytes is None:
+        log.warning("%s: %s", mode_dir, notes[-1])
+    num_workers = first_count(metas, "num_workers") or sum(len(d) for d in devices.values())
+    cluster = summarize_cluster(devices, num_workers, param_bytes, target,
+                                standalone=split_mode(mode)[0] == STANDALONE_MODE)
+    header = {
+        "mode": mode,
+        "algorithm": algorithm,
+        "non_iid": split_mode(mode)[1],
+        "network": os.path.basename(os.path.normpath(network_dir)),
+        "dataset": first_known(metas, "dataset"),
+        "num_workers": num_workers,
+        "num_params": num_params,
+        "param_bytes": param_bytes,
+        "notes": notes,
+    }
+    return {**header, **cluster}
+
+
+def write_json_atomically(obj, path):
+    folder = os.path.dirname(os.path.abspath(path))
+    handle = tempfile.NamedTemporaryFile("w", dir=folder, prefix=".summary-", suffix=".tmp",
+                                         delete=False, encoding="utf-8")
+    try:
+        with handle:
+            json.dump(obj, handle, indent=1, allow_nan=False)
+        os.replace(handle.name, path)
+    except BaseException:
+        os.unlink(handle.name)
+        raise
+
+
+def summary_path(network_dir, mode):
+    return os.path.join(network_dir, mode, summary_file_name(mode))
+
+
+def write_summary(summary, network_dir, mode):
+    path = summary_path(network_dir, mode)
+    write_json_atomically(summary, path)
+    return path
+
+
+def load_summary(network_dir, mode):
+    """A previously written summary, or None when absent or unreadable."""
+    path = summary_path(network_dir, mode)
+    if not os.path.exists(path):
+        return None
+    summary = read_json(path, "summary")
+    return summary if isinstance(summary, dict) and "devices" in summary else None
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def positive_int(text):
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="Summarize <base>/<network>/<mode>/<node>/<device>/iter-<N>.txt logs into one JSON per run.")
+    parser.add_argument("-b", "--base-dir", default="logs", help="root of the logs (default: logs)")
+    parser.add_argument("-n", "--network", required=True, help="network folder, e.g. lenet or resnet18-v1")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("-m", "--mode", help="mode folder, e.g. esync, sync, async-niid")
+    which.add_argument("--all", action="store_true", help="summarize every mode folder of the network")
+    parser.add_argument("--target", type=float, default=DEFAULT_TARGET,
+                        help=f"accuracy for time_to_accuracy (default: {DEFAULT_TARGET})")
+    parser.add_argument("--num-params", type=positive_int,
+                        help="parameter count, for logs without meta.json (traffic estimate)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress as well as problems")
+    return parser.parse_args(argv)
+
+
+def modes_to_summarize(args, network_dir):
+    if not os.path.isdir(network_dir):
+        raise SummaryError(f"no such log folder: {network_dir}")
+    if not args.all:
+        algorithm_name(args.mode)
+        return [args.mode]
+    modes = [m for m in mode_folders(network_dir) if has_iter_logs(os.path.join(network_dir, m))]
+    if not modes:
+        raise SummaryError(f"no mode folder with iteration logs under {network_dir}")
+    return modes
+
+
+def summarize_modes(network_dir, modes, target, num_params):
+    """Write one summary per mode; with several modes a failing one is reported, not fatal."""
+    written = []
+    for mode in modes:
+        try:
+            summary = summarize_mode(network_dir, mode, target, num_params)
+        except SummaryError as error:
+            if len(modes) == 1:
+                raise
+            log.error("%s", error)
+            continue
+        written.append(write_summary(summary, network_dir, mode))
+    if not written:
+        raise SummaryError(f"no usable iteration logs under {network_dir}")
+    return written
+
+
+def fail(error, exit_code):
+    print(f"{os.path.basename(__file__)}: error: {error}", file=sys.stderr)
+    return exit_code
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    network_dir = os.path.join(args.base_dir, args.network)
+    try:
+        written = summarize_modes(network_dir, modes_to_summarize(args, network_dir), args.target, args.num_params)
+    except SummaryError as error:
+        return fail(error, EXIT_USAGE)
+    except OSError as error:
+        return fail(error, 1)
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Start real ps-lite jobs the way the README tells a user to: one process per role, DMLC variables set."""
+import glob
+import json
+import os
+import sys
+
+from cluster import ROOT, dmlc_env, free_port
+from training.state_client import StateClient
+
+SAMPLE_DATA = os.path.join(ROOT, "data")
+LENET_ARGS = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", SAMPLE_DATA, "-c", "1"]
+
+
+def start_state_server(group):
+    port = free_port()
+    group.start_python("state-server", [os.path.join(ROOT, "SimpleStateServer", "manage.py"), "runserver",
+                                       f"127.0.0.1:{port}", "--noreload"], role="state")
+    with StateClient("127.0.0.1", port, retry_for=15.0) as client:
+        client.wait_until_up(15.0)
+    return port
+
+
+def start_job(group, mode, worker_args, num_workers=2, num_servers=1, slowdowns=None, log_dir=None):
+    """Scheduler, servers and workers of one job; returns the worker processes."""
+    root_port = free_port()
+    main = os.path.join(ROOT, "main.py")
+
+    def env(role):
+        # One compute thread per process: the workers share this machine's cores like separate devices.
+        return dict(dmlc_env(role, root_port, num_servers, num_workers), OMP_NUM_THREADS="1")
+
+    group.start_python("scheduler", [main, "-m", mode], env("scheduler"), role="scheduler")
+    for s in range(num_servers):
+        group.start_python(f"server{s}", [main, "-m", mode], env("server"), role="server")
+    workers = []
+    for w in range(num_workers):
+        extra = ["--slowdown", str(slowdowns[w])] if slowdowns else []
+        args = [main, "-m", mode, "-ld", log_dir, "--node-name", "node"] + list(worker_args) + extra
+        workers.append(group.start_python(f"worker{w}", args, env("worker"), role="worker"))
+    return workers
+
+
+def finish(group, workers, timeout):
+    """Wait for the workers, then for scheduler and servers; fail with their output if anything went wrong."""
+    finished = group.wait(workers, timeout)
+    outputs = "\n".join(f"--- {p.name} (exit {p.poll()})\n{open(p.output).read()[-3000:]}" for p in group.procs)
+    assert finished, f"workers still running after {timeout} s\n{outputs}"
+    assert all(p.poll() == 0 for p in workers), outputs
+    ps_roles = [p for p in group.procs if p.role in ("scheduler", "server")]
+    assert group.wait(ps_roles, 30), f"scheduler/servers did not exit after the workers\n{outputs}"
+    return outputs
+
+
+def run_main(args, env=None, timeout=60):
+    import subprocess
+
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_") and k != "PORT"}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, os.path.join(ROOT, "main.py")] + list(args), cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def worker_folders(log_dir):
+    return sorted(glob.glob(os.path.join(log_dir, "node", "*-rank*")))
+
+
+def iter_records(folder):
+    """Iteration records of one worker folder, by global iteration."""
+    records = {}
+    for path in glob.glob(os.path.join(folder, "iter-*.txt")):
+        n = int(os.path.basename(path)[len("iter-"):-len(".txt")])
+        with open(path) as f:
+            records[n] = json.load(f)
+    return [records[n] for n in sorted(records)]
+
+
+def meta(folder):
+    with open(os.path.join(folder, "meta.json")) as f:
+        return json.load(f)
+

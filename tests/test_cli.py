@@ -1,0 +1,62 @@
+"""Bad input ends in one line on stderr and a non-zero exit, before any process waits on the network."""
+import pytest
+
+from cluster import free_port
+from tests.jobs import run_main
+
+BASE = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "1"]
+
+
+def worker_env():
+    # Nothing listens there: a worker that tried to join the cluster would hang, and the test would time out.
+    return {"DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(free_port()),
+            "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-m", "sync", "-n", "vgg99", "--dataset", "mnist-5k", "-dd", "data"], "invalid choice: 'vgg99'"),
+    (["-m", "fastest", *BASE], "invalid choice: 'fastest'"),
+    (["-m", "sync", *BASE, "-b", "0"], "expected a positive number"),
+    (["-m", "sync", *BASE, "-dd", "/nonexistent"], "mnist-5k not found: missing /nonexistent/mnist-5k/"),
+    (["-m", "sync", "-n", "lenet", "--dataset", "fashion-mnist", "-dd", "data"], "get it from"),
+    (["-m", "sync", "-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-g", "0"], "GPU 0 requested"),
+    (["-m", "sync", *BASE, "-b", "4000"], "fewer than the batch size 4000"),
+    (["-m", "sync", *BASE, "--slowdown", "0.5"], "--slowdown must be >= 1"),
+    (["-m", "local", *BASE], "-m local trains without a cluster"),
+])
+def test_bad_worker_input_is_one_line_and_exits_before_the_network(args, message):
+    result = run_main(args, worker_env(), timeout=30)
+
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_cluster_mode_without_dmlc_role_says_how_to_start_one():
+    result = run_main(["-m", "sync", *BASE], timeout=30)
+
+    assert result.returncode == 2
+    assert "needs a cluster" in result.stderr
+
+
+def test_missing_dmlc_variables_are_named():
+    result = run_main(["-m", "sync", *BASE], {"DMLC_ROLE": "server"}, timeout=30)
+
+    assert result.returncode == 2
+    assert "DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER" in result.stderr
+
+
+def test_an_unknown_role_is_refused():
+    result = run_main(["-m", "sync", *BASE], {"DMLC_ROLE": "boss"}, timeout=30)
+
+    assert result.returncode == 2
+    assert "DMLC_ROLE='boss'" in result.stderr
+
+
+def test_esync_without_a_state_server_names_its_address():
+    port = free_port()
+    result = run_main(["-m", "esync", *BASE, "-ip", "127.0.0.1", "-port", str(port)], worker_env(), timeout=60)
+
+    assert result.returncode == 2
+    assert f"http://127.0.0.1:{port}" in result.stderr and "runserver" in result.stderr

@@ -1,0 +1,61 @@
+"""A real ESync job: scheduler, server, the Django state server and 3 workers, one emulated 4x slower."""
+import statistics
+
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, start_state_server, worker_folders
+
+
+def run_esync(processes, tmp_path, policy):
+    state_port = start_state_server(processes)
+    log_dir = str(tmp_path / "logs")
+    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", "25", "-e", "5",
+                         "--digest-weights"]
+    workers = start_job(processes, "esync", args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir)
+    finish(processes, workers, timeout=180)
+    return {meta(f)["rank"]: f for f in worker_folders(log_dir)}
+
+
+def mean_steps(records):
+    return statistics.mean(r["num_iters"] for r in records)
+
+
+def step_seconds(records):
+    """Mean wall time of a local step, as the state server's rule sees it (state server round trip included)."""
+    steps = [step for r in records for step in r["time"].values()]
+    phases = ("get_batch", "forward and backward", "local update", "emulated slowdown", "check ready")
+    return statistics.mean(sum(step.get(p, 0.0) for p in phases) for step in steps)
+
+
+def test_esync_fast_workers_do_3_to_5x_the_local_steps_of_a_4x_slower_one(processes, tmp_path):
+    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "apply").items()}
+
+    slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
+    rounds = min(len(r) for r in runs.values())
+    assert rounds > 20
+    for rank, records in runs.items():
+        assert [r["weights_digest"] for r in records[:rounds]] == [r["weights_digest"] for r in runs[slow][:rounds]]
+        if rank != slow:
+            ratio = mean_steps(records) / mean_steps(runs[slow])
+            assert 3 <= ratio <= 5, f"rank {rank} did {ratio:.2f}x the slow worker's local steps"
+    final = [r["accuracy"] for r in runs[0] if "accuracy" in r][-1]
+    assert final >= 0.85
+
+
+def test_plan_policy_gives_a_k_times_faster_worker_about_k_times_the_steps(processes, tmp_path):
+    runs = {rank: iter_records(folder)[3:] for rank, folder in run_esync(processes, tmp_path, "plan").items()}
+
+    slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
+    for rank, records in runs.items():
+        if rank != slow:
+            speedup = step_seconds(runs[slow]) / step_seconds(records)
+            ratio = mean_steps(records) / mean_steps(runs[slow])
+            assert speedup > 2 and 0.7 * speedup <= ratio <= 1.3 * speedup, (speedup, ratio)
+
+
+def test_the_state_server_round_trip_is_recorded_per_local_step(processes, tmp_path):
+    folders = run_esync(processes, tmp_path, "apply")
+
+    for folder in folders.values():
+        for record in iter_records(folder)[:50]:
+            steps = record["time"].values()
+            assert all(step["check ready"] > 0 for step in steps)
+            assert "global aggregate" in record["time"][str(record["num_iters"] - 1)]

@@ -1,0 +1,109 @@
+"""Real training: one device, and real ps-lite jobs (scheduler, servers, workers as separate processes)."""
+import os
+import re
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
+
+STEP_KEYS = {"get_batch", "forward and backward"}
+
+
+def final_weights(folder):
+    return mx.nd.load(os.path.join(folder, "model-final.params"))
+
+
+def assert_identical_weights(folders):
+    first = final_weights(folders[0])
+    for other in folders[1:]:
+        weights = final_weights(other)
+        assert weights.keys() == first.keys()
+        for name in first:
+            assert np.array_equal(first[name].asnumpy(), weights[name].asnumpy()), f"{name} differs in {other}"
+
+
+def accuracies(folder):
+    return [r["accuracy"] for r in iter_records(folder) if "accuracy" in r]
+
+
+def rank0(folders):
+    return next(f for f in folders if meta(f)["rank"] == 0)
+
+
+def test_local_lenet_reaches_90_percent_and_says_so(tmp_path):
+    result = run_main(["-m", "local", "-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "1",
+                       "--max-iters", "600", "-ld", str(tmp_path)], timeout=300)
+
+    assert result.returncode == 0, result.stderr
+    final = re.search(r"finished: 600 global iterations .* final test accuracy ([0-9.]+)", result.stderr)
+    assert final, result.stderr[-2000:]
+    assert float(final.group(1)) >= 0.90
+
+
+def test_local_mode_writes_iteration_logs_with_the_original_fields(tmp_path):
+    result = run_main(["-m", "local", *LENET_ARGS, "--max-iters", "20", "-e", "10", "-ld", str(tmp_path),
+                       "--node-name", "node"])
+
+    assert result.returncode == 0, result.stderr
+    records = iter_records(str(tmp_path / "node" / "cpu"))
+    assert len(records) == 20
+    for r in records:
+        assert r["num_iters"] == 1 and r["num_samples"] == 64 and r["total_time"] > 0
+        assert STEP_KEYS | {"local update"} <= set(r["time"]["0"])
+    assert [i for i, r in enumerate(records) if "accuracy" in r] == [9, 19]
+
+
+@pytest.mark.parametrize("num_servers", [1, 2])
+def test_dist_sync_workers_stop_together_with_identical_weights(processes, tmp_path, num_servers):
+    log_dir = str(tmp_path / "logs")
+    workers = start_job(processes, "sync", LENET_ARGS + ["--max-iters", "60", "-e", "20", "--digest-weights"],
+                        num_workers=2, num_servers=num_servers, log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+
+    folders = worker_folders(log_dir)
+    assert len(folders) == 2
+    assert_identical_weights(folders)
+    runs = [iter_records(f) for f in folders]
+    assert [len(r) for r in runs] == [60, 60]
+    assert [r["weights_digest"] for r in runs[0]] == [r["weights_digest"] for r in runs[1]]
+    for r in runs[0]:
+        assert r["num_iters"] == 1 and STEP_KEYS | {"global update"} <= set(r["time"]["0"])
+    assert accuracies(rank0(folders))[-1] > 0.5
+
+
+@pytest.mark.parametrize("dcasgd", ["0", "1"])
+def test_dist_async_improves_accuracy(processes, tmp_path, dcasgd):
+    log_dir = str(tmp_path / "logs")
+    workers = start_job(processes, "async", LENET_ARGS + ["-dcasgd", dcasgd, "--max-iters", "150", "-e", "10"],
+                        num_workers=2, log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+
+    curve = accuracies(rank0(worker_folders(log_dir)))
+    assert curve[0] < 0.6 and curve[-1] > 0.85, curve
+
+
+def test_non_iid_sync_gives_each_worker_a_block_of_classes(processes, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    workers = start_job(processes, "sync", LENET_ARGS + ["-s", "1", "--max-iters", "5", "-e", "0"],
+                        num_workers=2, log_dir=log_dir)
+
+    finish(processes, workers, timeout=120)
+
+    for folder in worker_folders(log_dir):
+        assert meta(folder)["non_iid"] is True and meta(folder)["train_samples"] == 2000
+
+
+def test_several_cpu_contexts_in_one_worker_train_in_sync(processes, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    args = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "2", "--max-iters", "40", "-e", "20"]
+    workers = start_job(processes, "sync", args, num_workers=2, log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+
+    folders = worker_folders(log_dir)
+    assert [os.path.basename(f) for f in folders] == ["cpu2-rank0", "cpu2-rank1"]
+    assert_identical_weights(folders)

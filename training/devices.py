@@ -1,0 +1,26 @@
+"""Which devices a worker trains on, from -g / -c."""
+
+
+class DeviceError(Exception):
+    """A device that this machine does not have."""
+
+
+def contexts(gpu_ids, cpu_count):
+    """MXNet contexts for `-g 0,1` (GPUs) or `-c N` (N CPU contexts, default 1)."""
+    import mxnet as mx
+
+    if gpu_ids:
+        available = mx.context.num_gpus()
+        missing = [i for i in gpu_ids if i >= available]
+        if missing:
+            raise DeviceError(f"GPU {','.join(map(str, missing))} requested but MXNet sees "
+                              f"{available} GPU(s) on this machine; use -c 1 for the CPU")
+        return [mx.gpu(i) for i in gpu_ids]
+    return [mx.cpu(i) for i in range(max(1, cpu_count))]
+
+
+def device_name(gpu_ids, cpu_count):
+    """The log folder name of a device set: cpu, gpu0, gpu0_1."""
+    if gpu_ids:
+        return "gpu" + "_".join(map(str, gpu_ids))
+    return "cpu" if cpu_count <= 1 else f"cpu{cpu_count}"

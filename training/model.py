@@ -1,0 +1,90 @@
+"""The network a worker trains: built on its devices, its parameters in kvstore key order, its evaluation."""
+import hashlib
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+import models
+from data import to_float
+
+EVAL_BATCH = 500
+
+
+class Model:
+    """A Gluon network replicated on one or more devices of one worker."""
+
+    def __init__(self, network, ctxs, sample_shape, seed=0):
+        self.ctxs = ctxs
+        self.side = models.input_size(network)
+        mx.random.seed(seed)
+        self.net = models.get_network(network)
+        self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
+        self.net.hybridize(static_alloc=True)
+        self.net(self._prepare(np.zeros((1,) + tuple(sample_shape), np.uint8), ctxs[0]))  # finish deferred init
+        params = list(self.net.collect_params().values())
+        # Trainable parameters first: their keys are the ones every scheme pushes each round.
+        self.trainable = [p for p in params if p.grad_req != "null"]
+        self.aux = [p for p in params if p.grad_req == "null"]  # BatchNorm running statistics
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    @property
+    def params(self):
+        return self.trainable + self.aux
+
+    @property
+    def num_params(self):
+        return int(sum(np.prod(p.shape) for p in self.params))
+
+    @property
+    def param_bytes(self):
+        return int(sum(np.prod(p.shape) * np.dtype(p.dtype).itemsize for p in self.params))
+
+    def _prepare(self, images, ctx):
+        x = mx.nd.array(to_float(images), ctx=ctx)
+        if self.side and x.shape[-1] != self.side:
+            x = mx.nd.contrib.BilinearResize2D(x, height=self.side, width=self.side)
+        return x
+
+    def forward_backward(self, images, labels):
+        """One pass over a batch split across the devices; gradients of the loss summed over the batch."""
+        parts = np.array_split(np.arange(len(labels)), len(self.ctxs))
+        losses = []
+        with autograd.record():
+            for ctx, idx in zip(self.ctxs, parts):
+                out = self.net(self._prepare(images[idx], ctx))
+                losses.append(self.loss_fn(out, mx.nd.array(labels[idx], ctx=ctx)))
+        for loss in losses:
+            loss.backward()
+        mx.nd.waitall()  # the step's compute time is measured, and emulated slowdown scales it
+
+    def reduce_gradients(self):
+        """Sum the gradients of the device copies into each copy (no-op on one device)."""
+        if len(self.ctxs) == 1:
+            return
+        for p in self.trainable:
+            grads = p.list_grad()
+            total = mx.nd.add_n(*[g.as_in_context(self.ctxs[0]) for g in grads])
+            for g in grads:
+                total.copyto(g)
+
+    def accuracy(self, images, labels):
+        """Correct predictions over all test samples (not a mean of per-batch accuracies)."""
+        ctx = self.ctxs[0]
+        batch = EVAL_BATCH if not self.side else 50
+        correct = mx.nd.zeros((1,), ctx=ctx)
+        for start in range(0, len(labels), batch):
+            out = self.net(self._prepare(images[start:start + batch], ctx))
+            y = mx.nd.array(labels[start:start + batch], ctx=ctx)
+            correct += (out.argmax(axis=1) == y.astype(out.dtype)).sum()
+        return float(correct.asscalar()) / len(labels)
+
+    def digest(self):
+        """A fingerprint of every parameter on the first device: equal digests, equal weights."""
+        sha = hashlib.sha1()
+        for p in self.params:
+            sha.update(p.data(self.ctxs[0]).asnumpy().tobytes())
+        return sha.hexdigest()
+
+    def save(self, path):
+        self.net.save_parameters(path)

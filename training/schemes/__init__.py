@@ -1,0 +1,11 @@
+"""The synchronization schemes, by the name of their -m mode."""
+from training.schemes.asynchronous import DCASGD, Async
+from training.schemes.esync import ESync
+from training.schemes.local import Local
+from training.schemes.sync import Sync
+
+SCHEMES = {cls.name: cls for cls in (Local, Sync, Async, DCASGD, ESync)}
+
+
+def scheme_for(mode, use_dcasgd=0):
+    return SCHEMES["dcasgd" if mode == "async" and use_dcasgd else mode]

@@ -1,0 +1,77 @@
+"""ESync (Li et al., "An Efficient Synchronous Parallel Algorithm for Distributed ML in Heterogeneous Clusters").
+
+Each worker runs local SGD steps (learning rate -ll) for as long as the state server says the slowest worker is
+still busy, then all aggregate synchronously over dist_sync: push the round's model delta, pull the sum, and set
+weights = start-of-round weights + global_lr * sum / num_workers. BatchNorm statistics are averaged.
+
+Two policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
+how many local steps to do, from the per-step times the workers reported.
+"""
+import time
+
+import mxnet as mx
+
+from training.schemes.base import Scheme
+from training.state_client import StateClient
+
+STEP_TIME_SMOOTHING = 0.2
+
+
+class ESync(Scheme):
+    name = "esync"
+    kvstore = "dist_sync"
+    aggregate_key = "global aggregate"
+    updates_locally = True
+    coordinated = True
+
+    def setup(self):
+        args = self.args
+        self.client = StateClient(args.state_server_ip, args.state_server_port)
+        if self.rank == 0:
+            self.client.init(self.num_workers, epsilon=args.epsilon, policy=args.esync_policy)
+        # broadcast_initial_weights ends in a barrier, so /init/ above precedes every worker's first request.
+        self.broadcast_initial_weights()
+        self.trainer = self.local_trainer(args.local_lr)
+        self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
+        self.delta = [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
+        self.buffers = self.delta + [p.list_data() for p in self.model.aux] + [self.control]
+        self.step_seconds = None
+        self.planned_steps = 1
+
+    def begin_round(self, iteration):
+        if self.args.esync_policy == "plan":
+            if self.step_seconds is not None:
+                self.planned_steps = self.client.plan(self.rank, self.step_seconds)
+        elif iteration > 0:
+            self.client.reset(self.rank, iteration, time.time())
+
+    def local_step(self):
+        self.model.reduce_gradients()
+        self.trainer.update(1)
+
+    def round_done(self, steps, step_seconds):
+        # A smoothed step time: one step's time is noisy when workers share cores.
+        if self.step_seconds is None:
+            self.step_seconds = step_seconds
+        else:
+            self.step_seconds += STEP_TIME_SMOOTHING * (step_seconds - self.step_seconds)
+        if self.args.esync_policy == "plan":
+            return steps >= self.planned_steps
+        return self.client.apply(self.rank, steps, self.step_seconds, time.time())
+
+    def aggregate(self, stop_vote):
+        ctx0 = self.model.ctxs[0]
+        for p, delta, start in zip(self.model.trainable, self.delta, self.start):
+            mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
+        self.control[:] = float(stop_vote)
+        self.kv.pushpull(self.keys + [self.control_key], self.buffers, out=self.buffers)
+        scale = self.args.global_lr / self.num_workers
+        for p, delta, starts in zip(self.model.trainable, self.delta, self.start):
+            for data, start in zip(p.list_data(), starts):
+                start += scale * delta.as_in_context(start.context)
+                start.copyto(data)
+        self.average_aux(self.num_workers * len(self.model.ctxs))
+        return stop_vote or self.stop_requested()
+
+    def finish(self):
+        self.client.close()

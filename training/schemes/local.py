@@ -1,0 +1,15 @@
+"""Single-device (or single-machine, several devices) SGD: the standalone baseline of the paper's figures."""
+from training.schemes.base import Scheme
+
+
+class Local(Scheme):
+    name = "local"
+    aggregate_key = None
+    updates_locally = True
+
+    def setup(self):
+        self.trainer = self.local_trainer(self.args.learning_rate)
+
+    def local_step(self):
+        self.model.reduce_gradients()
+        self.trainer.update(1)

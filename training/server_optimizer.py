@@ -1,0 +1,42 @@
+"""The update rule that dist_async servers run on every push.
+
+kv.set_optimizer pickles this object to the servers, which unpickle it by module path: this module must be
+importable where the servers run (main.py's folder), so it imports nothing beyond mxnet. The servers unpickle it while `import mxnet` is still running (the server
+loop starts inside that import), so the submodules are imported by name rather than reached as mx.nd.
+The server sees each push on its own and never learns which worker sent it.
+"""
+from mxnet import ndarray as nd
+from mxnet import optimizer
+
+
+@optimizer.register
+class AsyncServerOptimizer(optimizer.Optimizer):
+    """Weights: the inner rule (SGD or DC-ASGD). BatchNorm statistics: a running blend of the pushed values,
+    1/num_workers per push. The control key keeps the largest value pushed (a stop vote, once cast, stays)."""
+
+    def __init__(self, inner, aux_keys=(), control_key=None, num_workers=1, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = inner
+        self.aux_keys = frozenset(aux_keys)
+        self.control_key = control_key
+        self.blend = 1.0 / num_workers
+
+    def _is_weight(self, index):
+        return index != self.control_key and index not in self.aux_keys
+
+    def create_state(self, index, weight):
+        return self.inner.create_state(index, weight) if self._is_weight(index) else None
+
+    def create_state_multi_precision(self, index, weight):
+        return self.create_state(index, weight)
+
+    def update(self, index, weight, grad, state):
+        if index == self.control_key:
+            weight[:] = nd.maximum(weight, grad)
+        elif index in self.aux_keys:
+            weight[:] += self.blend * (grad - weight)
+        else:
+            self.inner.update(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self.update(index, weight, grad, state)

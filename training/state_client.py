@@ -1,0 +1,158 @@
+"""Client of the ESync state server (SimpleStateServer/).
+
+A worker calls `apply` after every local step, so each call reuses one keep-alive
+connection and sends a short form body. Connection failures and 5xx answers are retried
+with bounded exponential backoff for up to `retry_for` seconds, long enough to ride out
+a server restart; a 4xx answer is a bug in the caller and raises at once.
+
+    client = StateClient("10.0.0.1", 10010)
+    client.init(num_workers=4)              # once per job, from one process
+    while not client.apply(rank, k, c, te):  # after each local step
+        ...
+    client.reset(rank, t, te)               # after the aggregation
+"""
+
+import logging
+import os
+import time
+
+import requests
+from requests.structures import CaseInsensitiveDict
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV = "ESYNC_STATE_TOKEN"
+TOKEN_HEADER = "X-ESync-Token"
+FIRST_RETRY_DELAY = 0.05
+MAX_RETRY_DELAY = 2.0
+_TEXT_ECHO_LIMIT = 200
+
+
+class StateServerError(RuntimeError):
+    """The server rejected a request (4xx) or answered something that is not JSON."""
+
+    def __init__(self, status, message, url):
+        super().__init__(f"{url} answered {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class StateServerUnavailable(RuntimeError):
+    """The server could not be reached (or kept failing) for the whole retry period."""
+
+
+class StateClient:
+    def __init__(self, host, port, token=None, timeout=10.0, retry_for=300.0):
+        self.address = _address(host, port)
+        self.timeout = timeout
+        self.retry_for = retry_for
+        self._session = requests.Session()
+        # Fewer headers keep the per-minibatch request small.
+        self._session.headers = CaseInsensitiveDict({"Accept": "application/json"})
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        if token:
+            self._session.headers[TOKEN_HEADER] = token
+
+    def init(self, num_workers, epsilon=None, policy="apply"):
+        fields = {"num_workers": num_workers, "policy": policy}
+        if epsilon is not None:
+            fields["epsilon"] = epsilon
+        return self._call("POST", "/init/", fields)
+
+    def apply(self, rank, k, c, te):
+        """Reports a finished local step; True when the worker should stop and aggregate."""
+        answer = self._call("POST", "/apply/", {"r": rank, "k": k, "c": c, "te": te})
+        return bool(answer["ready"])
+
+    def reset(self, rank, t, te):
+        """Starts the worker's next round after it reached global iteration t."""
+        self._call("POST", "/reset/", {"r": rank, "t": t, "te": te})
+
+    def plan(self, rank, c):
+        """Number of local steps to do this round (the one-request-per-round policy)."""
+        return int(self._call("POST", "/plan/", {"r": rank, "c": c})["k"])
+
+    def state(self):
+        return self._call("GET", "/")
+
+    def wait_until_up(self, timeout):
+        """Returns once the server answers at all; raises StateServerUnavailable after
+        `timeout` seconds without an answer."""
+        try:
+            self._call("GET", "/", retry_for=timeout)
+        except StateServerError:
+            pass  # any HTTP answer, even a refusal, means the server is up
+
+    def close(self):
+        self._session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def _call(self, method, path, fields=None, retry_for=None):
+        retry_for = self.retry_for if retry_for is None else retry_for
+        url = self.address + path
+        deadline = time.monotonic() + retry_for
+        delay = FIRST_RETRY_DELAY
+        attempts = 0
+        while True:
+            attempts += 1
+            failure, answer = self._attempt(method, url, fields)
+            if failure is None:
+                if attempts > 1:
+                    logger.info("state server at %s answers again", self.address)
+                return answer
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StateServerUnavailable(
+                    f"state server at {self.address} did not answer {method} {path} "
+                    f"within {retry_for:g} s ({attempts} attempts): {failure}")
+            if attempts == 1:
+                logger.warning("state server at %s: %s; retrying for up to %.1f s",
+                               self.address, failure, remaining)
+            time.sleep(min(delay, remaining))
+            delay = min(2 * delay, MAX_RETRY_DELAY)
+
+    def _attempt(self, method, url, fields):
+        """One request: (None, answer) on success, (reason, None) when worth retrying."""
+        try:
+            response = self._session.request(method, url, data=fields, timeout=self.timeout)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            return f"{type(error).__name__}: {error}", None
+        if response.status_code >= 500:
+            return f"HTTP {response.status_code}", None
+        return None, _decode(response, url)
+
+
+def _address(host, port):
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # IPv6 literal
+    return f"http://{host}:{port}"
+
+
+def _decode(response, url):
+    payload = _json_or_none(response)
+    if response.status_code >= 400:
+        error = payload.get("error") if isinstance(payload, dict) else None
+        raise StateServerError(response.status_code, error or _short_text(response), url)
+    if not isinstance(payload, dict):
+        raise StateServerError(response.status_code,
+                               f"expected a JSON object, got {_short_text(response)}", url)
+    return payload
+
+
+def _json_or_none(response):
+    if "json" not in response.headers.get("Content-Type", ""):
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _short_text(response):
+    text = response.text.strip()
+    return repr(text[:_TEXT_ECHO_LIMIT]) if text else "an empty body"
