@@ -6,7 +6,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
+from tests.jobs import (LENET_ARGS, finish, iter_records, meta, run_main, start_job, start_state_server,
+                        worker_folders)
 
 STEP_KEYS = {"get_batch", "forward and backward"}
 
@@ -86,15 +87,20 @@ def test_dist_async_improves_accuracy(processes, tmp_path, dcasgd):
     assert curve[0] < 0.6 and curve[-1] > 0.85, curve
 
 
-def test_non_iid_sync_gives_each_worker_a_block_of_classes(processes, tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "esync"])
+def test_non_iid_training_gives_each_worker_a_block_of_classes(processes, tmp_path, mode):
     log_dir = str(tmp_path / "logs")
-    workers = start_job(processes, "sync", LENET_ARGS + ["-s", "1", "--max-iters", "5", "-e", "0"],
+    state = ["-port", str(start_state_server(processes))] if mode == "esync" else []
+    workers = start_job(processes, mode, LENET_ARGS + state + ["-s", "1", "--max-iters", "20", "-e", "0"],
                         num_workers=2, log_dir=log_dir)
 
     finish(processes, workers, timeout=120)
 
-    for folder in worker_folders(log_dir):
+    folders = worker_folders(log_dir)
+    for folder in folders:
         assert meta(folder)["non_iid"] is True and meta(folder)["train_samples"] == 2000
+        assert len(iter_records(folder)) == 20
+    assert "accuracy" in iter_records(rank0(folders))[-1]
 
 
 def test_several_cpu_contexts_in_one_worker_train_in_sync(processes, tmp_path):

@@ -1,5 +1,5 @@
-"""Coordination state for ESync (Li et al., "ESync: Accelerating Intra-Domain Federated
-Learning in Heterogeneous Data Centers").
+"""Coordination state for ESync ("An Efficient Synchronous Parallel Algorithm for
+Distributed ML in Heterogeneous Clusters").
 
 Each worker runs local SGD steps and, after every step, asks whether it should stop and
 join the synchronous aggregation. The slowest worker does one step per round; a faster
