@@ -25,10 +25,13 @@ def free_port(host=LOOPBACK):
 
 
 def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface="lo"):
+    """The environment of one ps-lite process of a job on this machine."""
     return {
         "DMLC_ROLE": role, "DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(root_port),
         "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers),
         "DMLC_NODE_HOST": host, "DMLC_INTERFACE": interface,
+        # One compute thread per process: the workers share this machine's cores like separate devices.
+        "OMP_NUM_THREADS": "1",
     }
 
 

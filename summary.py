@@ -32,6 +32,7 @@ STANDALONE_MODE = "local"
 NON_IID_SUFFIX = "-niid"
 AGGREGATE_KEYS = ("global aggregate", "global update")
 META_FILE = "meta.json"
+WORKER_FILES = {META_FILE, "model-final.params"}  # what a worker writes beside its iteration logs
 ITER_FILE = re.compile(r"^iter-(\d+)\.txt$")
 RANK_SUFFIX = re.compile(r"-rank(\d+)$")
 BYTES_PER_PARAM = 4  # MXNet weights are float32
@@ -274,7 +275,7 @@ def read_device_folder(device_dir):
     """({iteration: record}, meta) of one device folder; unusable files are reported and skipped."""
     records = {}
     for name in sorted(os.listdir(device_dir)):
-        if name == META_FILE:
+        if name in WORKER_FILES:
             continue
         path = os.path.join(device_dir, name)
         match = ITER_FILE.match(name)

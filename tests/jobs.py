@@ -26,8 +26,7 @@ def start_job(group, mode, worker_args, num_workers=2, num_servers=1, slowdowns=
     main = os.path.join(ROOT, "main.py")
 
     def env(role):
-        # One compute thread per process: the workers share this machine's cores like separate devices.
-        return dict(dmlc_env(role, root_port, num_servers, num_workers), OMP_NUM_THREADS="1")
+        return dmlc_env(role, root_port, num_servers, num_workers)
 
     group.start_python("scheduler", [main, "-m", mode], env("scheduler"), role="scheduler")
     for s in range(num_servers):

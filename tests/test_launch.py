@@ -1,0 +1,325 @@
+"""launch.py: a whole comparison run, a worker dying, an interrupt, bad input, and the dmlc_tracker path.
+
+Every launcher runs in its own process group; when a test ends, pass or fail, whatever the launcher or the
+processes recorded in its pids.json left behind is killed by PID.
+"""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+
+import launch
+from cluster import ROOT, is_running, processes_in_group
+
+LAUNCH_PY = os.path.join(ROOT, "launch.py")
+NODE = "node"
+LENET = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data"), "--node-name", NODE]
+WORKER_ARGS = ["--", "-e", "20"]  # evaluating every round would slow the short runs down
+STARTUP_TIMEOUT = 90.0
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def launcher_env():
+    return {k: v for k, v in os.environ.items() if not k.startswith("DMLC_") and k != "PORT"}
+
+
+@contextmanager
+def launcher(args, logs):
+    """A running launch.py with output in <logs>.out; on the way out, nothing it started is left running."""
+    output = logs + ".out"
+    with open(output, "w") as out:
+        proc = subprocess.Popen([sys.executable, LAUNCH_PY, "--logs", logs] + args, cwd=ROOT, env=launcher_env(),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.output = output
+    try:
+        yield proc
+    finally:
+        kill_group(proc.pid)
+        proc.wait()
+        for pid in recorded_pids(logs):
+            kill_group(pid)
+
+
+def kill_group(pgid):
+    for pid in processes_in_group(pgid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def recorded_pids(logs):
+    """PIDs of every process the launcher recorded in a pids.json under `logs`."""
+    pids = []
+    for path in glob.glob(os.path.join(logs, "*", "*", launch.PROCESSES_FOLDER, launch.PID_FILE)):
+        with open(path) as f:
+            pids += [p["pid"] for p in json.load(f)["processes"]]
+    return pids
+
+
+def run_launcher(args, logs, timeout):
+    with launcher(args, logs) as proc:
+        proc.wait(timeout=timeout)
+        with open(proc.output) as f:
+            return proc.returncode, f.read()
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.2)
+
+
+def training_started(logs, mode, num_workers):
+    """True once every worker has logged a few global iterations."""
+    return len(glob.glob(os.path.join(logs, "lenet", mode, NODE, "*-rank*", "iter-3.txt"))) == num_workers
+
+
+def pid_of(logs, mode, name):
+    with open(os.path.join(logs, "lenet", mode, launch.PROCESSES_FOLDER, launch.PID_FILE)) as f:
+        return next(p["pid"] for p in json.load(f)["processes"] if p["name"] == name)
+
+
+def still_running(pids):
+    return [pid for pid in pids if is_running(pid)]
+
+
+def read_output(proc):
+    with open(proc.output) as f:
+        return f.read()
+
+
+# ----------------------------------------------------------------------------------------------
+# A comparison run
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+    """esync and sync, 3 CPU workers, the third 4x slower, 12 s each."""
+    logs = str(tmp_path_factory.mktemp("comparison") / "logs")
+    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "12",
+            *LENET, *WORKER_ARGS]
+    started = time.monotonic()
+    code, output = run_launcher(args, logs, timeout=300)
+    return logs, code, output, time.monotonic() - started
+
+
+def table_rows(output):
+    lines = output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("mode ") and "samples/s" in line)
+    rows = []
+    for line in lines[header + 1:]:
+        if not line.strip() or line.startswith("summaries:"):
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_a_comparison_run_exits_0(comparison):
+    _, code, output, _ = comparison
+
+    assert code == 0, output
+
+
+def test_it_writes_a_summary_per_mode(comparison):
+    logs, _, output, _ = comparison
+
+    summaries = {name: json.load(open(os.path.join(logs, "lenet", mode, name)))
+                 for mode, name in (("esync", "ESync.json"), ("sync", "Sync.json"))}
+
+    for name, summary in summaries.items():
+        assert summary["cluster_throughput"] > 0, name
+        assert summary["num_workers"] == 3, name
+        assert list(summary["devices"]) == [NODE], f"{name}: the processes folder was read as a node"
+
+
+def test_it_draws_the_figures(comparison):
+    logs, _, output, _ = comparison
+
+    figures = glob.glob(os.path.join(logs, "lenet", "figures", "*.png"))
+
+    assert {os.path.basename(f) for f in figures} >= {"accuracy_vs_time.png", "throughput.png"}, output
+    for figure in figures:
+        with open(figure, "rb") as f:
+            assert f.read(8) == PNG_SIGNATURE, figure
+        assert figure in output
+
+
+def test_its_table_has_a_row_per_mode(comparison):
+    _, _, output, _ = comparison
+
+    rows = table_rows(output)
+
+    assert [row[0] for row in rows] == ["esync", "sync"], output
+    assert all(float(row[1]) > 0 for row in rows), output
+
+
+def test_it_prints_progress_every_few_seconds(comparison):
+    _, _, output, _ = comparison
+
+    progress = [line for line in output.splitlines() if line.startswith("[sync 2/2]") and "samples/s" in line]
+
+    assert len(progress) >= 3, output
+    assert "test accuracy 0." in progress[-1]
+
+
+def test_it_leaves_no_process_behind(comparison):
+    logs, _, _, _ = comparison
+
+    assert still_running(recorded_pids(logs)) == []
+
+
+def test_each_process_has_its_own_output_file(comparison):
+    logs, _, _, _ = comparison
+
+    outputs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(logs, "lenet", "esync", "processes", "*.log")))
+
+    assert outputs == ["scheduler.log", "server-0.log", "state-server.log", "worker-0.log", "worker-1.log",
+                       "worker-2.log"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Failures and interrupts
+
+
+def test_a_killed_worker_stops_the_run_and_is_named(tmp_path):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *WORKER_ARGS]
+    with launcher(args, logs) as proc:
+        wait_for(lambda: training_started(logs, "sync", 2), STARTUP_TIMEOUT, "iteration logs")
+        victim = pid_of(logs, "sync", "worker-1")
+
+        os.kill(victim, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+        output = read_output(proc)
+        assert proc.returncode == 1, output
+        assert f"worker-1 (worker, pid {victim}) exited with signal SIGKILL" in output
+        assert os.path.join(logs, "lenet", "sync", "processes", "worker-1.log") in output
+        assert still_running(recorded_pids(logs)) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_stops_every_process(tmp_path, sig):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "esync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *WORKER_ARGS]
+    with launcher(args, logs) as proc:
+        wait_for(lambda: training_started(logs, "esync", 2), STARTUP_TIMEOUT, "iteration logs")
+        started = recorded_pids(logs)
+
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+
+        assert proc.returncode == 130, read_output(proc)
+        assert len(started) == 5  # state server, scheduler, server, 2 workers
+        assert still_running(started) == []
+
+
+class FakeProc:
+    def __init__(self, name, role, code, output):
+        self.name, self.role, self.code, self.output = name, role, code, output
+
+    def poll(self):
+        return self.code
+
+
+class FakeGroup:
+    def __init__(self, *procs):
+        self.procs = list(procs)
+
+
+@pytest.mark.parametrize("last_line, quit_early", [
+    ("worker INFO finished: 40 global iterations in 5.0 s (reached --max-time 5 s)", False),
+    ("worker INFO iter 40  5.0 s", True),
+])
+def test_a_worker_exiting_0_must_have_reached_a_stop_condition(tmp_path, last_line, quit_early):
+    output = tmp_path / "worker-0.log"
+    output.write_text(last_line + "\n")
+    watch = launch.ExitWatch(FakeGroup(FakeProc("worker-0", "worker", 0, str(output)),
+                                       FakeProc("worker-1", "worker", None, str(output))))
+
+    watch.update()
+
+    assert bool(watch.quitters) == quit_early
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--devices", "cpu,cpu", "--slowdown", "1,1,4"], "--slowdown has 3 factors but --devices has 2 workers"),
+    (["--modes", "esync,fastest", "--devices", "cpu,cpu"], "unknown mode fastest"),
+    (["--devices", "cpu,tpu0"], "'tpu0' is not cpu, cpuN, gpuK or gpuK+gpuL"),
+    (["--devices", "cpu,cpu", "--slowdown", "0.5"], "must be >= 1"),
+    (["--devices", "cpu,cpu", "-dd", "/nonexistent"], "mnist-5k not found"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    argv = [sys.executable, LAUNCH_PY, "-n", "lenet", "--dataset", "mnist-5k", "--max-time", "5",
+            "--logs", str(tmp_path / "logs"), *args]
+
+    result = subprocess.run(argv, cwd=ROOT, env=launcher_env(), capture_output=True, text=True, timeout=30)
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert not os.path.exists(tmp_path / "logs")
+
+
+# ----------------------------------------------------------------------------------------------
+# Through MXNet's dmlc_tracker
+
+
+def test_the_local_tracker_trains_a_two_worker_job_and_exits_cleanly(tmp_path):
+    logs = str(tmp_path / "logs")
+    args = ["--tracker", "local", "--modes", "sync", "--devices", "cpu,cpu", "--slowdown", "1,2",
+            "--max-time", "5", *LENET, *WORKER_ARGS]
+
+    code, output = run_launcher(args, logs, timeout=120)
+
+    assert code == 0, output
+    assert "dmlc_tracker command:" in output
+    tracker = pid_of(logs, "sync", "tracker")
+    assert processes_in_group(tracker) == []
+    metas = [json.load(open(p)) for p in glob.glob(os.path.join(logs, "lenet", "sync", NODE, "*", "meta.json"))]
+    assert sorted(m["slowdown"] for m in metas) == [1.0, 2.0]  # each task got its own --devices entry
+    assert json.load(open(os.path.join(logs, "lenet", "sync", "Sync.json")))["num_workers"] == 2
+
+
+def test_the_tracker_gets_every_worker_argument_in_order():
+    from dmlc_tracker import opts
+
+    args = launch.parse_args(["--tracker", "local", "--modes", "sync", "--devices", "cpu,gpu0+gpu1",
+                              "--max-time", "5", *LENET, "--", "-b", "32"])
+    argv = launch.tracker_argv(args, "sync", "/logs dir/lenet/sync", state_port=None)
+
+    dmlc = opts.get_opts(argv[2:])
+
+    assert (dmlc.cluster, dmlc.num_workers, dmlc.num_servers, dmlc.host_ip) == ("local", 2, 1, "127.0.0.1")
+    command = " ".join(dmlc.command)
+    assert "task --devices cpu,gpu0+gpu1 --slowdown 1,1 -- -m sync" in command
+    assert "-ld '/logs dir/lenet/sync'" in command and command.endswith("-b 32")
+
+
+@pytest.mark.parametrize("device, flags", [
+    ("cpu", ["-c", "1"]), ("cpu2", ["-c", "2"]), ("gpu1", ["-g", "1"]), ("gpu0+gpu1", ["-g", "0,1"]),
+])
+def test_devices_map_to_main_flags(device, flags):
+    assert launch.device_flags(device) == flags
+
+
+def test_a_task_picks_its_device_by_task_index(monkeypatch):
+    monkeypatch.setenv("DMLC_TASK_ID", "1")
+
+    assert launch.task_index(["cpu", "gpu0"], ["1", "4"]) == 1
+
+
+def test_without_a_task_index_workers_must_be_identical(monkeypatch):
+    for name in launch.TASK_INDEX_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+    assert launch.task_index(["gpu0", "gpu0"], ["2", "2"]) == 0
+    with pytest.raises(launch.UsageError):
+        launch.task_index(["cpu", "gpu0"], ["1", "1"])
