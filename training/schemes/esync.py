@@ -1,4 +1,4 @@
-"""ESync (Li et al., "An Efficient Synchronous Parallel Algorithm for Distributed ML in Heterogeneous Clusters").
+"""ESync ("An Efficient Synchronous Parallel Algorithm for Distributed ML in Heterogeneous Clusters").
 
 Each worker runs local SGD steps (learning rate -ll) for as long as the state server says the slowest worker is
 still busy, then all aggregate synchronously over dist_sync: push the round's model delta, pull the sum, and set

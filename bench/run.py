@@ -1,0 +1,298 @@
+"""Benchmarks of every scheme on this machine, measured side by side within one run.
+
+    python bench/run.py                 # the full table (about 12 minutes on 2 cores)
+    python bench/run.py --quick         # every section, tiny durations (a smoke test)
+
+Writes bench/results.json and bench/results.md (or --out DIR). Sections:
+  1. sync overhead: our sync mode vs gluon.Trainer(kvstore='dist_sync'), same network, batch, data and cluster;
+  2. efficiency under heterogeneity: cluster samples/s / the sum of each worker's standalone samples/s under its
+     own slowdown, measured while all run at once (the fair limit when processes share few cores);
+  3. time to accuracy and accuracy after a fixed budget, lenet on mnist-5k, slowdown 1,1,4;
+  4. state server cost: /apply/ latency with N concurrent clients, and its share of a worker's step time;
+  5. traffic: bytes per second each worker pushes and pulls.
+"""
+import argparse
+import glob
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from cluster import ProcessGroup, dmlc_env, free_port  # noqa: E402
+from training.files import write_json  # noqa: E402
+from training.state_client import StateClient  # noqa: E402
+
+log = logging.getLogger("bench")
+
+PY = sys.executable
+DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
+SUMMARY_NAMES = {"esync": "ESync", "sync": "Sync", "async": "Async", "dcasgd": "DCASGD"}
+
+FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
+            profiles=["1,1,4", "1,2,4,8"], seconds=25, accuracy_budget=25, latency_calls=300)
+QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
+             profiles=["1,1,4"], seconds=4, accuracy_budget=4, latency_calls=30)
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. Sync overhead against gluon.Trainer
+
+
+def throughput_from_step_ends(step_ends, samples_per_step, warmup):
+    ends = step_ends[warmup:]
+    return samples_per_step * (len(ends) - 1) / (ends[-1] - ends[0])
+
+
+def run_ps_job(group, worker_argv, num_workers, timeout):
+    port = free_port()
+    main = os.path.join(ROOT, "main.py")
+    group.start_python("scheduler", [main, "-m", "sync"], dmlc_env("scheduler", port, 1, num_workers), "scheduler")
+    group.start_python("server", [main, "-m", "sync"], dmlc_env("server", port, 1, num_workers), "server")
+    workers = [group.start_python(f"worker{w}", worker_argv, dmlc_env("worker", port, 1, num_workers), "worker")
+               for w in range(num_workers)]
+    deadline = time.monotonic() + timeout
+    while any(w.poll() is None for w in workers):
+        failed = group.failed()
+        if failed or time.monotonic() > deadline:
+            raise RuntimeError(f"benchmark job failed ({failed.name if failed else 'timeout'}); see {group.out_dir}")
+        time.sleep(0.2)
+    if any(w.poll() != 0 for w in workers):
+        raise RuntimeError(f"benchmark job failed; see {group.out_dir}")
+    group.wait(group.procs, 30)
+
+
+def trainer_throughput(network, iters, warmup, workdir):
+    out = os.path.join(workdir, "trainer-steps.json")
+    argv = [os.path.join(ROOT, "bench", "trainer_worker.py"), "-n", network, *DATA, "--iters", str(iters),
+            "--out", out]
+    with ProcessGroup(os.path.join(workdir, "trainer")) as group:
+        run_ps_job(group, argv, 2, timeout=600)
+    with open(out) as f:
+        steps = json.load(f)
+    return 2 * throughput_from_step_ends(steps["step_ends"], steps["batch_size"], warmup)
+
+
+def our_sync_throughput(network, iters, warmup, workdir):
+    logs = os.path.join(workdir, "ours")
+    argv = [os.path.join(ROOT, "main.py"), "-m", "sync", "-n", network, *DATA, "-c", "1", "--max-iters", str(iters),
+            "-e", "0", "-ld", logs, "--node-name", "node"]
+    with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
+        run_ps_job(group, argv, 2, timeout=600)
+    folder = sorted(glob.glob(os.path.join(logs, "node", "*-rank0")))[0]
+    records = read_iter_records(folder)
+    return 2 * throughput_from_step_ends([r["total_time"] for r in records], records[0]["num_samples"], warmup)
+
+
+def sync_overhead(cfg, workdir):
+    rows = []
+    for network, iters in cfg["trainer_iters"].items():
+        ratios, ours_all, theirs_all = [], [], []
+        for repeat in range(cfg["repeats"]):
+            run_dir = os.path.join(workdir, f"sync-{network}-{repeat}")
+            theirs = trainer_throughput(network, iters, cfg["warmup"], run_dir)
+            ours = our_sync_throughput(network, iters, cfg["warmup"], run_dir)
+            ratios.append(ours / theirs)
+            ours_all.append(ours)
+            theirs_all.append(theirs)
+            log.info("sync vs Trainer, %s, repeat %d: %.0f vs %.0f samples/s", network, repeat, ours, theirs)
+        rows.append({"network": network, "ours": statistics.median(ours_all),
+                     "trainer": statistics.median(theirs_all), "ratio": statistics.median(ratios),
+                     "ratios": ratios})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. Efficiency under heterogeneity, 3. time to accuracy, 5. traffic
+
+
+def read_iter_records(folder):
+    records = {}
+    for path in glob.glob(os.path.join(folder, "iter-*.txt")):
+        with open(path) as f:
+            records[int(os.path.basename(path)[5:-4])] = json.load(f)
+    return [records[n] for n in sorted(records)]
+
+
+def standalone_throughputs(slowdowns, seconds, workdir):
+    """Each worker's samples/s alone on its slowdown, all running at the same time."""
+    logs = os.path.join(workdir, "standalone")
+    with ProcessGroup(os.path.join(workdir, "standalone-processes")) as group:
+        procs = [group.start_python(f"local{i}", [os.path.join(ROOT, "main.py"), "-m", "local", "-n", "lenet", *DATA,
+                                                  "-c", "1", "--slowdown", str(f), "--max-time", str(seconds),
+                                                  "-e", "0", "-ld", logs, "--node-name", f"w{i}"],
+                                    {"OMP_NUM_THREADS": "1"})
+                 for i, f in enumerate(slowdowns)]
+        if not group.wait(procs, seconds + 120) or any(p.poll() != 0 for p in procs):
+            raise RuntimeError(f"standalone runs failed; see {group.out_dir}")
+    result = []
+    for i in range(len(slowdowns)):
+        records = read_iter_records(os.path.join(logs, f"w{i}", "cpu"))
+        result.append(sum(r["num_samples"] for r in records) / records[-1]["total_time"])
+    return result
+
+
+def launch(modes, profile, seconds, workdir, launcher_options=()):
+    logs = os.path.join(workdir, "logs")
+    devices = ",".join(["cpu"] * len(profile.split(",")))
+    argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", "lenet", *DATA,
+            "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "--logs", logs,
+            "--progress-every", "1000", *launcher_options, "--", "-e", "5"]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    summaries = {}
+    for mode in modes:
+        with open(os.path.join(logs, "lenet", mode, SUMMARY_NAMES[mode] + ".json")) as f:
+            summaries[mode] = json.load(f)
+    return summaries
+
+
+def devices_of(summary):
+    return [d for node in summary["devices"].values() for d in node.values()]
+
+
+def accuracy_at(summary, budget):
+    points = [(t, a) for device in devices_of(summary) for _, t, a in device.get("accuracy_points", [])]
+    before = [a for t, a in sorted(points) if t <= budget]
+    return before[-1] if before else None
+
+
+def traffic_per_worker(summary):
+    """Bytes/s each worker pushes (and pulls: the same amount in every scheme here)."""
+    return statistics.mean(summary["param_bytes"] * d["num_rounds"] / d["elapsed_time"] for d in devices_of(summary))
+
+
+def heterogeneity(cfg, workdir):
+    rows = []
+    for profile in cfg["profiles"]:
+        slowdowns = [float(f) for f in profile.split(",")]
+        modes = ["esync", "sync", "async", "dcasgd"] if profile == "1,1,4" else ["esync", "sync", "async"]
+        run_dir = os.path.join(workdir, "profile-" + profile.replace(",", "-"))
+        limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
+        summaries = launch(modes, profile, cfg["seconds"], run_dir)
+        ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
+        for mode, summary in summaries.items():
+            rows.append({
+                "profile": profile, "mode": mode, "samples_per_s": summary["cluster_throughput"],
+                "standalone_sum": limit, "efficiency": summary["cluster_throughput"] / limit,
+                "ideal_sync_efficiency": ideal_sync,
+                "time_to_85": summary["time_to_accuracy"] if summary.get("target_accuracy") == 0.85 else None,
+                "accuracy_at_budget": accuracy_at(summary, cfg["accuracy_budget"]),
+                "final_accuracy": summary["final_accuracy"],
+                "bytes_per_s_per_worker": traffic_per_worker(summary) if summary.get("param_bytes") else None,
+            })
+            log.info("%s on %s: %.0f samples/s, efficiency %.2f", mode, profile, summary["cluster_throughput"],
+                     summary["cluster_throughput"] / limit)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. State server cost
+
+
+def apply_latencies(num_workers, calls, workdir):
+    port = free_port()
+    with ProcessGroup(os.path.join(workdir, "state-server")) as group:
+        group.start_python("state-server", [os.path.join(ROOT, "SimpleStateServer", "manage.py"), "runserver",
+                                            f"127.0.0.1:{port}", "--noreload"])
+        with StateClient("127.0.0.1", port, retry_for=30) as admin:
+            admin.wait_until_up(30)
+            admin.init(num_workers)
+        latencies = [[] for _ in range(num_workers)]
+
+        def worker(rank):
+            with StateClient("127.0.0.1", port) as client:
+                for k in range(1, calls + 1):
+                    start = time.perf_counter()
+                    client.apply(rank, k, 0.01 * (rank + 1), time.time())
+                    latencies[rank].append(time.perf_counter() - start)
+
+        threads = [threading.Thread(target=worker, args=(r,)) for r in range(num_workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    flat = sorted(x for per_worker in latencies for x in per_worker)
+    return {"p50_ms": 1000 * flat[len(flat) // 2], "p99_ms": 1000 * flat[int(len(flat) * 0.99) - 1]}
+
+
+def check_ready_share(policy, seconds, workdir):
+    run_dir = os.path.join(workdir, f"policy-{policy}")
+    summary_dir = os.path.join(run_dir, "logs", "lenet", "esync")
+    launch(["esync"], "1,1,4", seconds, run_dir, ["--esync-policy", policy])
+    shares = []
+    for folder in glob.glob(os.path.join(summary_dir, "*", "*-rank*")):
+        steps = [s for r in read_iter_records(folder) for s in r["time"].values()]
+        check = sum(s.get("check ready", 0.0) for s in steps)
+        total = sum(sum(v for k, v in s.items() if k not in ("evaluation",)) for s in steps)
+        shares.append(check / total)
+    return statistics.mean(shares)
+
+
+def state_server_cost(cfg, workdir):
+    latency = apply_latencies(3, cfg["latency_calls"], workdir)
+    return {"workers": 3, **latency,
+            "share": {policy: check_ready_share(policy, cfg["seconds"], workdir) for policy in ("apply", "plan")}}
+
+
+# ------------------------------------------------------------------------------------------------
+# Output
+
+
+def fmt(value, spec=".2f"):
+    return "–" if value is None else format(value, spec)
+
+
+def markdown(results):
+    lines = ["### Sync overhead: ours / gluon.Trainer(kvstore='dist_sync'), 1 server, 2 workers", "",
+             "| network | ours (samples/s) | Trainer (samples/s) | ratio (median) |", "|---|---|---|---|"]
+    for r in results["sync_overhead"]:
+        lines.append(f"| {r['network']} | {r['ours']:.0f} | {r['trainer']:.0f} | {r['ratio']:.2f} |")
+    lines += ["", "### Heterogeneity (lenet, mnist-5k): efficiency = cluster samples/s / sum of standalone samples/s",
+              "", "| profile | mode | samples/s | efficiency | SSGD ideal | time to 85% (s) | accuracy at budget "
+              "| final accuracy | push = pull (kB/s per worker) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results["heterogeneity"]:
+        traffic = None if r["bytes_per_s_per_worker"] is None else r["bytes_per_s_per_worker"] / 1e3
+        lines.append(f"| {r['profile']} | {r['mode']} | {r['samples_per_s']:.0f} | {r['efficiency']:.2f} | "
+                     f"{r['ideal_sync_efficiency']:.2f} | {fmt(r['time_to_85'], '.1f')} | "
+                     f"{fmt(r['accuracy_at_budget'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
+                     f"{fmt(traffic, '.0f')} |")
+    cost = results["state_server"]
+    lines += ["", f"### State server: /apply/ with {cost['workers']} concurrent clients", "",
+              f"p50 {cost['p50_ms']:.2f} ms, p99 {cost['p99_ms']:.2f} ms; share of a lenet worker's step time: "
+              + ", ".join(f"{p} policy {100 * s:.1f}%" for p, s in cost["share"].items()), ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny durations: checks that every section is produced")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench"), help="folder for results.json and results.md")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    cfg = QUICK if args.quick else FULL
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="esync-bench-") as workdir:
+        results = {"config": cfg, "sync_overhead": sync_overhead(cfg, workdir),
+                   "heterogeneity": heterogeneity(cfg, workdir), "state_server": state_server_cost(cfg, workdir)}
+    results["seconds"] = time.time() - started
+    os.makedirs(args.out, exist_ok=True)
+    write_json(os.path.join(args.out, "results.json"), results)
+    table = markdown(results)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(table)
+    print(table)
+    log.info("took %.0f s; wrote %s", results["seconds"], os.path.join(args.out, "results.{json,md}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""A dist_sync worker on MXNet's standard path, gluon.Trainer(kvstore=...), as the baseline of the sync benchmark.
+
+Same network, data, batch and devices as `main.py -m sync`; it records the wall time at the end of every step:
+
+    DMLC_ROLE=worker ... python bench/trainer_worker.py -n lenet --dataset mnist-5k --iters 200 --out steps.json
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mxnet as mx  # noqa: E402
+from mxnet import gluon  # noqa: E402
+
+from data import BatchStream, load_dataset, partition  # noqa: E402
+from training.files import write_json  # noqa: E402
+from training.model import Model  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", "--network", default="lenet")
+    p.add_argument("--dataset", default="mnist-5k")
+    p.add_argument("-dd", "--data-dir", default="data")
+    p.add_argument("-b", "--batch-size", type=int, default=64)
+    p.add_argument("-l", "--learning-rate", type=float, default=0.001)
+    p.add_argument("--iters", type=int, required=True)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+
+    data = load_dataset(args.data_dir, args.dataset)
+    kv = mx.kv.create("dist_sync")
+    share = partition(data.train_labels, kv.rank, kv.num_workers)
+    stream = BatchStream(data.train_images[share], data.train_labels[share], args.batch_size, kv.rank)
+    model = Model(args.network, [mx.cpu()], data.train_images.shape[1:])
+    params = model.net.collect_params()
+    for p in params.values():
+        # After the forward pass that finished deferred initialisation, weights may be in MKLDNN layout, which
+        # the server rejects at kv.init ("init N first"); plain copies go through.
+        p.set_data(p.data().copy())
+    trainer = gluon.Trainer(params, "sgd", {"learning_rate": args.learning_rate}, kvstore=kv)
+    trainer._init_kvstore()  # initialise the keys now, from the plain copies, not at the first step
+    trainer._init_params()
+    step_ends = []
+    for _ in range(args.iters):
+        images, labels = stream.next()
+        model.forward_backward(images, labels)
+        trainer.step(1)  # gradients of the loss summed over the batch, as main.py uses them
+        mx.nd.waitall()
+        step_ends.append(time.time())
+    if kv.rank == 0:
+        write_json(args.out, {"batch_size": args.batch_size, "step_ends": step_ends})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""The benchmark's quick mode produces every section of its table (how fast is the full run's business)."""
+import json
+import subprocess
+import sys
+
+from cluster import ROOT
+
+
+def test_quick_benchmark_writes_every_section(tmp_path):
+    result = subprocess.run([sys.executable, "bench/run.py", "--quick", "--out", str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [r["network"] for r in results["sync_overhead"]] == ["lenet"]
+    assert all(r["ours"] > 0 and r["trainer"] > 0 for r in results["sync_overhead"])
+    assert {r["mode"] for r in results["heterogeneity"]} == {"esync", "sync", "async", "dcasgd"}
+    assert all(0 < r["efficiency"] and r["bytes_per_s_per_worker"] > 0 for r in results["heterogeneity"])
+    assert results["state_server"]["p99_ms"] >= results["state_server"]["p50_ms"] > 0
+    assert set(results["state_server"]["share"]) == {"apply", "plan"}
+    table = (tmp_path / "results.md").read_text()
+    for heading in ("Sync overhead", "Heterogeneity", "State server"):
+        assert heading in table
