@@ -87,7 +87,7 @@ def our_sync_throughput(network, iters, warmup, workdir):
     with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
         run_ps_job(group, argv, 2, timeout=600)
     folder = sorted(glob.glob(os.path.join(logs, "node", "*-rank0")))[0]
-    records = read_iter_records(folder)
+    records = read_iter_records(folder)[:-1]  # rank 0 evaluates in the last iteration; the Trainer run does not
     return 2 * throughput_from_step_ends([r["total_time"] for r in records], records[0]["num_samples"], warmup)
 
 
@@ -178,6 +178,8 @@ def heterogeneity(cfg, workdir):
         run_dir = os.path.join(workdir, "profile-" + profile.replace(",", "-"))
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
         summaries = launch(modes, profile, cfg["seconds"], run_dir)
+        plan_dir = os.path.join(run_dir, "plan")
+        summaries["esync-plan"] = launch(["esync"], profile, cfg["seconds"], plan_dir, ["--esync-policy", "plan"])["esync"]
         ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
         for mode, summary in summaries.items():
             rows.append({

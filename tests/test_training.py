@@ -113,3 +113,20 @@ def test_several_cpu_contexts_in_one_worker_train_in_sync(processes, tmp_path):
     folders = worker_folders(log_dir)
     assert [os.path.basename(f) for f in folders] == ["cpu2-rank0", "cpu2-rank1"]
     assert_identical_weights(folders)
+
+
+@pytest.mark.parametrize("mode", ["sync", "esync"])
+def test_batchnorm_statistics_are_identical_across_workers(processes, tmp_path, mode):
+    log_dir = str(tmp_path / "logs")
+    state = ["-port", str(start_state_server(processes))] if mode == "esync" else []
+    args = ["-n", "resnet18-v1", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "16", "--max-iters", "3",
+            "-e", "0", "--digest-weights", *state]
+    workers = start_job(processes, mode, args, num_workers=2, log_dir=log_dir)
+
+    finish(processes, workers, timeout=300)
+
+    folders = worker_folders(log_dir)
+    assert_identical_weights(folders)
+    weights = final_weights(folders[0])
+    running_means = [weights[name].asnumpy() for name in weights if "running_mean" in name]
+    assert running_means and any(mean.any() for mean in running_means)  # trained, not the zeros they start at

@@ -18,10 +18,12 @@ def atomic_write(path, write):
         raise
 
 
-def write_json(path, obj):
+def write_json(path, obj, durable=False):
+    """Atomic against a killed process; `durable` also survives a power loss (an fsync, slow on busy disks)."""
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(obj, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
     atomic_write(path, write)

@@ -1,28 +1,33 @@
-"""The update rule that dist_async servers run on every push.
+"""The update rule the servers run when the workers push gradients (sync, async, DC-ASGD).
 
 kv.set_optimizer pickles this object to the servers, which unpickle it by module path: this module must be
-importable where the servers run (main.py's folder), so it imports nothing beyond mxnet. The servers unpickle it while `import mxnet` is still running (the server
-loop starts inside that import), so the submodules are imported by name rather than reached as mx.nd.
-The server sees each push on its own and never learns which worker sent it.
+importable where the servers run (main.py's folder), so it imports nothing beyond mxnet. The servers unpickle it
+while `import mxnet` is still running (the server loop starts inside that import), so the submodules are imported
+by name rather than reached as mx.nd.
+
+dist_sync hands the rule one merged push per key and round (the sum over all workers); dist_async hands it each
+worker's push on its own, and the server never learns which worker sent it.
 """
 from mxnet import ndarray as nd
 from mxnet import optimizer
 
 
 @optimizer.register
-class AsyncServerOptimizer(optimizer.Optimizer):
-    """Weights: the inner rule (SGD or DC-ASGD). BatchNorm statistics: a running blend of the pushed values,
-    1/num_workers per push. The control key keeps the largest value pushed (a stop vote, once cast, stays)."""
+class ServerOptimizer(optimizer.Optimizer):
+    """Weights: the inner rule (SGD or DC-ASGD). BatchNorm statistics: the mean of a merged push, or a running
+    blend of 1/num_workers per single push. The control key keeps the largest value pushed (a stop vote, once
+    cast, stays)."""
 
-    def __init__(self, inner, aux_keys=(), control_key=None, num_workers=1, **kwargs):
+    def __init__(self, inner, stats_key=None, control_key=None, num_workers=1, merged_pushes=False, **kwargs):
         super().__init__(**kwargs)
         self.inner = inner
-        self.aux_keys = frozenset(aux_keys)
+        self.stats_key = stats_key
         self.control_key = control_key
-        self.blend = 1.0 / num_workers
+        self.num_workers = num_workers
+        self.merged_pushes = merged_pushes
 
     def _is_weight(self, index):
-        return index != self.control_key and index not in self.aux_keys
+        return index not in (self.control_key, self.stats_key)
 
     def create_state(self, index, weight):
         return self.inner.create_state(index, weight) if self._is_weight(index) else None
@@ -33,8 +38,11 @@ class AsyncServerOptimizer(optimizer.Optimizer):
     def update(self, index, weight, grad, state):
         if index == self.control_key:
             weight[:] = nd.maximum(weight, grad)
-        elif index in self.aux_keys:
-            weight[:] += self.blend * (grad - weight)
+        elif index == self.stats_key:
+            if self.merged_pushes:
+                weight[:] = grad / self.num_workers
+            else:
+                weight[:] += (grad - weight) / self.num_workers
         else:
             self.inner.update(index, weight, grad, state)
 

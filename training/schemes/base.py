@@ -2,11 +2,46 @@
 
 A round is: local steps until round_done() says stop, then aggregate(). Sync and async do one step per round;
 ESync does as many as fit while the slowest worker finishes one. Every scheme shares the kvstore key layout:
-one key per parameter in Model.params order (trainable first, then BatchNorm statistics), plus a control key
-whose summed value tells every worker of the round that someone wants to stop.
+one key per trainable parameter, one key for all BatchNorm running statistics packed into one flat array (one
+message per round instead of one per layer), and a control key whose value tells every worker of the round that
+someone wants to stop.
 """
 import mxnet as mx
 from mxnet import gluon
+
+
+class PackedStatistics:
+    """The BatchNorm running statistics of a model in one flat array on the first device."""
+
+    def __init__(self, model):
+        self.params = model.aux
+        self.sizes = [int(p.data().size) for p in self.params]
+        self.buffer = mx.nd.zeros((sum(self.sizes),), ctx=model.ctxs[0]) if self.params else None
+        self.ctx0 = model.ctxs[0]
+
+    def __bool__(self):
+        return bool(self.params)
+
+    def gather(self):
+        """Copy the first device's statistics into the buffer."""
+        if not self.params:
+            return None
+        if len(self.params) == 1:
+            self.params[0].data(self.ctx0).reshape((-1,)).copyto(self.buffer)
+        else:
+            mx.nd.concat(*[p.data(self.ctx0).reshape((-1,)) for p in self.params], dim=0, out=self.buffer)
+        return self.buffer
+
+    def scatter(self, scale=1.0):
+        """Copy scale x the buffer back into every device's statistics."""
+        offset = 0
+        for p, size in zip(self.params, self.sizes):
+            part = self.buffer[offset:offset + size].reshape(p.shape)
+            if scale != 1.0:
+                part = part * scale
+            for data in p.list_data():
+                part.copyto(data)
+            offset += size
 
 
 class Scheme:
@@ -22,8 +57,11 @@ class Scheme:
         self.kv = kv
         self.rank = kv.rank if kv else 0
         self.num_workers = kv.num_workers if kv else 1
-        self.keys = list(range(len(model.params)))
-        self.control_key = len(self.keys)
+        self.stats = PackedStatistics(model)
+        self.weight_keys = list(range(len(model.trainable)))
+        self.stats_key = len(self.weight_keys)
+        self.control_key = self.stats_key + 1
+        self.keys = self.weight_keys + ([self.stats_key] if self.stats else []) + [self.control_key]
         self.control = mx.nd.zeros((1,))
 
     def setup(self):
@@ -47,13 +85,27 @@ class Scheme:
 
     # Helpers shared by the kvstore schemes.
 
+    def exchanged(self, weights):
+        """The kvstore values in key order: `weights` (one entry per trainable parameter), statistics, control."""
+        return list(weights) + ([self.stats.buffer] if self.stats else []) + [self.control]
+
     def broadcast_initial_weights(self):
         """Rank 0's weights become everyone's; kv.init ends with a barrier across workers."""
         ctx0 = self.model.ctxs[0]
+        self.stats.gather()
         # A plain copy: weights in MKLDNN layout after a forward pass make the server reject the init.
-        self.kv.init(self.keys + [self.control_key],
-                     [p.data(ctx0).copy() for p in self.model.params] + [self.control])
-        self.kv.pull(self.keys, out=[p.list_data() for p in self.model.params])
+        self.kv.init(self.keys, self.exchanged(p.data(ctx0).copy() for p in self.model.trainable))
+        self.kv.pull(self.keys[:-1], out=self.exchanged(p.list_data() for p in self.model.trainable)[:-1])
+        self.stats.scatter()
+
+    def install_server_rule(self, rule, merged_pushes):
+        """The servers update the weights with `rule` (training/server_optimizer.py)."""
+        from training.server_optimizer import ServerOptimizer
+
+        self.kv.set_optimizer(ServerOptimizer(
+            inner=rule, stats_key=self.stats_key, control_key=self.control_key, num_workers=self.num_workers,
+            merged_pushes=merged_pushes))
+        self.kv._barrier()  # no worker pushes before every server holds the rule
 
     def local_trainer(self, learning_rate):
         """Gluon's Trainer for the update step only; gradient reduction stays with the scheme."""
@@ -63,8 +115,3 @@ class Scheme:
 
     def stop_requested(self):
         return self.control.asscalar() > 0
-
-    def average_aux(self, divisor):
-        for p in self.model.aux:
-            for data in p.list_data():
-                data /= divisor

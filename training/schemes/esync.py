@@ -34,7 +34,7 @@ class ESync(Scheme):
         self.trainer = self.local_trainer(args.local_lr)
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.delta = [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
-        self.buffers = self.delta + [p.list_data() for p in self.model.aux] + [self.control]
+        self.buffers = self.exchanged(self.delta)
         self.step_seconds = None
         self.planned_steps = 1
 
@@ -64,13 +64,14 @@ class ESync(Scheme):
         for p, delta, start in zip(self.model.trainable, self.delta, self.start):
             mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
         self.control[:] = float(stop_vote)
-        self.kv.pushpull(self.keys + [self.control_key], self.buffers, out=self.buffers)
+        self.stats.gather()
+        self.kv.pushpull(self.keys, self.buffers, out=self.buffers)
         scale = self.args.global_lr / self.num_workers
         for p, delta, starts in zip(self.model.trainable, self.delta, self.start):
             for data, start in zip(p.list_data(), starts):
                 start += scale * delta.as_in_context(start.context)
                 start.copyto(data)
-        self.average_aux(self.num_workers * len(self.model.ctxs))
+        self.stats.scatter(1.0 / self.num_workers)
         return stop_vote or self.stop_requested()
 
     def finish(self):
