@@ -94,6 +94,17 @@ class ProcessGroup:
             time.sleep(0.1)
         return False
 
+    def wait_for_output(self, proc, text, timeout):
+        """Wait until `text` appears in the process's output; False on timeout or when it exits first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in tail(proc.output, 50):
+                return True
+            if proc.poll() is not None:
+                return False
+            time.sleep(0.2)
+        return False
+
     def stop(self, grace=5.0):
         """SIGTERM every process group still alive, then SIGKILL what is left after `grace` seconds."""
         alive = [p for p in self.procs if p.poll() is None]

@@ -39,6 +39,7 @@ DEFAULTS = dict(
     node_name=None,         # the machine's log folder; default: the host name
     slowdown=1.0,
     digest_weights=False,
+    sync_timeout=300.0,
 )
 
 
@@ -135,6 +136,9 @@ def build_parser():
     p.add_argument("--node-name", help="this machine's log folder name (default: the host name)")
     p.add_argument("--slowdown", type=_slowdown,
                    help="emulate a device F times slower: sleep (F-1) x each local step's compute time")
+    p.add_argument("--sync-timeout", type=_positive(float),
+                   help="seconds a worker waits on the cluster or the state server before it exits with an error "
+                        "(a dead process would otherwise block a synchronous job forever)")
     p.add_argument("--digest-weights", action="store_true",
                    help="record a fingerprint of the weights after each aggregation (to verify that all "
                         "workers hold identical weights; costs a copy of the model per round)")

@@ -108,8 +108,13 @@ def main(argv=None):
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)
         return 2
+    from training.state_client import StateServerError, StateServerUnavailable
+
     try:
         run_training(args, data)
+    except (StateServerUnavailable, StateServerError) as err:
+        log.error("%s", err)
+        return 1
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130

@@ -3,6 +3,7 @@
 A global iteration (a round) is: local steps until the scheme says the round is done, then the scheme's
 aggregation, then rank 0's evaluation when due, then one iteration log file.
 """
+import gc
 import logging
 import os
 import time
@@ -15,6 +16,7 @@ from training.files import atomic_write
 from training.heterogeneity import EmulatedSlowdown
 from training.iterlog import IterationLog
 from training.model import Model
+from training.watchdog import Watchdog
 
 log = logging.getLogger("worker")
 
@@ -58,7 +60,9 @@ class Timer:
 def train(args, scheme_cls, data):
     """Train until a stop condition; return the last test accuracy (None where this worker never evaluated)."""
     ctxs = contexts(args.gpu, args.cpu)
-    kv = mx.kv.create(scheme_cls.kvstore) if scheme_cls.kvstore else None
+    watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
+    with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
+        kv = mx.kv.create(scheme_cls.kvstore) if scheme_cls.kvstore else None
     rank, num_workers = (kv.rank, kv.num_workers) if kv else (0, 1)
     share = partition(data.train_labels, rank, num_workers, bool(args.split_by_class), args.seed)
     stream = BatchStream(data.train_images[share], data.train_labels[share], args.batch_size, args.seed + rank)
@@ -74,18 +78,22 @@ def train(args, scheme_cls, data):
     stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy)
     if stop.unbounded:
         log.warning("no stop condition (--max-iters, --max-time, --target-accuracy): training until interrupted")
-    scheme.setup()
+    with watchdog.guard("setting up the job (initial weights, state server)"):
+        scheme.setup()
     try:
-        accuracy = _run(args, scheme, model, stream, data, iterlog, stop, rank == 0)
+        accuracy = _run(args, scheme, model, stream, data, iterlog, stop, watchdog, rank == 0)
     finally:
         scheme.finish()
     model_path = iterlog.path("model-final.params")
     atomic_write(model_path, model.save)
     log.info("saved the final weights to %s", model_path)
+    with watchdog.guard("leaving the cluster"):
+        scheme.kv = kv = None
+        gc.collect()  # the kvstore's destructor waits for every other node at a barrier
     return accuracy
 
 
-def _run(args, scheme, model, stream, data, iterlog, stop, evaluates):
+def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates):
     slowdown = EmulatedSlowdown(args.slowdown)
     started = time.time()
     samples = 0
@@ -101,7 +109,8 @@ def _run(args, scheme, model, stream, data, iterlog, stop, evaluates):
             steps[0]["check ready"] = steps[0].get("check ready", 0.0) + round_overhead["check ready"]
         reason = stop.reason(iteration + 1, time.time() - started, accuracy)
         if scheme.aggregate_key:
-            with Timer(steps[-1], scheme.aggregate_key):
+            phase = f"the aggregation of global iteration {iteration}"
+            with Timer(steps[-1], scheme.aggregate_key), watchdog.guard(phase):
                 stop_all = scheme.aggregate(reason is not None)
                 mx.nd.waitall()
         else:

@@ -1,12 +1,10 @@
-"""The update rule the servers run when the workers push gradients (sync, async, DC-ASGD).
+"""The update rule dist_async servers run on every push (ASGD, DC-ASGD).
 
 kv.set_optimizer pickles this object to the servers, which unpickle it by module path: this module must be
 importable where the servers run (main.py's folder), so it imports nothing beyond mxnet. The servers unpickle it
 while `import mxnet` is still running (the server loop starts inside that import), so the submodules are imported
 by name rather than reached as mx.nd.
-
-dist_sync hands the rule one merged push per key and round (the sum over all workers); dist_async hands it each
-worker's push on its own, and the server never learns which worker sent it.
+The server sees each push on its own and never learns which worker sent it.
 """
 from mxnet import ndarray as nd
 from mxnet import optimizer
@@ -14,17 +12,15 @@ from mxnet import optimizer
 
 @optimizer.register
 class ServerOptimizer(optimizer.Optimizer):
-    """Weights: the inner rule (SGD or DC-ASGD). BatchNorm statistics: the mean of a merged push, or a running
-    blend of 1/num_workers per single push. The control key keeps the largest value pushed (a stop vote, once
-    cast, stays)."""
+    """Weights: the inner rule (SGD or DC-ASGD). BatchNorm statistics: a running blend, 1/num_workers per push.
+    The control key keeps the largest value pushed (a stop vote, once cast, stays)."""
 
-    def __init__(self, inner, stats_key=None, control_key=None, num_workers=1, merged_pushes=False, **kwargs):
+    def __init__(self, inner, stats_key=None, control_key=None, num_workers=1, **kwargs):
         super().__init__(**kwargs)
         self.inner = inner
         self.stats_key = stats_key
         self.control_key = control_key
         self.num_workers = num_workers
-        self.merged_pushes = merged_pushes
 
     def _is_weight(self, index):
         return index not in (self.control_key, self.stats_key)
@@ -39,10 +35,7 @@ class ServerOptimizer(optimizer.Optimizer):
         if index == self.control_key:
             weight[:] = nd.maximum(weight, grad)
         elif index == self.stats_key:
-            if self.merged_pushes:
-                weight[:] = grad / self.num_workers
-            else:
-                weight[:] += (grad - weight) / self.num_workers
+            weight[:] += (grad - weight) / self.num_workers
         else:
             self.inner.update(index, weight, grad, state)
 

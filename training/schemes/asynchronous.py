@@ -1,17 +1,38 @@
-"""Asynchronous SGD (ASGD) and DC-ASGD over dist_async: the servers update the weights on every push."""
+"""Asynchronous SGD (ASGD) and DC-ASGD over dist_async: the servers update the weights on every push.
+
+A round is one local step: push the gradient (device copies summed) and the BatchNorm statistics, let the
+servers apply their rule (training/server_optimizer.py) to this push alone, pull the newest weights and
+statistics.
+"""
 import mxnet as mx
 
-from training.schemes.server_update import ServerUpdate
+from training.schemes.base import Scheme
+from training.server_optimizer import ServerOptimizer
 
 
-class Async(ServerUpdate):
+class Async(Scheme):
     name = "async"
     kvstore = "dist_async"
-    merged_pushes = False
 
     def server_rule(self):
         """Plain SGD on the gradient of the loss summed over a batch."""
         return mx.optimizer.SGD(learning_rate=self.args.learning_rate, momentum=self.args.momentum)
+
+    def setup(self):
+        self.broadcast_initial_weights()
+        self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), stats_key=self.stats_key,
+                                              control_key=self.control_key, num_workers=self.num_workers))
+        self.kv._barrier()  # no worker pushes before every server holds the rule
+        self.pushed = self.exchanged(p.list_grad() for p in self.model.trainable)
+        self.pulled = self.exchanged(p.list_data() for p in self.model.trainable)
+
+    def aggregate(self, stop_vote):
+        self.control[:] = float(stop_vote)
+        self.stats.gather()
+        self.kv.push(self.keys, self.pushed)
+        self.kv.pull(self.keys, out=self.pulled)
+        self.stats.scatter()
+        return stop_vote or self.stop_requested()
 
 
 class DCASGD(Async):

@@ -98,15 +98,6 @@ class Scheme:
         self.kv.pull(self.keys[:-1], out=self.exchanged(p.list_data() for p in self.model.trainable)[:-1])
         self.stats.scatter()
 
-    def install_server_rule(self, rule, merged_pushes):
-        """The servers update the weights with `rule` (training/server_optimizer.py)."""
-        from training.server_optimizer import ServerOptimizer
-
-        self.kv.set_optimizer(ServerOptimizer(
-            inner=rule, stats_key=self.stats_key, control_key=self.control_key, num_workers=self.num_workers,
-            merged_pushes=merged_pushes))
-        self.kv._barrier()  # no worker pushes before every server holds the rule
-
     def local_trainer(self, learning_rate):
         """Gluon's Trainer for the update step only; gradient reduction stays with the scheme."""
         return gluon.Trainer(self.model.trainable, "sgd",

@@ -26,7 +26,7 @@ class ESync(Scheme):
 
     def setup(self):
         args = self.args
-        self.client = StateClient(args.state_server_ip, args.state_server_port)
+        self.client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout)
         if self.rank == 0:
             self.client.init(self.num_workers, epsilon=args.epsilon, policy=args.esync_policy)
         # broadcast_initial_weights ends in a barrier, so /init/ above precedes every worker's first request.

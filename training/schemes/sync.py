@@ -1,14 +1,25 @@
-"""Synchronous SGD (SSGD) over dist_sync: the servers apply lr x the mean of the workers' gradients."""
-import mxnet as mx
+"""Synchronous SGD (SSGD) over dist_sync: push gradients, pull their sum, apply lr x the workers' mean.
 
-from training.schemes.server_update import ServerUpdate
+The servers only sum (no update rule on them): pushpull returns the round's sum, and each worker applies the
+same update to the same weights, so all workers stay identical.
+"""
+from training.schemes.base import Scheme
 
 
-class Sync(ServerUpdate):
+class Sync(Scheme):
     name = "sync"
     kvstore = "dist_sync"
-    merged_pushes = True
 
-    def server_rule(self):
-        return mx.optimizer.SGD(learning_rate=self.args.learning_rate, momentum=self.args.momentum,
-                                rescale_grad=1.0 / self.num_workers)
+    def setup(self):
+        self.broadcast_initial_weights()
+        self.trainer = self.local_trainer(self.args.learning_rate)
+        # In place: the pulled sums overwrite the gradients and statistics that were pushed.
+        self.buffers = self.exchanged(p.list_grad() for p in self.model.trainable)
+
+    def aggregate(self, stop_vote):
+        self.control[:] = float(stop_vote)
+        self.stats.gather()
+        self.kv.pushpull(self.keys, self.buffers, out=self.buffers)
+        self.stats.scatter(1.0 / self.num_workers)
+        self.trainer.update(self.num_workers)
+        return stop_vote or self.stop_requested()
