@@ -185,6 +185,15 @@ def test_coordinator_keeps_a_worker_ready_until_its_reset():
     assert not ready_in_next_round
 
 
+def test_an_apply_with_no_step_done_is_never_ready_even_after_a_ready_answer():
+    coordinator = Coordinator(clock=FakeClock())
+    coordinator.init(2, epsilon=0.0)
+    coordinator.apply(0, k=1, c=0.1, te=0.0)
+    assert coordinator.apply(1, k=1, c=1.0, te=0.0)  # the slowest is ready after its step
+
+    assert not coordinator.apply(1, k=0, c=1.0, te=0.0)
+
+
 def test_coordinator_measures_time_left_on_its_own_clock():
     clock = FakeClock(now=1000.0)
     coordinator = Coordinator(clock=clock)

@@ -131,7 +131,9 @@ class Coordinator:
             worker.k, worker.te, worker.step_start = k, te, now
             worker.applies += 1
             job.requests["apply"] += 1
-            if not worker.ready:
+            if k == 0:  # no step done in this round: whatever it said before, it is not ready now
+                worker.ready = False
+            elif not worker.ready:
                 worker.ready = is_ready(job.workers, rank, job.epsilon, now)
             return worker.ready
 
