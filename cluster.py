@@ -35,6 +35,37 @@ def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface
     }
 
 
+def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=None):
+    """Scheduler, servers and one worker per argv list of a ps-lite job on loopback; returns the workers.
+
+    `ps_argv` is the scheduler's and servers' command line; `after_each_start()` runs after every process starts
+    (to record its PID, or to stop starting more)."""
+    root_port = free_port()
+    starts = [("scheduler", ps_argv, "scheduler")]
+    starts += [(f"server-{s}", ps_argv, "server") for s in range(num_servers)]
+    starts += [(f"worker-{w}", argv, "worker") for w, argv in enumerate(workers_argv)]
+    workers = []
+    for name, argv, role in starts:
+        proc = group.start_python(name, argv, dmlc_env(role, root_port, num_servers, len(workers_argv)), role=role)
+        if role == "worker":
+            workers.append(proc)
+        if after_each_start:
+            after_each_start()
+    return workers
+
+
+def start_state_server(group, host=LOOPBACK, timeout=30.0):
+    """ESync's Django state server on a free port, once it answers; returns the port."""
+    from training.state_client import StateClient
+
+    port = free_port(host)
+    group.start_python("state-server", [os.path.join(ROOT, "SimpleStateServer", "manage.py"), "runserver",
+                                       f"{host}:{port}", "--noreload"], role="state")
+    with StateClient(host, port, retry_for=timeout) as client:
+        client.wait_until_up(timeout)
+    return port
+
+
 @dataclass
 class Proc:
     name: str

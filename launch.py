@@ -28,7 +28,8 @@ import threading
 import time
 
 import config
-from cluster import LOOPBACK, ROOT, ProcessGroup, describe_exit, dmlc_env, free_port, processes_in_group, tail
+from cluster import (LOOPBACK, ROOT, ProcessGroup, describe_exit, free_port, processes_in_group, start_ps_job,
+                     tail)
 from training.files import write_json
 
 log = logging.getLogger("launch")
@@ -537,20 +538,12 @@ def start_state_server(group, host):
 
 def start_processes(args, mode, group, log_dir, state_port, label):
     """Scheduler, servers and workers of one mode; returns the workers."""
-    root_port = free_port()
-    num_workers = len(args.devices)
-
-    def env(role):
-        return dmlc_env(role, root_port, args.num_servers, num_workers)
-
-    starts = [("scheduler", [MAIN_PY] + MODE_FLAGS[mode], "scheduler")]
-    starts += [(f"server-{s}", [MAIN_PY] + MODE_FLAGS[mode], "server") for s in range(args.num_servers)]
-    starts += [(f"worker-{w}", worker_argv(args, mode, w, log_dir, state_port), "worker") for w in range(num_workers)]
-    for name, argv, role in starts:
-        INTERRUPTS.check()
-        group.start_python(name, argv, env(role), role=role)
+    def record_and_check():
         write_pid_file(group, mode)
-    return [p for p in group.procs if p.role == "worker"]
+        INTERRUPTS.check()
+
+    workers_argv = [worker_argv(args, mode, w, log_dir, state_port) for w in range(len(args.devices))]
+    return start_ps_job(group, [MAIN_PY] + MODE_FLAGS[mode], workers_argv, args.num_servers, record_and_check)
 
 
 def start_tracker(args, mode, group, log_dir, state_port, label):

@@ -26,7 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from cluster import ProcessGroup, dmlc_env, free_port, tail  # noqa: E402
+from cluster import ProcessGroup, start_ps_job, start_state_server, tail  # noqa: E402
 from training.files import write_json  # noqa: E402
 from training.state_client import StateClient  # noqa: E402
 
@@ -52,12 +52,8 @@ def throughput_from_step_ends(step_ends, samples_per_step, warmup):
 
 
 def run_ps_job(group, worker_argv, num_workers, timeout):
-    port = free_port()
     main = os.path.join(ROOT, "main.py")
-    group.start_python("scheduler", [main, "-m", "sync"], dmlc_env("scheduler", port, 1, num_workers), "scheduler")
-    group.start_python("server", [main, "-m", "sync"], dmlc_env("server", port, 1, num_workers), "server")
-    workers = [group.start_python(f"worker{w}", worker_argv, dmlc_env("worker", port, 1, num_workers), "worker")
-               for w in range(num_workers)]
+    workers = start_ps_job(group, [main, "-m", "sync"], [worker_argv] * num_workers)
     deadline = time.monotonic() + timeout
     while any(w.poll() is None for w in workers):
         failed = group.failed()
@@ -211,12 +207,9 @@ def heterogeneity(cfg, workdir):
 
 
 def apply_latencies(num_workers, calls, workdir):
-    port = free_port()
     with ProcessGroup(os.path.join(workdir, "state-server")) as group:
-        group.start_python("state-server", [os.path.join(ROOT, "SimpleStateServer", "manage.py"), "runserver",
-                                            f"127.0.0.1:{port}", "--noreload"])
-        with StateClient("127.0.0.1", port, retry_for=30) as admin:
-            admin.wait_until_up(30)
+        port = start_state_server(group)
+        with StateClient("127.0.0.1", port) as admin:
             admin.init(num_workers)
         latencies = [[] for _ in range(num_workers)]
 

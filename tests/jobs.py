@@ -4,39 +4,18 @@ import json
 import os
 import sys
 
-from cluster import ROOT, dmlc_env, free_port
-from training.state_client import StateClient
+from cluster import ROOT, start_ps_job
 
 SAMPLE_DATA = os.path.join(ROOT, "data")
 LENET_ARGS = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", SAMPLE_DATA, "-c", "1"]
 
 
-def start_state_server(group):
-    port = free_port()
-    group.start_python("state-server", [os.path.join(ROOT, "SimpleStateServer", "manage.py"), "runserver",
-                                       f"127.0.0.1:{port}", "--noreload"], role="state")
-    with StateClient("127.0.0.1", port, retry_for=15.0) as client:
-        client.wait_until_up(15.0)
-    return port
-
-
 def start_job(group, mode, worker_args, num_workers=2, num_servers=1, slowdowns=None, log_dir=None):
     """Scheduler, servers and workers of one job; returns the worker processes."""
-    root_port = free_port()
     main = os.path.join(ROOT, "main.py")
-
-    def env(role):
-        return dmlc_env(role, root_port, num_servers, num_workers)
-
-    group.start_python("scheduler", [main, "-m", mode], env("scheduler"), role="scheduler")
-    for s in range(num_servers):
-        group.start_python(f"server{s}", [main, "-m", mode], env("server"), role="server")
-    workers = []
-    for w in range(num_workers):
-        extra = ["--slowdown", str(slowdowns[w])] if slowdowns else []
-        args = [main, "-m", mode, "-ld", log_dir, "--node-name", "node"] + list(worker_args) + extra
-        workers.append(group.start_python(f"worker{w}", args, env("worker"), role="worker"))
-    return workers
+    workers_argv = [[main, "-m", mode, "-ld", log_dir, "--node-name", "node"] + list(worker_args)
+                    + (["--slowdown", str(slowdowns[w])] if slowdowns else []) for w in range(num_workers)]
+    return start_ps_job(group, [main, "-m", mode], workers_argv, num_servers)
 
 
 def finish(group, workers, timeout):

@@ -1,7 +1,8 @@
 """A real ESync job: scheduler, server, the Django state server and 3 workers, one emulated 4x slower."""
 import statistics
 
-from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, start_state_server, worker_folders
+from cluster import start_state_server
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
 
 
 def run_esync(processes, tmp_path, policy):

@@ -8,8 +8,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from tests.jobs import (LENET_ARGS, finish, iter_records, meta, run_main, start_job, start_state_server,
-                        worker_folders)
+from cluster import start_state_server
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
 
 STEP_KEYS = {"get_batch", "forward and backward"}
 

@@ -18,12 +18,9 @@ def atomic_write(path, write):
         raise
 
 
-def write_json(path, obj, durable=False):
-    """Atomic against a killed process; `durable` also survives a power loss (an fsync, slow on busy disks)."""
+def write_json(path, obj):
+    """Atomic against a killed process (no fsync: iteration logs are written every round)."""
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(obj, f, separators=(",", ":"))
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
     atomic_write(path, write)

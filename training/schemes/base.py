@@ -24,21 +24,18 @@ class PackedStatistics:
 
     def gather(self):
         """Copy the first device's statistics into the buffer."""
-        if not self.params:
-            return None
-        if len(self.params) == 1:
-            self.params[0].data(self.ctx0).reshape((-1,)).copyto(self.buffer)
-        else:
+        if self.params:
             mx.nd.concat(*[p.data(self.ctx0).reshape((-1,)) for p in self.params], dim=0, out=self.buffer)
-        return self.buffer
 
     def scatter(self, scale=1.0):
         """Copy scale x the buffer back into every device's statistics."""
+        if not self.params:
+            return
+        if scale != 1.0:
+            self.buffer *= scale
         offset = 0
         for p, size in zip(self.params, self.sizes):
             part = self.buffer[offset:offset + size].reshape(p.shape)
-            if scale != 1.0:
-                part = part * scale
             for data in p.list_data():
                 part.copyto(data)
             offset += size
@@ -58,10 +55,9 @@ class Scheme:
         self.rank = kv.rank if kv else 0
         self.num_workers = kv.num_workers if kv else 1
         self.stats = PackedStatistics(model)
-        self.weight_keys = list(range(len(model.trainable)))
-        self.stats_key = len(self.weight_keys)
+        self.stats_key = len(model.trainable)
         self.control_key = self.stats_key + 1
-        self.keys = self.weight_keys + ([self.stats_key] if self.stats else []) + [self.control_key]
+        self.keys = list(range(self.stats_key)) + ([self.stats_key] if self.stats else []) + [self.control_key]
         self.control = mx.nd.zeros((1,))
 
     def setup(self):
