@@ -8,7 +8,7 @@ import argparse
 import math
 import socket
 
-MODES = ("esync", "sync", "async", "local")
+MODES = ("esync", "sync", "async", "nbsync", "local")
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan")
 
@@ -40,6 +40,7 @@ DEFAULTS = dict(
     slowdown=1.0,
     digest_weights=False,
     sync_timeout=300.0,
+    mini_batches=8,         # NBSSGD: parts of a batch; a worker can join the aggregation after any part
 )
 
 
@@ -129,6 +130,8 @@ def build_parser():
                         "plan: ask once per round for the number of local steps")
     p.add_argument("--epsilon", type=_non_negative(float),
                    help="ESync readiness margin in seconds (default: fitted to the measured step times)")
+    p.add_argument("--mini-batches", type=_positive(int),
+                   help="nbsync: split each batch into this many parts (-b must be a multiple)")
     p.add_argument("--max-iters", type=_positive(int), help="stop after this many global iterations")
     p.add_argument("--max-time", type=_positive(float), help="stop after this many seconds of training")
     p.add_argument("--target-accuracy", type=_accuracy, help="stop once rank 0's test accuracy reaches this")

@@ -6,7 +6,7 @@ draw the comparison.
     python launch.py --modes esync,sync --devices gpu0,gpu1,gpu0+gpu1 -n resnet18-v1 --max-iters 2000 -- -b 32 -e 10
     python launch.py --tracker ssh -H hosts --host-ip 10.0.0.1 --modes sync --devices gpu0,gpu0 --max-time 600
 
-Without --tracker every process runs on this machine on 127.0.0.1: ESync's state server (esync only), the ps-lite
+Without --tracker every process runs on this machine on 127.0.0.1: the state server (esync and nbsync only), the ps-lite
 scheduler, -s servers and one worker per --devices entry. Per mode, the iteration logs go to
 <logs>/<network>/<mode>[-niid]/<node>/<device>-rank<R>/, and each process's output to <name>.log in the
 processes/ folder beside them, with their PIDs in processes/pids.json.
@@ -43,7 +43,9 @@ MODE_FLAGS = {
     "sync": ["-m", "sync"],
     "async": ["-m", "async"],
     "dcasgd": ["-m", "async", "-dcasgd", "1"],
+    "nbsync": ["-m", "nbsync"],
 }
+COORDINATED_MODES = ("esync", "nbsync")  # modes whose workers talk to the state server
 NON_IID_SUFFIX = "-niid"
 TRACKERS = ("local", "ssh", "mpi", "slurm", "sge", "yarn", "kubernetes")
 # Launchers that number their workers 0..N-1 in one of these variables; the others start identical workers.
@@ -86,7 +88,7 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   --slowdown); the shipped sge launcher cannot start a ps-lite job and is refused. The task index is not the
   ps-lite rank: each worker's meta.json records its device, slowdown and rank.
   Remote hosts need this repository and the data at the same paths, and --host-ip must be an address of this
-  machine they can reach (it runs the scheduler and, for esync, the state server). All output of the job goes
+  machine they can reach (it runs the scheduler and, for esync and nbsync, the state server). All output of the job goes
   to processes/tracker.log; progress and summaries read the logs that land on this machine.
 
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
@@ -300,8 +302,10 @@ def shared_worker_args(args, mode, log_dir, state_port):
         command += ["--node-name", args.node_name]
     if args.non_iid:
         command += ["-s", "1"]
+    if mode in COORDINATED_MODES:
+        command += ["-ip", args.host_ip, "-port", str(state_port)]
     if mode == "esync":
-        command += ["-ip", args.host_ip, "-port", str(state_port), "--esync-policy", args.esync_policy]
+        command += ["--esync-policy", args.esync_policy]
     for flag, value in (("--max-time", args.max_time), ("--max-iters", args.max_iters),
                         ("--target-accuracy", args.target_accuracy)):
         if value is not None:
@@ -516,7 +520,7 @@ def wait_for_group_to_drain(pgid, timeout):
 
 
 def start_state_server(group, host):
-    """ESync's state server on a free port; the workers' rank 0 initialises it."""
+    """The state server on a free port; the workers' rank 0 initialises it."""
     from training.state_client import StateClient, StateServerUnavailable
 
     logging.getLogger("training.state_client").setLevel(logging.ERROR)  # refusals are expected while it starts
@@ -567,7 +571,7 @@ def run_mode(args, mode, position):
         print(f"[{label}] {len(args.devices)} workers ({describe_workers(args)}), {args.num_servers} server(s); "
               f"logs in {log_dir}, process outputs and PIDs in {group.out_dir}", flush=True)
         try:
-            state_port = start_state_server(group, args.host_ip) if mode == "esync" else None
+            state_port = start_state_server(group, args.host_ip) if mode in COORDINATED_MODES else None
             start = start_tracker if args.tracker else start_processes
             finishers = start(args, mode, group, log_dir, state_port, label)
             progress = Progress(label, log_dir, args.progress_every)

@@ -33,7 +33,7 @@ def check_environment(role, mode):
                              "and the DMLC_* variables (see README), or use -m local")
         return
     if role == "worker" and mode == "local":
-        raise UsageError("-m local trains without a cluster: unset DMLC_ROLE, or choose -m esync/sync/async")
+        raise UsageError("-m local trains without a cluster: unset DMLC_ROLE, or choose a cluster mode (-m esync, sync, async, nbsync)")
     missing = [name for name in ("DMLC_PS_ROOT_URI",) + DMLC_INTEGERS if not os.environ.get(name)]
     if missing:
         raise UsageError(f"DMLC_ROLE={role} needs {', '.join(missing)} in the environment")
@@ -62,7 +62,9 @@ def check_worker(args, num_workers):
     if share < args.batch_size:
         raise UsageError(f"each of {num_workers} workers gets about {share} training samples, "
                          f"fewer than the batch size {args.batch_size}")
-    if args.mode == "esync":
+    if args.mode == "nbsync" and args.batch_size % args.mini_batches:
+        raise UsageError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
+    if args.mode in ("esync", "nbsync"):
         check_state_server(args)
     return data
 

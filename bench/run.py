@@ -34,7 +34,7 @@ log = logging.getLogger("bench")
 
 PY = sys.executable
 DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
-SUMMARY_NAMES = {"esync": "ESync", "sync": "Sync", "async": "Async", "dcasgd": "DCASGD"}
+SUMMARY_NAMES = {"esync": "ESync", "sync": "Sync", "async": "Async", "dcasgd": "DCASGD", "nbsync": "NBSSGD"}
 
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], seconds=25, accuracy_budget=25, latency_calls=300)
@@ -180,7 +180,7 @@ def heterogeneity(cfg, workdir):
     rows = []
     for profile in cfg["profiles"]:
         slowdowns = [float(f) for f in profile.split(",")]
-        modes = ["esync", "sync", "async", "dcasgd"] if profile == "1,1,4" else ["esync", "sync", "async"]
+        modes = ["esync", "sync", "async", "dcasgd", "nbsync"] if profile == "1,1,4" else ["esync", "sync", "async"]
         run_dir = os.path.join(workdir, "profile-" + profile.replace(",", "-"))
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
         summaries = launch(modes, profile, cfg["seconds"], run_dir)

@@ -14,7 +14,7 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["network"] for r in results["sync_overhead"]] == ["lenet"]
     assert all(r["ours"] > 0 and r["trainer"] > 0 for r in results["sync_overhead"])
-    assert {r["mode"] for r in results["heterogeneity"]} == {"esync", "esync-plan", "sync", "async", "dcasgd"}
+    assert {r["mode"] for r in results["heterogeneity"]} == {"esync", "esync-plan", "sync", "async", "dcasgd", "nbsync"}
     assert all(0 < r["efficiency"] and r["bytes_per_s_per_worker"] > 0 for r in results["heterogeneity"])
     assert results["state_server"]["p99_ms"] >= results["state_server"]["p50_ms"] > 0
     assert set(results["state_server"]["share"]) == {"apply", "plan"}

@@ -21,6 +21,8 @@ def worker_env():
     (["-m", "sync", "-n", "lenet", "--dataset", "fashion-mnist", "-dd", "data"], "get it from"),
     (["-m", "sync", "-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-g", "0"], "GPU 0 requested"),
     (["-m", "sync", *BASE, "-b", "4000"], "fewer than the batch size 4000"),
+    (["-m", "nbsync", *BASE, "-b", "100", "--mini-batches", "8"], "-b 100 is not a multiple of --mini-batches 8"),
+    (["-m", "nbsync", *BASE, "--mini-batches", "0"], "--mini-batches: expected a positive number"),
     (["-m", "sync", *BASE, "--slowdown", "0.5"], "--slowdown must be >= 1"),
     (["-m", "local", *BASE], "-m local trains without a cluster"),
 ])

@@ -102,9 +102,9 @@ def read_output(proc):
 
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory):
-    """esync and sync, 3 CPU workers, the third 4x slower, 12 s each."""
+    """esync, sync and nbsync, 3 CPU workers, the third 4x slower, 12 s each."""
     logs = str(tmp_path_factory.mktemp("comparison") / "logs")
-    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "12",
+    args = ["--modes", "esync,sync,nbsync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "12",
             *LENET, *WORKER_ARGS]
     started = time.monotonic()
     code, output = run_launcher(args, logs, timeout=300)
@@ -132,7 +132,7 @@ def test_it_writes_a_summary_per_mode(comparison):
     logs, _, output, _ = comparison
 
     summaries = {name: json.load(open(os.path.join(logs, "lenet", mode, name)))
-                 for mode, name in (("esync", "ESync.json"), ("sync", "Sync.json"))}
+                 for mode, name in (("esync", "ESync.json"), ("sync", "Sync.json"), ("nbsync", "NBSSGD.json"))}
 
     for name, summary in summaries.items():
         assert summary["cluster_throughput"] > 0, name
@@ -157,14 +157,14 @@ def test_its_table_has_a_row_per_mode(comparison):
 
     rows = table_rows(output)
 
-    assert [row[0] for row in rows] == ["esync", "sync"], output
+    assert [row[0] for row in rows] == ["esync", "sync", "nbsync"], output
     assert all(float(row[1]) > 0 for row in rows), output
 
 
 def test_it_prints_progress_every_few_seconds(comparison):
     _, _, output, _ = comparison
 
-    progress = [line for line in output.splitlines() if line.startswith("[sync 2/2]") and "samples/s" in line]
+    progress = [line for line in output.splitlines() if line.startswith("[sync 2/3]") and "samples/s" in line]
 
     assert len(progress) >= 3, output
     assert "test accuracy 0." in progress[-1]

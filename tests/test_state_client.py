@@ -97,7 +97,7 @@ def test_one_round_of_two_workers(client):
     state = client.state()
 
     assert (ready_before_slowest_known, slow_ready, fast_ready) == (False, True, True)
-    assert state["requests"] == {"apply": 3, "reset": 2, "plan": 0}
+    assert state["requests"] == {"apply": 3, "reset": 2, "plan": 0, "arrive": 0, "watch": 0}
     assert [w["t"] for w in state["workers"]] == [1, 1]
 
 

@@ -5,6 +5,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from unittest import mock
 from urllib.parse import urlencode
 
@@ -238,7 +239,7 @@ def test_coordinator_init_starts_a_fresh_job():
     assert snapshot["num_workers"] == 3
     assert snapshot["epsilon"] is None
     assert [w["applies"] for w in snapshot["workers"]] == [0, 0, 0]
-    assert snapshot["requests"] == {"apply": 0, "reset": 0, "plan": 0}
+    assert snapshot["requests"] == {"apply": 0, "reset": 0, "plan": 0, "arrive": 0, "watch": 0}
 
 
 def test_coordinator_counts_stay_consistent_under_many_threads():
@@ -258,7 +259,7 @@ def test_coordinator_counts_stay_consistent_under_many_threads():
         thread.join()
 
     snapshot = coordinator.snapshot()
-    assert snapshot["requests"] == {"apply": 4000, "reset": 800, "plan": 0}
+    assert snapshot["requests"] == {"apply": 4000, "reset": 800, "plan": 0, "arrive": 0, "watch": 0}
     assert [w["applies"] for w in snapshot["workers"]] == [1000] * 4
 
 
@@ -563,6 +564,104 @@ class PlanEndpointTests(EndpointTestCase):
         self.assertJsonError(self.client.get("/plan/"), 405)
 
 
+class RoundEndpointTests(EndpointTestCase):
+    """NBSSGD: /arrive/ and the long-polled /watch/."""
+
+    def test_arrive_before_init_is_409(self):
+        self.assertJsonError(self.post("/arrive/", r=0, t=0), 409)
+
+    def test_the_first_arrival_finishes_the_round_and_the_last_gathers_it(self):
+        self.init(3, policy="nbsync")
+
+        answers = [self.post("/arrive/", r=rank, t=5).json() for rank in (1, 0, 2)]
+
+        self.assertEqual(answers, [{"finished": True, "gathered": False}, {"finished": True, "gathered": False},
+                                   {"finished": True, "gathered": True}])
+
+    def test_a_repeated_arrival_counts_once(self):
+        self.init(2, policy="nbsync")
+        self.post("/arrive/", r=0, t=0)
+
+        self.assertEqual(self.post("/arrive/", r=0, t=0).json()["gathered"], False)
+
+    def test_rounds_are_independent(self):
+        self.init(2, policy="nbsync")
+        self.post("/arrive/", r=0, t=0)
+        self.post("/arrive/", r=1, t=0)
+
+        self.assertEqual(self.post("/watch/", r=0, t=1, arrived=0, wait=0).json(),
+                         {"finished": False, "gathered": False})
+
+    def test_watch_answers_after_its_wait_when_nothing_happens(self):
+        self.init(2, policy="nbsync")
+
+        response = self.post("/watch/", r=0, t=0, arrived=0, wait=0.01)
+
+        self.assertEqual(response.json(), {"finished": False, "gathered": False})
+
+    def test_an_arrived_watch_repeats_the_arrival_for_a_restarted_server(self):
+        self.init(2, policy="nbsync")
+        self.post("/arrive/", r=0, t=3)
+        self.init(2, policy="nbsync")  # what rank 0 does after a restart
+
+        self.post("/watch/", r=0, t=3, arrived=1, wait=0)
+
+        self.assertEqual(self.post("/arrive/", r=1, t=3).json()["gathered"], True)
+
+    def test_old_rounds_count_as_gathered(self):
+        self.init(2, policy="nbsync")
+        for t in range(10):
+            self.post("/arrive/", r=0, t=t)
+
+        self.assertEqual(self.post("/watch/", r=1, t=0, arrived=0, wait=0).json(),
+                         {"finished": True, "gathered": True})
+        self.assertLessEqual(len(self.client.get("/").json()["rounds"]), 4)
+
+    def test_round_requests_reject_bad_values(self):
+        self.init(2, policy="nbsync")
+        cases = [("/arrive/", "r", "2"), ("/arrive/", "t", "-1"), ("/arrive/", "t", "x"),
+                 ("/watch/", "arrived", "2"), ("/watch/", "wait", "-1"), ("/watch/", "wait", "nan")]
+        for path, name, value in cases:
+            with self.subTest(path=path, field=name, value=value):
+                fields = {"r": 0, "t": 0, "arrived": 0, "wait": 0, name: value}
+                self.assertJsonError(self.post(path, **fields), 400, name)
+
+    def test_get_on_round_endpoints_is_405_json(self):
+        for path in ("/arrive/", "/watch/"):
+            self.assertJsonError(self.client.get(path), 405)
+
+
+def test_a_long_poll_wakes_up_when_the_round_finishes_and_when_it_gathers():
+    coordinator = Coordinator()
+    coordinator.init(2, policy="nbsync")
+    answers = []
+
+    def watch(arrived):
+        answers.append(coordinator.watch(1, 0, arrived, wait=10.0))
+
+    watcher = threading.Thread(target=watch, args=(False,))
+    watcher.start()
+    coordinator.arrive(0, 0)
+    watcher.join(5)
+    watcher = threading.Thread(target=watch, args=(True,))
+    watcher.start()
+    watcher.join(5)
+
+    assert answers == [{"finished": True, "gathered": False}, {"finished": True, "gathered": True}]
+
+
+def test_a_long_poll_of_a_worker_still_missing_waits_its_full_time():
+    coordinator = Coordinator()
+    coordinator.init(3, policy="nbsync")
+    coordinator.arrive(0, 0)
+
+    started = time.monotonic()
+    answer = coordinator.watch(1, 0, True, wait=0.2)
+
+    assert answer == {"finished": True, "gathered": False}
+    assert time.monotonic() - started >= 0.2
+
+
 class StateEndpointTests(EndpointTestCase):
     def test_state_before_init_shows_no_job(self):
         response = self.client.get("/")
@@ -578,7 +677,7 @@ class StateEndpointTests(EndpointTestCase):
 
         state = self.client.get("/").json()
 
-        self.assertEqual(state["requests"], {"apply": 1, "reset": 1, "plan": 1})
+        self.assertEqual(state["requests"], {"apply": 1, "reset": 1, "plan": 1, "arrive": 0, "watch": 0})
         self.assertEqual(state["workers"][0]["te"], 7.0)
         self.assertEqual(state["workers"][1]["c"], 0.1)
         self.assertEqual(state["epsilon"], 0.5)
@@ -652,7 +751,7 @@ class ConcurrencyTests(EndpointTestCase):
 
         state = self.client.get("/").json()
         self.assertEqual(failures, [])
-        self.assertEqual(state["requests"], {"apply": 1200, "reset": 400, "plan": 0})
+        self.assertEqual(state["requests"], {"apply": 1200, "reset": 400, "plan": 0, "arrive": 0, "watch": 0})
         self.assertEqual([w["applies"] for w in state["workers"]], [300] * 4)
         self.assertEqual([w["resets"] for w in state["workers"]], [100] * 4)
 

@@ -65,9 +65,10 @@ def train(args, scheme_cls, data):
         kv = mx.kv.create(scheme_cls.kvstore) if scheme_cls.kvstore else None
     rank, num_workers = (kv.rank, kv.num_workers) if kv else (0, 1)
     share = partition(data.train_labels, rank, num_workers, bool(args.split_by_class), args.seed)
-    stream = BatchStream(data.train_images[share], data.train_labels[share], args.batch_size, args.seed + rank)
     model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed)
     scheme = scheme_cls(args, model, kv)
+    stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size,
+                         args.seed + rank)
     device = device_name(args.gpu, args.cpu)
     folder = device if kv is None else f"{device}-rank{rank}"
     iterlog = IterationLog(args.log_dir, args.node_name, folder,
@@ -116,7 +117,7 @@ def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates):
         else:
             stop_all = reason is not None
         iteration += 1
-        round_samples = len(steps) * args.batch_size
+        round_samples = len(steps) * scheme.step_batch_size
         samples += round_samples
         evaluated = None
         if evaluates and (stop_all or (args.eval_duration and iteration % args.eval_duration == 0)):

@@ -1,4 +1,4 @@
-"""Client of the ESync state server (SimpleStateServer/).
+"""Client of the state server (SimpleStateServer/) that coordinates ESync and NBSSGD rounds.
 
 A worker calls `apply` after every local step, so each call reuses one keep-alive
 connection and sends a short form body. Connection failures and 5xx answers are retried
@@ -71,6 +71,14 @@ class StateClient:
     def plan(self, rank, c):
         """Number of local steps to do this round (the one-request-per-round policy)."""
         return int(self._call("POST", "/plan/", {"r": rank, "c": c})["k"])
+
+    def arrive(self, rank, t):
+        """NBSSGD: at a mini-batch boundary of round t, ready to aggregate; the round's status."""
+        return self._call("POST", "/arrive/", {"r": rank, "t": t})
+
+    def watch(self, rank, t, arrived, wait):
+        """NBSSGD: round t's status once it is finished (gathered, when `arrived`) or after `wait` s."""
+        return self._call("POST", "/watch/", {"r": rank, "t": t, "arrived": int(arrived), "wait": wait})
 
     def state(self):
         return self._call("GET", "/")

@@ -1,11 +1,17 @@
 """Coordination state for ESync ("An Efficient Synchronous Parallel Algorithm for
-Distributed ML in Heterogeneous Clusters").
+Distributed ML in Heterogeneous Clusters") and for Non-blocking Synchronous SGD.
 
-Each worker runs local SGD steps and, after every step, asks whether it should stop and
-join the synchronous aggregation. The slowest worker does one step per round; a faster
+ESync: each worker runs local SGD steps and, after every step, asks whether it should stop
+and join the synchronous aggregation. The slowest worker does one step per round; a faster
 worker keeps stepping while it could still finish another step before the slowest one
-finishes its own. This module holds that rule and the per-worker records; it has no web
-framework in it so the rule can be tested with an injected clock.
+finishes its own.
+
+NBSSGD: a round ends when the first worker completes its whole batch. It and every other
+worker "arrive" at their next mini-batch boundary; once all have arrived, all aggregate.
+Workers learn of the first arrival and of the last one by long-polling /watch/.
+
+This module holds those rules and the per-worker records; it has no web framework in it so
+the rules can be tested with an injected clock.
 """
 
 import math
@@ -13,7 +19,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-POLICIES = ("apply", "plan")
+POLICIES = ("apply", "plan", "nbsync")
 MAX_WORKERS = 4096
 # Without an explicit epsilon the margin follows the measured step times: a fixed margin
 # larger than a step would make every worker stop after one step (plain synchronous SGD).
@@ -22,6 +28,9 @@ AUTO_MARGIN_FRACTION = 0.1
 MAX_PLANNED_STEPS = 1_000_000
 # Keeps floor(0.3 / 0.1) at 3 despite binary rounding.
 _FLOOR_TOLERANCE = 1e-9
+# NBSSGD rounds kept for late or repeated requests; older ones count as complete.
+ROUNDS_KEPT = 4
+MAX_WATCH_SECONDS = 30.0
 
 
 class FieldError(ValueError):
@@ -97,12 +106,40 @@ def planned_steps(workers, rank, epsilon):
 
 
 @dataclass
+class Round:
+    """One NBSSGD round: who has arrived at a mini-batch boundary since it was finished."""
+    arrived: set = field(default_factory=set)
+
+    @property
+    def finished(self):
+        return bool(self.arrived)  # a worker arrives only once some worker completed its batch
+
+
+def round_status(job, t):
+    if t < job.oldest_round:
+        return {"finished": True, "gathered": True}
+    arrived = job.rounds[t].arrived if t in job.rounds else set()
+    return {"finished": bool(arrived), "gathered": len(arrived) == job.num_workers}
+
+
+@dataclass
 class Job:
     num_workers: int
     epsilon: float | None
     policy: str
     workers: list
-    requests: dict = field(default_factory=lambda: {"apply": 0, "reset": 0, "plan": 0})
+    requests: dict = field(default_factory=lambda: {"apply": 0, "reset": 0, "plan": 0, "arrive": 0, "watch": 0})
+    rounds: dict = field(default_factory=dict)
+    oldest_round: int = 0
+
+    def round(self, t):
+        if t not in self.rounds:
+            self.rounds[t] = Round()
+            newest = max(self.rounds)
+            for old in [old for old in self.rounds if old <= newest - ROUNDS_KEPT]:
+                del self.rounds[old]
+            self.oldest_round = max(self.oldest_round, newest - ROUNDS_KEPT + 1)
+        return self.rounds[t]
 
 
 class Coordinator:
@@ -111,6 +148,7 @@ class Coordinator:
     def __init__(self, clock=time.monotonic):
         self._clock = clock
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._job = None
 
     def init(self, num_workers, epsilon=None, policy="apply"):
@@ -119,6 +157,7 @@ class Coordinator:
             now = self._clock()
             workers = [WorkerRecord(rank=rank, step_start=now) for rank in range(num_workers)]
             self._job = Job(num_workers, epsilon, policy, workers)
+            self._changed.notify_all()
             return self._describe_settings(self._job)
 
     def apply(self, rank, k, c, te):
@@ -155,6 +194,33 @@ class Coordinator:
             job.requests["plan"] += 1
             return planned_steps(job.workers, rank, job.epsilon)
 
+    def arrive(self, rank, t):
+        """NBSSGD: worker `rank` is at a mini-batch boundary of round t and will aggregate
+        (it completed its batch, or it saw that another worker did). Idempotent."""
+        with self._lock:
+            job = self._current_job()
+            self._worker(job, rank)
+            job.requests["arrive"] += 1
+            if t >= job.oldest_round:
+                job.round(t).arrived.add(rank)
+                self._changed.notify_all()
+            return round_status(job, t)
+
+    def watch(self, rank, t, arrived, wait):
+        """NBSSGD: the status of round t once it is finished (or, for a worker that has
+        arrived, once every worker has), or after `wait` seconds, whichever comes first.
+        An arrived worker's watch repeats its arrival, so a restarted server relearns it."""
+        if arrived:
+            self.arrive(rank, t)
+        with self._lock:
+            job = self._current_job()
+            self._worker(job, rank)
+            job.requests["watch"] += 1
+            wanted = "gathered" if arrived else "finished"
+            self._changed.wait_for(lambda: self._job is not job or round_status(job, t)[wanted],
+                                   timeout=min(wait, MAX_WATCH_SECONDS))
+            return round_status(job, t)
+
     def snapshot(self):
         with self._lock:
             job = self._job
@@ -164,7 +230,8 @@ class Coordinator:
             now = self._clock()
             return {**self._describe_settings(job),
                     "workers": [_describe_worker(worker, now) for worker in job.workers],
-                    "requests": dict(job.requests)}
+                    "requests": dict(job.requests),
+                    "rounds": {t: sorted(r.arrived) for t, r in sorted(job.rounds.items())}}
 
     def _current_job(self):
         if self._job is None:

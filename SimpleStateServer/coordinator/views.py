@@ -1,4 +1,4 @@
-"""HTTP endpoints of the ESync state server. Every answer is compact JSON."""
+"""HTTP endpoints of the state server (ESync and NBSSGD). Every answer is compact JSON."""
 
 import functools
 import json
@@ -99,6 +99,24 @@ def plan(data):
     if c == 0:
         raise FieldError("c", "must be > 0")
     return {"k": COORDINATOR.plan(rank, c)}
+
+
+@endpoint("POST")
+def arrive(data):
+    rank = integer_field(data, "r")
+    t = integer_field(data, "t")
+    return COORDINATOR.arrive(rank, t)
+
+
+@endpoint("POST")
+def watch(data):
+    rank = integer_field(data, "r")
+    t = integer_field(data, "t")
+    arrived = integer_field(data, "arrived")
+    if arrived > 1:
+        raise FieldError("arrived", "must be 0 or 1")
+    wait = float_field(data, "wait", minimum=0.0)
+    return COORDINATOR.watch(rank, t, bool(arrived), wait)
 
 
 @endpoint("GET")

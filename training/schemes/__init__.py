@@ -2,9 +2,10 @@
 from training.schemes.asynchronous import DCASGD, Async
 from training.schemes.esync import ESync
 from training.schemes.local import Local
+from training.schemes.nbsync import NonBlockingSync
 from training.schemes.sync import Sync
 
-SCHEMES = {cls.name: cls for cls in (Local, Sync, Async, DCASGD, ESync)}
+SCHEMES = {cls.name: cls for cls in (Local, Sync, Async, DCASGD, ESync, NonBlockingSync)}
 
 
 def scheme_for(mode, use_dcasgd=0):

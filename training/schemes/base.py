@@ -60,6 +60,11 @@ class Scheme:
         self.keys = list(range(self.stats_key)) + ([self.stats_key] if self.stats else []) + [self.control_key]
         self.control = mx.nd.zeros((1,))
 
+    @property
+    def step_batch_size(self):
+        """Samples in one local step."""
+        return self.args.batch_size
+
     def setup(self):
         """Bring every worker to the same starting weights."""
 
@@ -101,4 +106,4 @@ class Scheme:
                              kvstore=None)
 
     def stop_requested(self):
-        return self.control.asscalar() > 0
+        return self.control[0].asscalar() > 0

@@ -1,0 +1,55 @@
+"""A real NBSSGD job: scheduler, server, the Django state server and 3 workers, one emulated 4x slower."""
+import statistics
+
+from cluster import start_state_server
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
+
+COMPUTE = ("get_batch", "forward and backward", "emulated slowdown", "check ready")
+
+
+def run_nbsync(processes, tmp_path, seconds):
+    state_port = start_state_server(processes)
+    log_dir = str(tmp_path / "logs")
+    args = LENET_ARGS + ["-port", str(state_port), "-b", "256", "--mini-batches", "8", "-l", "0.0005",
+                         "--max-time", str(seconds), "-e", "0", "--digest-weights"]
+    workers = start_job(processes, "nbsync", args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir)
+    finish(processes, workers, timeout=180)
+    folders = {meta(f)["rank"]: f for f in worker_folders(log_dir)}
+    return {rank: iter_records(f) for rank, f in folders.items()}, {rank: meta(f) for rank, f in folders.items()}
+
+
+def round_seconds(record, phases):
+    return sum(step.get(phase, 0.0) for step in record["time"].values() for phase in phases)
+
+
+def waiting_shares(runs, rank):
+    """Per round, the seconds `rank` spent waiting for the others over the round's seconds. The last worker to
+    push waits for nobody, so its aggregation time is the transfer alone; the rest of a worker's aggregation
+    time is waiting."""
+    rounds = min(len(records) for records in runs.values())
+    shares = []
+    for i in range(1, rounds):
+        aggregation = {r: round_seconds(records[i], ["global update"]) for r, records in runs.items()}
+        waiting = aggregation[rank] - min(aggregation.values())
+        shares.append(waiting / (aggregation[rank] + round_seconds(runs[rank][i], COMPUTE)))
+    return shares
+
+
+def test_nbsync_fast_workers_barely_wait_and_all_hold_the_same_weights(processes, tmp_path):
+    runs, meta_of = run_nbsync(processes, tmp_path, seconds=25)
+
+    rounds = min(len(records) for records in runs.values())
+    assert rounds > 20
+    for records in runs.values():
+        assert [r["weights_digest"] for r in records[:rounds]] == [r["weights_digest"] for r in runs[0][:rounds]]
+    slowdowns = {rank: meta_of[rank]["slowdown"] for rank in runs}
+    slow = max(slowdowns, key=slowdowns.get)
+    for rank in runs:
+        if rank != slow:
+            share = statistics.median(waiting_shares(runs, rank))
+            assert share < 0.10, f"fast worker {rank} waited {share:.1%} of its rounds"
+    # The fast workers complete a batch of 8 parts or more per round; the slow one a part or two.
+    assert statistics.mean(r["num_iters"] for r in runs[slow]) < 0.5 * statistics.mean(
+        r["num_iters"] for rank in runs if rank != slow for r in runs[rank])
+    final = [r["accuracy"] for r in runs[0] if "accuracy" in r][-1]
+    assert final >= 0.85

@@ -1,0 +1,128 @@
+"""Non-blocking Synchronous SGD (NBSSGD, Haoze He): nobody waits for the slowest worker's whole batch.
+
+Each worker's batch (-b) is split into --mini-batches M parts; a local step is one part, its gradient added to
+the round's sum. A round ends when the first worker completes a whole batch (M parts): it arrives at the state
+server, every other worker arrives at its next part boundary, and once all have arrived they aggregate over
+dist_sync: push the gradient sums and sample counts, pull the totals, and all apply the same SGD step with the
+gradient scaled to one batch per worker (as in SSGD), so every worker keeps identical weights. A worker that
+did not finish its batch goes on with the rest of it in the next round.
+
+Arriving does not mean idling: until the last worker has arrived, an arrived worker keeps adding parts to the
+round, so a fast worker waits at most for the others' current part instead of the slowest worker's batch.
+The state server's answers come from a background long-poll (/watch/), so checking them between parts is free.
+"""
+import concurrent.futures
+import logging
+import os
+import sys
+import threading
+
+import mxnet as mx
+
+from training.schemes.base import Scheme
+from training.state_client import StateClient
+from training.watchdog import EXIT_SYNC_TIMEOUT
+
+log = logging.getLogger("nbsync")
+
+WATCH_SECONDS = 2.0  # one long-poll; the watcher asks again until the round's answer comes
+
+
+class RoundWatch:
+    """What this worker knows about one round, filled in by the watcher thread."""
+
+    def __init__(self, t):
+        self.t = t
+        self.finished = threading.Event()   # some worker completed its batch
+        self.arrived = threading.Event()    # this worker arrived (set by the training thread)
+        self.gathered = threading.Event()   # every worker arrived
+
+
+class NonBlockingSync(Scheme):
+    name = "nbsync"
+    kvstore = "dist_sync"
+    coordinated = True
+
+    def __init__(self, args, model, kv):
+        super().__init__(args, model, kv)
+        self.control = mx.nd.zeros((2,))  # [stop votes, samples in the round]
+
+    @property
+    def step_batch_size(self):
+        return self.args.batch_size // self.args.mini_batches
+
+    def setup(self):
+        args = self.args
+        self.client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout)
+        self.watch_client = StateClient(args.state_server_ip, args.state_server_port,
+                                        retry_for=args.sync_timeout, timeout=WATCH_SECONDS + 10)
+        if self.rank == 0:
+            self.client.init(self.num_workers, policy="nbsync")
+        self.broadcast_initial_weights()  # ends in a barrier: /init/ precedes every worker's first request
+        self.trainer = self.local_trainer(args.learning_rate)
+        for p in self.model.trainable:
+            p.grad_req = "add"  # a round's parts add up in the gradient buffers
+        self.model.net.collect_params().zero_grad()
+        self.buffers = self.exchanged(p.list_grad() for p in self.model.trainable)
+        self.watcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nbsync-watch")
+        self.parts_done = 0  # parts of the current batch; carried over rounds
+        self.round = None
+
+    def begin_round(self, iteration):
+        self.round = RoundWatch(iteration)
+        self.round_parts = 0
+        self.watching = self.watcher.submit(self._watch, self.round)
+
+    def round_done(self, steps, step_seconds):
+        if self.watching.done() and self.watching.exception():
+            raise self.watching.exception()
+        self.round_parts += 1
+        self.parts_done = (self.parts_done + 1) % self.args.mini_batches
+        completed_batch = self.parts_done == 0
+        watch = self.round
+        if not watch.arrived.is_set():
+            if not (completed_batch or watch.finished.is_set()):
+                return False
+            status = self.client.arrive(self.rank, watch.t)
+            watch.arrived.set()
+            if status["gathered"]:
+                watch.gathered.set()
+        return watch.gathered.is_set()
+
+    def _watch(self, watch):
+        """Long-polls the state server until round `watch.t` has gathered everyone."""
+        while not watch.finished.is_set():
+            if self.watch_client.watch(self.rank, watch.t, False, WATCH_SECONDS)["finished"]:
+                watch.finished.set()
+        # The training thread arrives at its next part boundary.
+        if not watch.arrived.wait(self.args.sync_timeout):
+            _give_up(f"round {watch.t} finished but no local step ended within {self.args.sync_timeout:g} s")
+        for _ in range(max(1, int(self.args.sync_timeout / WATCH_SECONDS))):
+            if watch.gathered.is_set() or self.watch_client.watch(self.rank, watch.t, True, WATCH_SECONDS)["gathered"]:
+                watch.gathered.set()
+                return
+        _give_up(f"not every worker arrived for the aggregation of round {watch.t} within "
+                 f"{self.args.sync_timeout:g} s: another worker of the job has probably died")
+
+    def aggregate(self, stop_vote):
+        self.model.reduce_gradients()
+        self.control[0] = float(stop_vote)
+        self.control[1] = float(self.round_parts * self.step_batch_size)
+        self.stats.gather()
+        self.kv.pushpull(self.keys, self.buffers, out=self.buffers)
+        self.stats.scatter(1.0 / self.num_workers)
+        # The summed gradient of all samples, scaled as SSGD scales one batch from each worker.
+        self.trainer.update(self.control[1].asscalar() / self.args.batch_size)
+        self.model.net.collect_params().zero_grad()
+        return stop_vote or self.stop_requested()
+
+    def finish(self):
+        self.watcher.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+
+
+def _give_up(reason):
+    """The training thread keeps computing parts while it waits, so no kvstore watchdog would ever fire."""
+    log.error("%s; exiting", reason)
+    sys.stderr.flush()
+    os._exit(EXIT_SYNC_TIMEOUT)
