@@ -14,10 +14,12 @@ log = logging.getLogger(__name__)
 
 
 class IterationLog:
-    def __init__(self, log_dir, node, device_folder, meta):
+    def __init__(self, log_dir, node, device_folder, meta, first_iteration=0):
+        """Logs from `first_iteration` on replace an earlier run's; a resumed job keeps those before it."""
         self.folder = os.path.join(log_dir, node, device_folder)
         os.makedirs(self.folder, exist_ok=True)
-        stale = glob.glob(os.path.join(self.folder, "iter-*.txt"))
+        stale = [path for path in glob.glob(os.path.join(self.folder, "iter-*.txt"))
+                 if _iteration_of(path) >= first_iteration]
         for path in stale:  # only this worker's own folder: an earlier run of the same worker slot
             os.unlink(path)
         if stale:
@@ -38,3 +40,11 @@ class IterationLog:
 
     def path(self, name):
         return os.path.join(self.folder, name)
+
+
+def _iteration_of(path):
+    name = os.path.basename(path)
+    try:
+        return int(name[len("iter-"):-len(".txt")])
+    except ValueError:
+        return -1  # not ours to remove
