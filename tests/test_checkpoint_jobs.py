@@ -29,7 +29,8 @@ def test_the_evaluator_beside_a_sync_job_tests_each_checkpoint_once_as_inline_ev
                                                                                              tmp_path):
     train_dir, log_dir = str(tmp_path / "train"), str(tmp_path / "logs")
     evaluator = processes.start_python("evaluator", [MAIN, "-m", "evaluate", "--train-dir", train_dir, "-ld", log_dir,
-                                                     "--eval-timeout", "120", *LENET_ARGS])
+                                                     "--eval-timeout", "120", *LENET_ARGS],
+                                       {"OMP_NUM_THREADS": "1"})  # one core, as each worker has
     # Rank 0 also evaluates at every checkpoint's step, to compare with.
     workers = start_job(processes, "sync", LENET_ARGS + ["--max-steps", "60", "--train-dir", train_dir,
                                                          "--save-freq", "10", "-e", "10"], log_dir=log_dir)

@@ -105,7 +105,11 @@ def resume_point(args):
 
 
 def local_optimizer(scheme):
-    """The updater of the scheme's local gluon.Trainer (sync, esync, local), or None (async: on the servers)."""
+    """The updater of the scheme's local gluon.Trainer (sync, esync, local), or None (async: on the servers).
+
+    Its states are saved and loaded directly: Trainer.save_states pickles the optimizer too, and load_states
+    would then bring back the earlier run's learning rate and momentum over this run's flags.
+    """
     trainer = getattr(scheme, "trainer", None)
     return trainer._updaters[0] if trainer is not None else None
 
