@@ -2,7 +2,8 @@
 
 Each file holds one JSON object for global iteration N: num_iters (local steps), time (per local step: the
 seconds of each phase), num_samples (samples trained in this iteration), total_time (seconds since the worker
-started; a resumed job continues from its checkpoint's time) and accuracy when this worker evaluated. meta.json beside them describes the worker and the job.
+started; a resumed job continues from its checkpoint's time) and accuracy when this worker evaluated.
+meta.json beside them describes the worker and the job.
 """
 import glob
 import logging
