@@ -11,6 +11,7 @@ import socket
 MODES = ("esync", "sync", "async", "nbsync", "local")
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan")
+EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its checkpoints (training/evaluator.py)
 
 DEFAULTS = dict(
     learning_rate=0.001,    # of the loss summed over a batch, as the original scripts use it
@@ -35,6 +36,11 @@ DEFAULTS = dict(
     max_iters=None,
     max_time=None,
     target_accuracy=None,
+    epochs=None,            # stop after this many passes over a worker's share of the training set
+    train_dir=None,         # rank 0 saves checkpoints of the global model here; the evaluator reads them
+    save_freq=100,          # global steps between checkpoints
+    resume=False,
+    eval_timeout=300.0,     # the evaluator stops after this many seconds without a new checkpoint
     seed=0,
     node_name=None,         # the machine's log folder; default: the host name
     slowdown=1.0,
@@ -118,9 +124,10 @@ def build_parser():
                    help="1: train on the CPU; N > 1: split each batch over N CPU contexts")
     p.add_argument("-n", "--network", choices=sorted(NETWORKS))
     p.add_argument("-ld", "--log-dir", help="iteration logs go to <log-dir>/<node>/<device>-rank<R>/")
-    p.add_argument("-e", "--eval-duration", type=_non_negative(int),
-                   help="rank 0 evaluates every N global iterations (0: never)")
-    p.add_argument("-m", "--mode", choices=MODES)
+    p.add_argument("-e", "--eval-duration", "--eval-freq", type=_non_negative(int),
+                   help="rank 0 evaluates every N global iterations (0: only at the end)")
+    p.add_argument("-m", "--mode", choices=MODES + (EVALUATE_MODE,),
+                   help=f"{EVALUATE_MODE}: evaluate the checkpoints of --train-dir as they appear (no cluster)")
     p.add_argument("-dcasgd", "--use-dcasgd", type=int, choices=(0, 1), help="async mode: 1 uses DC-ASGD")
     p.add_argument("-s", "--split-by-class", type=int, choices=(0, 1), help="1: non-i.i.d. data partition")
     p.add_argument("-ip", "--state-server-ip", help="ESync state server address")
@@ -132,7 +139,8 @@ def build_parser():
                    help="ESync readiness margin in seconds (default: fitted to the measured step times)")
     p.add_argument("--mini-batches", type=_positive(int),
                    help="nbsync: split each batch into this many parts (-b must be a multiple)")
-    p.add_argument("--max-iters", type=_positive(int), help="stop after this many global iterations")
+    p.add_argument("--max-iters", "--max-steps", type=_positive(int), help="stop after this many global iterations")
+    p.add_argument("--epochs", type=_positive(float), help="stop after this many passes over a worker's share")
     p.add_argument("--max-time", type=_positive(float), help="stop after this many seconds of training")
     p.add_argument("--target-accuracy", type=_accuracy, help="stop once rank 0's test accuracy reaches this")
     p.add_argument("--seed", type=_non_negative(int))
@@ -145,7 +153,20 @@ def build_parser():
     p.add_argument("--digest-weights", action="store_true",
                    help="record a fingerprint of the weights after each aggregation (to verify that all "
                         "workers hold identical weights; costs a copy of the model per round)")
+    _add_checkpoint_flags(p)
     return p
+
+
+def _add_checkpoint_flags(p):
+    p.add_argument("--train-dir", help="rank 0 saves the global model here every --save-freq global iterations; "
+                                       f"-m {EVALUATE_MODE} evaluates what it finds there")
+    p.add_argument("--save-freq", type=_non_negative(int),
+                   help="global iterations between checkpoints (0: only the last one)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in --train-dir: its global step, weights and "
+                        "local optimizer state")
+    p.add_argument("--eval-timeout", type=_positive(float),
+                   help=f"-m {EVALUATE_MODE}: stop after this many seconds without a new checkpoint")
 
 
 def parse_args(argv=None):

@@ -5,7 +5,8 @@
 
 Reads the summary JSON of each mode folder under <base>/<network>/ (summarizing the logs first where the JSON
 is missing) and writes accuracy_vs_time, accuracy_vs_time_non_iid, throughput, traffic and compute_ratio
-images into <base>/<network>/figures unless -o says otherwise.
+images into <base>/<network>/figures unless -o says otherwise. Runs with an evaluator process's log add its
+curve (dashed) to the accuracy figures and an accuracy_vs_step figure (test accuracy against global steps done).
 """
 import argparse
 import logging
@@ -122,12 +123,27 @@ def every_kth(values, k):
     return kept
 
 
-def accuracy_curve(run, smooth=1, every=1):
-    """(minutes, accuracies) of the run's evaluating device."""
-    points = runs_summary.accuracy_points(run)
+def accuracy_curve(run, smooth=1, every=1, evaluator=False):
+    """(minutes, accuracies) of the run's evaluating device, or of its evaluator process."""
+    points = runs_summary.evaluator_points(run) if evaluator else runs_summary.accuracy_points(run)
     minutes = [p[1] / 60.0 for p in points]
     accuracies = moving_average([p[2] for p in points], smooth)
     return every_kth(minutes, every), every_kth(accuracies, every)
+
+
+def step_curve(run, smooth=1, every=1, evaluator=False):
+    """(global steps done, accuracies); a worker's iteration N ends after N + 1 global steps."""
+    if evaluator:
+        points = [(p[0], p[2]) for p in runs_summary.evaluator_points(run)]
+    else:
+        points = [(p[0] + 1, p[2]) for p in runs_summary.accuracy_points(run)]
+    accuracies = moving_average([p[1] for p in points], smooth)
+    return every_kth([p[0] for p in points], every), every_kth(accuracies, every)
+
+
+def headline_points(run):
+    """The accuracy points the table reports: the workers' own, else the evaluator's."""
+    return runs_summary.accuracy_points(run) or runs_summary.evaluator_points(run)
 
 
 def standalone_accuracy(runs, override=None):
@@ -150,22 +166,41 @@ def new_axes(title, xlabel, ylabel):
     return fig, ax
 
 
+def plot_curves(ax, run, curve, smooth, every, label):
+    """The run's inline curve (solid) and its evaluator's (dashed), whichever exist."""
+    for evaluator, style, suffix in ((False, "-", ""), (True, "--", " (evaluator)")):
+        xs, accuracies = curve(run, smooth, every, evaluator)
+        if xs:
+            ax.plot(xs, accuracies, style, marker="." if len(xs) < 50 else None,
+                    color=colour_for(run["algorithm"]), label=label + suffix)
+
+
 def draw_accuracy(runs, network, non_iid, standalone, smooth=1, every=1):
     """Accuracy against wall-clock time for the distributed runs of one data split, or None if none evaluated."""
     curves = [r for r in runs if bool(r.get("non_iid")) == non_iid and not is_standalone(r)
-              and runs_summary.accuracy_points(r)]
+              and (runs_summary.accuracy_points(r) or runs_summary.evaluator_points(r))]
     if not curves:
         return None
     split = "non-i.i.d." if non_iid else "i.i.d."
     fig, ax = new_axes(f"{network}: test accuracy vs. time ({split} data)", "wall-clock time (minutes)",
                        "test accuracy")
     for run in curves:
-        minutes, accuracies = accuracy_curve(run, smooth, every)
-        ax.plot(minutes, accuracies, marker="." if len(minutes) < 50 else None,
-                color=colour_for(run["algorithm"]), label=run["algorithm"])
+        plot_curves(ax, run, accuracy_curve, smooth, every, run["algorithm"])
     if standalone is not None:
         ax.axhline(standalone, linestyle=":", color=colour_for("Standalone"),
                    label=f"Standalone ({standalone:.3f})")
+    ax.legend(loc="best")
+    return fig
+
+
+def draw_accuracy_vs_step(runs, network, smooth=1, every=1):
+    """Accuracy against global steps for the runs an evaluator process followed, or None without one."""
+    curves = [r for r in runs if runs_summary.evaluator_points(r)]
+    if not curves:
+        return None
+    fig, ax = new_axes(f"{network}: test accuracy vs. global steps", "global steps", "test accuracy")
+    for run in curves:
+        plot_curves(ax, run, step_curve, smooth, every, run_label(run))
     ax.legend(loc="best")
     return fig
 
@@ -245,6 +280,7 @@ def draw_all(runs, network, outdir, options):
     figures = {
         "accuracy_vs_time": draw_accuracy(runs, network, False, standalone, options.smooth, options.every),
         "accuracy_vs_time_non_iid": draw_accuracy(runs, network, True, standalone, options.smooth, options.every),
+        "accuracy_vs_step": draw_accuracy_vs_step(runs, network, options.smooth, options.every),
         "throughput": draw_throughput(runs, network),
         "traffic": draw_traffic(runs, network),
         "compute_ratio": draw_compute_ratio(runs, network),
@@ -269,7 +305,7 @@ def mean(values):
 
 
 def table_row(run, target):
-    points = runs_summary.accuracy_points(run)
+    points = headline_points(run)
     ratios = [stats.get("compute_ratio") for _, _, stats in runs_summary.iter_devices(run["devices"])]
     return [run_label(run), run.get("num_workers"), run.get("cluster_throughput"), run.get("traffic_mb_per_s"),
             run.get("num_rounds"), runs_summary.time_to_reach(points, target),

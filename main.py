@@ -3,6 +3,9 @@
 One device, no cluster:
     python main.py -m local -n lenet --dataset mnist-5k -c 1 --max-iters 600
 
+The evaluator beside a job whose workers save checkpoints (--train-dir runs/ckpt --save-freq 50 -e 0):
+    python main.py -m evaluate --train-dir runs/ckpt -n lenet --dataset mnist-5k -c 1 -ld logs/lenet/sync
+
 A cluster (each line on its machine; DMLC_PS_ROOT_URI is the scheduler's address):
     DMLC_ROLE=scheduler DMLC_PS_ROOT_URI=10.1.1.34 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 python main.py -c 1 -m sync
     DMLC_ROLE=server    DMLC_PS_ROOT_URI=10.1.1.34 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 python main.py -c 1 -m sync
@@ -27,6 +30,10 @@ class UsageError(Exception):
 def check_environment(role, mode):
     if role is not None and role not in ROLES:
         raise UsageError(f"DMLC_ROLE={role!r} is not one of {', '.join(ROLES)} (unset it to train on one device)")
+    if mode == config.EVALUATE_MODE:
+        if role is not None:
+            raise UsageError(f"-m {mode} runs beside the cluster, not in it: unset DMLC_ROLE")
+        return
     if role is None:
         if mode != "local":
             raise UsageError(f"-m {mode} needs a cluster: start the scheduler, servers and workers with DMLC_ROLE "
@@ -51,12 +58,14 @@ def check_environment(role, mode):
 def check_worker(args, num_workers):
     """Everything a worker can check before it waits on the network."""
     from data import DataError, load_dataset
+    from training.checkpoints import CheckpointError, check_train_dir
     from training.devices import DeviceError, contexts
 
     try:
         contexts(args.gpu, args.cpu)
         data = load_dataset(args.data_dir, args.dataset)
-    except (DataError, DeviceError) as err:
+        check_train_dir(args)
+    except (DataError, DeviceError, CheckpointError) as err:
         raise UsageError(str(err))
     share = len(data.train_labels) // num_workers
     if share < args.batch_size:
@@ -67,6 +76,40 @@ def check_worker(args, num_workers):
     if args.mode in ("esync", "nbsync"):
         check_state_server(args)
     return data
+
+
+def check_evaluator(args):
+    """Everything the evaluator needs before it starts watching: the folder and the test set."""
+    from data import DataError, load_test_set
+    from training.devices import DeviceError, contexts
+
+    if not args.train_dir:
+        raise UsageError(f"-m {args.mode} needs --train-dir (the folder the workers save checkpoints to)")
+    if args.resume:
+        raise UsageError(f"--resume is for the workers, not -m {args.mode}")
+    try:
+        contexts(args.gpu, args.cpu)
+        return load_test_set(args.data_dir, args.dataset)
+    except (DataError, DeviceError) as err:
+        raise UsageError(str(err))
+
+
+def run_evaluator(args, test_set):
+    from training.checkpoints import CheckpointError
+    from training.devices import contexts
+    from training.evaluator import Evaluator
+    from training.model import Model
+
+    images, labels = test_set
+    model = Model(args.network, contexts(args.gpu, args.cpu)[:1], images.shape[1:], args.seed)
+    try:
+        Evaluator(args, model, images, labels).run()
+    except CheckpointError as err:
+        raise UsageError(str(err))
+    except KeyboardInterrupt:
+        log.warning("interrupted")
+        return 130
+    return 0
 
 
 def check_state_server(args):
@@ -106,6 +149,8 @@ def main(argv=None):
         if role in ("scheduler", "server"):
             run_ps_role(role)
             return 0
+        if args.mode == config.EVALUATE_MODE:
+            return run_evaluator(args, check_evaluator(args))
         data = check_worker(args, int(os.environ["DMLC_NUM_WORKER"]) if role else 1)
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)

@@ -6,7 +6,10 @@
 
 Workers log one JSON object per global iteration at
 <base>/<network>/<mode>/<node>/<device>/iter-<N>.txt; the summary is written beside the node folders,
-named after the algorithm (esync -> ESync.json, sync-niid -> Sync-Non-IID.json, ...).
+named after the algorithm (esync -> ESync.json, sync-niid -> Sync-Non-IID.json, ...). An evaluator process's
+log beside the node folders (<base>/<network>/<mode>/evaluator.jsonl, see training/evaluator.py) becomes the
+summary's "evaluator" entry: its accuracy points [step, seconds, accuracy] and their final, best and
+time-to-target numbers.
 """
 import argparse
 import json
@@ -16,6 +19,8 @@ import os
 import re
 import sys
 import tempfile
+
+from training.evaluator import EVALUATOR_LOG
 
 log = logging.getLogger("summary")
 
@@ -210,6 +215,11 @@ def accuracy_points(summary):
     return summary["devices"][node][device]["accuracy_points"]
 
 
+def evaluator_points(summary):
+    """The evaluator process's points [[step, seconds, accuracy], ...] of a summary ([] without one)."""
+    return (summary.get("evaluator") or {}).get("points", [])
+
+
 def summarize_cluster(devices, num_workers, param_bytes, target, standalone=False):
     """Cluster-level numbers from {node: {device: summarize_device(...)}}."""
     stats = [s for _, _, s in iter_devices(devices)]
@@ -232,6 +242,19 @@ def summarize_cluster(devices, num_workers, param_bytes, target, standalone=Fals
         "best_accuracy": max(accuracies) if accuracies else None,
     })
     return summary
+
+
+def summarize_evaluator(records, target):
+    """The evaluator's curve: points [step, seconds, accuracy] in step order, and its headline numbers."""
+    points = sorted([r["step"], float(r["time"]), float(r["accuracy"])] for r in records)
+    accuracies = [p[2] for p in points]
+    return {
+        "points": points,
+        "num_checkpoints": len(points),
+        "time_to_accuracy": time_to_reach(points, target),
+        "final_accuracy": accuracies[-1] if accuracies else None,
+        "best_accuracy": max(accuracies) if accuracies else None,
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -286,6 +309,39 @@ def read_device_folder(device_dir):
         if record is not None:
             records[int(match.group(1))] = record
     return records, read_meta(device_dir)
+
+
+def evaluation_problem(record):
+    """Why a line of the evaluator's log cannot be used, or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if not isinstance(record.get("step"), int) or isinstance(record.get("step"), bool):
+        return "missing or non-integer 'step'"
+    for key in ("time", "accuracy"):
+        if not is_number(record.get(key)):
+            return f"missing or non-numeric '{key}'"
+    return None
+
+
+def read_evaluator_log(mode_dir):
+    """Usable records of the run's evaluator log ([] when it has none); bad lines are reported and skipped."""
+    path = os.path.join(mode_dir, EVALUATOR_LOG)
+    if not os.path.isfile(path):
+        return []
+    records = {}
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                log.warning("skipping line %d of %s: %s", number, path, error)
+                continue
+            problem = evaluation_problem(record)
+            if problem:
+                log.warning("skipping line %d of %s: %s", number, path, problem)
+                continue
+            records[record["step"]] = record
+    return [records[step] for step in sorted(records)]
 
 
 def subfolders(path):
@@ -403,6 +459,9 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         "param_bytes": param_bytes,
         "notes": notes,
     }
+    evaluations = read_evaluator_log(mode_dir)
+    if evaluations:
+        cluster["evaluator"] = summarize_evaluator(evaluations, target)
     return {**header, **cluster}
 
 

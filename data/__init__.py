@@ -35,14 +35,15 @@ def dataset_path(data_dir, dataset):
     return os.path.join(data_dir, folder)
 
 
-def check_dataset(data_dir, dataset):
+def check_dataset(data_dir, dataset, splits=("train", "t10k")):
     """Raise DataError naming every missing file, before anything expensive starts."""
     root = dataset_path(data_dir, dataset)
     if dataset == "cifar10":
-        wanted = [os.path.join(root, f"data_batch_{i}.bin") for i in range(1, 6)] + [os.path.join(root, "test_batch.bin")]
+        wanted = [os.path.join(root, f"data_batch_{i}.bin") for i in range(1, 6)] if "train" in splits else []
+        wanted += [os.path.join(root, "test_batch.bin")] if "t10k" in splits else []
         missing = [path for path in wanted if not os.path.isfile(path)]
     else:
-        missing = [_idx_stem(root, split, kind) + "[.gz]" for split in ("train", "t10k") for kind in ("images", "labels")
+        missing = [_idx_stem(root, split, kind) + "[.gz]" for split in splits for kind in ("images", "labels")
                    if _idx_file(root, split, kind) is None]
     if missing:
         raise DataError(f"{dataset} not found: missing {', '.join(missing)}; get it from {WHERE_TO_GET[dataset]}")
@@ -58,6 +59,15 @@ def load_dataset(data_dir, dataset):
                        test_images, test_labels)
     parts = [_read_idx_pair(root, split) for split in ("train", "t10k")]
     return Dataset(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
+
+
+def load_test_set(data_dir, dataset):
+    """(test images, test labels) alone: all the evaluator process reads."""
+    check_dataset(data_dir, dataset, splits=("t10k",))
+    root = dataset_path(data_dir, dataset)
+    if dataset == "cifar10":
+        return _read_cifar(os.path.join(root, "test_batch.bin"))
+    return _read_idx_pair(root, "t10k")
 
 
 def _idx_stem(root, split, kind):
@@ -133,6 +143,12 @@ class BatchStream:
         self.epoch = 0
         self._order = self.rng.permutation(len(images))
         self._pos = 0
+
+    @property
+    def passes(self):
+        """Passes over the share so far; a pass ends with its last full batch."""
+        per_pass = len(self._order) // self.batch_size * self.batch_size
+        return self.epoch + min(1.0, self._pos / per_pass)
 
     def next(self):
         if self._pos + self.batch_size > len(self._order):

@@ -2,7 +2,8 @@
 
 Each file holds one JSON object for global iteration N: num_iters (local steps), time (per local step: the
 seconds of each phase), num_samples (samples trained in this iteration), total_time (seconds since the worker
-started) and accuracy when this worker evaluated. meta.json beside them describes the worker and the job.
+started; a resumed job continues from its checkpoint's time) and accuracy when this worker evaluated.
+meta.json beside them describes the worker and the job.
 """
 import glob
 import logging
@@ -14,10 +15,12 @@ log = logging.getLogger(__name__)
 
 
 class IterationLog:
-    def __init__(self, log_dir, node, device_folder, meta):
+    def __init__(self, log_dir, node, device_folder, meta, first_iteration=0):
+        """Logs from `first_iteration` on replace an earlier run's; a resumed job keeps those before it."""
         self.folder = os.path.join(log_dir, node, device_folder)
         os.makedirs(self.folder, exist_ok=True)
-        stale = glob.glob(os.path.join(self.folder, "iter-*.txt"))
+        stale = [path for path in glob.glob(os.path.join(self.folder, "iter-*.txt"))
+                 if _iteration_of(path) >= first_iteration]
         for path in stale:  # only this worker's own folder: an earlier run of the same worker slot
             os.unlink(path)
         if stale:
@@ -38,3 +41,11 @@ class IterationLog:
 
     def path(self, name):
         return os.path.join(self.folder, name)
+
+
+def _iteration_of(path):
+    name = os.path.basename(path)
+    try:
+        return int(name[len("iter-"):-len(".txt")])
+    except ValueError:
+        return -1  # not ours to remove

@@ -11,6 +11,7 @@ import time
 import mxnet as mx
 
 from data import BatchStream, partition
+from training import checkpoints
 from training.devices import contexts, device_name
 from training.files import atomic_write
 from training.heterogeneity import EmulatedSlowdown
@@ -24,19 +25,23 @@ PROGRESS_EVERY = 1.0  # seconds between progress lines
 
 
 class StopCondition:
-    def __init__(self, max_iters=None, max_time=None, target_accuracy=None):
+    def __init__(self, max_iters=None, max_time=None, target_accuracy=None, max_epochs=None):
         self.max_iters = max_iters
         self.max_time = max_time
         self.target_accuracy = target_accuracy
+        self.max_epochs = max_epochs
 
     @property
     def unbounded(self):
-        return self.max_iters is None and self.max_time is None and self.target_accuracy is None
+        return (self.max_iters is None and self.max_time is None and self.target_accuracy is None
+                and self.max_epochs is None)
 
-    def reason(self, iterations, elapsed, accuracy):
-        """Why training should stop after `iterations` rounds, or None."""
+    def reason(self, iterations, elapsed, accuracy, epochs=0.0):
+        """Why training should stop after `iterations` rounds and `epochs` passes over the share, or None."""
         if self.max_iters is not None and iterations >= self.max_iters:
             return f"reached --max-iters {self.max_iters}"
+        if self.max_epochs is not None and epochs >= self.max_epochs:
+            return f"reached --epochs {self.max_epochs:g}"
         if self.max_time is not None and elapsed >= self.max_time:
             return f"reached --max-time {self.max_time:g} s"
         if self.target_accuracy is not None and accuracy is not None and accuracy >= self.target_accuracy:
@@ -71,18 +76,26 @@ def train(args, scheme_cls, data):
                          args.seed + rank)
     device = device_name(args.gpu, args.cpu)
     folder = device if kv is None else f"{device}-rank{rank}"
+    resume = checkpoints.resume_point(args)
     iterlog = IterationLog(args.log_dir, args.node_name, folder,
-                           _meta(args, scheme, model, device, rank, num_workers, len(share)))
+                           _meta(args, scheme, model, device, rank, num_workers, len(share)), resume.step)
     log.info("%s worker rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s",
              scheme.name, rank, num_workers, device, os.getpid(), args.network, len(share), model.num_params,
              model.param_bytes / 1e6, f", emulated slowdown x{args.slowdown:g}" if args.slowdown > 1 else "")
-    stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy)
+    stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy, args.epochs)
     if stop.unbounded:
-        log.warning("no stop condition (--max-iters, --max-time, --target-accuracy): training until interrupted")
+        log.warning("no stop condition (--max-iters, --max-time, --target-accuracy, --epochs): "
+                    "training until interrupted")
+    if rank == 0 and resume.params:
+        checkpoints.load_weights(resume, model)  # setup() broadcasts rank 0's weights to every worker
     with watchdog.guard("setting up the job (initial weights, state server)"):
         scheme.setup()
+    checkpoints.load_optimizer_state(resume, scheme)
+    if args.digest_weights:
+        log.info("weights digest at global step %d: %s", resume.step, model.digest())
+    writer = _checkpoint_writer(args, scheme, rank)
     try:
-        accuracy = _run(args, scheme, model, stream, data, iterlog, stop, watchdog, rank == 0)
+        accuracy = _run(args, scheme, model, stream, data, iterlog, stop, watchdog, rank == 0, resume, writer)
     finally:
         scheme.finish()
     model_path = iterlog.path("model-final.params")
@@ -94,13 +107,13 @@ def train(args, scheme_cls, data):
     return accuracy
 
 
-def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates):
+def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates, resume, writer):
     slowdown = EmulatedSlowdown(args.slowdown)
-    started = time.time()
+    started = time.time() - resume.elapsed  # a resumed job's clock continues from its checkpoint
     samples = 0
     accuracy = None
-    last_progress = 0.0
-    iteration = 0
+    last_progress = resume.elapsed
+    iteration = resume.step
     while True:
         round_overhead = {}
         with Timer(round_overhead, "check ready"):
@@ -108,7 +121,7 @@ def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates):
         steps = _local_steps(scheme, model, stream, slowdown)
         if scheme.coordinated:
             steps[0]["check ready"] = steps[0].get("check ready", 0.0) + round_overhead["check ready"]
-        reason = stop.reason(iteration + 1, time.time() - started, accuracy)
+        reason = stop.reason(iteration + 1, time.time() - started, accuracy, resume.epochs + stream.passes)
         if scheme.aggregate_key:
             phase = f"the aggregation of global iteration {iteration}"
             with Timer(steps[-1], scheme.aggregate_key), watchdog.guard(phase):
@@ -124,12 +137,17 @@ def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates):
             with Timer(steps[-1], "evaluation"):
                 evaluated = accuracy = model.accuracy(data.test_images, data.test_labels)
         elapsed = time.time() - started
+        if writer and (stop_all or writer.due(iteration)):
+            with Timer(steps[-1], "checkpoint"):
+                save = writer.finish if stop_all else writer.save
+                save(iteration, elapsed, resume.epochs + stream.passes, model, scheme)
         extra = {"weights_digest": model.digest()} if args.digest_weights else {}
         iterlog.write(iteration - 1, steps, round_samples, elapsed, evaluated, **extra)
         if stop_all or elapsed - last_progress >= PROGRESS_EVERY:
             last_progress = elapsed
             log.info("iter %d  %.1f s  %s  %.0f samples/s", iteration, elapsed,
-                     f"test accuracy {accuracy:.4f}" if accuracy is not None else "", samples / elapsed)
+                     f"test accuracy {accuracy:.4f}" if accuracy is not None else "",
+                     samples / (elapsed - resume.elapsed))
         if stop_all:
             log.info("finished: %d global iterations in %.1f s (%s)%s", iteration, elapsed,
                      reason or "another worker reached a stop condition",
@@ -161,6 +179,15 @@ def _local_steps(scheme, model, stream, slowdown):
             done = scheme.round_done(len(steps), step_seconds)
         if done:
             return steps
+
+
+def _checkpoint_writer(args, scheme, rank):
+    """Rank 0 saves the global model with --train-dir; the others never do."""
+    if rank != 0 or not args.train_dir:
+        return None
+    description = {"mode": scheme.name, "network": args.network, "dataset": args.dataset,
+                   "num_workers": scheme.num_workers, "batch_size": args.batch_size, "seed": args.seed}
+    return checkpoints.CheckpointWriter(args.train_dir, args.save_freq, description)
 
 
 def _meta(args, scheme, model, device, rank, num_workers, num_samples):

@@ -88,3 +88,7 @@ class Model:
 
     def save(self, path):
         self.net.save_parameters(path)
+
+    def load(self, path):
+        """Weights saved by save() (a checkpoint), onto every device."""
+        self.net.load_parameters(path, ctx=self.ctxs)

@@ -1,0 +1,79 @@
+"""Real ps-lite jobs with checkpoints: an evaluator process beside a sync job, and a killed job resumed."""
+import os
+import re
+import time
+
+import mxnet as mx
+
+from cluster import ROOT, ProcessGroup
+from data import load_test_set
+from tests.jobs import LENET_ARGS, SAMPLE_DATA, finish, iter_records, meta, start_job, worker_folders
+from training.checkpoints import read_checkpoint, saved_steps
+from training.evaluator import EVALUATOR_LOG, read_evaluations
+from training.model import Model
+
+MAIN = os.path.join(ROOT, "main.py")
+
+
+def checkpoint_model(train_dir, step):
+    model = Model("lenet", [mx.cpu()], (1, 28, 28))
+    model.load(os.path.join(train_dir, f"ckpt-{step}.params"))
+    return model
+
+
+def rank0(folders):
+    return next(f for f in folders if meta(f)["rank"] == 0)
+
+
+def test_the_evaluator_beside_a_sync_job_tests_each_checkpoint_once_as_inline_evaluation_would(processes,
+                                                                                             tmp_path):
+    train_dir, log_dir = str(tmp_path / "train"), str(tmp_path / "logs")
+    evaluator = processes.start_python("evaluator", [MAIN, "-m", "evaluate", "--train-dir", train_dir, "-ld", log_dir,
+                                                     "--eval-timeout", "120", *LENET_ARGS],
+                                       {"OMP_NUM_THREADS": "1"})  # one core, as each worker has
+    # Rank 0 also evaluates at every checkpoint's step, to compare with.
+    workers = start_job(processes, "sync", LENET_ARGS + ["--max-steps", "60", "--train-dir", train_dir,
+                                                         "--save-freq", "10", "-e", "10"], log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+    assert processes.wait([evaluator], timeout=60) and evaluator.poll() == 0, open(evaluator.output).read()
+
+    records = read_evaluations(os.path.join(log_dir, EVALUATOR_LOG))
+    assert [r["step"] for r in records] == saved_steps(train_dir) == [10, 20, 30, 40, 50, 60]
+    images, labels = load_test_set(SAMPLE_DATA, "mnist-5k")
+    inline = iter_records(rank0(worker_folders(log_dir)))
+    for r in records:
+        assert r["accuracy"] == checkpoint_model(train_dir, r["step"]).accuracy(images, labels)
+        assert r["accuracy"] == inline[r["step"] - 1]["accuracy"]
+        assert r["time"] == read_checkpoint(train_dir, r["step"])["time"] == inline[r["step"] - 1]["total_time"]
+
+
+def test_a_killed_sync_job_resumes_from_its_last_checkpoint_with_its_step_and_weights(processes, tmp_path):
+    train_dir, log_dir = str(tmp_path / "train"), str(tmp_path / "logs")
+    job = LENET_ARGS + ["--train-dir", train_dir, "--save-freq", "20", "-e", "0", "--digest-weights",
+                        "--momentum", "0.9"]
+    start_job(processes, "sync", job + ["--max-time", "300"], log_dir=log_dir)
+    deadline = time.monotonic() + 120
+    while len(saved_steps(train_dir)) < 3 and time.monotonic() < deadline and not processes.failed():
+        time.sleep(0.1)
+    processes.stop()  # the whole job, by PID, with no chance to finish
+    killed_at = time.time()
+    step = saved_steps(train_dir)[-1]
+    assert step >= 60
+
+    with ProcessGroup(str(tmp_path / "resumed")) as resumed:
+        workers = start_job(resumed, "sync", job + ["--resume", "--max-steps", str(step + 20)], log_dir=log_dir)
+        finish(resumed, workers, timeout=180)
+
+    digest = checkpoint_model(train_dir, step).digest()
+    for worker in workers:
+        output = open(worker.output).read()
+        assert re.search(rf"weights digest at global step {step}: {digest}", output), output[-2000:]
+    for folder in worker_folders(log_dir):
+        names = [f"iter-{n}.txt" for n in range(step + 20)]
+        assert sorted(os.listdir(folder)) == sorted(names + ["meta.json", "model-final.params"])
+        rewritten = [n for n in range(step + 20) if os.path.getmtime(os.path.join(folder, names[n])) > killed_at]
+        assert rewritten == list(range(step, step + 20))  # the first new iteration log is the checkpoint's step
+        records = iter_records(folder)
+        assert records[step]["total_time"] > read_checkpoint(train_dir, step)["time"]
+    assert saved_steps(train_dir)[-1] == step + 20

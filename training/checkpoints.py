@@ -1,0 +1,172 @@
+"""Checkpoints of the global model in a shared folder (--train-dir), for a separate evaluator and for --resume.
+
+Rank 0 writes, every --save-freq global steps and once more when training ends:
+  <train-dir>/ckpt-<S>.params   the weights after S global steps (MXNet's save_parameters format)
+  <train-dir>/ckpt-<S>.states   rank 0's local optimizer state (momentum), for modes with a local optimizer
+  <train-dir>/ckpt-<S>.json     step, time, mode, network, dataset, ...: written last, so a checkpoint exists
+                                exactly when its .json does
+  <train-dir>/final.json        the marker written after the last checkpoint: {"step": S}
+Every file is written atomically (training/files.atomic_write): a process killed at any moment leaves whole
+checkpoints only. Checkpoints are kept (none is deleted).
+
+Resuming restores the global step, the training time, the weights, the local optimizer state (the same state
+for every worker: exact for sync, rank 0's for every ESync worker) and rank 0's count of passes over its
+shard. Not restored: the servers' optimizer state in async / DC-ASGD modes (momentum, DC-ASGD's backup
+weights), the position in each worker's data order, the ESync state server's step times, and the work done
+after the last checkpoint.
+"""
+import glob
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+from training.files import atomic_write, write_json
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_JSON = re.compile(r"^ckpt-(\d+)\.json$")
+FINAL_MARKER = "final.json"
+
+
+class CheckpointError(Exception):
+    """A checkpoint folder that cannot be resumed from; the message says why."""
+
+
+@dataclass
+class ResumePoint:
+    """Where training starts: step 0 of a new job, or a checkpoint's step, time and files."""
+    step: int = 0
+    elapsed: float = 0.0
+    epochs: float = 0.0
+    params: str = None
+    states: str = None
+
+
+def checkpoint_path(train_dir, step, suffix):
+    return os.path.join(train_dir, f"ckpt-{step}.{suffix}")
+
+
+def saved_steps(train_dir):
+    """Steps of the complete checkpoints in train_dir, ascending."""
+    if not os.path.isdir(train_dir):
+        return []
+    steps = (CHECKPOINT_JSON.match(name) for name in os.listdir(train_dir))
+    return sorted(int(match.group(1)) for match in steps if match)
+
+
+def read_checkpoint(train_dir, step):
+    with open(checkpoint_path(train_dir, step, "json")) as f:
+        return json.load(f)
+
+
+def final_step(train_dir):
+    """The last step of a finished job (its final marker), or None while training goes on."""
+    try:
+        with open(os.path.join(train_dir, FINAL_MARKER)) as f:
+            return int(json.load(f)["step"])
+    except FileNotFoundError:
+        return None
+
+
+def check_train_dir(args):
+    """Before any network wait: --resume needs a checkpoint of this network and dataset; a new job an unused
+    folder. Returns the checkpoint's description (or None for a new job)."""
+    if args.resume and not args.train_dir:
+        raise CheckpointError("--resume needs --train-dir (the folder the checkpoints were saved to)")
+    if not args.train_dir:
+        return None
+    steps = saved_steps(args.train_dir)
+    if not args.resume:
+        if steps:
+            raise CheckpointError(f"{args.train_dir} holds checkpoints of an earlier job (up to step {steps[-1]}): "
+                                  "add --resume to continue it, or choose another --train-dir")
+        return None
+    if not steps:
+        raise CheckpointError(f"--resume: no checkpoint in {args.train_dir} (no ckpt-<step>.json)")
+    meta = read_checkpoint(args.train_dir, steps[-1])
+    for key in ("network", "dataset"):
+        if meta.get(key) != getattr(args, key):
+            raise CheckpointError(f"--resume: the checkpoint at step {steps[-1]} in {args.train_dir} is of "
+                                  f"{key} {meta.get(key)}, not {getattr(args, key)}")
+    return meta
+
+
+def resume_point(args):
+    """The latest checkpoint's step, time and files with --resume; step 0 otherwise."""
+    if not args.resume:
+        return ResumePoint()
+    step = saved_steps(args.train_dir)[-1]
+    meta = read_checkpoint(args.train_dir, step)
+    states = checkpoint_path(args.train_dir, step, "states")
+    return ResumePoint(step, float(meta["time"]), float(meta.get("epochs", 0.0)),
+                       checkpoint_path(args.train_dir, step, "params"), states if os.path.exists(states) else None)
+
+
+def local_optimizer(scheme):
+    """The updater of the scheme's local gluon.Trainer (sync, esync, local), or None (async: on the servers).
+
+    Its states are saved and loaded directly: Trainer.save_states pickles the optimizer too, and load_states
+    would then bring back the earlier run's learning rate and momentum over this run's flags.
+    """
+    trainer = getattr(scheme, "trainer", None)
+    return trainer._updaters[0] if trainer is not None else None
+
+
+def load_weights(resume, model):
+    """Rank 0, before the initial broadcast: the checkpoint's weights become every worker's."""
+    model.load(resume.params)
+    log.info("resuming at global step %d from %s", resume.step, resume.params)
+
+
+def load_optimizer_state(resume, scheme):
+    """Every worker, after the scheme's setup: the checkpoint's local optimizer state, when both exist."""
+    if resume.states is None or local_optimizer(scheme) is None:
+        return
+    with open(resume.states, "rb") as f:
+        states = f.read()
+    for updater in scheme.trainer._updaters:
+        # The states alone, not the pickled optimizer: this run's learning rate and momentum apply.
+        updater.set_states(states)
+
+
+class CheckpointWriter:
+    """Rank 0's side: every `save_freq` global steps and at the end, one checkpoint; then the final marker."""
+
+    def __init__(self, train_dir, save_freq, description):
+        self.train_dir = train_dir
+        self.save_freq = save_freq
+        self.description = description
+        self.last_saved = None
+        os.makedirs(train_dir, exist_ok=True)
+        self._clean_earlier_leftovers()
+
+    def _clean_earlier_leftovers(self):
+        """A final marker of a job now resumed, and temporary files of a process killed while writing."""
+        for path in [os.path.join(self.train_dir, FINAL_MARKER)] + glob.glob(os.path.join(self.train_dir, ".*.tmp")):
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def due(self, step):
+        return bool(self.save_freq) and step % self.save_freq == 0
+
+    def save(self, step, elapsed, epochs, model, scheme):
+        atomic_write(checkpoint_path(self.train_dir, step, "params"), model.save)
+        optimizer = local_optimizer(scheme)
+        if optimizer is not None:
+            def write_states(path):
+                with open(path, "wb") as f:
+                    f.write(optimizer.get_states(dump_optimizer=False))
+            atomic_write(checkpoint_path(self.train_dir, step, "states"), write_states)
+        record = {"step": step, "time": round(elapsed, 6), "epochs": epochs, **self.description,
+                  "params": os.path.basename(checkpoint_path(self.train_dir, step, "params"))}
+        write_json(checkpoint_path(self.train_dir, step, "json"), record)
+        self.last_saved = step
+
+    def finish(self, step, elapsed, epochs, model, scheme):
+        """The last checkpoint (unless this step was just saved), then the marker an evaluator stops at."""
+        if self.last_saved != step:
+            self.save(step, elapsed, epochs, model, scheme)
+        write_json(os.path.join(self.train_dir, FINAL_MARKER), {"step": step, "time": round(elapsed, 6)})
+        log.info("last checkpoint: step %d in %s", step, self.train_dir)
