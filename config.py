@@ -8,7 +8,8 @@ import argparse
 import math
 import socket
 
-MODES = ("esync", "sync", "async", "nbsync", "local")
+MODES = ("esync", "sync", "async", "nbsync", "zeno", "local")
+ATTACKS = ("signflip", "random", "randomscale", "labelflip")  # see training/attacks.py
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan")
 EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its checkpoints (training/evaluator.py)
@@ -46,6 +47,14 @@ DEFAULTS = dict(
     slowdown=1.0,
     digest_weights=False,
     sync_timeout=300.0,
+    validator=False,        # zeno: this process is the trusted validator
+    validation_size=1000,   # zeno: training samples held out for the validator
+    sync_interval=4,        # zeno: local steps between aggregations
+    rho=0.6,                # zeno: a delta is rejected unless mean(u^2) < (1 + rho) mean(v^2)
+    eta=-0.001,             # zeno: a delta is rejected unless mean(u.v) > eta mean(v^2)
+    byzantine=0,            # the first K workers misbehave (experiments)
+    attack="signflip",
+    attack_scale=10.0,
     mini_batches=8,         # NBSSGD: parts of a batch; a worker can join the aggregation after any part
 )
 
@@ -137,6 +146,17 @@ def build_parser():
                         "plan: ask once per round for the number of local steps")
     p.add_argument("--epsilon", type=_non_negative(float),
                    help="ESync readiness margin in seconds (default: fitted to the measured step times)")
+    p.add_argument("--validator", action="store_true",
+                   help="zeno: this worker is the trusted validator (exactly one per job; it trains on "
+                        "--validation-size held-out samples and scores every worker's update)")
+    p.add_argument("--validation-size", type=_positive(int), help="zeno: training samples held out for the validator")
+    p.add_argument("--sync-interval", type=_positive(int), help="zeno: local steps between aggregations")
+    p.add_argument("--rho", type=_non_negative(float), help="zeno: bound on an update's size relative to the validator's")
+    p.add_argument("--eta", type=float, help="zeno: bound on an update's agreement with the validator's")
+    p.add_argument("--byzantine", type=_non_negative(int),
+                   help="the first K workers are Byzantine: they corrupt what they send (experiments)")
+    p.add_argument("--attack", choices=ATTACKS, help="what a Byzantine worker does")
+    p.add_argument("--attack-scale", type=_positive(float), help="S of the attack (see training/attacks.py)")
     p.add_argument("--mini-batches", type=_positive(int),
                    help="nbsync: split each batch into this many parts (-b must be a multiple)")
     p.add_argument("--max-iters", "--max-steps", type=_positive(int), help="stop after this many global iterations")

@@ -53,14 +53,21 @@ def colour_for(algorithm):
     return SPARE_COLOURS[sum(map(ord, algorithm)) % len(SPARE_COLOURS)]
 
 
+def curve_label(run):
+    """The algorithm, and the Byzantine workers it trained with, if any."""
+    if not run.get("attacked"):
+        return run["algorithm"]
+    return f"{run['algorithm']} ({run.get('byzantine_workers', '?')} Byzantine)"
+
+
 def run_label(run):
-    return f"{run['algorithm']} (non-IID)" if run.get("non_iid") else run["algorithm"]
+    return f"{curve_label(run)} (non-IID)" if run.get("non_iid") else curve_label(run)
 
 
 def run_order(run):
     algorithm = run["algorithm"]
     rank = ALGORITHM_ORDER.index(algorithm) if algorithm in ALGORITHM_ORDER else len(ALGORITHM_ORDER)
-    return bool(run.get("non_iid")), rank, algorithm
+    return bool(run.get("non_iid")), rank, bool(run.get("attacked")), algorithm
 
 
 def is_standalone(run):
@@ -167,11 +174,15 @@ def new_axes(title, xlabel, ylabel):
 
 
 def plot_curves(ax, run, curve, smooth, every, label):
-    """The run's inline curve (solid) and its evaluator's (dashed), whichever exist."""
+    """The run's inline curve (solid) and its evaluator's (dashed), whichever exist; dash-dotted and crosses for a
+    run with Byzantine workers."""
     for evaluator, style, suffix in ((False, "-", ""), (True, "--", " (evaluator)")):
         xs, accuracies = curve(run, smooth, every, evaluator)
         if xs:
-            ax.plot(xs, accuracies, style, marker="." if len(xs) < 50 else None,
+            if run.get("attacked"):
+                style = "-." if not evaluator else ":"
+            marker = ("x" if run.get("attacked") else ".") if len(xs) < 50 else None
+            ax.plot(xs, accuracies, style, marker=marker,
                     color=colour_for(run["algorithm"]), label=label + suffix)
 
 
@@ -185,7 +196,7 @@ def draw_accuracy(runs, network, non_iid, standalone, smooth=1, every=1):
     fig, ax = new_axes(f"{network}: test accuracy vs. time ({split} data)", "wall-clock time (minutes)",
                        "test accuracy")
     for run in curves:
-        plot_curves(ax, run, accuracy_curve, smooth, every, run["algorithm"])
+        plot_curves(ax, run, accuracy_curve, smooth, every, curve_label(run))
     if standalone is not None:
         ax.axhline(standalone, linestyle=":", color=colour_for("Standalone"),
                    label=f"Standalone ({standalone:.3f})")

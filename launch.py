@@ -44,9 +44,12 @@ MODE_FLAGS = {
     "async": ["-m", "async"],
     "dcasgd": ["-m", "async", "-dcasgd", "1"],
     "nbsync": ["-m", "nbsync"],
+    "zeno": ["-m", "zeno"],
 }
 COORDINATED_MODES = ("esync", "nbsync")  # modes whose workers talk to the state server
 NON_IID_SUFFIX = "-niid"
+ATTACK_SUFFIX = "-attack"
+VALIDATOR_FOLDER_SUFFIX = "-validator"
 TRACKERS = ("local", "ssh", "mpi", "slurm", "sge", "yarn", "kubernetes")
 # Launchers that number their workers 0..N-1 in one of these variables; the others start identical workers.
 TASK_INDEX_VARIABLES = ("DMLC_TASK_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
@@ -56,7 +59,7 @@ RESERVED_WORKER_FLAGS = {
     "-m", "--mode", "-dcasgd", "--use-dcasgd", "-ld", "--log-dir", "--node-name", "-c", "--cpu", "-g", "--gpu",
     "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class", "-n",
     "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
-    "--esync-policy",
+    "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator",
 }
 
 PROCESSES_FOLDER = "processes"  # summary.py reads <mode>/<node>/<device>/ folders; this one holds only files
@@ -153,6 +156,12 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--non-iid", action="store_true", help="split the data by class; logs go to <mode>-niid/")
     p.add_argument("--esync-policy", default=config.DEFAULTS["esync_policy"], choices=config.ESYNC_POLICIES)
+    p.add_argument("--byzantine", type=int, default=0,
+                   help="the first K workers are Byzantine (see --attack); logs go to <mode>-attack/")
+    p.add_argument("--attack", default=config.DEFAULTS["attack"], choices=config.ATTACKS)
+    p.add_argument("--attack-scale", type=float, default=config.DEFAULTS["attack_scale"])
+    p.add_argument("--validator-device", default="cpu",
+                   help="zeno: the device of the trusted validator, an extra worker process (default cpu)")
     p.add_argument("--logs", default="logs", help="root of the logs (default: logs)")
     p.add_argument("--node-name", help="the workers' log folder under <mode>/ (default: each worker's host name)")
     p.add_argument("--wall-limit", type=float,
@@ -175,8 +184,12 @@ def parse_args(argv):
     for device in args.devices:
         device_flags(device)
     args.slowdowns = parse_slowdowns(args.slowdown, len(args.devices))
+    device_flags(args.validator_device)
     check_limits(args)
     check_tracker(args)
+    if args.tracker and "zeno" in args.modes:
+        raise UsageError("--modes zeno needs its validator process, which --tracker does not start: "
+                         "run zeno without --tracker, or start its processes by hand (README)")
     check_worker_args(args.worker_args)
     args.data_dir = os.path.abspath(args.data_dir)
     args.logs = os.path.abspath(args.logs)
@@ -236,6 +249,9 @@ def check_limits(args):
         raise UsageError(f"-s {args.num_servers}: at least one server is needed")
     if args.progress_every <= 0 or (args.wall_limit is not None and args.wall_limit <= 0):
         raise UsageError("--progress-every and --wall-limit must be positive")
+    if not 0 <= args.byzantine < len(args.devices):
+        raise UsageError(f"--byzantine {args.byzantine}: must leave at least one of the {len(args.devices)} "
+                         "workers honest")
 
 
 def check_tracker(args):
@@ -291,7 +307,8 @@ def check_workers_can_start(args):
 
 
 def mode_folder(args, mode):
-    return os.path.join(args.logs, args.network, mode + (NON_IID_SUFFIX if args.non_iid else ""))
+    suffixes = (ATTACK_SUFFIX if args.byzantine else "") + (NON_IID_SUFFIX if args.non_iid else "")
+    return os.path.join(args.logs, args.network, mode + suffixes)
 
 
 def shared_worker_args(args, mode, log_dir, state_port):
@@ -306,6 +323,8 @@ def shared_worker_args(args, mode, log_dir, state_port):
         command += ["-ip", args.host_ip, "-port", str(state_port)]
     if mode == "esync":
         command += ["--esync-policy", args.esync_policy]
+    if args.byzantine:
+        command += ["--byzantine", str(args.byzantine), "--attack", args.attack, "--attack-scale", str(args.attack_scale)]
     for flag, value in (("--max-time", args.max_time), ("--max-iters", args.max_iters),
                         ("--target-accuracy", args.target_accuracy)):
         if value is not None:
@@ -364,7 +383,7 @@ class IterationReader:
         self.iterations = 0        # global iterations done: the most any worker logged
         self.samples = 0           # over all workers
         self.training_time = 0.0   # the longest total_time logged
-        self.accuracy = None       # rank 0's latest test accuracy
+        self.accuracy = None       # the evaluating worker's latest test accuracy
 
     @property
     def throughput(self):
@@ -372,7 +391,8 @@ class IterationReader:
 
     def update(self):
         for folder in glob.glob(os.path.join(self.mode_dir, "*", "*-rank*")):
-            self._read_new_records(folder)
+            if not folder.endswith(VALIDATOR_FOLDER_SUFFIX):  # zeno's validator trains on held-out data
+                self._read_new_records(folder)
         return self
 
     def _read_new_records(self, folder):
@@ -381,15 +401,15 @@ class IterationReader:
             record = read_record(os.path.join(folder, f"iter-{n}.txt"))
             if record is None:
                 break
-            self._add(n, record, folder.endswith("-rank0"))
+            self._add(n, record)
             n += 1
         self.next_iteration[folder] = n
 
-    def _add(self, n, record, from_rank0):
+    def _add(self, n, record):
         self.iterations = max(self.iterations, n + 1)
         self.samples += record.get("num_samples", 0)
         self.training_time = max(self.training_time, record.get("total_time", 0.0))
-        if from_rank0 and record.get("accuracy") is not None:
+        if record.get("accuracy") is not None:  # one worker of a job evaluates
             self.accuracy = record["accuracy"]
 
 
@@ -547,6 +567,9 @@ def start_processes(args, mode, group, log_dir, state_port, label):
         INTERRUPTS.check()
 
     workers_argv = [worker_argv(args, mode, w, log_dir, state_port) for w in range(len(args.devices))]
+    if mode == "zeno":
+        workers_argv.append([MAIN_PY] + shared_worker_args(args, mode, log_dir, state_port)
+                            + device_flags(args.validator_device) + ["--validator"])
     return start_ps_job(group, [MAIN_PY] + MODE_FLAGS[mode], workers_argv, args.num_servers, record_and_check)
 
 

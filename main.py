@@ -67,15 +67,37 @@ def check_worker(args, num_workers):
         check_train_dir(args)
     except (DataError, DeviceError, CheckpointError) as err:
         raise UsageError(str(err))
-    share = len(data.train_labels) // num_workers
+    check_byzantine(args, num_workers)
+    training_samples, training_workers = len(data.train_labels), num_workers
+    if args.mode == "zeno":
+        training_samples -= args.validation_size
+        training_workers -= 1
+        if args.validation_size < args.batch_size:
+            raise UsageError(f"--validation-size {args.validation_size} is smaller than the batch size "
+                             f"{args.batch_size}")
+    share = training_samples // training_workers
     if share < args.batch_size:
-        raise UsageError(f"each of {num_workers} workers gets about {share} training samples, "
+        raise UsageError(f"each of {training_workers} workers gets about {share} training samples, "
                          f"fewer than the batch size {args.batch_size}")
     if args.mode == "nbsync" and args.batch_size % args.mini_batches:
         raise UsageError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
     if args.mode in ("esync", "nbsync"):
         check_state_server(args)
     return data
+
+
+def check_byzantine(args, num_workers):
+    if args.mode == "zeno" and num_workers < 2:
+        raise UsageError("-m zeno needs DMLC_NUM_WORKER >= 2: the training workers and one --validator")
+    if args.validator and args.mode != "zeno":
+        raise UsageError(f"--validator belongs to -m zeno, not -m {args.mode}")
+    if not args.byzantine:
+        return
+    if args.mode == "local":
+        raise UsageError("--byzantine needs a cluster mode: a standalone worker has nobody to attack")
+    training_workers = num_workers - (args.mode == "zeno")
+    if args.byzantine >= training_workers:
+        raise UsageError(f"--byzantine {args.byzantine} leaves no honest worker among {training_workers}")
 
 
 def check_evaluator(args):
@@ -155,11 +177,12 @@ def main(argv=None):
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)
         return 2
+    from training.schemes.base import JobSetupError
     from training.state_client import StateServerError, StateServerUnavailable
 
     try:
         run_training(args, data)
-    except (StateServerUnavailable, StateServerError) as err:
+    except (StateServerUnavailable, StateServerError, JobSetupError) as err:
         log.error("%s", err)
         return 1
     except KeyboardInterrupt:

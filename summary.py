@@ -35,6 +35,7 @@ ALGORITHMS = {
 }
 STANDALONE_MODE = "local"
 NON_IID_SUFFIX = "-niid"
+ATTACK_SUFFIX = "-attack"  # runs with Byzantine workers: <mode>-attack[-niid]
 AGGREGATE_KEYS = ("global aggregate", "global update")
 META_FILE = "meta.json"
 WORKER_FILES = {META_FILE, "model-final.params"}  # what a worker writes beside its iteration logs
@@ -54,10 +55,18 @@ class SummaryError(Exception):
 
 
 def split_mode(mode):
-    """'esync-niid' -> ('esync', True); 'sync' -> ('sync', False)."""
-    if mode.endswith(NON_IID_SUFFIX):
-        return mode[: -len(NON_IID_SUFFIX)], True
-    return mode, False
+    """'esync-niid' -> ('esync', True); 'sync' -> ('sync', False); 'zeno-attack-niid' -> ('zeno', True)."""
+    base, non_iid = _strip(mode, NON_IID_SUFFIX)
+    return _strip(base, ATTACK_SUFFIX)[0], non_iid
+
+
+def is_attacked(mode):
+    """Whether the mode folder holds a run with Byzantine workers ('<mode>-attack[-niid]')."""
+    return _strip(_strip(mode, NON_IID_SUFFIX)[0], ATTACK_SUFFIX)[1]
+
+
+def _strip(name, suffix):
+    return (name[: -len(suffix)], True) if name.endswith(suffix) else (name, False)
 
 
 def is_known_mode(mode):
@@ -73,8 +82,9 @@ def algorithm_name(mode):
 
 
 def summary_file_name(mode):
-    suffix = "-Non-IID" if split_mode(mode)[1] else ""
-    return f"{algorithm_name(mode)}{suffix}.json"
+    attack = "-Attack" if is_attacked(mode) else ""
+    non_iid = "-Non-IID" if split_mode(mode)[1] else ""
+    return f"{algorithm_name(mode)}{attack}{non_iid}.json"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -383,7 +393,18 @@ def describe_device(device, records, meta):
     stats = summarize_device(records)
     stats["rank"] = rank_of(device, meta)
     stats["slowdown"] = meta.get("slowdown")
+    stats["byzantine"] = meta.get("byzantine")
+    stats.update(validation_counts(records.values()))
     return stats
+
+
+def validation_counts(records):
+    """Zeno: how many of this worker's layer updates the validator's rule accepted and rejected."""
+    judged = [r for r in records if is_number(r.get("zeno_accepted_layers")) and is_number(r.get("zeno_layers"))]
+    if not judged:
+        return {}
+    accepted = sum(int(r["zeno_accepted_layers"]) for r in judged)
+    return {"accepted_layers": accepted, "rejected_layers": sum(int(r["zeno_layers"]) for r in judged) - accepted}
 
 
 def report_gaps(node, device, stats):
@@ -429,11 +450,14 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
     mode_dir = os.path.join(network_dir, mode)
     if not os.path.isdir(mode_dir):
         raise SummaryError(f"no such log folder: {mode_dir}")
-    devices, metas = {}, []
+    devices, metas, validators = {}, [], []
     for node, device, path in find_device_folders(mode_dir):
         records, meta = read_device_folder(path)
         if not records:
             log.warning("skipping %s: no usable iter-<N>.txt files", path)
+            continue
+        if meta.get("role") == "validator":  # it trains on held-out data: not part of the cluster's throughput
+            validators.append(f"{node}/{device}")
             continue
         stats = describe_device(device, records, meta)
         report_gaps(node, device, stats)
@@ -452,6 +476,9 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         "mode": mode,
         "algorithm": algorithm,
         "non_iid": split_mode(mode)[1],
+        "attacked": is_attacked(mode),
+        "byzantine_workers": sum(1 for m in metas if m.get("byzantine")),
+        "validators": validators,
         "network": os.path.basename(os.path.normpath(network_dir)),
         "dataset": first_known(metas, "dataset"),
         "num_workers": num_workers,

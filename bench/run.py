@@ -9,7 +9,8 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections:
      own slowdown, measured while all run at once (the fair limit when processes share few cores);
   3. time to accuracy and accuracy after a fixed budget, lenet on mnist-5k, slowdown 1,1,4;
   4. state server cost: /apply/ latency with N concurrent clients, and its share of a worker's step time;
-  5. traffic: bytes per second each worker pushes and pulls.
+  5. traffic: bytes per second each worker pushes and pulls;
+  6. Byzantine workers: accuracy with one sign-flipping worker of 4, plain sync averaging vs Zeno.
 """
 import argparse
 import glob
@@ -26,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import summary  # noqa: E402
 from cluster import ProcessGroup, start_ps_job, start_state_server, tail  # noqa: E402
 from training.files import write_json  # noqa: E402
 from training.state_client import StateClient  # noqa: E402
@@ -34,7 +36,6 @@ log = logging.getLogger("bench")
 
 PY = sys.executable
 DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
-SUMMARY_NAMES = {"esync": "ESync", "sync": "Sync", "async": "Async", "dcasgd": "DCASGD", "nbsync": "NBSSGD"}
 
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], seconds=25, accuracy_budget=25, latency_calls=300)
@@ -154,9 +155,11 @@ def launch(modes, profile, seconds, workdir, launcher_options=()):
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    suffix = "-attack" if "--byzantine" in launcher_options else ""
     summaries = {}
     for mode in modes:
-        with open(os.path.join(logs, "lenet", mode, SUMMARY_NAMES[mode] + ".json")) as f:
+        folder = mode + suffix
+        with open(os.path.join(logs, "lenet", folder, summary.summary_file_name(folder))) as f:
             summaries[mode] = json.load(f)
     return summaries
 
@@ -200,6 +203,40 @@ def heterogeneity(cfg, workdir):
             log.info("%s on %s: %.0f samples/s, efficiency %.2f", mode, profile, summary["cluster_throughput"],
                      summary["cluster_throughput"] / limit)
     return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. Byzantine workers
+
+
+BYZANTINE_PROFILE = "1,1,1,1"
+SIGN_FLIP = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
+
+
+def byzantine(cfg, workdir):
+    """Accuracy with 1 of 4 workers flipping its update's sign (x10): plain sync averaging vs Zeno's validator,
+    beside a Zeno run without the attacker."""
+    runs = {("zeno", False): launch(["zeno"], BYZANTINE_PROFILE, cfg["seconds"], os.path.join(workdir, "clean"))["zeno"]}
+    attacked = launch(["sync", "zeno"], BYZANTINE_PROFILE, cfg["seconds"], os.path.join(workdir, "attack"), SIGN_FLIP)
+    runs.update({(mode, True): run for mode, run in attacked.items()})
+    rows = []
+    for (mode, with_attack), run in runs.items():
+        workers = devices_of(run)
+        honest = [d for d in workers if not d.get("byzantine")]
+        rows.append({
+            "mode": mode, "attacker": with_attack, "final_accuracy": run["final_accuracy"],
+            "samples_per_s": run["cluster_throughput"],
+            "attacker_layers_accepted": _share_accepted([d for d in workers if d.get("byzantine")]),
+            "honest_layers_accepted": _share_accepted(honest),
+        })
+        log.info("%s%s: final accuracy %s", mode, " with a sign flipper" if with_attack else "", run["final_accuracy"])
+    return rows
+
+
+def _share_accepted(devices):
+    judged = [d for d in devices if "accepted_layers" in d]
+    total = sum(d["accepted_layers"] + d["rejected_layers"] for d in judged)
+    return sum(d["accepted_layers"] for d in judged) / total if total else None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -270,6 +307,13 @@ def markdown(results):
                      f"{r['ideal_sync_efficiency']:.2f} | {fmt(r['time_to_85'], '.1f')} | "
                      f"{fmt(r['accuracy_at_budget'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
                      f"{fmt(traffic, '.0f')} |")
+    lines += ["", "### Byzantine workers: 4 workers (lenet, mnist-5k), the first one sends -10 x its update", "",
+              "| mode | attacker | final accuracy | samples/s | attacker's layer updates accepted "
+              "| honest layer updates accepted |", "|---|---|---|---|---|---|"]
+    for r in results["byzantine"]:
+        lines.append(f"| {r['mode']} | {'yes' if r['attacker'] else 'no'} | {fmt(r['final_accuracy'], '.3f')} | "
+                     f"{r['samples_per_s']:.0f} | {fmt(r['attacker_layers_accepted'], '.0%')} | "
+                     f"{fmt(r['honest_layers_accepted'], '.0%')} |")
     cost = results["state_server"]
     lines += ["", f"### State server: /apply/ with {cost['workers']} concurrent clients", "",
               f"p50 {cost['p50_ms']:.2f} ms, p99 {cost['p99_ms']:.2f} ms; share of a lenet worker's step time: "
@@ -287,7 +331,8 @@ def main(argv=None):
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="esync-bench-") as workdir:
         results = {"config": cfg, "sync_overhead": sync_overhead(cfg, workdir),
-                   "heterogeneity": heterogeneity(cfg, workdir), "state_server": state_server_cost(cfg, workdir)}
+                   "heterogeneity": heterogeneity(cfg, workdir), "state_server": state_server_cost(cfg, workdir),
+                   "byzantine": byzantine(cfg, workdir)}
     results["seconds"] = time.time() - started
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "results.json"), results)

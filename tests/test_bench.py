@@ -18,6 +18,8 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     assert all(0 < r["efficiency"] and r["bytes_per_s_per_worker"] > 0 for r in results["heterogeneity"])
     assert results["state_server"]["p99_ms"] >= results["state_server"]["p50_ms"] > 0
     assert set(results["state_server"]["share"]) == {"apply", "plan"}
+    assert {(r["mode"], r["attacker"]) for r in results["byzantine"]} == {("zeno", False), ("zeno", True),
+                                                                          ("sync", True)}
     table = (tmp_path / "results.md").read_text()
-    for heading in ("Sync overhead", "Heterogeneity", "State server"):
+    for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers"):
         assert heading in table

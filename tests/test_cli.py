@@ -24,6 +24,11 @@ def worker_env():
     (["-m", "nbsync", *BASE, "-b", "100", "--mini-batches", "8"], "-b 100 is not a multiple of --mini-batches 8"),
     (["-m", "nbsync", *BASE, "--mini-batches", "0"], "--mini-batches: expected a positive number"),
     (["-m", "sync", *BASE, "--slowdown", "0.5"], "--slowdown must be >= 1"),
+    (["-m", "sync", *BASE, "--validator"], "--validator belongs to -m zeno"),
+    (["-m", "sync", *BASE, "--byzantine", "2"], "--byzantine 2 leaves no honest worker among 2"),
+    (["-m", "zeno", *BASE, "--byzantine", "1"], "--byzantine 1 leaves no honest worker among 1"),
+    (["-m", "zeno", *BASE, "--validation-size", "10"], "--validation-size 10 is smaller than the batch size 64"),
+    (["-m", "zeno", *BASE, "--attack", "bribe"], "invalid choice: 'bribe'"),
     (["-m", "local", *BASE], "-m local trains without a cluster"),
 ])
 def test_bad_worker_input_is_one_line_and_exits_before_the_network(args, message):

@@ -102,6 +102,14 @@ def test_table_shows_each_algorithm_with_its_throughput(drawn):
     assert f"{esync_non_iid['cluster_throughput']:.1f}" in rows["ESync (non-IID)"]
 
 
+def test_a_run_with_byzantine_workers_is_labelled_and_ordered_after_its_clean_run():
+    clean = {"algorithm": "Zeno", "mode": "zeno"}
+    attacked = {"algorithm": "Zeno", "mode": "zeno-attack", "attacked": True, "byzantine_workers": 1}
+
+    assert drawer.run_label(attacked) == "Zeno (1 Byzantine)"
+    assert sorted([attacked, clean], key=drawer.run_order) == [clean, attacked]
+
+
 def test_single_algorithm_is_drawn_without_non_iid_figure(tmp_path):
     logfactory.write_run(str(tmp_path), "async")
     outdir = str(tmp_path / "figures")

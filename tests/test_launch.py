@@ -256,6 +256,8 @@ def test_a_worker_exiting_0_must_have_reached_a_stop_condition(tmp_path, last_li
     (["--devices", "cpu,tpu0"], "'tpu0' is not cpu, cpuN, gpuK or gpuK+gpuL"),
     (["--devices", "cpu,cpu", "--slowdown", "0.5"], "must be >= 1"),
     (["--devices", "cpu,cpu", "-dd", "/nonexistent"], "mnist-5k not found"),
+    (["--devices", "cpu,cpu", "--byzantine", "2"], "--byzantine 2: must leave at least one of the 2 workers honest"),
+    (["--modes", "zeno", "--devices", "cpu,cpu", "--tracker", "local"], "--modes zeno needs its validator process"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     argv = [sys.executable, LAUNCH_PY, "-n", "lenet", "--dataset", "mnist-5k", "--max-time", "5",
@@ -266,6 +268,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
     assert not os.path.exists(tmp_path / "logs")
+
+
+def test_zeno_with_an_attacker_starts_a_validator_and_logs_to_an_attack_folder(tmp_path):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "zeno", "--devices", "cpu,cpu", "--byzantine", "1", "--max-iters", "20", *LENET, *WORKER_ARGS]
+
+    code, output = run_launcher(args, logs, timeout=300)
+
+    assert code == 0, output
+    run = json.load(open(os.path.join(logs, "lenet", "zeno-attack", "Zeno-Attack.json")))
+    assert run["attacked"] and run["byzantine_workers"] == 1 and run["num_workers"] == 2
+    assert [v.split("/")[1].endswith("-validator") for v in run["validators"]] == [True]
+    assert sorted(d["byzantine"] or "-" for d in run["devices"][NODE].values()) == ["-", "signflip"]
+    assert [row[0] for row in table_rows(output)] == ["zeno-attack"], output
 
 
 # ----------------------------------------------------------------------------------------------

@@ -365,6 +365,24 @@ def test_summary_file_name_for_non_iid_mode():
     assert summary.summary_file_name("dcasgd-niid") == "DCASGD-Non-IID.json"
 
 
+@pytest.mark.parametrize("mode, base, non_iid, attacked, name", [
+    ("zeno-attack", "zeno", False, True, "Zeno-Attack.json"),
+    ("sync-attack-niid", "sync", True, True, "Sync-Attack-Non-IID.json"),
+    ("zeno", "zeno", False, False, "Zeno.json"),
+])
+def test_attack_folders_keep_their_algorithm(mode, base, non_iid, attacked, name):
+    assert summary.split_mode(mode) == (base, non_iid)
+    assert summary.is_attacked(mode) == attacked
+    assert summary.summary_file_name(mode) == name
+
+
+def test_validation_counts_add_up_the_judged_layers():
+    records = [{"zeno_layers": 10, "zeno_accepted_layers": 7}, {"zeno_layers": 10, "zeno_accepted_layers": 0}, {}]
+
+    assert summary.validation_counts(records) == {"accepted_layers": 7, "rejected_layers": 13}
+    assert summary.validation_counts([{}]) == {}
+
+
 def test_all_reports_an_unusable_mode_and_summarizes_the_others(tmp_path):
     logfactory.write_run(str(tmp_path), "sync", nodes=("host1",), devices=("cpu",))
     broken = iter_path(str(tmp_path), "async", "host1", "cpu-rank0", 0)

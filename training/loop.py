@@ -10,7 +10,7 @@ import time
 
 import mxnet as mx
 
-from data import BatchStream, partition
+from data import BatchStream
 from training import checkpoints
 from training.devices import contexts, device_name
 from training.files import atomic_write
@@ -68,20 +68,10 @@ def train(args, scheme_cls, data):
     watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
     with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
         kv = mx.kv.create(scheme_cls.kvstore) if scheme_cls.kvstore else None
-    rank, num_workers = (kv.rank, kv.num_workers) if kv else (0, 1)
-    share = partition(data.train_labels, rank, num_workers, bool(args.split_by_class), args.seed)
+    rank = kv.rank if kv else 0
     model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed)
     scheme = scheme_cls(args, model, kv)
-    stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size,
-                         args.seed + rank)
-    device = device_name(args.gpu, args.cpu)
-    folder = device if kv is None else f"{device}-rank{rank}"
     resume = checkpoints.resume_point(args)
-    iterlog = IterationLog(args.log_dir, args.node_name, folder,
-                           _meta(args, scheme, model, device, rank, num_workers, len(share)), resume.step)
-    log.info("%s worker rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s",
-             scheme.name, rank, num_workers, device, os.getpid(), args.network, len(share), model.num_params,
-             model.param_bytes / 1e6, f", emulated slowdown x{args.slowdown:g}" if args.slowdown > 1 else "")
     stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy, args.epochs)
     if stop.unbounded:
         log.warning("no stop condition (--max-iters, --max-time, --target-accuracy, --epochs): "
@@ -91,11 +81,25 @@ def train(args, scheme_cls, data):
     with watchdog.guard("setting up the job (initial weights, state server)"):
         scheme.setup()
     checkpoints.load_optimizer_state(resume, scheme)
+    share = scheme.training_share(data.train_labels)
+    stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size,
+                         args.seed + rank)
+    if scheme.attack:
+        stream = scheme.attack.poison(stream)
+    device = device_name(args.gpu, args.cpu)
+    folder = device if kv is None else f"{device}-rank{rank}" + ("" if scheme.role == "worker" else f"-{scheme.role}")
+    iterlog = IterationLog(args.log_dir, args.node_name, folder,
+                           _meta(args, scheme, model, device, len(share)), resume.step)
+    log.info("%s %s rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
+             scheme.name, scheme.role, rank, scheme.num_workers, device, os.getpid(), args.network, len(share),
+             model.num_params, model.param_bytes / 1e6,
+             f", emulated slowdown x{args.slowdown:g}" if args.slowdown > 1 else "",
+             f", Byzantine ({scheme.attack.kind} x{scheme.attack.scale:g})" if scheme.attack else "")
     if args.digest_weights:
         log.info("weights digest at global step %d: %s", resume.step, model.digest())
     writer = _checkpoint_writer(args, scheme, rank)
     try:
-        accuracy = _run(args, scheme, model, stream, data, iterlog, stop, watchdog, rank == 0, resume, writer)
+        accuracy = _run(args, scheme, model, stream, data, iterlog, stop, watchdog, scheme.evaluates, resume, writer)
     finally:
         scheme.finish()
     model_path = iterlog.path("model-final.params")
@@ -142,6 +146,7 @@ def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates, 
                 save = writer.finish if stop_all else writer.save
                 save(iteration, elapsed, resume.epochs + stream.passes, model, scheme)
         extra = {"weights_digest": model.digest()} if args.digest_weights else {}
+        extra.update(scheme.round_record())
         iterlog.write(iteration - 1, steps, round_samples, elapsed, evaluated, **extra)
         if stop_all or elapsed - last_progress >= PROGRESS_EVERY:
             last_progress = elapsed
@@ -190,9 +195,10 @@ def _checkpoint_writer(args, scheme, rank):
     return checkpoints.CheckpointWriter(args.train_dir, args.save_freq, description)
 
 
-def _meta(args, scheme, model, device, rank, num_workers, num_samples):
+def _meta(args, scheme, model, device, num_samples):
     return {
-        "rank": rank, "num_workers": num_workers, "mode": scheme.name, "network": args.network,
+        "rank": scheme.rank, "num_workers": scheme.training_workers, "role": scheme.role,
+        "byzantine": scheme.attack.kind if scheme.attack else None, "mode": scheme.name, "network": args.network,
         "dataset": args.dataset, "device": device, "node": args.node_name, "batch_size": args.batch_size,
         "num_params": model.num_params, "param_bytes": model.param_bytes, "slowdown": args.slowdown,
         "emulated_slowdown": args.slowdown > 1, "non_iid": bool(args.split_by_class),

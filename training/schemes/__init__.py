@@ -4,8 +4,9 @@ from training.schemes.esync import ESync
 from training.schemes.local import Local
 from training.schemes.nbsync import NonBlockingSync
 from training.schemes.sync import Sync
+from training.schemes.zeno import ZenoSync
 
-SCHEMES = {cls.name: cls for cls in (Local, Sync, Async, DCASGD, ESync, NonBlockingSync)}
+SCHEMES = {cls.name: cls for cls in (Local, Sync, Async, DCASGD, ESync, NonBlockingSync, ZenoSync)}
 
 
 def scheme_for(mode, use_dcasgd=0):

@@ -27,6 +27,7 @@ class Async(Scheme):
         self.pulled = self.exchanged(p.list_data() for p in self.model.trainable)
 
     def aggregate(self, stop_vote):
+        self.corrupt(p.list_grad() for p in self.model.trainable)
         self.control[:] = float(stop_vote)
         self.stats.gather()
         self.kv.push(self.keys, self.pushed)

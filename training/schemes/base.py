@@ -9,6 +9,13 @@ someone wants to stop.
 import mxnet as mx
 from mxnet import gluon
 
+from data import partition
+from training.attacks import attack_for, flatten_arrays
+
+
+class JobSetupError(RuntimeError):
+    """The processes of a job do not fit together (found once they have joined the cluster)."""
+
 
 class PackedStatistics:
     """The BatchNorm running statistics of a model in one flat array on the first device."""
@@ -59,6 +66,34 @@ class Scheme:
         self.control_key = self.stats_key + 1
         self.keys = list(range(self.stats_key)) + ([self.stats_key] if self.stats else []) + [self.control_key]
         self.control = mx.nd.zeros((1,))
+        self.attack = attack_for(args, self.rank) if kv else None
+
+    @property
+    def training_workers(self):
+        """Workers that train (every kvstore worker, unless the scheme has other roles)."""
+        return self.num_workers
+
+    @property
+    def role(self):
+        return "worker"
+
+    @property
+    def evaluates(self):
+        """Whether this process evaluates the global model on the test set (-e)."""
+        return self.rank == 0
+
+    def training_share(self, labels):
+        """Indices of the training samples this process trains on."""
+        return partition(labels, self.rank, self.num_workers, bool(self.args.split_by_class), self.args.seed)
+
+    def round_record(self):
+        """Extra fields for this round's iteration log."""
+        return {}
+
+    def corrupt(self, arrays):
+        """A Byzantine worker (--byzantine) corrupts what it is about to push; others leave it alone."""
+        if self.attack:
+            self.attack.corrupt(flatten_arrays(arrays))
 
     @property
     def step_batch_size(self):

@@ -63,6 +63,7 @@ class ESync(Scheme):
         ctx0 = self.model.ctxs[0]
         for p, delta, start in zip(self.model.trainable, self.delta, self.start):
             mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
+        self.corrupt(self.delta)
         self.control[:] = float(stop_vote)
         self.stats.gather()
         self.kv.pushpull(self.keys, self.buffers, out=self.buffers)

@@ -106,6 +106,7 @@ class NonBlockingSync(Scheme):
 
     def aggregate(self, stop_vote):
         self.model.reduce_gradients()
+        self.corrupt(p.list_grad() for p in self.model.trainable)
         self.control[0] = float(stop_vote)
         self.control[1] = float(self.round_parts * self.step_batch_size)
         self.stats.gather()

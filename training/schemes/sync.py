@@ -17,6 +17,7 @@ class Sync(Scheme):
         self.buffers = self.exchanged(p.list_grad() for p in self.model.trainable)
 
     def aggregate(self, stop_vote):
+        self.corrupt(p.list_grad() for p in self.model.trainable)
         self.control[:] = float(stop_vote)
         self.stats.gather()
         self.kv.pushpull(self.keys, self.buffers, out=self.buffers)

@@ -1,0 +1,92 @@
+"""Byzantine workers against plain synchronous averaging and against the Zeno validator, on real ps-lite jobs:
+4 training workers (+ the validator), lenet on the shipped MNIST sample, the first worker flipping its update's
+sign and scaling it by 10."""
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import summary
+from cluster import ROOT, start_ps_job
+from tests.jobs import LENET_ARGS, finish
+from training.attacks import Attack
+
+MAIN = os.path.join(ROOT, "main.py")
+ATTACK = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
+BUDGET = ["--max-iters", "60", "-e", "0"]
+
+
+def run_job(group, network_dir, mode, extra, num_workers=4):
+    """num_workers training workers (+ the validator for zeno) logging to <network_dir>/<mode>; its summary."""
+    log_dir = os.path.join(network_dir, mode)
+    worker = [MAIN, "-m", mode.split("-")[0], "-ld", log_dir, "--node-name", "node", *LENET_ARGS, *BUDGET, *extra]
+    argvs = [worker] * num_workers + ([worker + ["--validator"]] if mode.startswith("zeno") else [])
+    workers = start_ps_job(group, [MAIN, "-m", "sync"], argvs)
+    finish(group, workers, timeout=240)
+    return summary.summarize_mode(network_dir, mode)
+
+
+def workers_of(run):
+    return [device for node in run["devices"].values() for device in node.values()]
+
+
+def test_one_sign_flipping_worker_wrecks_plain_sync_averaging(processes, tmp_path):
+    run = run_job(processes, str(tmp_path / "lenet"), "sync-attack", ATTACK)
+
+    assert run["byzantine_workers"] == 1
+    assert run["final_accuracy"] < 0.5
+
+
+def test_zeno_rejects_the_sign_flipper_and_keeps_the_accuracy_of_a_clean_run(processes, tmp_path):
+    network_dir = str(tmp_path / "lenet")
+    clean = run_job(processes, network_dir, "zeno", [])
+    attacked = run_job(processes, network_dir, "zeno-attack", ATTACK)
+
+    assert clean["final_accuracy"] >= 0.85
+    assert attacked["final_accuracy"] >= clean["final_accuracy"] - 0.03
+    assert len(attacked["validators"]) == 1 and len(workers_of(attacked)) == 4
+    for worker in workers_of(attacked):
+        judged = worker["accepted_layers"] + worker["rejected_layers"]
+        assert judged == 60 * 10  # every round judges lenet's 10 parameter arrays
+        if worker["byzantine"]:
+            assert worker["accepted_layers"] == 0
+        else:
+            assert worker["accepted_layers"] > 0.5 * judged
+
+
+def test_a_zeno_job_without_a_validator_stops_with_a_clear_message(processes, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    worker = [MAIN, "-m", "zeno", "-ld", log_dir, *LENET_ARGS, *BUDGET, "--sync-timeout", "30"]
+    workers = start_ps_job(processes, [MAIN, "-m", "zeno"], [worker, worker])
+
+    assert processes.wait(workers, 120)
+    for proc in workers:
+        assert proc.poll() == 1
+        assert "needs exactly one process started with --validator" in open(proc.output).read()
+
+
+@pytest.mark.parametrize("kind", ["signflip", "random", "randomscale"])
+def test_attacks_corrupt_updates_as_documented(kind):
+    update = mx.nd.array(np.arange(1, 7, dtype=np.float32).reshape(2, 3))
+    honest = update.asnumpy().copy()
+
+    Attack(kind, 10.0).corrupt([update])
+
+    corrupted = update.asnumpy()
+    if kind == "signflip":
+        np.testing.assert_allclose(corrupted, -10 * honest)
+    elif kind == "randomscale":
+        assert np.linalg.norm(corrupted) == pytest.approx(10 * np.linalg.norm(honest), rel=1e-4)
+    else:
+        assert abs(corrupted.std() - 10) < 10 and not np.allclose(corrupted, honest)
+
+
+def test_labelflip_trains_on_mirrored_labels():
+    class Stream:
+        def next(self):
+            return np.zeros((3, 1, 28, 28), np.uint8), np.array([0, 4, 9])
+
+    _, labels = Attack("labelflip", 1.0).poison(Stream()).next()
+
+    assert labels.tolist() == [9, 5, 0]

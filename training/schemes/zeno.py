@@ -1,0 +1,141 @@
+"""Byzantine-tolerant synchronous training with a trusted validator: the ZenoPS rule (Xie, Koyejo, Gupta).
+
+The job's kvstore workers are N training workers and one validator (the process started with --validator).
+Every round each training worker does --sync-interval local SGD steps (lr -ll) from the round's start weights W
+and sends its delta u = W_local - W; the validator does the same steps on its validation data (held out from the
+training set, disjoint from every worker's shard) and sends its delta v. One pushpull all-gathers the deltas:
+parameter i travels in a (processes x shape_i) array in which each process fills its own row, and the servers'
+sum hands every process all rows. Then, per layer, with a = mean(u.v), b = mean(v^2), c = mean(u^2), a delta is
+accepted when a > eta.b and c < (1 + rho).b; the layer moves by global_lr x the mean of its accepted deltas (not at
+all when none is). Every process applies this deterministic rule to the same numbers, so all hold the same weights.
+
+Trust assumptions: the validator, its data, the servers and the scheduler are honest. A Byzantine worker may send
+any values as its own delta but does not write another process's row: ZenoPS relies on the transport to attribute
+each message to its sender; ps-lite does not authenticate senders, so here it is an assumption of the emulation.
+BatchNorm statistics come from the validator alone.
+"""
+import mxnet as mx
+import numpy as np
+
+from data import partition
+from training.attacks import attack_for
+from training.schemes.base import JobSetupError, Scheme
+
+
+def split_validation(num_samples, validation_size, seed):
+    """(validation indices, the rest): a seeded draw, so every process computes the same split."""
+    order = np.random.RandomState(seed + 7919).permutation(num_samples)
+    return np.sort(order[:validation_size]), np.sort(order[validation_size:])
+
+
+class ZenoSync(Scheme):
+    name = "zeno"
+    kvstore = "dist_sync"
+    aggregate_key = "global aggregate"
+    updates_locally = True
+
+    def setup(self):
+        self.broadcast_initial_weights()
+        self.validator_rank = self._find_validator()
+        self.is_validator = self.rank == self.validator_rank
+        self.worker_index = None if self.is_validator else self.rank - (self.rank > self.validator_rank)
+        self.attack = None if self.is_validator else attack_for(self.args, self.worker_index)  # by training index
+        self.trainer = self.local_trainer(self.args.local_lr)
+        ctx0 = self.model.ctxs[0]
+        self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
+        self.rows = [mx.nd.zeros((self.num_workers,) + p.shape, ctx=ctx0) for p in self.model.trainable]
+        row_keys = [self.control_key + 2 + i for i in range(len(self.rows))]
+        self.kv.init(row_keys, self.rows)
+        self.round_keys = row_keys + self.keys[len(self.model.trainable):]
+        self.buffers = self.rows + ([self.stats.buffer] if self.stats else []) + [self.control]
+        self.accepted = None
+
+    def _find_validator(self):
+        """Rank of the one process started with --validator: each marks its row of a shared vector."""
+        key = self.control_key + 1
+        roles = mx.nd.zeros((self.num_workers,))
+        self.kv.init(key, roles)
+        roles[self.rank] = float(bool(self.args.validator))
+        self.kv.pushpull(key, roles, out=roles)
+        validators = np.flatnonzero(roles.asnumpy())
+        if len(validators) != 1:
+            raise JobSetupError(f"-m zeno needs exactly one process started with --validator among the "
+                                f"{self.num_workers} workers of the job; found {len(validators)}")
+        return int(validators[0])
+
+    @property
+    def training_workers(self):
+        return self.num_workers - 1
+
+    @property
+    def role(self):
+        return "validator" if self.is_validator else "worker"
+
+    @property
+    def evaluates(self):
+        return self.worker_index == 0
+
+    def training_share(self, labels):
+        validation, rest = split_validation(len(labels), self.args.validation_size, self.args.seed)
+        if self.is_validator:
+            return validation
+        return rest[partition(labels[rest], self.worker_index, self.training_workers,
+                              bool(self.args.split_by_class), self.args.seed)]
+
+    def local_step(self):
+        self.model.reduce_gradients()
+        self.trainer.update(1)
+
+    def round_done(self, steps, step_seconds):
+        return steps >= self.args.sync_interval
+
+    def aggregate(self, stop_vote):
+        ctx0 = self.model.ctxs[0]
+        for row in self.rows:
+            row[:] = 0
+        mine = [row[self.rank] for row in self.rows]
+        for p, delta, start in zip(self.model.trainable, mine, self.start):
+            delta[:] = p.data(ctx0) - start[0]
+        self.corrupt(mine)
+        if self.is_validator:
+            self.stats.gather()
+        elif self.stats:
+            self.stats.buffer[:] = 0
+        self.control[:] = float(stop_vote)
+        self.kv.pushpull(self.round_keys, self.buffers, out=self.buffers)
+        self.accepted = self._apply_accepted_deltas()
+        self.stats.scatter()
+        return stop_vote or self.stop_requested()
+
+    def _apply_accepted_deltas(self):
+        """Move each layer by the mean of its accepted deltas; return accepted[layer, rank] (validator: 0)."""
+        args = self.args
+        not_validator = mx.nd.ones((self.num_workers,), ctx=self.model.ctxs[0])
+        not_validator[self.validator_rank] = 0
+        decisions = []
+        for row, starts in zip(self.rows, self.start):
+            flat = row.reshape((self.num_workers, -1))
+            v = flat[self.validator_rank].reshape((1, -1))
+            b = mx.nd.mean(v * v)
+            a = mx.nd.mean(mx.nd.broadcast_mul(flat, v), axis=1)
+            c = mx.nd.mean(flat * flat, axis=1)
+            accept = mx.nd.broadcast_greater(a, args.eta * b) * mx.nd.broadcast_lesser(c, (1 + args.rho) * b)
+            accept = accept * not_validator
+            mean_delta = mx.nd.dot(accept.reshape((1, -1)), flat) / mx.nd.maximum(accept.sum(), 1)
+            for start in starts:
+                start += args.global_lr * mean_delta.reshape(start.shape).as_in_context(start.context)
+            decisions.append(accept)
+        for p, starts in zip(self.model.trainable, self.start):
+            for data, start in zip(p.list_data(), starts):
+                start.copyto(data)
+        return mx.nd.stack(*decisions).asnumpy().astype(bool)
+
+    def round_record(self):
+        if self.accepted is None:
+            return {}
+        per_rank = self.accepted.sum(axis=0)
+        layers = self.accepted.shape[0]
+        if self.is_validator:
+            workers = [r for r in range(self.num_workers) if r != self.validator_rank]
+            return {"zeno_layers": layers, "zeno_accepted_layers_by_worker": [int(per_rank[r]) for r in workers]}
+        return {"zeno_layers": layers, "zeno_accepted_layers": int(per_rank[self.rank])}
