@@ -80,6 +80,15 @@ def check_state_server(args):
         client.close()
 
 
+def watch_peers(args, role):
+    """Start the peer monitor: a dead scheduler, server or worker ends this process instead of blocking it."""
+    from training.peers import PeerMonitor, grace_for, resolve
+
+    scheduler = resolve(os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"]))
+    ignore = resolve(args.state_server_ip, args.state_server_port) if args.mode == "esync" else set()
+    return PeerMonitor(grace_for(args.sync_timeout), ignore, {peer: "the scheduler" for peer in scheduler}).start()
+
+
 def run_ps_role(role):
     log.info("ps-lite %s (pid %d): scheduler at %s:%s, %s server(s), %s worker(s)", role, os.getpid(),
              os.environ["DMLC_PS_ROOT_URI"], os.environ["DMLC_PS_ROOT_PORT"],
@@ -102,12 +111,14 @@ def main(argv=None):
     try:
         check_environment(role, args.mode)
         if role in ("scheduler", "server"):
+            watch_peers(args, role)
             run_ps_role(role)
             return 0
         data = check_worker(args, int(os.environ["DMLC_NUM_WORKER"]) if role else 1)
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)
         return 2
+    peers = watch_peers(args, role) if role else None
     from training.state_client import StateServerError, StateServerUnavailable
 
     try:
@@ -118,6 +129,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
+    finally:
+        if peers:
+            peers.stop()
     return 0
 
 
