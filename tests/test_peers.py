@@ -3,7 +3,7 @@ import socket
 
 import pytest
 
-from training.peers import PeerMonitor, _endpoint, outgoing_connections, own_socket_inodes, tcp_sockets
+from training.peers import LISTEN, PeerMonitor, outgoing_connections, own_socket_fds, tcp_sockets
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def connect(listener):
 def test_an_outgoing_connection_is_seen_with_its_remote_end(listener):
     client, accepted = connect(listener)
     try:
-        outgoing = outgoing_connections(tcp_sockets(own_socket_inodes()))
+        outgoing = outgoing_connections(tcp_sockets(own_socket_fds()))
     finally:
         client.close()
         accepted.close()
@@ -36,7 +36,7 @@ def test_an_accepted_connection_is_not_outgoing(listener):
     client, accepted = connect(listener)
     client_end = client.getsockname()
     try:
-        outgoing = outgoing_connections(tcp_sockets(own_socket_inodes()))
+        outgoing = outgoing_connections(tcp_sockets(own_socket_fds()))
     finally:
         client.close()
         accepted.close()
@@ -45,22 +45,44 @@ def test_an_accepted_connection_is_not_outgoing(listener):
 
 
 def test_a_listening_socket_is_listed_with_its_port(listener):
-    sockets = tcp_sockets(own_socket_inodes())
+    sockets = tcp_sockets(own_socket_fds())
 
-    assert ("0A", listener.getsockname(), ("0.0.0.0", 0)) in sockets
-
-
-def test_sockets_of_other_processes_are_not_listed(listener):
-    assert tcp_sockets(set()) == []
+    assert (LISTEN, listener.getsockname(), None) in sockets
 
 
-@pytest.mark.parametrize("text, endpoint", [
-    ("0100007F:1F90", ("127.0.0.1", 8080)),
-    ("00000000000000000000000001000000:0050", ("::1", 80)),
-    ("0000000000000000FFFF00000100007F:2712", ("127.0.0.1", 10002)),
-])
-def test_proc_net_tcp_addresses_are_decoded(text, endpoint):
-    assert _endpoint(text) == endpoint
+def test_descriptors_that_are_not_tcp_sockets_are_skipped():
+    left, right = socket.socketpair()
+    with left, right:
+        assert tcp_sockets([left.fileno(), right.fileno()]) == []
+
+
+def test_a_connection_closed_by_its_peer_is_no_longer_outgoing(listener):
+    client, accepted = connect(listener)
+    accepted.close()
+    try:
+        outgoing = outgoing_connections(tcp_sockets(own_socket_fds()))
+    finally:
+        client.close()
+
+    assert listener.getsockname() not in outgoing
+
+
+def test_an_ipv6_connection_is_seen():
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    with socket.socket(socket.AF_INET6) as server:
+        try:
+            server.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback")
+        server.listen()
+        address = server.getsockname()[:2]
+        with socket.create_connection(address):
+            accepted, _ = server.accept()
+            outgoing = outgoing_connections(tcp_sockets(own_socket_fds()))
+            accepted.close()
+
+    assert address in outgoing
 
 
 def test_a_peer_gone_for_longer_than_the_grace_period_is_lost(listener):

@@ -2,8 +2,8 @@
 
 ps-lite never notices a dead node: a server or the scheduler waits in its loop (run inside `import mxnet`) and at
 the final barrier forever. But every node keeps one TCP connection open to each node of another role (ZMQ connects
-out to the peer's bound port), so a peer that dies leaves a connection that is gone for good. The monitor reads this
-process's own sockets from /proc every second, remembers the remote end of each outgoing connection, and when one
+out to the peer's bound port), so a peer that dies leaves a connection that is gone for good. The monitor looks at this
+process's own sockets every second, remembers the remote end of each outgoing connection, and when one
 has had no established connection for the grace period it logs the address and ends the process.
 """
 import logging
@@ -17,58 +17,59 @@ from training.watchdog import EXIT_SYNC_TIMEOUT
 
 log = logging.getLogger("peers")
 
-TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
-TCP_ESTABLISHED = "01"
-TCP_LISTEN = "0A"
+LISTEN, ESTABLISHED, OTHER = "listen", "established", "other"
+TCP_ESTABLISHED = 1  # tcpi_state, the first byte of struct tcp_info
 POLL_SECONDS = 1.0
 MAX_GRACE = 10.0
 
 
-def own_socket_inodes():
-    """Inodes of this process's sockets, from the /proc/self/fd links 'socket:[N]'."""
-    inodes = set()
+def own_socket_fds():
+    """This process's socket descriptors, from the /proc/self/fd links 'socket:[N]'."""
+    fds = []
     for fd in os.listdir("/proc/self/fd"):
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:["):
+                fds.append(int(fd))
         except OSError:
             continue  # closed meanwhile
-        if target.startswith("socket:["):
-            inodes.add(int(target[len("socket:["):-1]))
-    return inodes
+    return fds
 
 
-def tcp_sockets(inodes, tables=TCP_TABLES):
-    """[(state, (local ip, port), (remote ip, port))] of the TCP sockets among `inodes`."""
+def tcp_sockets(fds):
+    """[(state, (local ip, port), (remote ip, port) or None)] of the TCP sockets among `fds`.
+
+    Each socket is looked at through a duplicate of its descriptor, so the sockets of MXNet's threads are only
+    read, never changed. (Reading /proc/net/tcp instead costs several milliseconds per poll: the kernel walks its
+    whole connection table.)"""
     found = []
-    for table in tables:
+    for fd in fds:
         try:
-            with open(table) as f:
-                lines = f.readlines()[1:]
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+                    found.append(_describe(sock))
         except OSError:
-            continue  # no IPv6 on this machine
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and int(fields[9]) in inodes:
-                found.append((fields[3], _endpoint(fields[1]), _endpoint(fields[2])))
+            continue  # closed meanwhile, or not a socket any more
     return found
+
+
+def _describe(sock):
+    local = sock.getsockname()[:2]
+    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        return LISTEN, local, None
+    if sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != TCP_ESTABLISHED:
+        return OTHER, local, None
+    return ESTABLISHED, local, _unmapped(sock.getpeername()[:2])
+
+
+def _unmapped(endpoint):
+    ip, port = endpoint
+    return (ip[len("::ffff:"):], port) if ip.startswith("::ffff:") and "." in ip else endpoint
 
 
 def outgoing_connections(sockets):
     """Remote ends of the established connections this process opened (its local port is not one it listens on)."""
-    listening = {local[1] for state, local, _ in sockets if state == TCP_LISTEN}
-    return {remote for state, local, remote in sockets if state == TCP_ESTABLISHED and local[1] not in listening}
-
-
-def _endpoint(text):
-    """'0100007F:1F90' -> ('127.0.0.1', 8080); IPv6 addresses are four little-endian 32-bit words."""
-    address, port = text.split(":")
-    raw = bytes.fromhex(address)
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-    family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
-    ip = socket.inet_ntop(family, words)
-    if ip.startswith("::ffff:") and "." in ip:
-        ip = ip[len("::ffff:"):]
-    return ip, int(port, 16)
+    listening = {local[1] for state, local, _ in sockets if state == LISTEN}
+    return {remote for state, local, remote in sockets if state == ESTABLISHED and local[1] not in listening}
 
 
 class PeerMonitor:
@@ -95,7 +96,7 @@ class PeerMonitor:
 
     def lost_peers(self, now):
         """Record the peers connected now; return those gone for longer than the grace period."""
-        for peer in outgoing_connections(tcp_sockets(own_socket_inodes())) - self.ignore:
+        for peer in outgoing_connections(tcp_sockets(own_socket_fds())) - self.ignore:
             self.last_seen[peer] = now
         return [peer for peer, seen in self.last_seen.items() if now - seen > self.grace]
 
