@@ -129,9 +129,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
-    finally:
-        if peers:
-            peers.stop()
+    # Only now: after an error the kvstore still leaves the cluster at exit, and that barrier needs the monitor.
+    if peers:
+        peers.stop()
     return 0
 
 

@@ -1,5 +1,6 @@
 """Faults in real hand-started jobs: a killed process ends every other one with a message, and the logs written so
 far stay readable."""
+import glob
 import json
 import os
 import signal
@@ -10,8 +11,8 @@ import time
 import pytest
 
 import summary
-from cluster import ROOT
-from tests.jobs import LENET_ARGS, start_job, worker_folders
+from cluster import ROOT, start_state_server
+from tests.jobs import LENET_ARGS, finish, start_job, worker_folders
 
 SYNC_TIMEOUT = 5
 GIVE_UP_MESSAGES = ("no connection to", "no answer for")
@@ -69,3 +70,59 @@ def assert_summarized(base, network, mode, num_workers):
         devices = json.load(f)["devices"]["node"]
     assert len(devices) == num_workers, devices.keys()
     assert all(device["iterations"] for device in devices.values())
+
+
+def iteration_numbers(folder):
+    return sorted(int(os.path.basename(path)[len("iter-"):-len(".txt")])
+                  for path in glob.glob(os.path.join(folder, "iter-*.txt")))
+
+
+def start_esync(processes, log_dir, sync_timeout, max_time):
+    """A 3-worker esync job with one worker 4x slower; returns (workers, state server process, its port)."""
+    port = start_state_server(processes)
+    state_server = processes.procs[-1]
+    timeout = ["--sync-timeout", str(sync_timeout)]
+    workers = start_job(processes, "esync", LENET_ARGS + ["--max-time", str(max_time), "-e", "0", "-port", str(port),
+                                                          *timeout],
+                        num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir, ps_args=timeout)
+    for worker in workers:
+        assert processes.wait_for_output(worker, "iter ", timeout=120), outputs(processes)
+    return workers, state_server, port
+
+
+def test_esync_goes_on_when_the_state_server_restarts(processes, tmp_path):
+    base = str(tmp_path / "logs")
+    log_dir = os.path.join(base, "lenet", "esync")
+    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=30, max_time=12)
+    time.sleep(1)
+
+    os.kill(state_server.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    time.sleep(1)
+    start_state_server(processes, port=port, name="state-server-restarted")
+    print(f"state server answered again {time.monotonic() - killed_at:.1f} s after the kill")
+
+    finish(processes, workers, timeout=120)
+    logged = [iteration_numbers(folder) for folder in worker_folders(log_dir)]
+    assert len(logged) == 3 and logged[0] == list(range(len(logged[0]))) and logged[1] == logged[2] == logged[0]
+    worker_outputs = "".join(open(w.output).read() for w in workers)
+    assert "lost the job (restarted?): sending /init/ again" in worker_outputs
+    assert_summarized(base, "lenet", "esync", num_workers=3)
+
+
+def test_esync_workers_name_the_state_server_when_it_stays_down(processes, tmp_path):
+    base = str(tmp_path / "logs")
+    log_dir = os.path.join(base, "lenet", "esync")
+    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=SYNC_TIMEOUT, max_time=300)
+
+    os.kill(state_server.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    all_exited = processes.wait(workers, timeout=SYNC_TIMEOUT + 10)
+    elapsed = time.monotonic() - killed_at
+
+    assert all_exited, outputs(processes)
+    print(f"workers exited {elapsed:.1f} s after the state server was killed")
+    for worker in workers:
+        assert worker.poll() not in (None, 0), outputs(processes)
+        assert f"state server at http://127.0.0.1:{port} did not answer" in open(worker.output).read()
+    assert_summarized(base, "lenet", "esync", num_workers=3)
