@@ -12,6 +12,7 @@ import pytest
 
 import summary
 from cluster import ROOT, start_state_server
+from tests import logfactory
 from tests.jobs import LENET_ARGS, finish, start_job, worker_folders
 
 SYNC_TIMEOUT = 5
@@ -126,3 +127,25 @@ def test_esync_workers_name_the_state_server_when_it_stays_down(processes, tmp_p
         assert worker.poll() not in (None, 0), outputs(processes)
         assert f"state server at http://127.0.0.1:{port} did not answer" in open(worker.output).read()
     assert_summarized(base, "lenet", "esync", num_workers=3)
+
+
+def test_summary_reads_logs_cut_short_by_a_kill(tmp_path):
+    base = str(tmp_path)
+    written = logfactory.write_run(base, "sync", nodes=("node",), devices=("cpu", "gpu0"))
+    (early, early_records), (cut, cut_records) = sorted(written.items())
+    folder = os.path.join(base, logfactory.NETWORK, "sync", *early)
+    for iteration in sorted(early_records)[len(early_records) // 2:]:  # this worker stopped halfway
+        os.remove(os.path.join(folder, f"iter-{iteration}.txt"))
+    folder = os.path.join(base, logfactory.NETWORK, "sync", *cut)
+    last = max(cut_records)
+    os.remove(os.path.join(folder, f"iter-{last}.txt"))
+    with open(os.path.join(folder, f".iter-{last}.txt.k3j9.tmp"), "w") as f:  # a write the kill interrupted
+        f.write('{"num_iters": 1, "ti')
+
+    result = run_summary(base, logfactory.NETWORK, "sync")
+
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(base, logfactory.NETWORK, "sync", "Sync.json")) as f:
+        devices = json.load(f)["devices"]["node"]
+    assert devices[early[1]]["iterations"] == sorted(early_records)[:len(early_records) // 2]
+    assert devices[cut[1]]["iterations"] == sorted(cut_records)[:-1]
