@@ -86,7 +86,15 @@ def watch_peers(args, role):
 
     scheduler = resolve(os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"]))
     ignore = resolve(args.state_server_ip, args.state_server_port) if args.mode == "esync" else set()
-    return PeerMonitor(grace_for(args.sync_timeout), ignore, {peer: "the scheduler" for peer in scheduler}).start()
+    return PeerMonitor(grace_for(args.sync_timeout), ignore, {peer: "the scheduler" for peer in scheduler},
+                       expected_peers(role), join_timeout=args.sync_timeout).start()
+
+
+def expected_peers(role):
+    """Processes a scheduler or server connects to once the job has formed (ps-lite connects a node to every node
+    of another role). None for a worker: its watchdog already bounds joining the cluster."""
+    servers, workers = int(os.environ["DMLC_NUM_SERVER"]), int(os.environ["DMLC_NUM_WORKER"])
+    return {"scheduler": servers + workers, "server": 1 + workers}.get(role)
 
 
 def run_ps_role(role):

@@ -67,23 +67,30 @@ def _unmapped(endpoint):
 
 
 def outgoing_connections(sockets):
-    """Remote ends of the established connections this process opened (its local port is not one it listens on)."""
+    """Remote ends of the established connections this process opened to other processes: its local port is not
+    one it listens on, and the remote end is not one of its own sockets (ps-lite also connects a node to itself)."""
     listening = {local[1] for state, local, _ in sockets if state == LISTEN}
-    return {remote for state, local, remote in sockets if state == ESTABLISHED and local[1] not in listening}
+    own_ends = {local for state, local, _ in sockets if state == ESTABLISHED}
+    return {remote for state, local, remote in sockets
+            if state == ESTABLISHED and local[1] not in listening and remote not in own_ends}
 
 
 class PeerMonitor:
     """Watches the outgoing connections of this process; a peer gone for `grace` seconds ends the process.
 
     `ignore` holds remote endpoints that are not ps-lite peers (the ESync state server, which may restart);
-    `names` gives a readable name to known endpoints (the scheduler)."""
+    `names` gives a readable name to known endpoints (the scheduler). With `expected_peers`, fewer peers than that
+    within `join_timeout` seconds also ends the process: one died before it connected, and the job cannot form."""
 
-    def __init__(self, grace, ignore=(), names=None, poll=POLL_SECONDS):
+    def __init__(self, grace, ignore=(), names=None, expected_peers=None, join_timeout=None, poll=POLL_SECONDS):
         self.grace = grace
         self.ignore = set(ignore)
         self.names = dict(names or {})
+        self.expected_peers = expected_peers
+        self.join_timeout = join_timeout
         self.poll = poll
         self.last_seen = {}
+        self._started = time.monotonic()
         self._stopped = threading.Event()
 
     def start(self):
@@ -100,6 +107,12 @@ class PeerMonitor:
             self.last_seen[peer] = now
         return [peer for peer, seen in self.last_seen.items() if now - seen > self.grace]
 
+    def missing_peers(self, now):
+        """How many expected peers never connected once the join timeout has passed, else 0."""
+        if self.expected_peers is None or now - self._started <= self.join_timeout:
+            return 0
+        return max(0, self.expected_peers - len(self.last_seen))
+
     def describe(self, peer):
         address = f"{peer[0]}:{peer[1]}"
         return f"{self.names[peer]} at {address}" if peer in self.names else address
@@ -110,8 +123,17 @@ class PeerMonitor:
             if lost and not self._stopped.is_set():
                 log.error("no connection to %s (a process of this job) for %.0f s: it has probably died; exiting",
                           ", ".join(self.describe(peer) for peer in lost), self.grace)
-                sys.stderr.flush()
-                os._exit(EXIT_SYNC_TIMEOUT)
+                self._exit()
+            missing = self.missing_peers(time.monotonic())
+            if missing and not self._stopped.is_set():
+                log.error("%d of the %d other processes of this job never connected in %.0f s (is every scheduler, "
+                          "server and worker started?); exiting", missing, self.expected_peers, self.join_timeout)
+                self._exit()
+
+    @staticmethod
+    def _exit():
+        sys.stderr.flush()
+        os._exit(EXIT_SYNC_TIMEOUT)
 
 
 def grace_for(sync_timeout):
