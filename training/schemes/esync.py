@@ -77,6 +77,7 @@ class ESync(Scheme):
         return self.ready(steps)
 
     def ready(self, steps):
+        # No retries: another worker may already wait in the aggregation, for this one.
         try:
             return self.client.apply(self.rank, steps, self.step_seconds, time.time(), retry_for=0)
         except StateServerUnavailable as err:
