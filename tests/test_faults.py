@@ -78,23 +78,24 @@ def iteration_numbers(folder):
                   for path in glob.glob(os.path.join(folder, "iter-*.txt")))
 
 
-def start_esync(processes, log_dir, sync_timeout, max_time):
+def start_esync(processes, log_dir, sync_timeout, max_time, policy="apply"):
     """A 3-worker esync job with one worker 4x slower; returns (workers, state server process, its port)."""
     port = start_state_server(processes)
     state_server = processes.procs[-1]
     timeout = ["--sync-timeout", str(sync_timeout)]
-    workers = start_job(processes, "esync", LENET_ARGS + ["--max-time", str(max_time), "-e", "0", "-port", str(port),
-                                                          *timeout],
-                        num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir, ps_args=timeout)
+    args = ["--max-time", str(max_time), "-e", "0", "-port", str(port), "--esync-policy", policy, *timeout]
+    workers = start_job(processes, "esync", LENET_ARGS + args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir,
+                        ps_args=timeout)
     for worker in workers:
         assert processes.wait_for_output(worker, "iter ", timeout=120), outputs(processes)
     return workers, state_server, port
 
 
-def test_esync_goes_on_when_the_state_server_restarts(processes, tmp_path):
+@pytest.mark.parametrize("policy", ["apply", "plan"])
+def test_esync_goes_on_when_the_state_server_restarts(processes, tmp_path, policy):
     base = str(tmp_path / "logs")
     log_dir = os.path.join(base, "lenet", "esync")
-    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=30, max_time=12)
+    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=30, max_time=12, policy=policy)
     time.sleep(1)
 
     os.kill(state_server.pid, signal.SIGKILL)
