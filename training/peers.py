@@ -1,10 +1,11 @@
-"""Ends a scheduler, server or worker whose ps-lite peer has died.
+"""Ends a scheduler, server or worker whose ps-lite peer has died, or whose job never forms.
 
 ps-lite never notices a dead node: a server or the scheduler waits in its loop (run inside `import mxnet`) and at
 the final barrier forever. But every node keeps one TCP connection open to each node of another role (ZMQ connects
-out to the peer's bound port), so a peer that dies leaves a connection that is gone for good. The monitor looks at this
-process's own sockets every second, remembers the remote end of each outgoing connection, and when one
-has had no established connection for the grace period it logs the address and ends the process.
+out to the peer's bound port), so a peer that dies leaves a connection that is gone for good (ZMQ's reconnection
+attempts are refused). The monitor looks at this process's own sockets every second, remembers the remote end of
+each outgoing connection, and when one has had no established connection for the grace period it logs the address
+and ends the process.
 """
 import logging
 import os
