@@ -54,12 +54,12 @@ def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=N
     return workers
 
 
-def start_state_server(group, host=LOOPBACK, timeout=30.0):
-    """ESync's Django state server on a free port, once it answers; returns the port."""
+def start_state_server(group, host=LOOPBACK, timeout=30.0, port=None, name="state-server"):
+    """ESync's Django state server on `port` (default: a free one), once it answers; returns the port."""
     from training.state_client import StateClient
 
-    port = free_port(host)
-    group.start_python("state-server", [os.path.join(ROOT, "SimpleStateServer", "manage.py"), "runserver",
+    port = port or free_port(host)
+    group.start_python(name, [os.path.join(ROOT, "SimpleStateServer", "manage.py"), "runserver",
                                        f"{host}:{port}", "--noreload"], role="state")
     with StateClient(host, port, retry_for=timeout) as client:
         client.wait_until_up(timeout)

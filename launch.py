@@ -332,6 +332,16 @@ def shared_worker_args(args, mode, log_dir, state_port):
     return command + args.worker_args
 
 
+def sync_timeout_args(worker_args):
+    """The workers' --sync-timeout, which the scheduler and servers use too (a dead peer, a job that never forms)."""
+    for index, token in enumerate(worker_args):
+        if token.startswith("--sync-timeout="):
+            return [token]
+        if token == "--sync-timeout" and index + 1 < len(worker_args):
+            return worker_args[index:index + 2]
+    return []
+
+
 def worker_argv(args, mode, index, log_dir, state_port):
     return ([MAIN_PY] + shared_worker_args(args, mode, log_dir, state_port) + device_flags(args.devices[index])
             + ["--slowdown", args.slowdowns[index]])
@@ -570,7 +580,8 @@ def start_processes(args, mode, group, log_dir, state_port, label):
     if mode == "zeno":
         workers_argv.append([MAIN_PY] + shared_worker_args(args, mode, log_dir, state_port)
                             + device_flags(args.validator_device) + ["--validator"])
-    return start_ps_job(group, [MAIN_PY] + MODE_FLAGS[mode], workers_argv, args.num_servers, record_and_check)
+    ps_argv = [MAIN_PY] + MODE_FLAGS[mode] + sync_timeout_args(args.worker_args)
+    return start_ps_job(group, ps_argv, workers_argv, args.num_servers, record_and_check)
 
 
 def start_tracker(args, mode, group, log_dir, state_port, label):

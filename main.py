@@ -147,6 +147,23 @@ def check_state_server(args):
         client.close()
 
 
+def watch_peers(args, role):
+    """Start the peer monitor: a dead scheduler, server or worker ends this process instead of blocking it."""
+    from training.peers import PeerMonitor, grace_for, resolve
+
+    scheduler = resolve(os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"]))
+    ignore = resolve(args.state_server_ip, args.state_server_port) if args.mode == "esync" else set()
+    return PeerMonitor(grace_for(args.sync_timeout), ignore, {peer: "the scheduler" for peer in scheduler},
+                       expected_peers(role), join_timeout=args.sync_timeout).start()
+
+
+def expected_peers(role):
+    """Processes a scheduler or server connects to once the job has formed (ps-lite connects a node to every node
+    of another role). None for a worker: its watchdog already bounds joining the cluster."""
+    servers, workers = int(os.environ["DMLC_NUM_SERVER"]), int(os.environ["DMLC_NUM_WORKER"])
+    return {"scheduler": servers + workers, "server": 1 + workers}.get(role)
+
+
 def run_ps_role(role):
     log.info("ps-lite %s (pid %d): scheduler at %s:%s, %s server(s), %s worker(s)", role, os.getpid(),
              os.environ["DMLC_PS_ROOT_URI"], os.environ["DMLC_PS_ROOT_PORT"],
@@ -169,6 +186,7 @@ def main(argv=None):
     try:
         check_environment(role, args.mode)
         if role in ("scheduler", "server"):
+            watch_peers(args, role)
             run_ps_role(role)
             return 0
         if args.mode == config.EVALUATE_MODE:
@@ -177,6 +195,7 @@ def main(argv=None):
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)
         return 2
+    peers = watch_peers(args, role) if role else None
     from training.schemes.base import JobSetupError
     from training.state_client import StateServerError, StateServerUnavailable
 
@@ -188,6 +207,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
+    # Only now: after an error the kvstore still leaves the cluster at exit, and that barrier needs the monitor.
+    if peers:
+        peers.stop()
     return 0
 
 

@@ -17,6 +17,7 @@ IDX_IMAGES_MAGIC = 2051
 IDX_LABELS_MAGIC = 2049
 CIFAR_SIDE = 32
 CIFAR_RECORD = 1 + 3 * CIFAR_SIDE * CIFAR_SIDE
+NUM_CLASSES = 10  # every dataset here has ten classes, labelled 0-9
 
 WHERE_TO_GET = {
     "fashion-mnist": "https://github.com/zalandoresearch/fashion-mnist (the four *-ubyte.gz files)",
@@ -57,8 +58,12 @@ def load_dataset(data_dir, dataset):
         test_images, test_labels = _read_cifar(os.path.join(root, "test_batch.bin"))
         return Dataset(np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]),
                        test_images, test_labels)
-    parts = [_read_idx_pair(root, split) for split in ("train", "t10k")]
-    return Dataset(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
+    (train_images, train_labels), (test_images, test_labels) = [_read_idx_pair(root, split)
+                                                                for split in ("train", "t10k")]
+    if train_images.shape[1:] != test_images.shape[1:]:
+        raise DataError(f"{_idx_file(root, 't10k', 'images')} holds images of {test_images.shape[2:]} pixels, "
+                        f"{_idx_file(root, 'train', 'images')} of {train_images.shape[2:]}")
+    return Dataset(train_images, train_labels, test_images, test_labels)
 
 
 def load_test_set(data_dir, dataset):
@@ -84,11 +89,18 @@ def _idx_file(root, split, kind):
 
 
 def _read_idx_pair(root, split):
-    images = _read_idx(_idx_file(root, split, "images"), IDX_IMAGES_MAGIC)
-    labels = _read_idx(_idx_file(root, split, "labels"), IDX_LABELS_MAGIC)
+    images_path, labels_path = _idx_file(root, split, "images"), _idx_file(root, split, "labels")
+    images = _read_idx(images_path, IDX_IMAGES_MAGIC)
+    labels = _checked_labels(labels_path, _read_idx(labels_path, IDX_LABELS_MAGIC))
     if len(images) != len(labels):
-        raise DataError(f"{root}: {split} has {len(images)} images but {len(labels)} labels")
+        raise DataError(f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels")
     return images[:, None, :, :], labels.astype(np.int32)
+
+
+def _checked_labels(path, labels):
+    if labels.size and labels.max() >= NUM_CLASSES:
+        raise DataError(f"{path}: label {labels.max()} found, labels must be 0-{NUM_CLASSES - 1}")
+    return labels
 
 
 def _read_idx(path, magic):
@@ -100,9 +112,14 @@ def _read_idx(path, magic):
         raise DataError(f"{path}: cannot read ({err})")
     ndim = 3 if magic == IDX_IMAGES_MAGIC else 1
     header = 4 * (1 + ndim)
-    if len(raw) < header or struct.unpack(">i", raw[:4])[0] != magic:
-        raise DataError(f"{path}: not an idx file (expected magic number {magic})")
+    if len(raw) < header:
+        raise DataError(f"{path}: not an idx file (only {len(raw)} bytes, shorter than its header)")
+    found = struct.unpack(">i", raw[:4])[0]
+    if found != magic:
+        raise DataError(f"{path}: not an idx file (magic number {found}, expected {magic})")
     shape = struct.unpack(f">{ndim}i", raw[4:header])
+    if min(shape) < 0:
+        raise DataError(f"{path}: negative size {shape} in its header")
     expected = int(np.prod(shape))
     if len(raw) - header != expected:
         raise DataError(f"{path}: truncated or padded: header says {expected} bytes of data, file has {len(raw) - header}")
@@ -110,11 +127,16 @@ def _read_idx(path, magic):
 
 
 def _read_cifar(path):
-    raw = np.fromfile(path, dtype=np.uint8)
+    try:
+        raw = np.fromfile(path, dtype=np.uint8)
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err})")
     if raw.size == 0 or raw.size % CIFAR_RECORD:
-        raise DataError(f"{path}: not a CIFAR-10 binary batch (size {raw.size} is not a multiple of {CIFAR_RECORD})")
+        raise DataError(f"{path}: truncated or not a CIFAR-10 binary batch (size {raw.size} is not a multiple of "
+                        f"{CIFAR_RECORD} bytes)")
     records = raw.reshape(-1, CIFAR_RECORD)
-    return records[:, 1:].reshape(-1, 3, CIFAR_SIDE, CIFAR_SIDE), records[:, 0].astype(np.int32)
+    labels = _checked_labels(path, records[:, 0])
+    return records[:, 1:].reshape(-1, 3, CIFAR_SIDE, CIFAR_SIDE), labels.astype(np.int32)
 
 
 def partition(labels, rank, num_workers, by_class=False, seed=0):

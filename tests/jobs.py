@@ -10,12 +10,13 @@ SAMPLE_DATA = os.path.join(ROOT, "data")
 LENET_ARGS = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", SAMPLE_DATA, "-c", "1"]
 
 
-def start_job(group, mode, worker_args, num_workers=2, num_servers=1, slowdowns=None, log_dir=None):
-    """Scheduler, servers and workers of one job; returns the worker processes."""
+def start_job(group, mode, worker_args, num_workers=2, num_servers=1, slowdowns=None, log_dir=None, ps_args=()):
+    """Scheduler, servers and workers of one job; returns the worker processes. `ps_args` go to the scheduler and
+    servers."""
     main = os.path.join(ROOT, "main.py")
     workers_argv = [[main, "-m", mode, "-ld", log_dir, "--node-name", "node"] + list(worker_args)
                     + (["--slowdown", str(slowdowns[w])] if slowdowns else []) for w in range(num_workers)]
-    return start_ps_job(group, [main, "-m", mode], workers_argv, num_servers)
+    return start_ps_job(group, [main, "-m", mode, *ps_args], workers_argv, num_servers)
 
 
 def finish(group, workers, timeout):
@@ -26,6 +27,7 @@ def finish(group, workers, timeout):
     assert all(p.poll() == 0 for p in workers), outputs
     ps_roles = [p for p in group.procs if p.role in ("scheduler", "server")]
     assert group.wait(ps_roles, 30), f"scheduler/servers did not exit after the workers\n{outputs}"
+    assert all(p.poll() == 0 for p in ps_roles), f"scheduler/servers failed after the workers\n{outputs}"
     return outputs
 
 

@@ -339,3 +339,12 @@ def test_without_a_task_index_workers_must_be_identical(monkeypatch):
     assert launch.task_index(["gpu0", "gpu0"], ["2", "2"]) == 0
     with pytest.raises(launch.UsageError):
         launch.task_index(["cpu", "gpu0"], ["1", "1"])
+
+
+@pytest.mark.parametrize("worker_args, expected", [
+    (["-b", "32", "--sync-timeout", "20"], ["--sync-timeout", "20"]),
+    (["--sync-timeout=20", "-b", "32"], ["--sync-timeout=20"]),
+    (["-b", "32"], []),
+])
+def test_the_scheduler_and_servers_get_the_workers_sync_timeout(worker_args, expected):
+    assert launch.sync_timeout_args(worker_args) == expected

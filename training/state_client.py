@@ -25,6 +25,8 @@ TOKEN_ENV = "ESYNC_STATE_TOKEN"
 TOKEN_HEADER = "X-ESync-Token"
 FIRST_RETRY_DELAY = 0.05
 MAX_RETRY_DELAY = 2.0
+NOT_INITIALISED = 409
+NO_JOB = "it has no job (restarted?)"
 _TEXT_ECHO_LIMIT = 200
 
 
@@ -42,10 +44,14 @@ class StateServerUnavailable(RuntimeError):
 
 
 class StateClient:
-    def __init__(self, host, port, token=None, timeout=10.0, retry_for=300.0):
+    def __init__(self, host, port, token=None, timeout=10.0, retry_for=300.0, on_not_initialised=None):
+        """`on_not_initialised`: without it a 409 (no job) raises StateServerError. With it, a 409 is retried like
+        an unavailable server, calling the hook before each retry: a restarted server lost its job, and the
+        hook of the process that sets jobs up sends /init/ again (the others pass one that does nothing)."""
         self.address = _address(host, port)
         self.timeout = timeout
         self.retry_for = retry_for
+        self.on_not_initialised = on_not_initialised
         self._session = requests.Session()
         # Fewer headers keep the per-minibatch request small.
         self._session.headers = CaseInsensitiveDict({"Accept": "application/json"})
@@ -59,9 +65,9 @@ class StateClient:
             fields["epsilon"] = epsilon
         return self._call("POST", "/init/", fields)
 
-    def apply(self, rank, k, c, te):
+    def apply(self, rank, k, c, te, retry_for=None):
         """Reports a finished local step; True when the worker should stop and aggregate."""
-        answer = self._call("POST", "/apply/", {"r": rank, "k": k, "c": c, "te": te})
+        answer = self._call("POST", "/apply/", {"r": rank, "k": k, "c": c, "te": te}, retry_for)
         return bool(answer["ready"])
 
     def reset(self, rank, t, te):
@@ -121,6 +127,8 @@ class StateClient:
             if attempts == 1:
                 logger.warning("state server at %s: %s; retrying for up to %.1f s",
                                self.address, failure, remaining)
+            if failure == NO_JOB:
+                self.on_not_initialised()
             time.sleep(min(delay, remaining))
             delay = min(2 * delay, MAX_RETRY_DELAY)
 
@@ -132,6 +140,8 @@ class StateClient:
             return f"{type(error).__name__}: {error}", None
         if response.status_code >= 500:
             return f"HTTP {response.status_code}", None
+        if response.status_code == NOT_INITIALISED and self.on_not_initialised is not None:
+            return NO_JOB, None
         return None, _decode(response, url)
 
 

@@ -6,13 +6,20 @@ weights = start-of-round weights + global_lr * sum / num_workers. BatchNorm stat
 
 Two policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
 how many local steps to do, from the per-step times the workers reported.
+
+A state server that restarts has lost the job. In the middle of a round nobody waits for it (another worker may
+already wait in the aggregation): the round ends there. At the start of the next round rank 0 sends /init/ again
+and the others retry until it has, within --sync-timeout.
 """
+import logging
 import time
 
 import mxnet as mx
 
 from training.schemes.base import Scheme
-from training.state_client import StateClient
+from training.state_client import StateClient, StateServerUnavailable
+
+log = logging.getLogger("esync")
 
 STEP_TIME_SMOOTHING = 0.2
 
@@ -26,9 +33,10 @@ class ESync(Scheme):
 
     def setup(self):
         args = self.args
-        self.client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout)
+        self.client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout,
+                                  on_not_initialised=self.set_up_job_again)
         if self.rank == 0:
-            self.client.init(self.num_workers, epsilon=args.epsilon, policy=args.esync_policy)
+            self.set_up_job()
         # broadcast_initial_weights ends in a barrier, so /init/ above precedes every worker's first request.
         self.broadcast_initial_weights()
         self.trainer = self.local_trainer(args.local_lr)
@@ -37,6 +45,15 @@ class ESync(Scheme):
         self.buffers = self.exchanged(self.delta)
         self.step_seconds = None
         self.planned_steps = 1
+
+    def set_up_job(self):
+        self.client.init(self.num_workers, epsilon=self.args.epsilon, policy=self.args.esync_policy)
+
+    def set_up_job_again(self):
+        """The state server has no job (it restarted): rank 0 sets it up; the others wait until it has."""
+        if self.rank == 0:
+            log.warning("the state server at %s lost the job (restarted?): sending /init/ again", self.client.address)
+            self.set_up_job()
 
     def begin_round(self, iteration):
         if self.args.esync_policy == "plan":
@@ -57,7 +74,15 @@ class ESync(Scheme):
             self.step_seconds += STEP_TIME_SMOOTHING * (step_seconds - self.step_seconds)
         if self.args.esync_policy == "plan":
             return steps >= self.planned_steps
-        return self.client.apply(self.rank, steps, self.step_seconds, time.time())
+        return self.ready(steps)
+
+    def ready(self, steps):
+        # No retries: another worker may already wait in the aggregation, for this one.
+        try:
+            return self.client.apply(self.rank, steps, self.step_seconds, time.time(), retry_for=0)
+        except StateServerUnavailable as err:
+            log.warning("%s: ending this round here", err)
+            return True
 
     def aggregate(self, stop_vote):
         ctx0 = self.model.ctxs[0]

@@ -1,0 +1,152 @@
+"""Faults in real hand-started jobs: a killed process ends every other one with a message, and the logs written so
+far stay readable."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import summary
+from cluster import ROOT, start_state_server
+from tests import logfactory
+from tests.jobs import LENET_ARGS, finish, start_job, worker_folders
+
+SYNC_TIMEOUT = 5
+GIVE_UP_MESSAGES = ("no connection to", "no answer for")
+
+
+def run_summary(base, network, mode):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "summary.py"), "-b", base, "-n", network, "-m", mode],
+                          capture_output=True, text=True, timeout=60)
+
+
+def outputs(group):
+    return "\n".join(f"--- {p.name} (exit {p.poll()})\n{open(p.output).read()[-2000:]}" for p in group.procs)
+
+
+def start_training(processes, log_dir):
+    timeout = ["--sync-timeout", str(SYNC_TIMEOUT)]
+    workers = start_job(processes, "sync", LENET_ARGS + ["--max-time", "300", "-e", "0", *timeout],
+                        num_workers=2, log_dir=log_dir, ps_args=timeout)
+    for worker in workers:
+        assert processes.wait_for_output(worker, "iter ", timeout=120), outputs(processes)
+    return workers
+
+
+def pick(processes, workers, victim):
+    return {"worker": workers[1], "server": processes.procs[1], "scheduler": processes.procs[0]}[victim]
+
+
+@pytest.mark.parametrize("victim", ["worker", "server", "scheduler"])
+def test_every_survivor_of_a_killed_process_exits_with_a_message(processes, tmp_path, victim):
+    base = str(tmp_path / "logs")
+    workers = start_training(processes, os.path.join(base, "lenet", "sync"))
+    killed = pick(processes, workers, victim)
+    survivors = [p for p in processes.procs if p is not killed]
+
+    os.kill(killed.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    all_exited = processes.wait(survivors, timeout=SYNC_TIMEOUT + 10)
+    elapsed = time.monotonic() - killed_at
+
+    assert all_exited, f"still running {SYNC_TIMEOUT + 10} s after the kill\n{outputs(processes)}"
+    print(f"survivors of the killed {victim} exited {elapsed:.1f} s after the kill")
+    for survivor in survivors:
+        output = open(survivor.output).read()
+        assert survivor.poll() not in (None, 0), outputs(processes)
+        assert any(message in output for message in GIVE_UP_MESSAGES), f"{survivor.name}\n{output}"
+    assert_summarized(base, "lenet", "sync", num_workers=2)
+
+
+def assert_summarized(base, network, mode, num_workers):
+    """summary.py reads every worker's logs written so far."""
+    result = run_summary(base, network, mode)
+
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(base, network, mode, summary.summary_file_name(mode))) as f:
+        devices = json.load(f)["devices"]["node"]
+    assert len(devices) == num_workers, devices.keys()
+    assert all(device["iterations"] for device in devices.values())
+
+
+def iteration_numbers(folder):
+    return sorted(int(os.path.basename(path)[len("iter-"):-len(".txt")])
+                  for path in glob.glob(os.path.join(folder, "iter-*.txt")))
+
+
+def start_esync(processes, log_dir, sync_timeout, max_time, policy="apply"):
+    """A 3-worker esync job with one worker 4x slower; returns (workers, state server process, its port)."""
+    port = start_state_server(processes)
+    state_server = processes.procs[-1]
+    timeout = ["--sync-timeout", str(sync_timeout)]
+    args = ["--max-time", str(max_time), "-e", "0", "-port", str(port), "--esync-policy", policy, *timeout]
+    workers = start_job(processes, "esync", LENET_ARGS + args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir,
+                        ps_args=timeout)
+    for worker in workers:
+        assert processes.wait_for_output(worker, "iter ", timeout=120), outputs(processes)
+    return workers, state_server, port
+
+
+@pytest.mark.parametrize("policy", ["apply", "plan"])
+def test_esync_goes_on_when_the_state_server_restarts(processes, tmp_path, policy):
+    base = str(tmp_path / "logs")
+    log_dir = os.path.join(base, "lenet", "esync")
+    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=30, max_time=12, policy=policy)
+    time.sleep(1)
+
+    os.kill(state_server.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    time.sleep(1)
+    start_state_server(processes, port=port, name="state-server-restarted")
+    print(f"state server answered again {time.monotonic() - killed_at:.1f} s after the kill")
+
+    finish(processes, workers, timeout=120)
+    logged = [iteration_numbers(folder) for folder in worker_folders(log_dir)]
+    assert len(logged) == 3 and logged[0] == list(range(len(logged[0]))) and logged[1] == logged[2] == logged[0]
+    worker_outputs = "".join(open(w.output).read() for w in workers)
+    assert "lost the job (restarted?): sending /init/ again" in worker_outputs
+    assert_summarized(base, "lenet", "esync", num_workers=3)
+
+
+def test_esync_workers_name_the_state_server_when_it_stays_down(processes, tmp_path):
+    base = str(tmp_path / "logs")
+    log_dir = os.path.join(base, "lenet", "esync")
+    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=SYNC_TIMEOUT, max_time=300)
+
+    os.kill(state_server.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    all_exited = processes.wait(workers, timeout=SYNC_TIMEOUT + 10)
+    elapsed = time.monotonic() - killed_at
+
+    assert all_exited, outputs(processes)
+    print(f"workers exited {elapsed:.1f} s after the state server was killed")
+    for worker in workers:
+        assert worker.poll() not in (None, 0), outputs(processes)
+        assert f"state server at http://127.0.0.1:{port} did not answer" in open(worker.output).read()
+    assert_summarized(base, "lenet", "esync", num_workers=3)
+
+
+def test_summary_reads_logs_cut_short_by_a_kill(tmp_path):
+    base = str(tmp_path)
+    written = logfactory.write_run(base, "sync", nodes=("node",), devices=("cpu", "gpu0"))
+    (early, early_records), (cut, cut_records) = sorted(written.items())
+    folder = os.path.join(base, logfactory.NETWORK, "sync", *early)
+    for iteration in sorted(early_records)[len(early_records) // 2:]:  # this worker stopped halfway
+        os.remove(os.path.join(folder, f"iter-{iteration}.txt"))
+    folder = os.path.join(base, logfactory.NETWORK, "sync", *cut)
+    last = max(cut_records)
+    os.remove(os.path.join(folder, f"iter-{last}.txt"))
+    with open(os.path.join(folder, f".iter-{last}.txt.k3j9.tmp"), "w") as f:  # a write the kill interrupted
+        f.write('{"num_iters": 1, "ti')
+
+    result = run_summary(base, logfactory.NETWORK, "sync")
+
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(base, logfactory.NETWORK, "sync", "Sync.json")) as f:
+        devices = json.load(f)["devices"]["node"]
+    assert devices[early[1]]["iterations"] == sorted(early_records)[:len(early_records) // 2]
+    assert devices[cut[1]]["iterations"] == sorted(cut_records)[:-1]
