@@ -50,7 +50,8 @@ DEFAULTS = dict(
     validator=False,        # zeno: this process is the trusted validator
     validation_size=1000,   # zeno: training samples held out for the validator
     sync_interval=4,        # zeno: local steps between aggregations
-    rho=0.6,                # zeno: a delta is rejected unless mean(u^2) < (1 + rho) mean(v^2)
+    zeno_flavour="sync",    # zeno: sync (the ZenoPS rule on local-step deltas) or async (Zeno++ on the servers)
+    rho=None,               # zeno: sync 0.6; async 0.02 x -l (see --help)
     eta=-0.001,             # zeno: a delta is rejected unless mean(u.v) > eta mean(v^2)
     byzantine=0,            # the first K workers misbehave (experiments)
     attack="signflip",
@@ -145,14 +146,20 @@ def build_parser():
                    help="apply: ask the state server after every local step; "
                         "plan: ask once per round for the number of local steps")
     p.add_argument("--epsilon", type=_non_negative(float),
-                   help="ESync readiness margin in seconds (default: fitted to the measured step times)")
+                   help="ESync readiness margin in seconds (default: fitted to the measured step times); "
+                        "zeno async: the rule's tolerance epsilon (default 0)")
     p.add_argument("--validator", action="store_true",
                    help="zeno: this worker is the trusted validator (exactly one per job; it trains on "
                         "--validation-size held-out samples and scores every worker's update)")
     p.add_argument("--validation-size", type=_positive(int), help="zeno: training samples held out for the validator")
     p.add_argument("--sync-interval", type=_positive(int), help="zeno: local steps between aggregations")
-    p.add_argument("--rho", type=_non_negative(float), help="zeno: bound on an update's size relative to the validator's")
-    p.add_argument("--eta", type=float, help="zeno: bound on an update's agreement with the validator's")
+    p.add_argument("--zeno-flavour", choices=("sync", "async"),
+                   help="zeno: sync scores local-step deltas per layer each round (ZenoPS); async scores each "
+                        "gradient on the server as it arrives (Zeno++, one server)")
+    p.add_argument("--rho", type=_non_negative(float),
+                   help="zeno sync: reject a layer's delta u unless mean(u^2) < (1 + rho) mean(v^2) (default 0.6); "
+                        "zeno async: reject g unless lr <g', v> - rho |v|^2 + lr epsilon >= 0 (default 0.02 x -l)")
+    p.add_argument("--eta", type=float, help="zeno sync: reject a layer's delta unless mean(u.v) > eta mean(v^2)")
     p.add_argument("--byzantine", type=_non_negative(int),
                    help="the first K workers are Byzantine: they corrupt what they send (experiments)")
     p.add_argument("--attack", choices=ATTACKS, help="what a Byzantine worker does")
@@ -193,4 +200,6 @@ def parse_args(argv=None):
     args = build_parser().parse_args(argv)
     if args.node_name is None:
         args.node_name = socket.gethostname()
+    if args.rho is None:
+        args.rho = 0.6 if args.zeno_flavour == "sync" else 0.02 * args.learning_rate
     return args

@@ -89,6 +89,8 @@ def check_worker(args, num_workers):
 def check_byzantine(args, num_workers):
     if args.mode == "zeno" and num_workers < 2:
         raise UsageError("-m zeno needs DMLC_NUM_WORKER >= 2: the training workers and one --validator")
+    if args.mode == "zeno" and args.zeno_flavour == "async" and os.environ.get("DMLC_NUM_SERVER", "1") != "1":
+        raise UsageError("--zeno-flavour async validates whole gradients on one server: set DMLC_NUM_SERVER=1")
     if args.validator and args.mode != "zeno":
         raise UsageError(f"--validator belongs to -m zeno, not -m {args.mode}")
     if not args.byzantine:
@@ -175,7 +177,7 @@ def run_training(args, data):
     from training.loop import train
     from training.schemes import scheme_for
 
-    train(args, scheme_for(args.mode, args.use_dcasgd), data)
+    train(args, scheme_for(args.mode, args.use_dcasgd, args.zeno_flavour), data)
 
 
 def main(argv=None):

@@ -398,13 +398,26 @@ def describe_device(device, records, meta):
     return stats
 
 
+VALIDATION_FIELDS = {  # Zeno's iteration-log fields -> the summary's counts
+    "layers": ("zeno_accepted_layers", "zeno_layers"),      # sync: each layer of each round's delta
+    "updates": ("zeno_accepted_updates", "zeno_judged_updates"),  # async: each gradient
+}
+
+
 def validation_counts(records):
-    """Zeno: how many of this worker's layer updates the validator's rule accepted and rejected."""
-    judged = [r for r in records if is_number(r.get("zeno_accepted_layers")) and is_number(r.get("zeno_layers"))]
-    if not judged:
-        return {}
-    accepted = sum(int(r["zeno_accepted_layers"]) for r in judged)
-    return {"accepted_layers": accepted, "rejected_layers": sum(int(r["zeno_layers"]) for r in judged) - accepted}
+    """Zeno: how many of this worker's updates the validation rule accepted and rejected."""
+    records = list(records)
+    counts = {}
+    for unit, (accepted_key, judged_key) in VALIDATION_FIELDS.items():
+        judged = [r for r in records if is_number(r.get(accepted_key)) and is_number(r.get(judged_key))]
+        if judged:
+            accepted = sum(int(r[accepted_key]) for r in judged)
+            counts[f"accepted_{unit}"] = accepted
+            counts[f"rejected_{unit}"] = sum(int(r[judged_key]) for r in judged) - accepted
+    unjudged = [int(r["zeno_unjudged_updates"]) for r in records if is_number(r.get("zeno_unjudged_updates"))]
+    if unjudged:
+        counts["unjudged_updates"] = sum(unjudged)
+    return counts
 
 
 def report_gaps(node, device, stats):

@@ -78,24 +78,26 @@ def iteration_numbers(folder):
                   for path in glob.glob(os.path.join(folder, "iter-*.txt")))
 
 
-def start_esync(processes, log_dir, sync_timeout, max_time, policy="apply"):
-    """A 3-worker esync job with one worker 4x slower; returns (workers, state server process, its port)."""
+def start_esync(processes, log_dir, sync_timeout, max_time, policy="apply", mode="esync"):
+    """A 3-worker esync (or nbsync) job with one worker 4x slower; returns (workers, state server process, port)."""
     port = start_state_server(processes)
     state_server = processes.procs[-1]
     timeout = ["--sync-timeout", str(sync_timeout)]
-    args = ["--max-time", str(max_time), "-e", "0", "-port", str(port), "--esync-policy", policy, *timeout]
-    workers = start_job(processes, "esync", LENET_ARGS + args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir,
+    args = ["--max-time", str(max_time), "-e", "0", "-port", str(port), *timeout]
+    args += ["--esync-policy", policy] if mode == "esync" else []
+    workers = start_job(processes, mode, LENET_ARGS + args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir,
                         ps_args=timeout)
     for worker in workers:
         assert processes.wait_for_output(worker, "iter ", timeout=120), outputs(processes)
     return workers, state_server, port
 
 
-@pytest.mark.parametrize("policy", ["apply", "plan"])
-def test_esync_goes_on_when_the_state_server_restarts(processes, tmp_path, policy):
+@pytest.mark.parametrize("mode, policy", [("esync", "apply"), ("esync", "plan"), ("nbsync", None)])
+def test_training_goes_on_when_the_state_server_restarts(processes, tmp_path, mode, policy):
     base = str(tmp_path / "logs")
-    log_dir = os.path.join(base, "lenet", "esync")
-    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=30, max_time=12, policy=policy)
+    log_dir = os.path.join(base, "lenet", mode)
+    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=30, max_time=12, policy=policy,
+                                              mode=mode)
     time.sleep(1)
 
     os.kill(state_server.pid, signal.SIGKILL)
@@ -109,7 +111,7 @@ def test_esync_goes_on_when_the_state_server_restarts(processes, tmp_path, polic
     assert len(logged) == 3 and logged[0] == list(range(len(logged[0]))) and logged[1] == logged[2] == logged[0]
     worker_outputs = "".join(open(w.output).read() for w in workers)
     assert "lost the job (restarted?): sending /init/ again" in worker_outputs
-    assert_summarized(base, "lenet", "esync", num_workers=3)
+    assert_summarized(base, "lenet", mode, num_workers=3)
 
 
 def test_esync_workers_name_the_state_server_when_it_stays_down(processes, tmp_path):

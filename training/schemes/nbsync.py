@@ -53,11 +53,14 @@ class NonBlockingSync(Scheme):
 
     def setup(self):
         args = self.args
-        self.client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout)
-        self.watch_client = StateClient(args.state_server_ip, args.state_server_port,
-                                        retry_for=args.sync_timeout, timeout=WATCH_SECONDS + 10)
+        self.client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout,
+                                  on_not_initialised=self._set_up_job_again)
+        self.watch_client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout,
+                                        timeout=WATCH_SECONDS + 10, on_not_initialised=self._set_up_job_again)
+        self.init_client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout)
+        self.init_lock = threading.Lock()
         if self.rank == 0:
-            self.client.init(self.num_workers, policy="nbsync")
+            self.init_client.init(self.num_workers, policy="nbsync")
         self.broadcast_initial_weights()  # ends in a barrier: /init/ precedes every worker's first request
         self.trainer = self.local_trainer(args.learning_rate)
         for p in self.model.trainable:
@@ -67,6 +70,17 @@ class NonBlockingSync(Scheme):
         self.watcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nbsync-watch")
         self.parts_done = 0  # parts of the current batch; carried over rounds
         self.round = None
+
+    def _set_up_job_again(self):
+        """A restarted state server has no job: rank 0 sets it up again; the others retry until it has. The
+        watchers of workers that had arrived repeat their arrival, so the round in progress is not lost."""
+        if self.rank == 0:
+            with self.init_lock:  # both threads may find out; the second must not wipe what the first set up
+                if self.init_client.state().get("num_workers") is not None:
+                    return
+                log.warning("the state server at %s lost the job (restarted?): sending /init/ again",
+                            self.init_client.address)
+                self.init_client.init(self.num_workers, policy="nbsync")
 
     def begin_round(self, iteration):
         self.round = RoundWatch(iteration)
@@ -119,7 +133,8 @@ class NonBlockingSync(Scheme):
 
     def finish(self):
         self.watcher.shutdown(wait=False, cancel_futures=True)
-        self.client.close()
+        for client in (self.client, self.init_client):
+            client.close()
 
 
 def _give_up(reason):

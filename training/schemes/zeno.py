@@ -139,3 +139,91 @@ class ZenoSync(Scheme):
             workers = [r for r in range(self.num_workers) if r != self.validator_rank]
             return {"zeno_layers": layers, "zeno_accepted_layers_by_worker": [int(per_rank[r]) for r in workers]}
         return {"zeno_layers": layers, "zeno_accepted_layers": int(per_rank[self.rank])}
+
+
+class ZenoAsync(Scheme):
+    """Zeno++ (Xie, Koyejo, Gupta): asynchronous SGD whose servers validate each gradient before applying it.
+
+    Every worker pushes its gradient to its own key range and pulls the global model back from it, one step per
+    round; the validator pushes the gradient of one fresh batch of its validation data at the latest model, as
+    often as it can. The rule runs on the server (training/zeno_server.py), which needs the whole model: one
+    server only. Trust: the validator, its data and the server are honest; a Byzantine worker pushes anything
+    into its own range. BatchNorm statistics stay local to each worker.
+    """
+    name = "zeno"
+    kvstore = "dist_async"
+
+    def setup(self):
+        from training.zeno_server import ZenoLayout, ZenoPlusPlus
+
+        self.layout = layout = ZenoLayout(self.num_workers, len(self.model.trainable))
+        ctx0 = self.model.ctxs[0]
+        weights = [p.data(ctx0).copy() for p in self.model.trainable]
+        keys = [k for r in range(self.num_workers) for k in layout.model_keys(r)]
+        small = [mx.nd.zeros((1,)) for _ in range(self.num_workers)] + \
+                [mx.nd.zeros((3,)) for _ in range(self.num_workers)] + [self.control]
+        self.kv.init(keys + list(range(layout.role_base, layout.control_key + 1)),
+                     weights * self.num_workers + small)
+        if self.rank == 0:
+            self.kv.set_optimizer(ZenoPlusPlus(layout, self.args.learning_rate, self.args.rho,
+                                               self.args.epsilon or 0.0, refresh=self.training_workers))
+        self.kv._barrier()  # no push before the server holds the rule
+        self.validator_rank = self._find_validator()
+        self.is_validator = self.rank == self.validator_rank
+        self.worker_index = None if self.is_validator else self.rank - (self.rank > self.validator_rank)
+        self.attack = None if self.is_validator else attack_for(self.args, self.worker_index)
+        self.model_keys = layout.model_keys(self.rank)
+        self.verdict_key = layout.verdict_base + self.rank
+        self.verdict = mx.nd.zeros((3,))
+        self.counted = (0, 0, 0)
+        self.judged = (0, 0, 0)
+        self.kv.pull(self.model_keys, out=[p.list_data() for p in self.model.trainable])
+        self.first_round = True
+
+    def _find_validator(self):
+        """Each process pushes whether it is the validator to its own key; all then read every key."""
+        layout = self.layout
+        self.kv.push(layout.role_base + self.rank, mx.nd.array([float(bool(self.args.validator))]))
+        mx.nd.waitall()  # a push is an engine operation: the barrier alone does not wait for it
+        self.kv._barrier()
+        roles = [mx.nd.zeros((1,)) for _ in range(self.num_workers)]
+        self.kv.pull(list(range(layout.role_base, layout.verdict_base)), out=roles)
+        validators = [r for r, role in enumerate(roles) if role.asscalar() > 0]
+        if len(validators) != 1:
+            raise JobSetupError(f"-m zeno needs exactly one process started with --validator among the "
+                                f"{self.num_workers} workers of the job; found {len(validators)}")
+        return validators[0]
+
+    training_workers = ZenoSync.training_workers
+    role = ZenoSync.role
+    evaluates = ZenoSync.evaluates
+    training_share = ZenoSync.training_share
+
+    def aggregate(self, stop_vote):
+        self.model.reduce_gradients()
+        self.corrupt(p.list_grad() for p in self.model.trainable)
+        # The validator keeps validating until the workers stop; its own step count means nothing to them.
+        stop_vote = stop_vote and not self.is_validator
+        self.control[:] = float(stop_vote)
+        grads = [p.list_grad()[0] for p in self.model.trainable]
+        if self.first_round and not self.is_validator:
+            self.kv._barrier()  # the validator's first gradient is on the server before any worker's
+        self.kv.push(self.model_keys + [self.verdict_key, self.layout.control_key],
+                     grads + [self.verdict, self.control])
+        if self.first_round and self.is_validator:
+            mx.nd.waitall()
+            self.kv._barrier()
+        self.first_round = False
+        self.kv.pull(self.model_keys + [self.verdict_key, self.layout.control_key],
+                     out=[p.list_data() for p in self.model.trainable] + [self.verdict, self.control])
+        if not self.is_validator:
+            previous, self.counted = self.counted, tuple(int(x) for x in self.verdict.asnumpy())
+            self.judged = tuple(now - before for now, before in zip(self.counted, previous))
+        return stop_vote or self.stop_requested()
+
+    def round_record(self):
+        if self.is_validator:
+            return {}
+        accepted, rejected, unjudged = self.judged
+        return {"zeno_accepted_updates": accepted, "zeno_judged_updates": accepted + rejected,
+                "zeno_unjudged_updates": unjudged}

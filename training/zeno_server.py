@@ -1,0 +1,115 @@
+"""Zeno++ on the dist_async servers: the trusted side scores every worker's gradient before applying it.
+
+kv.set_optimizer pickles this object to the server, which unpickles it by module path while `import mxnet` is
+still running, so it imports mxnet's submodules by name (see training/server_optimizer.py).
+
+Key layout (R kvstore workers, P trainable arrays): each worker r pushes and pulls its own range r*P .. r*P+P-1,
+so the server knows who sent what; the validator's range carries its validation gradient v instead. The server
+keeps the one global model itself and hands it out through every range. When all P arrays of a worker's push
+have arrived, the gradient g is rescaled to v's norm, g' = g |v| / |g|, and applied (w -= lr g') when
+lr <g', v> - rho |g'|^2 + lr epsilon >= 0; otherwise it is dropped. A v serves for at most `refresh` accepted
+updates: after that, gradients are dropped unjudged until the validator sends a v of a newer model (the trusted
+side keeps its v fresh; a validator starved of CPU would otherwise judge a model that has moved on). Then the
+worker's whole range is refreshed, so its next pull reads one consistent model. After the ranges: one key per
+worker that tells it whether it is the validator (pushed once), one that hands it its [accepted, rejected,
+unjudged] counts, and the stop vote (the largest value pushed).
+"""
+import math
+
+from mxnet import ndarray as nd
+from mxnet import optimizer
+
+
+class ZenoLayout:
+    """Key numbers of a Zeno++ job."""
+
+    def __init__(self, num_workers, num_arrays):
+        self.num_workers = num_workers
+        self.num_arrays = num_arrays
+        self.role_base = num_workers * num_arrays
+        self.verdict_base = self.role_base + num_workers
+        self.control_key = self.verdict_base + num_workers
+
+    def model_keys(self, rank):
+        return list(range(rank * self.num_arrays, (rank + 1) * self.num_arrays))
+
+
+@optimizer.register
+class ZenoPlusPlus(optimizer.Optimizer):
+    def __init__(self, layout, lr, rho, epsilon, refresh, **kwargs):
+        super().__init__(**kwargs)
+        self.layout = layout
+        self.lr, self.rho, self.epsilon, self.refresh = lr, rho, epsilon, refresh
+        self.uses_of_v = 0
+        self.validator = None
+        self.weights = {}    # array index -> the global model
+        self.v = {}          # array index -> the validator's latest gradient
+        self.pending = {}    # rank -> {array index: gradient} until all arrays of its push are in
+        self.ranges = {}     # rank -> {array index: the server's stored array of that key}
+        self.counts = {}     # rank -> [accepted, rejected, unjudged]
+
+    def create_state(self, index, weight):
+        return None
+
+    def create_state_multi_precision(self, index, weight):
+        return None
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self.update(index, weight, grad, state)
+
+    def update(self, index, weight, grad, state):
+        layout = self.layout
+        if index == layout.control_key:
+            weight[:] = nd.maximum(weight, grad)
+        elif index >= layout.verdict_base:
+            weight[:] = nd.array(self.counts.get(index - layout.verdict_base, [0, 0, 0]), ctx=weight.context)
+        elif index >= layout.role_base:
+            weight[:] = grad
+            if grad.asscalar() > 0:
+                self.validator = index - layout.role_base
+        else:
+            self._array(*divmod(index, layout.num_arrays), weight, grad)
+
+    def _array(self, rank, i, weight, grad):
+        if i not in self.weights:
+            self.weights[i] = weight.copy()  # every range starts from the same initial weights
+        self.ranges.setdefault(rank, {})[i] = weight
+        weight[:] = self.weights[i]
+        if rank == self.validator:
+            self.v[i] = grad.copy()
+            if i == self.layout.num_arrays - 1:
+                self.uses_of_v = 0
+            return
+        received = self.pending.setdefault(rank, {})
+        received[i] = grad.copy()
+        if len(received) == self.layout.num_arrays:
+            self._judge(rank, self.pending.pop(rank))
+            # The pull that follows this push reads one consistent model, not a mix of before and after.
+            for index, stored in self.ranges[rank].items():
+                stored[:] = self.weights[index]
+
+    def _judge(self, rank, gradient):
+        counts = self.counts.setdefault(rank, [0, 0, 0])
+        indices = sorted(gradient)
+        if len(self.v) < len(indices) or self.uses_of_v >= self.refresh:
+            counts[2] += 1  # nothing (fresh enough) to validate against
+            return
+        g_norm2 = _total(nd.sum(gradient[i] * gradient[i]) for i in indices)
+        v_norm2 = _total(nd.sum(self.v[i] * self.v[i]) for i in indices)
+        g_dot_v = _total(nd.sum(gradient[i] * self.v[i]) for i in indices)
+        if not (g_norm2 > 0 and math.isfinite(g_norm2) and math.isfinite(v_norm2)):
+            counts[1] += 1
+            return
+        scale = math.sqrt(v_norm2 / g_norm2)
+        score = self.lr * scale * g_dot_v - self.rho * v_norm2 + self.lr * self.epsilon
+        if not score >= 0:  # NaN included
+            counts[1] += 1
+            return
+        counts[0] += 1
+        self.uses_of_v += 1
+        for i in indices:
+            self.weights[i] -= (self.lr * scale) * gradient[i]
+
+
+def _total(scalars):
+    return float(nd.add_n(*scalars).asscalar())
