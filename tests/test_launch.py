@@ -30,11 +30,11 @@ def launcher_env():
 
 
 @contextmanager
-def launcher(args, logs):
+def launcher(args, logs, env=None):
     """A running launch.py with output in <logs>.out; on the way out, nothing it started is left running."""
     output = logs + ".out"
     with open(output, "w") as out:
-        proc = subprocess.Popen([sys.executable, LAUNCH_PY, "--logs", logs] + args, cwd=ROOT, env=launcher_env(),
+        proc = subprocess.Popen([sys.executable, LAUNCH_PY, "--logs", logs] + args, cwd=ROOT, env=env or launcher_env(),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     proc.output = output
     try:
