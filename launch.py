@@ -635,8 +635,8 @@ def run_mode(args, mode, position):
     with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER)) as group:
         print(f"[{label}] {len(args.devices)} workers ({describe_workers(args)}), {args.num_servers} server(s); "
               f"logs in {log_dir}, process outputs and PIDs in {group.out_dir}", flush=True)
+        meter = netns.LinkMeter(args.virtual_network) if args.virtual_network else None
         try:
-            meter = netns.LinkMeter(args.virtual_network) if args.virtual_network else None
             state_port = start_state_server(group, state_server_host(args)) if mode in COORDINATED_MODES else None
             start = start_tracker if args.tracker else start_processes
             finishers = start(args, mode, group, log_dir, state_port, label)
@@ -645,6 +645,9 @@ def run_mode(args, mode, position):
         except JobFailed as failure:
             report_failure(label, failure, group)
             return EXIT_FAILED
+        finally:
+            if meter:
+                meter.stop()
         print(finished_line(label, progress), flush=True)
         if meter:
             report_links(label, meter, group.out_dir)

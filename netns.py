@@ -208,7 +208,7 @@ def on_host(host, fn, *args):
 
 class LinkMeter:
     """Bytes each host's link carried since the meter was made: in total, and the busiest window of about
-    `window` seconds (sampled by a background thread until report())."""
+    `window` seconds (sampled by a background thread until stop() or report())."""
 
     def __init__(self, network, window=2.0):
         self.network = network
@@ -225,9 +225,12 @@ class LinkMeter:
             except NetnsError:  # the network is being torn down
                 return
 
-    def report(self):
+    def stop(self):
         self.stopped.set()
         self.sampler.join()
+
+    def report(self):
+        self.stop()
         self.samples.append((time.monotonic(), self.network.link_bytes()))
         (started, before), (ended, after) = self.samples[0], self.samples[-1]
         seconds = ended - started
