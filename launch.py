@@ -303,7 +303,7 @@ def check_hosts(args):
     try:
         args.worker_rate = netns.parse_rate(args.bandwidth)
         args.ps_rate = netns.parse_rate(args.ps_bandwidth or args.bandwidth)
-        netns.ipaddress.ip_network(args.netns_subnet)
+        netns.parse_subnet(args.netns_subnet, len(args.devices) + args.num_servers + ("zeno" in args.modes))
     except ValueError as error:
         raise UsageError(f"--hosts netns: {error}")
     args.netns_prefix = args.netns_prefix or netns.unique_prefix()

@@ -56,6 +56,14 @@ def parse_rate(text):
     return int(float(match.group(1)) * RATE_UNITS[match.group(2)])
 
 
+def parse_subnet(text, num_hosts):
+    """The network of `text` (10.213.0.0/24), if it has an address for each of `num_hosts` hosts."""
+    subnet = ipaddress.ip_network(text.strip())
+    if subnet.num_addresses - 2 < num_hosts:
+        raise ValueError(f"subnet {text} has no room for {num_hosts} hosts")
+    return subnet
+
+
 def unique_prefix():
     return f"{DEFAULT_PREFIX}{secrets.token_hex(3)}-"
 

@@ -258,6 +258,9 @@ def test_a_worker_exiting_0_must_have_reached_a_stop_condition(tmp_path, last_li
     (["--devices", "cpu,cpu", "-dd", "/nonexistent"], "mnist-5k not found"),
     (["--devices", "cpu,cpu", "--byzantine", "2"], "--byzantine 2: must leave at least one of the 2 workers honest"),
     (["--modes", "zeno", "--devices", "cpu,cpu", "--tracker", "local"], "--modes zeno needs its validator process"),
+    (["--devices", "cpu,cpu", "--hosts", "netns", "--bandwidth", "10MB"], "rate '10MB' is not like 1gbit"),
+    (["--devices", "cpu,cpu", "--hosts", "netns", "--netns-subnet", "10.213.0.0/30"], "no room for 3 hosts"),
+    (["--devices", "cpu,cpu", "--hosts", "netns", "--tracker", "local"], "leave out --tracker"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     argv = [sys.executable, LAUNCH_PY, "-n", "lenet", "--dataset", "mnist-5k", "--max-time", "5",
