@@ -24,10 +24,41 @@ def free_port(host=LOOPBACK):
         return s.getsockname()[1]
 
 
-def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface="lo"):
-    """The environment of one ps-lite process of a job on this machine."""
+@dataclass(frozen=True)
+class Host:
+    """Where a process runs: this machine's loopback, or a network namespace standing for a separate host."""
+    name: str
+    address: str
+    interface: str
+    namespace: str = None
+
+    @property
+    def command_prefix(self):
+        # `ip netns exec` execs the command: the PID it starts is the command's, and so is the process group.
+        return ["ip", "netns", "exec", self.namespace] if self.namespace else []
+
+
+LOCAL_HOST = Host("local", LOOPBACK, "lo")
+
+
+@dataclass
+class Placement:
+    """The host of every role of a ps-lite job (and of the state server, on the scheduler's host)."""
+    scheduler: Host = LOCAL_HOST
+    servers: list = field(default_factory=list)
+    workers: list = field(default_factory=list)
+
+    def server(self, index):
+        return self.servers[index] if index < len(self.servers) else self.scheduler
+
+    def worker(self, index):
+        return self.workers[index] if index < len(self.workers) else self.scheduler
+
+
+def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface="lo", root_uri=None):
+    """The environment of one ps-lite process; `host` is its own address, `root_uri` the scheduler's."""
     return {
-        "DMLC_ROLE": role, "DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(root_port),
+        "DMLC_ROLE": role, "DMLC_PS_ROOT_URI": root_uri or host, "DMLC_PS_ROOT_PORT": str(root_port),
         "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers),
         "DMLC_NODE_HOST": host, "DMLC_INTERFACE": interface,
         # One compute thread per process: the workers share this machine's cores like separate devices.
@@ -35,18 +66,23 @@ def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface
     }
 
 
-def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=None):
-    """Scheduler, servers and one worker per argv list of a ps-lite job on loopback; returns the workers.
+def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=None, placement=None):
+    """Scheduler, servers and one worker per argv list of a ps-lite job; returns the workers.
 
     `ps_argv` is the scheduler's and servers' command line; `after_each_start()` runs after every process starts
-    (to record its PID, or to stop starting more)."""
+    (to record its PID, or to stop starting more). Every role runs on loopback unless `placement` puts it on
+    another host."""
+    placement = placement or Placement()
+    # A free port of this namespace; a host namespace of our own has nothing else listening.
     root_port = free_port()
-    starts = [("scheduler", ps_argv, "scheduler")]
-    starts += [(f"server-{s}", ps_argv, "server") for s in range(num_servers)]
-    starts += [(f"worker-{w}", argv, "worker") for w, argv in enumerate(workers_argv)]
+    starts = [("scheduler", ps_argv, "scheduler", placement.scheduler)]
+    starts += [(f"server-{s}", ps_argv, "server", placement.server(s)) for s in range(num_servers)]
+    starts += [(f"worker-{w}", argv, "worker", placement.worker(w)) for w, argv in enumerate(workers_argv)]
     workers = []
-    for name, argv, role in starts:
-        proc = group.start_python(name, argv, dmlc_env(role, root_port, num_servers, len(workers_argv)), role=role)
+    for name, argv, role, host in starts:
+        env = dmlc_env(role, root_port, num_servers, len(workers_argv), host.address, host.interface,
+                       root_uri=placement.scheduler.address)
+        proc = group.start_python(name, argv, env, role=role, command_prefix=host.command_prefix, host=host.name)
         if role == "worker":
             workers.append(proc)
         if after_each_start:
@@ -102,8 +138,8 @@ class ProcessGroup:
         self.procs.append(proc)
         return proc
 
-    def start_python(self, name, args, env=None, role="", **meta):
-        return self.start(name, [sys.executable] + list(args), env, role, **meta)
+    def start_python(self, name, args, env=None, role="", command_prefix=(), **meta):
+        return self.start(name, list(command_prefix) + [sys.executable] + list(args), env, role, **meta)
 
     def failed(self):
         """The first process that exited with an error, or None."""

@@ -14,6 +14,7 @@ processes/ folder beside them, with their PIDs in processes/pids.json.
 With --tracker, MXNet's own dmlc_tracker starts the scheduler, servers and workers (see --help).
 """
 import argparse
+import contextlib
 import glob
 import importlib
 import json
@@ -28,8 +29,9 @@ import threading
 import time
 
 import config
-from cluster import (LOOPBACK, ROOT, ProcessGroup, describe_exit, free_port, processes_in_group, start_ps_job,
-                     tail)
+import netns
+from cluster import (LOOPBACK, ROOT, Host, ProcessGroup, describe_exit, free_port, processes_in_group,
+                     start_ps_job, tail)
 from training.files import write_json
 
 log = logging.getLogger("launch")
@@ -64,6 +66,7 @@ RESERVED_WORKER_FLAGS = {
 
 PROCESSES_FOLDER = "processes"  # summary.py reads <mode>/<node>/<device>/ folders; this one holds only files
 PID_FILE = "pids.json"
+NETWORK_FILE = "network.json"   # --hosts netns: bytes each host's link carried during the mode
 POLL_SECONDS = 0.2
 STATE_SERVER_STARTUP = 30.0     # seconds for Django to answer
 FINISH_GRACE = 20.0             # seconds the other workers get once one has exited 0 (they stop together)
@@ -93,6 +96,13 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   Remote hosts need this repository and the data at the same paths, and --host-ip must be an address of this
   machine they can reach (it runs the scheduler and, for esync and nbsync, the state server). All output of the job goes
   to processes/tracker.log; progress and summaries read the logs that land on this machine.
+
+--hosts netns: every host of the job is a Linux network namespace of its own (root only), joined to the
+  others by a bridge through a veth link shaped with tc tbf to --bandwidth (workers) and --ps-bandwidth (the
+  parameter-server hosts) in each direction: host `ps` runs the scheduler, the state server and server 0, `psN`
+  server N, `wK` worker K. Processes run under `ip netns exec` with the addresses of their hosts. Each mode's
+  processes/{NETWORK_FILE} holds the bytes each link carried. The namespaces are removed at the end, also on
+  failure and Ctrl-C; after a killed launcher, `python netns.py clean` removes what it left.
 
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
 """
@@ -167,6 +177,14 @@ def build_parser():
     p.add_argument("--wall-limit", type=float,
                    help="seconds after which a mode is stopped as hung (default: 2 x --max-time + 120 s, "
                         f"or {WALL_LIMIT_WITHOUT_MAX_TIME / 3600:g} h without --max-time)")
+    p.add_argument("--hosts", choices=("local", "netns"), default="local",
+                   help="local: every process on 127.0.0.1 (default); netns: one network namespace per host "
+                        "with rate-limited links (see below)")
+    p.add_argument("--bandwidth", default="1gbit", help="--hosts netns: each worker link's rate (default 1gbit)")
+    p.add_argument("--ps-bandwidth", help="--hosts netns: each parameter-server link's rate (default --bandwidth)")
+    p.add_argument("--netns-prefix", help="--hosts netns: name prefix of the namespaces (default esync-<random>-)")
+    p.add_argument("--netns-subnet", default=netns.DEFAULT_SUBNET,
+                   help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
     p.add_argument("--progress-every", type=float, default=2.0, help="seconds between progress lines (default 2)")
     p.add_argument("--tracker", choices=TRACKERS, help="start the job through MXNet's dmlc_tracker (see below)")
     p.add_argument("-H", "--hostfile", help="--tracker ssh/mpi: the hosts, one per line")
@@ -187,6 +205,7 @@ def parse_args(argv):
     device_flags(args.validator_device)
     check_limits(args)
     check_tracker(args)
+    check_hosts(args)
     if args.tracker and "zeno" in args.modes:
         raise UsageError("--modes zeno needs its validator process, which --tracker does not start: "
                          "run zeno without --tracker, or start its processes by hand (README)")
@@ -273,6 +292,21 @@ def check_tracker(args):
     if args.tracker not in TRACKERS_WITH_TASK_INDEX and (len(set(args.devices)) > 1 or len(set(args.slowdowns)) > 1):
         raise UsageError(f"--tracker {args.tracker} starts identical workers: give the same device to each "
                          "(e.g. --devices gpu0,gpu0) and one --slowdown")
+
+
+def check_hosts(args):
+    args.placement = args.virtual_network = None
+    if args.hosts == "local":
+        return
+    if args.tracker:
+        raise UsageError("--hosts netns starts the processes itself: leave out --tracker")
+    try:
+        args.worker_rate = netns.parse_rate(args.bandwidth)
+        args.ps_rate = netns.parse_rate(args.ps_bandwidth or args.bandwidth)
+        netns.parse_subnet(args.netns_subnet, len(args.devices) + args.num_servers + ("zeno" in args.modes))
+    except ValueError as error:
+        raise UsageError(f"--hosts netns: {error}")
+    args.netns_prefix = args.netns_prefix or netns.unique_prefix()
 
 
 def check_worker_args(worker_args):
@@ -550,24 +584,31 @@ def wait_for_group_to_drain(pgid, timeout):
 
 
 def start_state_server(group, host):
-    """The state server on a free port; the workers' rank 0 initialises it."""
+    """The state server on a free port of `host`; the workers' rank 0 initialises it."""
+    logging.getLogger("training.state_client").setLevel(logging.ERROR)  # refusals are expected while it starts
+    port = netns.on_host(host, free_port, host.address)
+    proc = group.start_python("state-server", [MANAGE_PY, "runserver", f"{host.address}:{port}", "--noreload"],
+                              role="state", command_prefix=host.command_prefix, host=host.name)
+    write_pid_file(group, "esync")
+    if netns.on_host(host, wait_until_answering, proc, host.address, port):
+        return port
+    reason = "exited before answering" if proc.poll() is not None else f"did not answer in {STATE_SERVER_STARTUP:g} s"
+    raise JobFailed(proc, reason)
+
+
+def wait_until_answering(proc, address, port):
     from training.state_client import StateClient, StateServerUnavailable
 
-    logging.getLogger("training.state_client").setLevel(logging.ERROR)  # refusals are expected while it starts
-    port = free_port(host)
-    proc = group.start_python("state-server", [MANAGE_PY, "runserver", f"{host}:{port}", "--noreload"], role="state")
-    write_pid_file(group, "esync")
     deadline = time.monotonic() + STATE_SERVER_STARTUP
-    with StateClient(host, port) as client:
+    with StateClient(address, port) as client:
         while proc.poll() is None and time.monotonic() < deadline:
             INTERRUPTS.check()
             try:
                 client.wait_until_up(timeout=0.5)
-                return port
+                return True
             except StateServerUnavailable:
                 continue
-    reason = "exited before answering" if proc.poll() is not None else f"did not answer in {STATE_SERVER_STARTUP:g} s"
-    raise JobFailed(proc, reason)
+    return False
 
 
 def start_processes(args, mode, group, log_dir, state_port, label):
@@ -581,7 +622,7 @@ def start_processes(args, mode, group, log_dir, state_port, label):
         workers_argv.append([MAIN_PY] + shared_worker_args(args, mode, log_dir, state_port)
                             + device_flags(args.validator_device) + ["--validator"])
     ps_argv = [MAIN_PY] + MODE_FLAGS[mode] + sync_timeout_args(args.worker_args)
-    return start_ps_job(group, ps_argv, workers_argv, args.num_servers, record_and_check)
+    return start_ps_job(group, ps_argv, workers_argv, args.num_servers, record_and_check, args.placement)
 
 
 def start_tracker(args, mode, group, log_dir, state_port, label):
@@ -604,8 +645,9 @@ def run_mode(args, mode, position):
     with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER)) as group:
         print(f"[{label}] {len(args.devices)} workers ({describe_workers(args)}), {args.num_servers} server(s); "
               f"logs in {log_dir}, process outputs and PIDs in {group.out_dir}", flush=True)
+        meter = netns.LinkMeter(args.virtual_network) if args.virtual_network else None
         try:
-            state_port = start_state_server(group, args.host_ip) if mode in COORDINATED_MODES else None
+            state_port = start_state_server(group, state_server_host(args)) if mode in COORDINATED_MODES else None
             start = start_tracker if args.tracker else start_processes
             finishers = start(args, mode, group, log_dir, state_port, label)
             progress = Progress(label, log_dir, args.progress_every)
@@ -613,9 +655,48 @@ def run_mode(args, mode, position):
         except JobFailed as failure:
             report_failure(label, failure, group)
             return EXIT_FAILED
+        finally:
+            if meter:
+                meter.stop()
         print(finished_line(label, progress), flush=True)
+        if meter:
+            report_links(label, meter, group.out_dir)
         let_parameter_servers_exit(args, group, finishers)
     return 0
+
+
+def state_server_host(args):
+    return args.placement.scheduler if args.placement else Host("local", args.host_ip, "lo")
+
+
+def report_links(label, meter, out_dir):
+    """The bytes each link carried during the mode, into processes/network.json and one line."""
+    report = meter.report()
+    write_json(os.path.join(out_dir, NETWORK_FILE), report)
+    servers = [name for name in report["links"] if name.startswith("ps")]
+    print(f"[{label}] parameter-server links over {report['seconds']:.1f} s: "
+          f"{netns.describe_links(report, servers)}", flush=True)
+
+
+@contextlib.contextmanager
+def hosts_of_the_job(args):
+    """With --hosts netns, the namespaces and links of every host, removed on the way out whatever happens."""
+    if args.hosts == "local":
+        yield
+        return
+    network = netns.VirtualNetwork(args.netns_prefix, args.netns_subnet)
+    try:
+        network.create()
+        num_workers = len(args.devices) + (1 if "zeno" in args.modes else 0)  # zeno's validator has a host too
+        args.placement = netns.build_cluster(network, args.num_servers, num_workers, args.worker_rate, args.ps_rate)
+        args.virtual_network, args.host_ip = network, args.placement.scheduler.address
+        print(f"hosts: namespaces {args.netns_prefix}*, parameter servers at "
+              f"{', '.join(h.address for h in args.placement.servers)} ({args.ps_bandwidth or args.bandwidth}), "
+              f"workers {', '.join(h.address for h in args.placement.workers)} ({args.bandwidth})", flush=True)
+        INTERRUPTS.check()
+        yield
+    finally:
+        network.teardown()
 
 
 def describe_workers(args):
@@ -776,10 +857,11 @@ def task_index(devices, slowdowns):
 
 
 def run_experiment(args):
-    for position, mode in enumerate(args.modes):
-        code = run_mode(args, mode, position)
-        if code:
-            return code
+    with hosts_of_the_job(args):
+        for position, mode in enumerate(args.modes):
+            code = run_mode(args, mode, position)
+            if code:
+                return code
     INTERRUPTS.check()
     code = summarize_and_draw(args)
     INTERRUPTS.check()
@@ -797,7 +879,9 @@ def main(argv=None):
     try:
         args = parse_args(argv)
         check_workers_can_start(args)
-    except UsageError as error:
+        if args.hosts == "netns":
+            netns.check_available(args.netns_prefix)
+    except (UsageError, netns.NetnsUnavailable) as error:
         print(f"launch.py: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -808,6 +892,9 @@ def main(argv=None):
     except Interrupted as signal_name:
         print(f"launch.py: stopped by {signal_name}; every process it started has been stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except netns.NetnsError as error:
+        print(f"launch.py: could not build the hosts of --hosts netns: {error}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

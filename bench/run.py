@@ -1,6 +1,8 @@
 """Benchmarks of every scheme on this machine, measured side by side within one run.
 
-    python bench/run.py                 # the full table (about 12 minutes on 2 cores)
+    python bench/run.py                 # the full table (about 15 minutes on 2 cores)
+    python bench/run.py --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
+                                        # network), written to its own results-<section>.json/md
     python bench/run.py --quick         # every section, tiny durations (a smoke test)
 
 Writes bench/results.json and bench/results.md (or --out DIR). Sections:
@@ -10,7 +12,9 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections:
   3. time to accuracy and accuracy after a fixed budget, lenet on mnist-5k, slowdown 1,1,4;
   4. state server cost: /apply/ latency with N concurrent clients, and its share of a worker's step time;
   5. traffic: bytes per second each worker pushes and pulls;
-  6. Byzantine workers: accuracy with one sign-flipping worker of 4, plain sync averaging vs Zeno.
+  6. Byzantine workers: accuracy with one sign-flipping worker of 4, plain sync averaging vs Zeno;
+  7. network: sync, async and esync across network namespaces with rate-limited links (launch.py --hosts netns),
+     lenet and resnet18-v1, 1 and 2 servers; skipped with a note where namespaces cannot be made (needs root).
 """
 import argparse
 import glob
@@ -27,6 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import netns  # noqa: E402
 import summary  # noqa: E402
 from cluster import ProcessGroup, start_ps_job, start_state_server, tail  # noqa: E402
 from training.files import write_json  # noqa: E402
@@ -37,10 +42,20 @@ log = logging.getLogger("bench")
 PY = sys.executable
 DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
 
+# network: (network, rate per link, servers, modes) per launcher run. Left out to keep the whole benchmark near
+# 15 minutes (each mode costs about 10 s of start-up on top of its training time): lenet with 2 servers at 1 Gbit/s
+# (MXNet puts all of lenet's big keys on one server, as the 100 Mbit/s row shows), resnet18-v1 at 1 Gbit/s, and
+# async for resnet18-v1 (each step pushes and pulls 45 MB per worker: about 10 samples/s at 100 Mbit/s).
+ALL_MODES = ("sync", "async", "esync")
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
-            profiles=["1,1,4", "1,2,4,8"], seconds=25, accuracy_budget=25, latency_calls=300)
+            profiles=["1,1,4", "1,2,4,8"], seconds=25, accuracy_budget=25, latency_calls=300,
+            network_runs=[("lenet", "1gbit", 1, ALL_MODES), ("lenet", "100mbit", 1, ALL_MODES),
+                          ("lenet", "100mbit", 2, ALL_MODES), ("resnet18-v1", "100mbit", 1, ("sync", "esync")),
+                          ("resnet18-v1", "100mbit", 2, ("sync", "esync"))],
+            network_seconds={"lenet": 6, "resnet18-v1": 15})
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
-             profiles=["1,1,4"], seconds=4, accuracy_budget=4, latency_calls=30)
+             profiles=["1,1,4"], seconds=4, accuracy_budget=4, latency_calls=30,
+             network_runs=[("lenet", "100mbit", 1, ALL_MODES)], network_seconds={"lenet": 4})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,10 +161,10 @@ def standalone_throughputs(slowdowns, seconds, workdir):
     return result
 
 
-def launch(modes, profile, seconds, workdir, launcher_options=()):
+def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet"):
     logs = os.path.join(workdir, "logs")
     devices = ",".join(["cpu"] * len(profile.split(",")))
-    argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", "lenet", *DATA,
+    argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", network, *DATA,
             "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "--logs", logs,
             "--progress-every", "1000", *launcher_options, "--", "-e", "5"]
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
@@ -159,7 +174,7 @@ def launch(modes, profile, seconds, workdir, launcher_options=()):
     summaries = {}
     for mode in modes:
         folder = mode + suffix
-        with open(os.path.join(logs, "lenet", folder, summary.summary_file_name(folder))) as f:
+        with open(os.path.join(logs, network, folder, summary.summary_file_name(folder))) as f:
             summaries[mode] = json.load(f)
     return summaries
 
@@ -240,6 +255,52 @@ def _share_accepted(devices):
 
 
 # ------------------------------------------------------------------------------------------------
+# 7. Network: hosts as namespaces, rate-limited links
+
+
+NETWORK_PROFILE = "1,1,4"
+
+
+def network_dimension(cfg, workdir):
+    """Each mode's throughput and its parameter-server links' load, per network, link rate and server count;
+    {"skipped": reason} when this machine or user cannot make namespaces."""
+    prefix = netns.unique_prefix()
+    try:
+        netns.check_available(prefix)
+    except netns.NetnsUnavailable as error:
+        log.warning("network section skipped: %s", error)
+        return {"skipped": str(error)}
+    rows = []
+    for network, rate, servers, modes in cfg["network_runs"]:
+        run_dir = os.path.join(workdir, f"net-{network}-{rate}-{servers}")
+        options = ["--hosts", "netns", "--bandwidth", rate, "-s", str(servers), "--netns-prefix", prefix]
+        summaries = launch(list(modes), NETWORK_PROFILE, cfg["network_seconds"][network], run_dir, options, network)
+        for mode, run in summaries.items():
+            rows.append(network_row(network, rate, servers, mode, run,
+                                    read_links(os.path.join(run_dir, "logs", network, mode))))
+    return {"rows": rows, "profile": NETWORK_PROFILE}
+
+
+def read_links(mode_dir):
+    with open(os.path.join(mode_dir, "processes", "network.json")) as f:
+        return json.load(f)
+
+
+def network_row(network, rate, servers, mode, run, links):
+    ps_links = [link for name, link in links["links"].items() if name.startswith("ps")]
+    busiest = max(max(link["peak_rx_bytes_per_s"], link["peak_tx_bytes_per_s"]) * 8 / link["rate_bps"]
+                  for link in ps_links)
+    row = {"network": network, "rate": rate, "servers": servers, "mode": mode,
+           "samples_per_s": run["cluster_throughput"], "rounds": run.get("num_rounds"),
+           "rounds_per_s": run.get("rounds_per_second"),
+           "final_accuracy": run["final_accuracy"], "ps_link_peak_utilisation": busiest,
+           "ps_bytes": [link["rx_bytes"] + link["tx_bytes"] for link in ps_links]}
+    log.info("%s at %s, %d server(s), %s: %.0f samples/s, busiest PS link at %.0f%% of its rate", network, rate,
+             servers, mode, row["samples_per_s"], 100 * busiest)
+    return row
+
+
+# ------------------------------------------------------------------------------------------------
 # 4. State server cost
 
 
@@ -294,12 +355,22 @@ def fmt(value, spec=".2f"):
 
 
 def markdown(results):
+    parts = {"sync_overhead": sync_overhead_markdown, "heterogeneity": heterogeneity_markdown,
+             "byzantine": byzantine_markdown, "state_server": state_server_markdown, "network": network_markdown}
+    return "\n".join(line for key, part in parts.items() if key in results for line in part(results)) + "\n"
+
+
+def sync_overhead_markdown(results):
     lines = ["### Sync overhead: ours / gluon.Trainer(kvstore='dist_sync'), 1 server, 2 workers", "",
              "| network | ours (samples/s) | Trainer (samples/s) | ratio (median) |", "|---|---|---|---|"]
     for r in results["sync_overhead"]:
         lines.append(f"| {r['network']} | {r['ours']:.0f} | {r['trainer']:.0f} | {r['ratio']:.2f} |")
-    lines += ["", "### Heterogeneity (lenet, mnist-5k): efficiency = cluster samples/s / sum of standalone samples/s",
-              "", "| profile | mode | samples/s | efficiency | SSGD ideal | time to 85% (s) | accuracy at budget "
+    return lines + [""]
+
+
+def heterogeneity_markdown(results):
+    lines = ["### Heterogeneity (lenet, mnist-5k): efficiency = cluster samples/s / sum of standalone samples/s",
+              "| profile | mode | samples/s | efficiency | SSGD ideal | time to 85% (s) | accuracy at budget "
               "| final accuracy | push = pull (kB/s per worker) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results["heterogeneity"]:
         traffic = None if r["bytes_per_s_per_worker"] is None else r["bytes_per_s_per_worker"] / 1e3
@@ -307,40 +378,72 @@ def markdown(results):
                      f"{r['ideal_sync_efficiency']:.2f} | {fmt(r['time_to_85'], '.1f')} | "
                      f"{fmt(r['accuracy_at_budget'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
                      f"{fmt(traffic, '.0f')} |")
-    lines += ["", "### Byzantine workers: 4 workers (lenet, mnist-5k), the first one sends -10 x its update", "",
+    return lines + [""]
+
+
+def byzantine_markdown(results):
+    lines = ["### Byzantine workers: 4 workers (lenet, mnist-5k), the first one sends -10 x its update", "",
               "| mode | attacker | final accuracy | samples/s | attacker's layer updates accepted "
               "| honest layer updates accepted |", "|---|---|---|---|---|---|"]
     for r in results["byzantine"]:
         lines.append(f"| {r['mode']} | {'yes' if r['attacker'] else 'no'} | {fmt(r['final_accuracy'], '.3f')} | "
                      f"{r['samples_per_s']:.0f} | {fmt(r['attacker_layers_accepted'], '.0%')} | "
                      f"{fmt(r['honest_layers_accepted'], '.0%')} |")
+    return lines + [""]
+
+
+def state_server_markdown(results):
     cost = results["state_server"]
-    lines += ["", f"### State server: /apply/ with {cost['workers']} concurrent clients", "",
-              f"p50 {cost['p50_ms']:.2f} ms, p99 {cost['p99_ms']:.2f} ms; share of a lenet worker's step time: "
-              + ", ".join(f"{p} policy {100 * s:.1f}%" for p, s in cost["share"].items()), ""]
-    return "\n".join(lines)
+    return [f"### State server: /apply/ with {cost['workers']} concurrent clients", "",
+            f"p50 {cost['p50_ms']:.2f} ms, p99 {cost['p99_ms']:.2f} ms; share of a lenet worker's step time: "
+            + ", ".join(f"{p} policy {100 * s:.1f}%" for p, s in cost["share"].items()), ""]
+
+
+def network_markdown(results):
+    section = results["network"]
+    lines = ["### Network: hosts as namespaces, every link limited to the rate (tc tbf), 3 workers", ""]
+    if "skipped" in section:
+        return lines + [f"Skipped: {section['skipped']}.", ""]
+    lines += [f"Workers' slowdowns {section['profile']}. Busiest PS link: the highest rate any parameter-server "
+              "link reached in a 2 s window, in either direction, as a share of its limit; traffic split: each "
+              "server's share of the bytes.", "",
+              "| network | link | servers | mode | samples/s | rounds | rounds/s | busiest PS link | traffic split "
+              "| final accuracy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in section["rows"]:
+        split = " / ".join(f"{b / sum(r['ps_bytes']):.0%}" for b in r["ps_bytes"]) if sum(r["ps_bytes"]) else "–"
+        lines.append(f"| {r['network']} | {r['rate']} | {r['servers']} | {r['mode']} | {r['samples_per_s']:.0f} | "
+                     f"{fmt(r['rounds'], 'd')} | {fmt(r['rounds_per_s'], '.2f')} | "
+                     f"{r['ps_link_peak_utilisation']:.0%} | {split} | {fmt(r['final_accuracy'], '.3f')} |")
+    return lines + [""]
+
+
+SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server_cost,
+            "byzantine": byzantine, "network": network_dimension}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny durations: checks that every section is produced")
     p.add_argument("--out", default=os.path.join(ROOT, "bench"), help="folder for results.json and results.md")
+    p.add_argument("--only", choices=list(SECTIONS), help="run one section; writes results-<section>.json/md")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     cfg = QUICK if args.quick else FULL
     started = time.time()
+    sections = [args.only] if args.only else list(SECTIONS)
+    results = {"config": cfg}
     with tempfile.TemporaryDirectory(prefix="esync-bench-") as workdir:
-        results = {"config": cfg, "sync_overhead": sync_overhead(cfg, workdir),
-                   "heterogeneity": heterogeneity(cfg, workdir), "state_server": state_server_cost(cfg, workdir),
-                   "byzantine": byzantine(cfg, workdir)}
+        for name in sections:
+            results[name] = SECTIONS[name](cfg, workdir)
     results["seconds"] = time.time() - started
     os.makedirs(args.out, exist_ok=True)
-    write_json(os.path.join(args.out, "results.json"), results)
+    stem = f"results-{args.only}" if args.only else "results"
+    write_json(os.path.join(args.out, f"{stem}.json"), results)
     table = markdown(results)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
+    with open(os.path.join(args.out, f"{stem}.md"), "w") as f:
         f.write(table)
     print(table)
-    log.info("took %.0f s; wrote %s", results["seconds"], os.path.join(args.out, "results.{json,md}"))
+    log.info("took %.0f s; wrote %s", results["seconds"], os.path.join(args.out, stem + ".{json,md}"))
     return 0
 
 

@@ -20,6 +20,11 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     assert set(results["state_server"]["share"]) == {"apply", "plan"}
     assert {(r["mode"], r["attacker"]) for r in results["byzantine"]} == {("zeno", False), ("zeno", True),
                                                                           ("sync", True)}
+    network = results["network"]
+    if "skipped" not in network:  # namespaces need root
+        expected = {("lenet", mode) for mode in ("sync", "async", "esync")}
+        assert {(r["network"], r["mode"]) for r in network["rows"]} == expected
+        assert all(r["samples_per_s"] > 0 and 0 < r["ps_link_peak_utilisation"] < 1.05 for r in network["rows"])
     table = (tmp_path / "results.md").read_text()
-    for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers"):
+    for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network"):
         assert heading in table

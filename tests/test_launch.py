@@ -30,11 +30,11 @@ def launcher_env():
 
 
 @contextmanager
-def launcher(args, logs):
+def launcher(args, logs, env=None):
     """A running launch.py with output in <logs>.out; on the way out, nothing it started is left running."""
     output = logs + ".out"
     with open(output, "w") as out:
-        proc = subprocess.Popen([sys.executable, LAUNCH_PY, "--logs", logs] + args, cwd=ROOT, env=launcher_env(),
+        proc = subprocess.Popen([sys.executable, LAUNCH_PY, "--logs", logs] + args, cwd=ROOT, env=env or launcher_env(),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     proc.output = output
     try:
@@ -258,6 +258,9 @@ def test_a_worker_exiting_0_must_have_reached_a_stop_condition(tmp_path, last_li
     (["--devices", "cpu,cpu", "-dd", "/nonexistent"], "mnist-5k not found"),
     (["--devices", "cpu,cpu", "--byzantine", "2"], "--byzantine 2: must leave at least one of the 2 workers honest"),
     (["--modes", "zeno", "--devices", "cpu,cpu", "--tracker", "local"], "--modes zeno needs its validator process"),
+    (["--devices", "cpu,cpu", "--hosts", "netns", "--bandwidth", "10MB"], "rate '10MB' is not like 1gbit"),
+    (["--devices", "cpu,cpu", "--hosts", "netns", "--netns-subnet", "10.213.0.0/30"], "no room for 3 hosts"),
+    (["--devices", "cpu,cpu", "--hosts", "netns", "--tracker", "local"], "leave out --tracker"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     argv = [sys.executable, LAUNCH_PY, "-n", "lenet", "--dataset", "mnist-5k", "--max-time", "5",

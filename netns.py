@@ -1,0 +1,295 @@
+"""Separate hosts on one machine: Linux network namespaces joined by rate-limited links.
+
+Each host is a network namespace with one interface, eth0, and its own address. A veth pair joins it to a bridge
+that lives in a namespace of its own, so the machine's own namespace is never touched, and a token bucket filter
+(tc tbf) shapes both directions of every link: the egress of eth0 (what the host sends) and the egress of the
+bridge-side end (what it receives). Every namespace of a network carries the same name prefix; deleting the
+namespaces removes the veths and the bridge with them.
+
+    python netns.py clean [PREFIX]     # remove namespaces a killed run left behind (default prefix: esync-)
+
+Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` and `tc` commands of iproute2.
+"""
+import ctypes
+import ipaddress
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+from cluster import Host, Placement
+
+log = logging.getLogger("netns")
+
+DEFAULT_PREFIX = "esync-"
+DEFAULT_SUBNET = "10.213.0.0/24"
+HOST_INTERFACE = "eth0"
+BRIDGE = "br0"
+CLONE_NEWNET = 0x40000000
+# tbf's bucket: 4 ms of traffic at the link's rate, and never less than a large GSO packet.
+BURST_SECONDS = 0.004
+MIN_BURST_BYTES = 64 * 1024
+QUEUE_LATENCY = "100ms"
+RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
+RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+class NetnsUnavailable(Exception):
+    """This machine or user cannot build namespaces: no root, or no ip/tc."""
+
+
+class NetnsError(Exception):
+    """An ip or tc command failed."""
+
+
+def parse_rate(text):
+    """Bits per second of a tc-style rate: 1gbit, 100mbit, 500kbit."""
+    match = RATE.match(text.strip().lower())
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"rate {text!r} is not like 1gbit, 100mbit or 500kbit")
+    return int(float(match.group(1)) * RATE_UNITS[match.group(2)])
+
+
+def parse_subnet(text, num_hosts):
+    """The network of `text` (10.213.0.0/24), if it has an address for each of `num_hosts` hosts."""
+    subnet = ipaddress.ip_network(text.strip())
+    if subnet.num_addresses - 2 < num_hosts:
+        raise ValueError(f"subnet {text} has no room for {num_hosts} hosts")
+    return subnet
+
+
+def unique_prefix():
+    return f"{DEFAULT_PREFIX}{secrets.token_hex(3)}-"
+
+
+def run(*argv):
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise NetnsError(f"{' '.join(argv)}: {result.stderr.strip() or f'exit {result.returncode}'}")
+    return result.stdout
+
+
+def check_available(prefix):
+    """NetnsUnavailable with a one-line reason unless namespaces, veths and tbf can be created here."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise NetnsUnavailable(f"--hosts netns needs {' and '.join(missing)} (iproute2)")
+    probe = f"{prefix}probe"
+    try:
+        run("ip", "netns", "add", probe)
+    except NetnsError as error:
+        raise NetnsUnavailable(f"--hosts netns needs root to create network namespaces ({error})")
+    try:
+        run("ip", "-n", probe, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1")
+        run("tc", "-n", probe, "qdisc", "add", "dev", "probe0", "root", "tbf", "rate", "1mbit",
+            "burst", "64kb", "latency", QUEUE_LATENCY)
+    except NetnsError as error:
+        raise NetnsUnavailable(f"--hosts netns cannot shape links here ({error})")
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+
+def namespaces(prefix=""):
+    """Names of the network namespaces that start with `prefix`."""
+    names = [line.split()[0] for line in run("ip", "netns", "list").splitlines() if line.strip()]
+    return [name for name in names if name.startswith(prefix)]
+
+
+def remove_namespaces(prefix):
+    """Delete every namespace named with `prefix`, and with them their veths and bridges; returns their names."""
+    removed = namespaces(prefix)
+    for name in removed:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return removed
+
+
+def call_in_namespace(namespace, fn, *args):
+    """fn(*args) in a thread that has entered `namespace`: its sockets live there, the caller's stay put."""
+    outcome = {}
+
+    def target():
+        try:
+            enter_namespace(namespace)
+            outcome["value"] = fn(*args)
+        except BaseException as error:  # handed to the caller, who decides
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, name=f"in-{namespace}")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def enter_namespace(namespace):
+    """Move the calling thread (the network namespace is per thread) into `namespace`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+    finally:
+        os.close(fd)
+
+
+class VirtualNetwork:
+    """Hosts on one bridge, each behind its own shaped link; `with VirtualNetwork(...)` tears it all down."""
+
+    def __init__(self, prefix=None, subnet=DEFAULT_SUBNET):
+        self.prefix = prefix or unique_prefix()
+        self.subnet = ipaddress.ip_network(subnet)
+        self.addresses = self.subnet.hosts()
+        self.bridge_namespace = f"{self.prefix}bridge"
+        self.hosts = []
+        self.rates = {}  # host name -> bits per second of its link
+
+    def create(self):
+        stale = remove_namespaces(self.prefix)
+        if stale:
+            log.warning("removed namespaces of an earlier run with prefix %s: %s", self.prefix, ", ".join(stale))
+        run("ip", "netns", "add", self.bridge_namespace)
+        self._in_bridge("link", "add", BRIDGE, "type", "bridge")
+        self._in_bridge("link", "set", BRIDGE, "up")
+        return self
+
+    def add_host(self, name, rate_bps):
+        """A new namespace `<prefix><name>` on the bridge, its link shaped to `rate_bps` both ways."""
+        namespace = f"{self.prefix}{name}"
+        address = str(next(self.addresses))
+        bridge_end = f"to-{name}"[:15]
+        run("ip", "netns", "add", namespace)
+        self._in_bridge("link", "add", bridge_end, "type", "veth", "peer", "name", HOST_INTERFACE, "netns", namespace)
+        self._in_bridge("link", "set", bridge_end, "master", BRIDGE)
+        self._in_bridge("link", "set", bridge_end, "up")
+        run("ip", "-n", namespace, "link", "set", "lo", "up")
+        run("ip", "-n", namespace, "addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", HOST_INTERFACE)
+        run("ip", "-n", namespace, "link", "set", HOST_INTERFACE, "up")
+        shape(namespace, HOST_INTERFACE, rate_bps)
+        shape(self.bridge_namespace, bridge_end, rate_bps)
+        host = Host(name, address, HOST_INTERFACE, namespace)
+        self.hosts.append(host)
+        self.rates[name] = rate_bps
+        log.info("host %s: %s in namespace %s, link %s bit/s each way", name, address, namespace, f"{rate_bps:.3g}")
+        return host
+
+    def link_bytes(self):
+        """{host name: {"rx": bytes received, "tx": bytes sent}} on each host's eth0, counted by the kernel."""
+        return {host.name: interface_bytes(host.namespace, HOST_INTERFACE) for host in self.hosts}
+
+    def teardown(self):
+        removed = remove_namespaces(self.prefix)
+        log.info("removed %d namespaces with prefix %s", len(removed), self.prefix)
+
+    def _in_bridge(self, *argv):
+        run("ip", "-n", self.bridge_namespace, *argv)
+
+    def __enter__(self):
+        try:
+            return self.create()
+        except BaseException:
+            self.teardown()
+            raise
+
+    def __exit__(self, *exc):
+        self.teardown()
+
+
+def build_cluster(network, num_servers, num_workers, worker_rate_bps, ps_rate_bps):
+    """The parameter-server host `ps` (scheduler, state server, server 0), one more host per further server
+    (`ps1`, ...) and one host per worker (`w0`, ...); returns where each role runs."""
+    servers = [network.add_host("ps" if s == 0 else f"ps{s}", ps_rate_bps) for s in range(num_servers)]
+    workers = [network.add_host(f"w{w}", worker_rate_bps) for w in range(num_workers)]
+    return Placement(scheduler=servers[0], servers=servers, workers=workers)
+
+
+def on_host(host, fn, *args):
+    """fn(*args) with the network of `host`: in its namespace, or here when it has none."""
+    return call_in_namespace(host.namespace, fn, *args) if host.namespace else fn(*args)
+
+
+class LinkMeter:
+    """Bytes each host's link carried since the meter was made: in total, and the busiest window of about
+    `window` seconds (sampled by a background thread until stop() or report())."""
+
+    def __init__(self, network, window=2.0):
+        self.network = network
+        self.window = window
+        self.samples = [(time.monotonic(), network.link_bytes())]
+        self.stopped = threading.Event()
+        self.sampler = threading.Thread(target=self._sample, name="link-meter", daemon=True)
+        self.sampler.start()
+
+    def _sample(self):
+        while not self.stopped.wait(self.window):
+            try:
+                self.samples.append((time.monotonic(), self.network.link_bytes()))
+            except NetnsError:  # the network is being torn down
+                return
+
+    def stop(self):
+        self.stopped.set()
+        self.sampler.join()
+
+    def report(self):
+        self.stop()
+        self.samples.append((time.monotonic(), self.network.link_bytes()))
+        (started, before), (ended, after) = self.samples[0], self.samples[-1]
+        seconds = ended - started
+        links = {}
+        for name in after:
+            link = {"rate_bps": self.network.rates[name]}
+            for direction in ("rx", "tx"):
+                total = after[name][direction] - before[name][direction]
+                link[f"{direction}_bytes"] = total
+                link[f"{direction}_bytes_per_s"] = total / seconds
+                link[f"peak_{direction}_bytes_per_s"] = self._peak(name, direction)
+            links[name] = link
+        return {"seconds": seconds, "window_seconds": self.window, "links": links}
+
+    def _peak(self, name, direction):
+        pairs = zip(self.samples, self.samples[1:])
+        return max((b[1][name][direction] - a[1][name][direction]) / (b[0] - a[0]) for a, b in pairs)
+
+
+def describe_links(report, names):
+    """'ps in 4.8 out 4.8 MB/s (busiest 2 s: 6.5, 6.5) of 12.5' for each host in `names`."""
+    parts = []
+    for name in names:
+        link = report["links"][name]
+        parts.append(f"{name} in {link['rx_bytes_per_s'] / 1e6:.2f} out {link['tx_bytes_per_s'] / 1e6:.2f} MB/s "
+                     f"(busiest {report['window_seconds']:g} s: {link['peak_rx_bytes_per_s'] / 1e6:.2f}, "
+                     f"{link['peak_tx_bytes_per_s'] / 1e6:.2f}) of {link['rate_bps'] / 8e6:.2f}")
+    return "; ".join(parts)
+
+
+def shape(namespace, interface, rate_bps):
+    """A token bucket filter on the egress of `interface`: it sends at most `rate_bps`."""
+    burst = max(int(rate_bps / 8 * BURST_SECONDS), MIN_BURST_BYTES)
+    run("tc", "-n", namespace, "qdisc", "add", "dev", interface, "root", "tbf", "rate", f"{rate_bps}bit",
+        "burst", str(burst), "latency", QUEUE_LATENCY)
+
+
+def interface_bytes(namespace, interface):
+    stats = json.loads(run("ip", "-j", "-s", "-n", namespace, "link", "show", "dev", interface))[0]["stats64"]
+    return {"rx": stats["rx"]["bytes"], "tx": stats["tx"]["bytes"]}
+
+
+def main(argv):
+    if argv[:1] != ["clean"] or len(argv) > 2:
+        print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
+        return 2
+    prefix = argv[1] if len(argv) > 1 else DEFAULT_PREFIX
+    for name in remove_namespaces(prefix):
+        print(f"removed namespace {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,242 @@
+"""--hosts netns: hosts as network namespaces joined by rate-limited links (root only).
+
+Every test names its namespaces with a prefix of its own and removes whatever carries that prefix when it ends,
+pass or fail; the launcher's processes are killed by PID (tests/test_launch.py's `launcher`). Sockets are bound
+only inside the test's namespaces and on 127.0.0.1.
+"""
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import netns
+from cluster import ROOT, is_running
+from tests.test_launch import (LAUNCH_PY, LENET, WORKER_ARGS, launcher, launcher_env, pid_of, read_output,
+                               recorded_pids, still_running, training_started, wait_for)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
+                                reason="network namespaces need root and iproute2")
+
+LIMIT = "100mbit"
+LIMIT_BYTES_PER_S = 100e6 / 8
+# A 2 s sampling window may also see one full token bucket (64 kB at 100 Mbit/s) and a few ms of timing jitter.
+WINDOW_TOLERANCE = 1.03
+STARTUP_TIMEOUT = 120.0
+
+
+@pytest.fixture
+def prefix():
+    """A namespace prefix of this test alone; nothing named with it survives the test."""
+    name = f"esynctest-{secrets.token_hex(3)}-"
+    try:
+        yield name
+    finally:
+        netns.remove_namespaces(name)
+
+
+def leftovers(prefix):
+    """Namespaces, and links of this namespace, that carry `prefix`."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return netns.namespaces(prefix) + [line for line in links.splitlines() if prefix.rstrip("-") in line]
+
+
+def netns_args(prefix, subnet="10.213.91.0/24"):
+    return ["--hosts", "netns", "--bandwidth", LIMIT, "--netns-prefix", prefix, "--netns-subnet", subnet]
+
+
+def network_report(logs, mode):
+    with open(os.path.join(logs, "lenet", mode, "processes", "network.json")) as f:
+        return json.load(f)
+
+
+# ----------------------------------------------------------------------------------------------
+# The network itself
+
+
+def test_rates_read_like_tc():
+    assert netns.parse_rate("1gbit") == 10 ** 9
+    assert netns.parse_rate("100mbit") == 10 ** 8
+    with pytest.raises(ValueError):
+        netns.parse_rate("100MB")
+
+
+def bulk_transfer(receiver, sender, seconds):
+    """Bytes per second one TCP stream carries from `sender`'s namespace to `receiver`'s address."""
+    listening = threading.Event()
+    received = {}
+
+    def receive():
+        with socket.create_server((receiver.address, 0)) as server:
+            received["port"] = server.getsockname()[1]
+            listening.set()
+            conn, _ = server.accept()
+            total, started = 0, time.monotonic()
+            while chunk := conn.recv(1 << 20):
+                total += len(chunk)
+            received["rate"] = total / (time.monotonic() - started)
+
+    def send():
+        listening.wait(10)
+        with socket.create_connection((receiver.address, received["port"])) as conn:
+            chunk, started = b"x" * (1 << 20), time.monotonic()
+            while time.monotonic() - started < seconds:
+                conn.sendall(chunk)
+
+    receiving = threading.Thread(target=netns.call_in_namespace, args=(receiver.namespace, receive))
+    receiving.start()
+    netns.call_in_namespace(sender.namespace, send)
+    receiving.join(30)
+    return received["rate"]
+
+
+def test_a_link_carries_at_most_its_rate_both_ways(prefix):
+    with netns.VirtualNetwork(prefix, "10.213.92.0/24") as network:
+        ps = network.add_host("ps", netns.parse_rate("50mbit"))
+        worker = network.add_host("w0", netns.parse_rate("1gbit"))
+
+        upload = bulk_transfer(ps, worker, seconds=2)    # shaped on the ps link's bridge side
+        download = bulk_transfer(worker, ps, seconds=2)  # shaped on the ps host's eth0
+
+    for rate in (upload, download):
+        assert 0.7 * 50e6 / 8 < rate < 1.05 * 50e6 / 8
+    assert leftovers(prefix) == []
+
+
+def test_a_process_started_in_a_namespace_keeps_its_pid_and_dies_with_its_group(prefix, processes):
+    with netns.VirtualNetwork(prefix, "10.213.93.0/24") as network:
+        host = network.add_host("w0", netns.parse_rate("1gbit"))
+        proc = processes.start_python("sleeper", ["-c", "import time; time.sleep(60)"],
+                                      command_prefix=host.command_prefix)
+        wait_for(lambda: "python" in open(f"/proc/{proc.pid}/cmdline").read(), 10, "python exec'd in place")
+
+        processes.stop()
+
+        assert not is_running(proc.pid)
+
+
+def test_clean_removes_what_a_killed_run_left(prefix):
+    subprocess.run(["ip", "netns", "add", f"{prefix}ps"], check=True)
+
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "netns.py"), "clean", prefix], capture_output=True,
+                            text=True, timeout=30)
+
+    assert result.returncode == 0 and f"{prefix}ps" in result.stdout
+    assert netns.namespaces(prefix) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Jobs across namespaces
+
+
+def test_esync_and_sync_train_across_namespaces_within_the_link_limit(tmp_path, prefix):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "--max-time", "8", *LENET,
+            *netns_args(prefix), *WORKER_ARGS]
+
+    with launcher(args, logs) as proc:
+        proc.wait(timeout=300)
+        output = read_output(proc)
+
+    assert proc.returncode == 0, output
+    for mode in ("esync", "sync"):
+        run = json.load(open(os.path.join(logs, "lenet", mode, f"{'ESync' if mode == 'esync' else 'Sync'}.json")))
+        assert run["num_workers"] == 3 and run["final_accuracy"] > 0.3, mode
+        ps = network_report(logs, mode)["links"]["ps"]
+        assert ps["rx_bytes"] > 1e6 and ps["tx_bytes"] > 1e6, ps  # the job's traffic crossed the PS link
+        for direction in ("rx", "tx"):
+            assert ps[f"{direction}_bytes_per_s"] <= LIMIT_BYTES_PER_S, ps
+            assert ps[f"peak_{direction}_bytes_per_s"] <= WINDOW_TOLERANCE * LIMIT_BYTES_PER_S, ps
+    with open(os.path.join(logs, "lenet", "esync", "processes", "state-server.log")) as f:
+        assert "http://10.213.91.1:" in f.read()  # bound on the parameter-server host's address
+    assert leftovers(prefix) == []
+    assert still_running(recorded_pids(logs)) == []
+
+
+def test_two_servers_each_carry_about_half_the_traffic(tmp_path, prefix):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "sync", "--devices", "cpu,cpu,cpu", "-s", "2", "--max-iters", "60", *LENET,
+            *netns_args(prefix, "10.213.94.0/24"), *WORKER_ARGS]
+    # lenet's layers are 10 keys under MXNet's 1e6-element bound, each kept whole on one server; with a bound of
+    # 1000 elements every layer but the biases is split evenly over both servers.
+    env = dict(launcher_env(), MXNET_KVSTORE_BIGARRAY_BOUND="1000")
+
+    with launcher(args, logs, env) as proc:
+        proc.wait(timeout=300)
+        output = read_output(proc)
+
+    assert proc.returncode == 0, output
+    links = network_report(logs, "sync")["links"]
+    carried = {name: links[name]["rx_bytes"] + links[name]["tx_bytes"] for name in ("ps", "ps1")}
+    for name, share in carried.items():
+        assert 0.3 < share / sum(carried.values()) < 0.7, carried
+    assert leftovers(prefix) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Failures, interrupts, and no privilege
+
+
+def test_an_interrupt_removes_every_namespace(tmp_path, prefix):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "esync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix),
+            *WORKER_ARGS]
+    with launcher(args, logs) as proc:
+        wait_for(lambda: training_started(logs, "esync", 2), STARTUP_TIMEOUT, "iteration logs")
+        assert netns.namespaces(prefix) != []
+
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+        assert proc.returncode == 130, read_output(proc)
+        assert still_running(recorded_pids(logs)) == []
+        assert leftovers(prefix) == []
+
+
+def test_a_failing_worker_removes_every_namespace(tmp_path, prefix):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix),
+            *WORKER_ARGS]
+    with launcher(args, logs) as proc:
+        wait_for(lambda: training_started(logs, "sync", 2), STARTUP_TIMEOUT, "iteration logs")
+        victim = pid_of(logs, "sync", "worker-1")
+
+        os.kill(victim, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+        output = read_output(proc)
+        assert proc.returncode == 1, output
+        assert f"worker-1 (worker, pid {victim}) exited with signal SIGKILL" in output
+        assert still_running(recorded_pids(logs)) == []
+        assert leftovers(prefix) == []
+
+
+def test_without_ip_and_tc_it_refuses_in_one_line(tmp_path, prefix):
+    env = dict(launcher_env(), PATH=str(tmp_path))  # a PATH where neither ip nor tc is found
+    argv = [sys.executable, LAUNCH_PY, "--modes", "sync", "--devices", "cpu,cpu", "--max-time", "5", *LENET,
+            "--logs", str(tmp_path / "logs"), *netns_args(prefix)]
+
+    result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--hosts netns needs ip and tc" in result.stderr, result.stderr
+
+
+def test_without_root_it_refuses_in_one_line(tmp_path, prefix):
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, LAUNCH_PY,
+            "--modes", "sync", "--devices", "cpu,cpu", "--max-time", "5", *LENET, "--logs", str(tmp_path / "logs"),
+            *netns_args(prefix)]
+    os.chmod(tmp_path, 0o777)
+
+    result = subprocess.run(argv, cwd=ROOT, env=launcher_env(), capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "needs root" in result.stderr, result.stderr
+    assert netns.namespaces(prefix) == []
