@@ -47,14 +47,17 @@ DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
 # (MXNet puts all of lenet's big keys on one server, as the 100 Mbit/s row shows), resnet18-v1 at 1 Gbit/s, and
 # async for resnet18-v1 (each step pushes and pulls 45 MB per worker: about 10 samples/s at 100 Mbit/s).
 ALL_MODES = ("sync", "async", "esync")
+EVAL_EVERY = 5          # rank 0 evaluates every 5 global iterations in the runs that time accuracy
+ACCURACY_PROFILE = "1,1,4"
+
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
-            profiles=["1,1,4", "1,2,4,8"], seconds=25, accuracy_budget=25, latency_calls=300,
+            profiles=["1,1,4", "1,2,4,8"], seconds=12, accuracy_budget=15, latency_calls=300,
             network_runs=[("lenet", "1gbit", 1, ALL_MODES), ("lenet", "100mbit", 1, ALL_MODES),
                           ("lenet", "100mbit", 2, ALL_MODES), ("resnet18-v1", "100mbit", 1, ("sync", "esync")),
                           ("resnet18-v1", "100mbit", 2, ("sync", "esync"))],
             network_seconds={"lenet": 6, "resnet18-v1": 15})
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
-             profiles=["1,1,4"], seconds=4, accuracy_budget=4, latency_calls=30,
+             profiles=["1,1,4"], seconds=3, accuracy_budget=3, latency_calls=30,
              network_runs=[("lenet", "100mbit", 1, ALL_MODES)], network_seconds={"lenet": 4})
 
 
@@ -161,12 +164,13 @@ def standalone_throughputs(slowdowns, seconds, workdir):
     return result
 
 
-def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet"):
+def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet", eval_every=EVAL_EVERY):
+    """Summaries of the modes run by launch.py; eval_every 0: rank 0 evaluates once, at the end."""
     logs = os.path.join(workdir, "logs")
     devices = ",".join(["cpu"] * len(profile.split(",")))
     argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", network, *DATA,
             "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "--logs", logs,
-            "--progress-every", "1000", *launcher_options, "--", "-e", "5"]
+            "--progress-every", "1000", *launcher_options, "--", "-e", str(eval_every)]
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -176,6 +180,14 @@ def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet
         folder = mode + suffix
         with open(os.path.join(logs, network, folder, summary.summary_file_name(folder))) as f:
             summaries[mode] = json.load(f)
+    return summaries
+
+
+def runs_with_plan_policy(modes, profile, seconds, workdir, eval_every=EVAL_EVERY):
+    """The modes' summaries, plus 'esync-plan': ESync with the plan policy."""
+    summaries = launch(modes, profile, seconds, workdir, eval_every=eval_every)
+    summaries["esync-plan"] = launch(["esync"], profile, seconds, os.path.join(workdir, "plan"),
+                                     ["--esync-policy", "plan"], eval_every=eval_every)["esync"]
     return summaries
 
 
@@ -198,21 +210,24 @@ def heterogeneity(cfg, workdir):
     rows = []
     for profile in cfg["profiles"]:
         slowdowns = [float(f) for f in profile.split(",")]
-        modes = ["esync", "sync", "async", "dcasgd", "nbsync"] if profile == "1,1,4" else ["esync", "sync", "async"]
+        modes = ["esync", "sync", "async", "dcasgd", "nbsync"] if profile == ACCURACY_PROFILE else ["esync", "sync", "async"]
         run_dir = os.path.join(workdir, "profile-" + profile.replace(",", "-"))
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
-        summaries = launch(modes, profile, cfg["seconds"], run_dir)
-        plan_dir = os.path.join(run_dir, "plan")
-        summaries["esync-plan"] = launch(["esync"], profile, cfg["seconds"], plan_dir, ["--esync-policy", "plan"])["esync"]
+        # Throughput runs evaluate only at the end, like the standalone runs they are compared with: on a machine
+        # with fewer cores than processes, inline evaluation would take the cores from training.
+        summaries = runs_with_plan_policy(modes, profile, cfg["seconds"], run_dir, eval_every=0)
+        accuracy = (launch(modes, profile, cfg["accuracy_budget"], os.path.join(run_dir, "accuracy"))
+                    if profile == ACCURACY_PROFILE else {})
         ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
         for mode, summary in summaries.items():
+            curve = accuracy.get(mode, {})
             rows.append({
                 "profile": profile, "mode": mode, "samples_per_s": summary["cluster_throughput"],
                 "standalone_sum": limit, "efficiency": summary["cluster_throughput"] / limit,
                 "ideal_sync_efficiency": ideal_sync,
-                "time_to_85": summary["time_to_accuracy"] if summary.get("target_accuracy") == 0.85 else None,
-                "accuracy_at_budget": accuracy_at(summary, cfg["accuracy_budget"]),
-                "final_accuracy": summary["final_accuracy"],
+                "time_to_85": curve.get("time_to_accuracy") if curve.get("target_accuracy") == 0.85 else None,
+                "accuracy_at_budget": accuracy_at(curve, cfg["accuracy_budget"]) if curve else None,
+                "final_accuracy": curve.get("final_accuracy", summary["final_accuracy"]),
                 "bytes_per_s_per_worker": traffic_per_worker(summary) if summary.get("param_bytes") else None,
             })
             log.info("%s on %s: %.0f samples/s, efficiency %.2f", mode, profile, summary["cluster_throughput"],

@@ -1,7 +1,9 @@
 """A real ESync job: scheduler, server, the Django state server and 3 workers, one emulated 4x slower."""
 import statistics
 
-from cluster import start_state_server
+import pytest
+
+from cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
 
 
@@ -17,6 +19,17 @@ def run_esync(processes, tmp_path, policy):
     return {meta(f)["rank"]: f for f in worker_folders(log_dir)}
 
 
+@pytest.fixture(scope="module")
+def apply_run(tmp_path_factory):
+    """One apply-policy job shared by the tests that only read its logs."""
+    tmp_path = tmp_path_factory.mktemp("apply")
+    group = ProcessGroup(str(tmp_path / "processes"))
+    try:
+        yield run_esync(group, tmp_path, "apply")
+    finally:
+        group.stop()
+
+
 def mean_steps(records):
     return statistics.mean(r["num_iters"] for r in records)
 
@@ -28,8 +41,8 @@ def step_seconds(records):
     return statistics.mean(sum(step.get(p, 0.0) for p in phases) for step in steps)
 
 
-def test_esync_fast_workers_do_3_to_5x_the_local_steps_of_a_4x_slower_one(processes, tmp_path):
-    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "apply").items()}
+def test_esync_fast_workers_do_3_to_5x_the_local_steps_of_a_4x_slower_one(apply_run):
+    runs = {rank: iter_records(folder) for rank, folder in apply_run.items()}
 
     slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
     rounds = min(len(r) for r in runs.values())
@@ -54,10 +67,8 @@ def test_plan_policy_gives_a_k_times_faster_worker_about_k_times_the_steps(proce
             assert speedup > 2 and 0.7 * speedup <= ratio <= 1.3 * speedup, (speedup, ratio)
 
 
-def test_the_state_server_round_trip_is_recorded_per_local_step(processes, tmp_path):
-    folders = run_esync(processes, tmp_path, "apply")
-
-    for folder in folders.values():
+def test_the_state_server_round_trip_is_recorded_per_local_step(apply_run):
+    for folder in apply_run.values():
         for record in iter_records(folder)[:50]:
             steps = record["time"].values()
             assert all(step["check ready"] > 0 for step in steps)

@@ -270,6 +270,17 @@ def test_html_4xx_raises_error_carrying_the_text():
     assert raised.value.status == 403
 
 
+def test_an_answer_cut_short_is_retried():
+    # A state server killed while answering leaves a 200 without its body.
+    answers = [(200, JSON, b""), (200, JSON, b'{"ready":0}')]
+    with scripted_server(*answers) as (port, handler):
+        with StateClient("127.0.0.1", port, retry_for=5.0) as client:
+            ready = client.apply(0, k=1, c=0.1, te=1.5)
+
+    assert not ready
+    assert len(handler.seen) == 2
+
+
 def test_non_json_success_raises_error():
     with scripted_server((200, "text/html", b"<html>hello</html>")) as (port, _):
         with StateClient("127.0.0.1", port, retry_for=1.0) as client:

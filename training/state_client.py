@@ -136,10 +136,12 @@ class StateClient:
         """One request: (None, answer) on success, (reason, None) when worth retrying."""
         try:
             response = self._session.request(method, url, data=fields, timeout=self.timeout)
-        except (requests.ConnectionError, requests.Timeout) as error:
+        except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as error:
             return f"{type(error).__name__}: {error}", None
         if response.status_code >= 500:
             return f"HTTP {response.status_code}", None
+        if response.status_code < 400 and not response.content:
+            return "an answer cut short (the server stopped while answering?)", None
         if response.status_code == NOT_INITIALISED and self.on_not_initialised is not None:
             return NO_JOB, None
         return None, _decode(response, url)
