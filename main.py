@@ -205,14 +205,23 @@ def main(argv=None):
         run_training(args, data)
     except (StateServerUnavailable, StateServerError, JobSetupError) as err:
         log.error("%s", err)
-        return 1
+        return leave(1, in_cluster=role is not None)
     except KeyboardInterrupt:
         log.warning("interrupted")
-        return 130
-    # Only now: after an error the kvstore still leaves the cluster at exit, and that barrier needs the monitor.
+        return leave(130, in_cluster=role is not None)
     if peers:
         peers.stop()
     return 0
+
+
+def leave(code, in_cluster):
+    """A worker that fails ends now: leaving the cluster properly is a barrier with the other workers, which would
+    wait for ones that are stuck or gone (their own watchdogs and peer monitors end them)."""
+    if in_cluster:
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

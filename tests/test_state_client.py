@@ -89,23 +89,24 @@ def client(server_port):
 def test_one_round_of_two_workers(client):
     client.init(num_workers=2, epsilon=0.0)
 
-    ready_before_slowest_known = client.apply(1, k=1, c=0.05, te=time.time())
+    client.apply(0, k=0, c=0.5, te=time.time())  # the slowest reports its step time as it starts
+    fast_keeps_stepping = client.apply(1, k=1, c=0.05, te=time.time())
     slow_ready = client.apply(0, k=1, c=0.5, te=time.time())
     fast_ready = client.apply(1, k=2, c=0.05, te=time.time())  # the slowest is waiting
     client.reset(0, t=1, te=time.time())
     client.reset(1, t=1, te=time.time())
     state = client.state()
 
-    assert (ready_before_slowest_known, slow_ready, fast_ready) == (False, True, True)
-    assert state["requests"] == {"apply": 3, "reset": 2, "plan": 0, "arrive": 0, "watch": 0}
+    assert (fast_keeps_stepping, slow_ready, fast_ready) == (False, True, True)
+    assert state["requests"] == {"apply": 4, "reset": 2, "plan": 0, "arrive": 0, "watch": 0}
     assert [w["t"] for w in state["workers"]] == [1, 1]
 
 
 def test_fast_worker_keeps_stepping_while_the_slowest_is_busy(client):
     client.init(num_workers=2, epsilon=0.0)
-    client.apply(1, k=1, c=0.001, te=time.time())
     client.apply(0, k=0, c=30.0, te=time.time())  # known slowest, no step finished yet
 
+    assert not client.apply(1, k=1, c=0.001, te=time.time())
     assert not client.apply(1, k=2, c=0.001, te=time.time())
 
 

@@ -85,7 +85,9 @@ def is_ready(workers, rank, epsilon, now):
         return False
     slowest = slowest_worker(workers)
     if slowest is None:
-        return False
+        # Someone's step time is unknown (the job's first round, or a server that restarted while that worker
+        # waited in the aggregation): one step each, as synchronous SGD; waiting for it could wait forever.
+        return True
     if slowest.rank == rank:
         return True
     # The ready flag of a worker still in an older round says nothing about this one.

@@ -8,8 +8,8 @@ Two policies: "apply" asks the state server after every local step whether to st
 how many local steps to do, from the per-step times the workers reported.
 
 A state server that restarts has lost the job. In the middle of a round nobody waits for it (another worker may
-already wait in the aggregation): the round ends there. At the start of the next round rank 0 sends /init/ again
-and the others retry until it has, within --sync-timeout.
+already wait in the aggregation): the round ends there. The first worker that finds the job missing sends /init/
+again; the others' requests then go through.
 """
 import logging
 import time
@@ -50,8 +50,9 @@ class ESync(Scheme):
         self.client.init(self.num_workers, epsilon=self.args.epsilon, policy=self.args.esync_policy)
 
     def set_up_job_again(self):
-        """The state server has no job (it restarted): rank 0 sets it up; the others wait until it has."""
-        if self.rank == 0:
+        """The state server has no job (it restarted): the first worker to find out sets it up again. Not rank 0
+        alone: rank 0 may already wait in the aggregation for workers that are waiting for the job."""
+        if self.client.state().get("num_workers") is None:
             log.warning("the state server at %s lost the job (restarted?): sending /init/ again", self.client.address)
             self.set_up_job()
 
