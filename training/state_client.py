@@ -65,6 +65,15 @@ class StateClient:
             fields["epsilon"] = epsilon
         return self._call("POST", "/init/", fields)
 
+    def init_again_if_lost(self, num_workers, epsilon=None, policy="apply"):
+        """After a restart the server has no job: send /init/ again unless another worker already has (a second
+        /init/ would wipe what the workers reported since). True when this call sent it."""
+        if self.state().get("num_workers") is not None:
+            return False
+        logger.warning("the state server at %s lost the job (restarted?): sending /init/ again", self.address)
+        self.init(num_workers, epsilon, policy)
+        return True
+
     def apply(self, rank, k, c, te, retry_for=None):
         """Reports a finished local step; True when the worker should stop and aggregate."""
         answer = self._call("POST", "/apply/", {"r": rank, "k": k, "c": c, "te": te}, retry_for)

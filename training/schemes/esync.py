@@ -52,9 +52,7 @@ class ESync(Scheme):
     def set_up_job_again(self):
         """The state server has no job (it restarted): the first worker to find out sets it up again. Not rank 0
         alone: rank 0 may already wait in the aggregation for workers that are waiting for the job."""
-        if self.client.state().get("num_workers") is None:
-            log.warning("the state server at %s lost the job (restarted?): sending /init/ again", self.client.address)
-            self.set_up_job()
+        self.client.init_again_if_lost(self.num_workers, epsilon=self.args.epsilon, policy=self.args.esync_policy)
 
     def begin_round(self, iteration):
         if self.args.esync_policy == "plan":

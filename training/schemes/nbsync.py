@@ -75,12 +75,8 @@ class NonBlockingSync(Scheme):
         """A restarted state server has no job: the first worker to find out sets it up again (not rank 0 alone,
         which may be waiting in the aggregation). The watchers of workers that had arrived repeat their arrival, so
         the round in progress is not lost."""
-        with self.init_lock:  # both threads may find out; the second must not wipe what the first set up
-            if self.init_client.state().get("num_workers") is not None:
-                return
-            log.warning("the state server at %s lost the job (restarted?): sending /init/ again",
-                        self.init_client.address)
-            self.init_client.init(self.num_workers, policy="nbsync")
+        with self.init_lock:  # both threads may find out at once
+            self.init_client.init_again_if_lost(self.num_workers, policy="nbsync")
 
     def begin_round(self, iteration):
         self.round = RoundWatch(iteration)

@@ -28,7 +28,44 @@ def split_validation(num_samples, validation_size, seed):
     return np.sort(order[:validation_size]), np.sort(order[validation_size:])
 
 
-class ZenoSync(Scheme):
+class WithValidator(Scheme):
+    """Roles shared by both flavours: one process validates, the others train on what the validation set left."""
+    validator_rank = None
+
+    @property
+    def is_validator(self):
+        return self.rank == self.validator_rank
+
+    @property
+    def worker_index(self):
+        """0-based among the training workers; None for the validator."""
+        return None if self.is_validator else self.rank - (self.rank > self.validator_rank)
+
+    @property
+    def training_workers(self):
+        return self.num_workers - 1
+
+    @property
+    def role(self):
+        return "validator" if self.is_validator else "worker"
+
+    @property
+    def evaluates(self):
+        return self.worker_index == 0
+
+    def training_share(self, labels):
+        validation, rest = split_validation(len(labels), self.args.validation_size, self.args.seed)
+        if self.is_validator:
+            return validation
+        return rest[partition(labels[rest], self.worker_index, self.training_workers,
+                              bool(self.args.split_by_class), self.args.seed)]
+
+    def set_roles(self, validator_rank):
+        self.validator_rank = validator_rank
+        self.attack = None if self.is_validator else attack_for(self.args, self.worker_index)  # by training index
+
+
+class ZenoSync(WithValidator):
     name = "zeno"
     kvstore = "dist_sync"
     aggregate_key = "global aggregate"
@@ -36,10 +73,7 @@ class ZenoSync(Scheme):
 
     def setup(self):
         self.broadcast_initial_weights()
-        self.validator_rank = self._find_validator()
-        self.is_validator = self.rank == self.validator_rank
-        self.worker_index = None if self.is_validator else self.rank - (self.rank > self.validator_rank)
-        self.attack = None if self.is_validator else attack_for(self.args, self.worker_index)  # by training index
+        self.set_roles(self._find_validator())
         self.trainer = self.local_trainer(self.args.local_lr)
         ctx0 = self.model.ctxs[0]
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
@@ -62,25 +96,6 @@ class ZenoSync(Scheme):
             raise JobSetupError(f"-m zeno needs exactly one process started with --validator among the "
                                 f"{self.num_workers} workers of the job; found {len(validators)}")
         return int(validators[0])
-
-    @property
-    def training_workers(self):
-        return self.num_workers - 1
-
-    @property
-    def role(self):
-        return "validator" if self.is_validator else "worker"
-
-    @property
-    def evaluates(self):
-        return self.worker_index == 0
-
-    def training_share(self, labels):
-        validation, rest = split_validation(len(labels), self.args.validation_size, self.args.seed)
-        if self.is_validator:
-            return validation
-        return rest[partition(labels[rest], self.worker_index, self.training_workers,
-                              bool(self.args.split_by_class), self.args.seed)]
 
     def local_step(self):
         self.model.reduce_gradients()
@@ -141,7 +156,7 @@ class ZenoSync(Scheme):
         return {"zeno_layers": layers, "zeno_accepted_layers": int(per_rank[self.rank])}
 
 
-class ZenoAsync(Scheme):
+class ZenoAsync(WithValidator):
     """Zeno++ (Xie, Koyejo, Gupta): asynchronous SGD whose servers validate each gradient before applying it.
 
     Every worker pushes its gradient to its own key range and pulls the global model back from it, one step per
@@ -168,10 +183,7 @@ class ZenoAsync(Scheme):
             self.kv.set_optimizer(ZenoPlusPlus(layout, self.args.learning_rate, self.args.rho,
                                                self.args.epsilon or 0.0, refresh=self.training_workers))
         self.kv._barrier()  # no push before the server holds the rule
-        self.validator_rank = self._find_validator()
-        self.is_validator = self.rank == self.validator_rank
-        self.worker_index = None if self.is_validator else self.rank - (self.rank > self.validator_rank)
-        self.attack = None if self.is_validator else attack_for(self.args, self.worker_index)
+        self.set_roles(self._find_validator())
         self.model_keys = layout.model_keys(self.rank)
         self.verdict_key = layout.verdict_base + self.rank
         self.verdict = mx.nd.zeros((3,))
@@ -193,11 +205,6 @@ class ZenoAsync(Scheme):
             raise JobSetupError(f"-m zeno needs exactly one process started with --validator among the "
                                 f"{self.num_workers} workers of the job; found {len(validators)}")
         return validators[0]
-
-    training_workers = ZenoSync.training_workers
-    role = ZenoSync.role
-    evaluates = ZenoSync.evaluates
-    training_share = ZenoSync.training_share
 
     def aggregate(self, stop_vote):
         self.model.reduce_gradients()
