@@ -20,12 +20,12 @@ import argparse
 import glob
 import json
 import logging
+import multiprocessing
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -177,10 +177,35 @@ def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet
     suffix = "-attack" if "--byzantine" in launcher_options else ""
     summaries = {}
     for mode in modes:
-        folder = mode + suffix
-        with open(os.path.join(logs, network, folder, summary.summary_file_name(folder))) as f:
+        folder = os.path.join(logs, network, mode + suffix)
+        with open(os.path.join(folder, summary.summary_file_name(mode + suffix))) as f:
             summaries[mode] = json.load(f)
+        summaries[mode]["step_times"] = worker_step_times(folder)
     return summaries
+
+
+OWN_STEP_PHASES = ("get_batch", "forward and backward", "local update", "emulated slowdown")
+
+
+def worker_step_times(mode_folder):
+    """Per worker: the mean seconds of its own steps (batch, compute, local update, emulated slowdown) and the
+    share of its time they take; the rest is aggregation, the state server and waiting for others."""
+    workers = []
+    for folder in sorted(glob.glob(os.path.join(mode_folder, "*", "*-rank*"))):
+        steps = [s for r in read_iter_records(folder) for s in r["time"].values()]
+        own = sum(s.get(k, 0.0) for s in steps for k in OWN_STEP_PHASES)
+        total = sum(v for s in steps for k, v in s.items() if k != "evaluation")
+        if steps and total > 0:
+            workers.append({"step_seconds": own / len(steps), "busy": own / total})
+    return workers
+
+
+def whole_step_bound(step_times):
+    """The efficiency ESync's rounds allow at the workers' own step times if aggregating and asking the state
+    server cost nothing: a round lasts the slowest step, and worker i fits floor(slowest / its step) steps in it."""
+    steps = [w["step_seconds"] for w in step_times]
+    slowest = max(steps)
+    return sum(int(slowest / c + 1e-9) for c in steps) / slowest / sum(1 / c for c in steps)
 
 
 def runs_with_plan_policy(modes, profile, seconds, workdir, eval_every=EVAL_EVERY):
@@ -229,6 +254,8 @@ def heterogeneity(cfg, workdir):
                 "accuracy_at_budget": accuracy_at(curve, cfg["accuracy_budget"]) if curve else None,
                 "final_accuracy": curve.get("final_accuracy", summary["final_accuracy"]),
                 "bytes_per_s_per_worker": traffic_per_worker(summary) if summary.get("param_bytes") else None,
+                "busy": statistics.mean(w["busy"] for w in summary["step_times"]),
+                "whole_step_bound": whole_step_bound(summary["step_times"]) if mode.startswith("esync") else None,
             })
             log.info("%s on %s: %.0f samples/s, efficiency %.2f", mode, profile, summary["cluster_throughput"],
                      summary["cluster_throughput"] / limit)
@@ -320,26 +347,35 @@ def network_row(network, rate, servers, mode, run, links):
 
 
 def apply_latencies(num_workers, calls, workdir):
+    """/apply/ round trips of `num_workers` client processes calling at once, as workers do (threads of one process
+    would wait for each other's interpreter lock)."""
     with ProcessGroup(os.path.join(workdir, "state-server")) as group:
         port = start_state_server(group)
         with StateClient("127.0.0.1", port) as admin:
             admin.init(num_workers)
-        latencies = [[] for _ in range(num_workers)]
-
-        def worker(rank):
-            with StateClient("127.0.0.1", port) as client:
-                for k in range(1, calls + 1):
-                    start = time.perf_counter()
-                    client.apply(rank, k, 0.01 * (rank + 1), time.time())
-                    latencies[rank].append(time.perf_counter() - start)
-
-        threads = [threading.Thread(target=worker, args=(r,)) for r in range(num_workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        context = multiprocessing.get_context("fork")
+        start, results = context.Barrier(num_workers), context.Queue()
+        clients = [context.Process(target=_timed_applies, args=(port, rank, calls, start, results))
+                   for rank in range(num_workers)]
+        for client in clients:
+            client.start()
+        latencies = [results.get(timeout=60 + calls) for _ in clients]
+        for client in clients:
+            client.join()
     flat = sorted(x for per_worker in latencies for x in per_worker)
     return {"p50_ms": 1000 * flat[len(flat) // 2], "p99_ms": 1000 * flat[int(len(flat) * 0.99) - 1]}
+
+
+def _timed_applies(port, rank, calls, start, results):
+    latencies = []
+    with StateClient("127.0.0.1", port) as client:
+        client.state()  # connected before the clock starts
+        start.wait()
+        for k in range(1, calls + 1):
+            begun = time.perf_counter()
+            client.apply(rank, k, 0.01 * (rank + 1), time.time())
+            latencies.append(time.perf_counter() - begun)
+    results.put(latencies)
 
 
 def check_ready_share(policy, seconds, workdir):
@@ -384,13 +420,19 @@ def sync_overhead_markdown(results):
 
 
 def heterogeneity_markdown(results):
-    lines = ["### Heterogeneity (lenet, mnist-5k): efficiency = cluster samples/s / sum of standalone samples/s",
-              "| profile | mode | samples/s | efficiency | SSGD ideal | time to 85% (s) | accuracy at budget "
-              "| final accuracy | push = pull (kB/s per worker) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["### Heterogeneity (lenet, mnist-5k): efficiency = cluster samples/s / sum of standalone samples/s", "",
+             "busy: share of a worker's time in its own steps (the rest: aggregation, state server, waiting); "
+             "whole-step bound: the efficiency ESync's rounds allow at the workers' step times in that run if "
+             "aggregating and the state server cost nothing (a round lasts the slowest step; a worker fits whole "
+             "steps only).", "",
+             "| profile | mode | samples/s | efficiency | SSGD ideal | busy | whole-step bound | time to 85% (s) "
+             "| accuracy at budget | final accuracy | push = pull (kB/s per worker) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["heterogeneity"]:
         traffic = None if r["bytes_per_s_per_worker"] is None else r["bytes_per_s_per_worker"] / 1e3
         lines.append(f"| {r['profile']} | {r['mode']} | {r['samples_per_s']:.0f} | {r['efficiency']:.2f} | "
-                     f"{r['ideal_sync_efficiency']:.2f} | {fmt(r['time_to_85'], '.1f')} | "
+                     f"{r['ideal_sync_efficiency']:.2f} | {fmt(r['busy'], '.2f')} | "
+                     f"{fmt(r['whole_step_bound'], '.2f')} | {fmt(r['time_to_85'], '.1f')} | "
                      f"{fmt(r['accuracy_at_budget'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
                      f"{fmt(traffic, '.0f')} |")
     return lines + [""]

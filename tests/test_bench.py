@@ -1,9 +1,27 @@
 """The benchmark's quick mode produces every section of its table (how fast is the full run's business)."""
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 
+import pytest
+
 from cluster import ROOT
+
+
+def bench_module():
+    spec = importlib.util.spec_from_file_location("bench_run", os.path.join(ROOT, "bench", "run.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("steps, bound", [([1.0, 1.0, 4.0], 1.0), ([1.0, 1.0, 4.5], 0.9), ([2.0, 3.0], 0.8)])
+def test_whole_step_bound_counts_the_whole_steps_that_fit_in_the_slowest_one(steps, bound):
+    step_times = [{"step_seconds": c, "busy": 1.0} for c in steps]
+
+    assert bench_module().whole_step_bound(step_times) == pytest.approx(bound)
 
 
 def test_quick_benchmark_writes_every_section(tmp_path):
@@ -16,6 +34,8 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     assert all(r["ours"] > 0 and r["trainer"] > 0 for r in results["sync_overhead"])
     assert {r["mode"] for r in results["heterogeneity"]} == {"esync", "esync-plan", "sync", "async", "dcasgd", "nbsync"}
     assert all(0 < r["efficiency"] and r["bytes_per_s_per_worker"] > 0 for r in results["heterogeneity"])
+    assert all(0 < r["busy"] <= 1 for r in results["heterogeneity"])
+    assert all(0 < r["whole_step_bound"] <= 1 for r in results["heterogeneity"] if r["mode"].startswith("esync"))
     assert results["state_server"]["p99_ms"] >= results["state_server"]["p50_ms"] > 0
     assert set(results["state_server"]["share"]) == {"apply", "plan"}
     assert {(r["mode"], r["attacker"]) for r in results["byzantine"]} == {("zeno", False), ("zeno", True),

@@ -1,6 +1,7 @@
 """StateClient against a real `manage.py runserver` process, and against small stub
 servers for the retry and error paths."""
 
+import http.client
 import http.server
 import json
 import os
@@ -14,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import requests
 
 from training.state_client import (
     TOKEN_ENV,
@@ -156,11 +156,20 @@ def test_token_is_taken_from_the_environment(server_port, monkeypatch):
 
 
 def test_answers_keep_the_connection_open(server_port):
-    response = requests.get(f"http://127.0.0.1:{server_port}/",
-                            headers={"X-ESync-Token": TOKEN}, timeout=5)
+    connection = http.client.HTTPConnection("127.0.0.1", server_port, timeout=5)
+    try:
+        answers, sockets = [], []
+        for _ in range(2):
+            connection.request("GET", "/", headers={"X-ESync-Token": TOKEN})
+            response = connection.getresponse()
+            answers.append((response.getheader("Content-Length"), response.read(), response.will_close))
+            sockets.append(connection.sock)
+    finally:
+        connection.close()
 
-    assert response.headers["Content-Length"] == str(len(response.content))
-    assert response.headers.get("Connection", "").lower() != "close"
+    assert all(length == str(len(body)) for length, body, _ in answers)
+    assert not any(will_close for _, _, will_close in answers)
+    assert sockets[0] is sockets[1] is not None
 
 
 def test_apply_latency_on_loopback(client):
