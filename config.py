@@ -173,7 +173,7 @@ def build_parser():
     p.add_argument("--seed", type=_non_negative(int))
     p.add_argument("--node-name", help="this machine's log folder name (default: the host name)")
     p.add_argument("--slowdown", type=_slowdown,
-                   help="emulate a device F times slower: sleep (F-1) x each local step's compute time")
+                   help="emulate a device F times slower: pad each local step to F x its typical compute time")
     p.add_argument("--sync-timeout", type=_positive(float),
                    help="seconds a worker waits on the cluster or the state server before it exits with an error "
                         "(a dead process would otherwise block a synchronous job forever)")

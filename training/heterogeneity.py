@@ -1,22 +1,29 @@
 """Emulated heterogeneity: a worker that behaves like a device F times slower.
 
-After each local step the worker sleeps (F - 1) x that step's measured compute time. On a machine with fewer
-cores than processes the measured compute time includes waiting for a core, so the emulated speed ratio between
-workers is the ratio of their measured step times, which the iteration logs record.
+After each local step the worker sleeps until the step has taken F x its typical compute time (the median of its
+last steps). A device F times slower has a steady step time; padding by F x each step's own time would also
+multiply by F every delay the step met waiting for a core, which on a machine with fewer cores than processes
+would make the slow worker's steps far noisier than any real device's.
 """
+import collections
+import statistics
 import time
+
+RECENT_STEPS = 21
 
 
 class EmulatedSlowdown:
     def __init__(self, factor):
         self.factor = factor
+        self.recent = collections.deque(maxlen=RECENT_STEPS)
 
     @property
     def active(self):
         return self.factor > 1
 
     def pad(self, compute_seconds):
-        """Sleep (factor - 1) x the step's compute time; return the seconds slept."""
-        pause = (self.factor - 1) * compute_seconds
+        """Sleep until this step took factor x the typical compute time; return the seconds slept."""
+        self.recent.append(compute_seconds)
+        pause = max(0.0, self.factor * statistics.median(self.recent) - compute_seconds)
         time.sleep(pause)
         return pause

@@ -5,12 +5,14 @@ still busy, then all aggregate synchronously over dist_sync: push the round's mo
 weights = start-of-round weights + global_lr * sum / num_workers. BatchNorm statistics are averaged.
 
 Two policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
-how many local steps to do, from the per-step times the workers reported.
+how many local steps to do, from the per-step times the workers reported. The plan's request travels while the
+round's first step runs: its answer is needed only once that step is done.
 
 A state server that restarts has lost the job. In the middle of a round nobody waits for it (another worker may
 already wait in the aggregation): the round ends there. The first worker that finds the job missing sends /init/
 again; the others' requests then go through.
 """
+import concurrent.futures
 import logging
 import time
 
@@ -45,6 +47,8 @@ class ESync(Scheme):
         self.buffers = self.exchanged(self.delta)
         self.step_seconds = None
         self.planned_steps = 1
+        self.plan_request = None
+        self.planner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-plan")
 
     def set_up_job(self):
         self.client.init(self.num_workers, epsilon=self.args.epsilon, policy=self.args.esync_policy)
@@ -57,7 +61,7 @@ class ESync(Scheme):
     def begin_round(self, iteration):
         if self.args.esync_policy == "plan":
             if self.step_seconds is not None:
-                self.planned_steps = self.client.plan(self.rank, self.step_seconds)
+                self.plan_request = self.planner.submit(self.client.plan, self.rank, self.step_seconds)
         elif iteration > 0:
             self.client.reset(self.rank, iteration, time.time())
 
@@ -72,6 +76,8 @@ class ESync(Scheme):
         else:
             self.step_seconds += STEP_TIME_SMOOTHING * (step_seconds - self.step_seconds)
         if self.args.esync_policy == "plan":
+            if self.plan_request is not None:
+                self.planned_steps, self.plan_request = self.plan_request.result(), None
             return steps >= self.planned_steps
         return self.ready(steps)
 
@@ -100,4 +106,5 @@ class ESync(Scheme):
         return stop_vote or self.stop_requested()
 
     def finish(self):
+        self.planner.shutdown()
         self.client.close()
