@@ -5,8 +5,9 @@ still busy, then all aggregate synchronously over dist_sync: push the round's mo
 weights = start-of-round weights + global_lr * sum / num_workers. BatchNorm statistics are averaged.
 
 Two policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
-how many local steps to do, from the per-step times the workers reported. The plan's request travels while the
-round's first step runs: its answer is needed only once that step is done.
+how many local steps to do, from the per-step times the workers reported. The request that opens a round (the
+plan, or the apply policy's /reset/) travels while the round's first step runs: nothing needs its answer before
+that step is done, and round_done() waits for it before asking anything else, so requests stay in order.
 
 A state server that restarts has lost the job. In the middle of a round nobody waits for it (another worker may
 already wait in the aggregation): the round ends there. The first worker that finds the job missing sends /init/
@@ -47,8 +48,8 @@ class ESync(Scheme):
         self.buffers = self.exchanged(self.delta)
         self.step_seconds = None
         self.planned_steps = 1
-        self.plan_request = None
-        self.planner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-plan")
+        self.opening = None  # the request that opened this round
+        self.requests = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-state")
 
     def set_up_job(self):
         self.client.init(self.num_workers, epsilon=self.args.epsilon, policy=self.args.esync_policy)
@@ -61,9 +62,9 @@ class ESync(Scheme):
     def begin_round(self, iteration):
         if self.args.esync_policy == "plan":
             if self.step_seconds is not None:
-                self.plan_request = self.planner.submit(self.client.plan, self.rank, self.step_seconds)
+                self.opening = self.requests.submit(self.client.plan, self.rank, self.step_seconds)
         elif iteration > 0:
-            self.client.reset(self.rank, iteration, time.time())
+            self.opening = self.requests.submit(self.client.reset, self.rank, iteration, time.time())
 
     def local_step(self):
         self.model.reduce_gradients()
@@ -75,11 +76,16 @@ class ESync(Scheme):
             self.step_seconds = step_seconds
         else:
             self.step_seconds += STEP_TIME_SMOOTHING * (step_seconds - self.step_seconds)
+        opened = self.round_opened()
         if self.args.esync_policy == "plan":
-            if self.plan_request is not None:
-                self.planned_steps, self.plan_request = self.plan_request.result(), None
+            self.planned_steps = opened or self.planned_steps
             return steps >= self.planned_steps
         return self.ready(steps)
+
+    def round_opened(self):
+        """The answer to the request that opened the round (raising what it raised), once; None after that."""
+        opening, self.opening = self.opening, None
+        return opening.result() if opening is not None else None
 
     def ready(self, steps):
         # No retries: another worker may already wait in the aggregation, for this one.
@@ -106,5 +112,5 @@ class ESync(Scheme):
         return stop_vote or self.stop_requested()
 
     def finish(self):
-        self.planner.shutdown()
+        self.requests.shutdown()
         self.client.close()
