@@ -185,7 +185,7 @@ def test_apply_latency_on_loopback(client):
     p50, p99 = statistics.median(latencies), cut_points[98]
     print(f"\napply round trip over loopback: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms")
 
-    # Far above the ~1 ms measured; catches a lost keep-alive or Nagle's 40 ms stall.
+    # Far above the ~0.4 ms measured; catches a lost keep-alive or Nagle's 40 ms stall.
     assert p50 < 0.03
 
 
