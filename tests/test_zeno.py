@@ -55,7 +55,10 @@ def test_zeno_rejects_the_sign_flipper_and_keeps_the_accuracy_of_a_clean_run(pro
             assert worker["accepted_layers"] > 0.5 * judged
 
 
-ASYNC = ["--zeno-flavour", "async", "-l", "0.00025", "--max-iters", "150"]
+# Rank 0 evaluates every 10 rounds: asynchronous training here dips for a few evaluations now and then (0.84 to 0.42
+# in a run without any attacker; deeper, 0.78 to 0.19, when a flipped gradient passes), so the test looks at the
+# best accuracy a run reached, not at whichever point its last round fell on.
+ASYNC = ["--zeno-flavour", "async", "-l", "0.00025", "--max-iters", "150", "-e", "10"]
 
 
 def test_zeno_plus_plus_drops_most_of_the_sign_flippers_gradients_where_plain_async_collapses(processes, tmp_path):
@@ -63,8 +66,8 @@ def test_zeno_plus_plus_drops_most_of_the_sign_flippers_gradients_where_plain_as
     plain = run_job(processes, network_dir, "async-attack", ATTACK + ASYNC[2:])
     zeno = run_job(processes, network_dir, "zeno-attack", ATTACK + ASYNC)
 
-    assert plain["final_accuracy"] < 0.5
-    assert zeno["final_accuracy"] >= 0.6
+    assert plain["best_accuracy"] < 0.5
+    assert zeno["best_accuracy"] >= 0.7
     for worker in workers_of(zeno):
         judged = worker["accepted_updates"] + worker["rejected_updates"]
         assert judged >= 50
