@@ -609,6 +609,26 @@ class RoundEndpointTests(EndpointTestCase):
 
         self.assertEqual(self.post("/arrive/", r=1, t=3).json()["gathered"], True)
 
+    def test_a_resumed_job_counts_the_round_in_progress_as_gathered_once_anyone_arrived(self):
+        # Rank 0 was told "gathered" just before the restart and waits in the aggregation; it will not arrive again.
+        self.init(3, policy="nbsync", resumed=1)
+
+        first = self.post("/watch/", r=1, t=7, arrived=1, wait=0).json()
+        later = self.post("/arrive/", r=2, t=8).json()
+
+        self.assertEqual(first, {"finished": True, "gathered": True})
+        self.assertEqual(later, {"finished": True, "gathered": False})
+
+    def test_a_new_job_waits_for_every_arrival_in_its_first_round(self):
+        self.init(3, policy="nbsync")
+
+        self.assertEqual(self.post("/arrive/", r=1, t=0).json(), {"finished": True, "gathered": False})
+
+    def test_resumed_must_be_0_or_1(self):
+        for value in ["2", "x", "-1"]:
+            with self.subTest(value=value):
+                self.assertJsonError(self.post("/init/", num_workers=2, resumed=value), 400, "resumed")
+
     def test_old_rounds_count_as_gathered(self):
         self.init(2, policy="nbsync")
         for t in range(10):

@@ -21,10 +21,13 @@ class IterationLog:
         os.makedirs(self.folder, exist_ok=True)
         stale = [path for path in glob.glob(os.path.join(self.folder, "iter-*.txt"))
                  if _iteration_of(path) >= first_iteration]
+        # Files an earlier run was writing when it was killed (training.files.atomic_write's hidden temporaries).
+        stale += glob.glob(os.path.join(self.folder, ".*.tmp"))
         for path in stale:  # only this worker's own folder: an earlier run of the same worker slot
             os.unlink(path)
         if stale:
-            log.info("removed %d iteration logs of an earlier run from %s", len(stale), self.folder)
+            log.info("removed %d iteration logs (or unfinished files) of an earlier run from %s", len(stale),
+                     self.folder)
         write_json(os.path.join(self.folder, "meta.json"), meta)
 
     def write(self, iteration, step_times, num_samples, total_time, accuracy=None, **extra):

@@ -65,10 +65,13 @@ class StateClient:
         if token:
             self._headers[TOKEN_HEADER] = token
 
-    def init(self, num_workers, epsilon=None, policy="apply"):
+    def init(self, num_workers, epsilon=None, policy="apply", resumed=False):
+        """Sets up a job; `resumed`: the running job, set up again after the server restarted and lost it."""
         fields = {"num_workers": num_workers, "policy": policy}
         if epsilon is not None:
             fields["epsilon"] = epsilon
+        if resumed:
+            fields["resumed"] = 1
         return self._call("POST", "/init/", fields)
 
     def init_again_if_lost(self, num_workers, epsilon=None, policy="apply"):
@@ -77,7 +80,7 @@ class StateClient:
         if self.state().get("num_workers") is not None:
             return False
         logger.warning("the state server at %s lost the job (restarted?): sending /init/ again", self.address)
-        self.init(num_workers, epsilon, policy)
+        self.init(num_workers, epsilon, policy, resumed=True)
         return True
 
     def apply(self, rank, k, c, te, retry_for=None):

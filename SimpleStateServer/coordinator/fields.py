@@ -42,6 +42,12 @@ def optional_float_field(data, name, minimum=None):
     return float_field(data, name, minimum)
 
 
+def optional_integer_field(data, name, default, minimum=0):
+    if _is_absent(data.get(name)):
+        return default
+    return integer_field(data, name, minimum)
+
+
 def optional_text_field(data, name, default):
     raw = data.get(name)
     if _is_absent(raw):

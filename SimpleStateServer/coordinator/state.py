@@ -8,7 +8,11 @@ finishes its own.
 
 NBSSGD: a round ends when the first worker completes its whole batch. It and every other
 worker "arrive" at their next mini-batch boundary; once all have arrived, all aggregate.
-Workers learn of the first arrival and of the last one by long-polling /watch/.
+Workers learn of the first arrival and of the last one by long-polling /watch/. A job set up
+again after a restart (resumed) cannot know who arrived at the round in progress: a worker
+told "gathered" just before the restart is already in the aggregation and never asks again.
+So the first round such a job hears of counts as gathered once anyone has arrived; the
+aggregation itself still waits for every worker.
 
 This module holds those rules and the per-worker records; it has no web framework in it so
 the rules can be tested with an injected clock.
@@ -121,7 +125,8 @@ def round_status(job, t):
     if t < job.oldest_round:
         return {"finished": True, "gathered": True}
     arrived = job.rounds[t].arrived if t in job.rounds else set()
-    return {"finished": bool(arrived), "gathered": len(arrived) == job.num_workers}
+    everyone = len(arrived) == job.num_workers or (t == job.round_in_progress and bool(arrived))
+    return {"finished": bool(arrived), "gathered": everyone}
 
 
 @dataclass
@@ -133,6 +138,12 @@ class Job:
     requests: dict = field(default_factory=lambda: {"apply": 0, "reset": 0, "plan": 0, "arrive": 0, "watch": 0})
     rounds: dict = field(default_factory=dict)
     oldest_round: int = 0
+    resumed: bool = False
+    round_in_progress: int | None = None  # of a resumed job: the first round it heard of
+
+    def heard_of(self, t):
+        if self.resumed and self.round_in_progress is None:
+            self.round_in_progress = t
 
     def round(self, t):
         if t not in self.rounds:
@@ -153,12 +164,13 @@ class Coordinator:
         self._changed = threading.Condition(self._lock)
         self._job = None
 
-    def init(self, num_workers, epsilon=None, policy="apply"):
+    def init(self, num_workers, epsilon=None, policy="apply", resumed=False):
+        """A new job; `resumed`: the job of a running cluster, set up again after this server restarted."""
         _check_job_settings(num_workers, epsilon, policy)
         with self._lock:
             now = self._clock()
             workers = [WorkerRecord(rank=rank, step_start=now) for rank in range(num_workers)]
-            self._job = Job(num_workers, epsilon, policy, workers)
+            self._job = Job(num_workers, epsilon, policy, workers, resumed=resumed)
             self._changed.notify_all()
             return self._describe_settings(self._job)
 
@@ -203,6 +215,7 @@ class Coordinator:
             job = self._current_job()
             self._worker(job, rank)
             job.requests["arrive"] += 1
+            job.heard_of(t)
             if t >= job.oldest_round:
                 job.round(t).arrived.add(rank)
                 self._changed.notify_all()
@@ -218,6 +231,7 @@ class Coordinator:
             job = self._current_job()
             self._worker(job, rank)
             job.requests["watch"] += 1
+            job.heard_of(t)
             wanted = "gathered" if arrived else "finished"
             self._changed.wait_for(lambda: self._job is not job or round_status(job, t)[wanted],
                                    timeout=min(wait, MAX_WATCH_SECONDS))

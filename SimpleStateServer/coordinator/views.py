@@ -7,7 +7,8 @@ import logging
 from django.core.exceptions import SuspiciousOperation
 from django.http.multipartparser import MultiPartParserError
 
-from coordinator.fields import float_field, integer_field, optional_float_field, optional_text_field
+from coordinator.fields import (
+    float_field, integer_field, optional_float_field, optional_integer_field, optional_text_field)
 from coordinator.responses import error_response, json_response
 from coordinator.state import Coordinator, FieldError, NotInitialised
 
@@ -66,9 +67,13 @@ def init(data):
     num_workers = integer_field(data, "num_workers", minimum=1)
     epsilon = optional_float_field(data, "epsilon", minimum=0.0)
     policy = optional_text_field(data, "policy", default="apply")
-    job_settings = COORDINATOR.init(num_workers, epsilon, policy)
+    resumed = optional_integer_field(data, "resumed", default=0)
+    if resumed not in (0, 1):
+        raise FieldError("resumed", "must be 0 or 1")
+    job_settings = COORDINATOR.init(num_workers, epsilon, policy, resumed=bool(resumed))
     margin_text = "auto (0.1 x slowest step)" if epsilon is None else f"{epsilon} s"
-    logger.info("new job: %d workers, margin %s, policy %s", num_workers, margin_text, policy)
+    logger.info("%s job: %d workers, margin %s, policy %s", "resumed" if resumed else "new", num_workers,
+                margin_text, policy)
     return {"ok": 1, **job_settings}
 
 

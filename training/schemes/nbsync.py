@@ -73,8 +73,9 @@ class NonBlockingSync(Scheme):
 
     def _set_up_job_again(self):
         """A restarted state server has no job: the first worker to find out sets it up again (not rank 0 alone,
-        which may be waiting in the aggregation). The watchers of workers that had arrived repeat their arrival, so
-        the round in progress is not lost."""
+        which may be waiting in the aggregation). The watchers of workers that had arrived repeat their arrival, and
+        the resumed job counts the round in progress as gathered once anyone has arrived: a worker told "gathered"
+        just before the restart already waits in the aggregation and will not arrive again."""
         with self.init_lock:  # both threads may find out at once
             self.init_client.init_again_if_lost(self.num_workers, policy="nbsync")
 
