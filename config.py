@@ -9,6 +9,7 @@ import math
 import socket
 
 MODES = ("esync", "sync", "async", "nbsync", "zeno", "local")
+COORDINATED_MODES = ("esync", "nbsync")  # modes whose workers talk to the state server
 ATTACKS = ("signflip", "random", "randomscale", "labelflip")  # see training/attacks.py
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan")

@@ -48,7 +48,6 @@ MODE_FLAGS = {
     "nbsync": ["-m", "nbsync"],
     "zeno": ["-m", "zeno"],
 }
-COORDINATED_MODES = ("esync", "nbsync")  # modes whose workers talk to the state server
 NON_IID_SUFFIX = "-niid"
 ATTACK_SUFFIX = "-attack"
 VALIDATOR_FOLDER_SUFFIX = "-validator"
@@ -353,7 +352,7 @@ def shared_worker_args(args, mode, log_dir, state_port):
         command += ["--node-name", args.node_name]
     if args.non_iid:
         command += ["-s", "1"]
-    if mode in COORDINATED_MODES:
+    if mode in config.COORDINATED_MODES:
         command += ["-ip", args.host_ip, "-port", str(state_port)]
     if mode == "esync":
         command += ["--esync-policy", args.esync_policy]
@@ -647,7 +646,8 @@ def run_mode(args, mode, position):
               f"logs in {log_dir}, process outputs and PIDs in {group.out_dir}", flush=True)
         meter = netns.LinkMeter(args.virtual_network) if args.virtual_network else None
         try:
-            state_port = start_state_server(group, state_server_host(args)) if mode in COORDINATED_MODES else None
+            coordinated = mode in config.COORDINATED_MODES
+            state_port = start_state_server(group, state_server_host(args)) if coordinated else None
             start = start_tracker if args.tracker else start_processes
             finishers = start(args, mode, group, log_dir, state_port, label)
             progress = Progress(label, log_dir, args.progress_every)

@@ -81,7 +81,7 @@ def check_worker(args, num_workers):
                          f"fewer than the batch size {args.batch_size}")
     if args.mode == "nbsync" and args.batch_size % args.mini_batches:
         raise UsageError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
-    if args.mode in ("esync", "nbsync"):
+    if args.mode in config.COORDINATED_MODES:
         check_state_server(args)
     return data
 
@@ -154,9 +154,19 @@ def watch_peers(args, role):
     from training.peers import PeerMonitor, grace_for, resolve
 
     scheduler = resolve(os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"]))
-    ignore = resolve(args.state_server_ip, args.state_server_port) if args.mode == "esync" else set()
-    return PeerMonitor(grace_for(args.sync_timeout), ignore, {peer: "the scheduler" for peer in scheduler},
-                       expected_peers(role), join_timeout=args.sync_timeout).start()
+    return PeerMonitor(grace_for(args.sync_timeout), state_server_endpoints(args),
+                       {peer: "the scheduler" for peer in scheduler}, expected_peers(role),
+                       join_timeout=args.sync_timeout).start()
+
+
+def state_server_endpoints(args):
+    """What the peer monitor leaves alone: the state server is no ps-lite peer (it may restart, and a worker may
+    not call it for a while; the state client bounds that wait itself)."""
+    from training.peers import resolve
+
+    if args.mode not in config.COORDINATED_MODES:
+        return set()
+    return resolve(args.state_server_ip, args.state_server_port)
 
 
 def expected_peers(role):

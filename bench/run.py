@@ -188,15 +188,17 @@ OWN_STEP_PHASES = ("get_batch", "forward and backward", "local update", "emulate
 
 
 def worker_step_times(mode_folder):
-    """Per worker: the mean seconds of its own steps (batch, compute, local update, emulated slowdown) and the
-    share of its time they take; the rest is aggregation, the state server and waiting for others."""
+    """Per worker: the mean seconds of its own steps (batch, compute, local update, emulated slowdown), the share of
+    its time they take (the rest is aggregation, the state server and waiting for others) and the share the state
+    server's round trips take. Evaluation is left out."""
     workers = []
     for folder in sorted(glob.glob(os.path.join(mode_folder, "*", "*-rank*"))):
         steps = [s for r in read_iter_records(folder) for s in r["time"].values()]
         own = sum(s.get(k, 0.0) for s in steps for k in OWN_STEP_PHASES)
         total = sum(v for s in steps for k, v in s.items() if k != "evaluation")
         if steps and total > 0:
-            workers.append({"step_seconds": own / len(steps), "busy": own / total})
+            check_ready = sum(s.get("check ready", 0.0) for s in steps)
+            workers.append({"step_seconds": own / len(steps), "busy": own / total, "check_ready": check_ready / total})
     return workers
 
 
@@ -235,7 +237,7 @@ def heterogeneity(cfg, workdir):
     rows = []
     for profile in cfg["profiles"]:
         slowdowns = [float(f) for f in profile.split(",")]
-        modes = ["esync", "sync", "async", "dcasgd", "nbsync"] if profile == ACCURACY_PROFILE else ["esync", "sync", "async"]
+        modes = ["esync", "sync", "async"] + (["dcasgd", "nbsync"] if profile == ACCURACY_PROFILE else [])
         run_dir = os.path.join(workdir, "profile-" + profile.replace(",", "-"))
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
         # Throughput runs evaluate only at the end, like the standalone runs they are compared with: on a machine
@@ -273,7 +275,8 @@ SIGN_FLIP = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
 def byzantine(cfg, workdir):
     """Accuracy with 1 of 4 workers flipping its update's sign (x10): plain sync averaging vs Zeno's validator,
     beside a Zeno run without the attacker."""
-    runs = {("zeno", False): launch(["zeno"], BYZANTINE_PROFILE, cfg["seconds"], os.path.join(workdir, "clean"))["zeno"]}
+    clean = launch(["zeno"], BYZANTINE_PROFILE, cfg["seconds"], os.path.join(workdir, "clean"))["zeno"]
+    runs = {("zeno", False): clean}
     attacked = launch(["sync", "zeno"], BYZANTINE_PROFILE, cfg["seconds"], os.path.join(workdir, "attack"), SIGN_FLIP)
     runs.update({(mode, True): run for mode, run in attacked.items()})
     rows = []
@@ -379,16 +382,8 @@ def _timed_applies(port, rank, calls, start, results):
 
 
 def check_ready_share(policy, seconds, workdir):
-    run_dir = os.path.join(workdir, f"policy-{policy}")
-    summary_dir = os.path.join(run_dir, "logs", "lenet", "esync")
-    launch(["esync"], "1,1,4", seconds, run_dir, ["--esync-policy", policy])
-    shares = []
-    for folder in glob.glob(os.path.join(summary_dir, "*", "*-rank*")):
-        steps = [s for r in read_iter_records(folder) for s in r["time"].values()]
-        check = sum(s.get("check ready", 0.0) for s in steps)
-        total = sum(sum(v for k, v in s.items() if k not in ("evaluation",)) for s in steps)
-        shares.append(check / total)
-    return statistics.mean(shares)
+    run = launch(["esync"], "1,1,4", seconds, os.path.join(workdir, f"policy-{policy}"), ["--esync-policy", policy])
+    return statistics.mean(w["check_ready"] for w in run["esync"]["step_times"])
 
 
 def state_server_cost(cfg, workdir):

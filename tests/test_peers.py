@@ -138,6 +138,16 @@ def test_an_ignored_endpoint_is_never_lost(peer):
         assert monitor.lost_peers(now=200.0) == []
 
 
+@pytest.mark.parametrize("mode, left_alone", [("esync", True), ("nbsync", True), ("sync", False), ("async", False)])
+def test_workers_of_modes_with_a_state_server_leave_its_connection_alone(mode, left_alone):
+    import config
+    import main
+
+    args = config.parse_args(["-m", mode, "-ip", "127.0.0.1", "-port", "10010"])
+
+    assert main.state_server_endpoints(args) == ({("127.0.0.1", 10010)} if left_alone else set())
+
+
 def test_peers_that_never_connected_count_only_after_the_join_timeout(peer):
     monitor = PeerMonitor(grace=5.0, expected_peers=2, join_timeout=30.0)
     with peer.connect():

@@ -52,8 +52,8 @@ class StateServerUnavailable(RuntimeError):
 class StateClient:
     def __init__(self, host, port, token=None, timeout=10.0, retry_for=300.0, on_not_initialised=None):
         """`on_not_initialised`: without it a 409 (no job) raises StateServerError. With it, a 409 is retried like
-        an unavailable server, calling the hook before each retry: a restarted server lost its job, and the
-        hook of the process that sets jobs up sends /init/ again (the others pass one that does nothing)."""
+        an unavailable server, calling the hook before each retry: a restarted server lost its job, and the hook
+        sets it up again (init_again_if_lost)."""
         self.address = _address(host, port)
         self.host, self.port = host.strip("[]"), port
         self.timeout = timeout
@@ -190,11 +190,13 @@ class StateClient:
 
 
 def _closed_by_peer(sock):
-    """An idle keep-alive socket that is readable has been closed (or reset) by the server."""
+    """An idle keep-alive socket that is readable has been closed (or reset) by the server. (poll, not select:
+    a worker's MXNet and ZMQ sockets may push descriptor numbers past select's limit of 1024.)"""
     if sock is None:
         return True
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _address(host, port):
