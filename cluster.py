@@ -66,12 +66,13 @@ def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface
     }
 
 
-def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=None, placement=None):
+def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=None, placement=None, envs=None):
     """Scheduler, servers and one worker per argv list of a ps-lite job; returns the workers.
 
     `ps_argv` is the scheduler's and servers' command line; `after_each_start()` runs after every process starts
     (to record its PID, or to stop starting more). Every role runs on loopback unless `placement` puts it on
-    another host."""
+    another host. `envs` adds variables to some processes' environments, by process name ("scheduler",
+    "server-0", "worker-1", ...)."""
     placement = placement or Placement()
     # A free port of this namespace; a host namespace of our own has nothing else listening.
     root_port = free_port()
@@ -82,6 +83,7 @@ def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=N
     for name, argv, role, host in starts:
         env = dmlc_env(role, root_port, num_servers, len(workers_argv), host.address, host.interface,
                        root_uri=placement.scheduler.address)
+        env.update((envs or {}).get(name, {}))
         proc = group.start_python(name, argv, env, role=role, command_prefix=host.command_prefix, host=host.name)
         if role == "worker":
             workers.append(proc)

@@ -16,6 +16,7 @@ import os
 import sys
 
 import config
+from training import failures, fault_injection
 
 ROLES = ("scheduler", "server", "worker")
 DMLC_INTEGERS = ("DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
@@ -56,16 +57,20 @@ def check_environment(role, mode):
 
 
 def check_worker(args, num_workers):
-    """Everything a worker can check before it waits on the network."""
+    """Everything a worker can check before it waits on the network; returns its data and where it starts."""
     from data import DataError, load_dataset
     from training.checkpoints import CheckpointError, check_train_dir
     from training.devices import DeviceError, contexts
+    from training.files import UnwritableFolder, check_writable
 
     try:
         contexts(args.gpu, args.cpu)
+        check_writable(os.path.join(args.log_dir, args.node_name), "-ld")
+        if args.train_dir:
+            check_writable(args.train_dir, "--train-dir")
         data = load_dataset(args.data_dir, args.dataset)
-        check_train_dir(args)
-    except (DataError, DeviceError, CheckpointError) as err:
+        resume = check_train_dir(args)
+    except (DataError, DeviceError, CheckpointError, UnwritableFolder) as err:
         raise UsageError(str(err))
     check_byzantine(args, num_workers)
     training_samples, training_workers = len(data.train_labels), num_workers
@@ -83,7 +88,7 @@ def check_worker(args, num_workers):
         raise UsageError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
     if args.mode in config.COORDINATED_MODES:
         check_state_server(args)
-    return data
+    return data, resume
 
 
 def check_byzantine(args, num_workers):
@@ -103,9 +108,10 @@ def check_byzantine(args, num_workers):
 
 
 def check_evaluator(args):
-    """Everything the evaluator needs before it starts watching: the folder and the test set."""
+    """Everything the evaluator needs before it starts watching: the folders and the test set."""
     from data import DataError, load_test_set
     from training.devices import DeviceError, contexts
+    from training.files import UnwritableFolder, check_writable
 
     if not args.train_dir:
         raise UsageError(f"-m {args.mode} needs --train-dir (the folder the workers save checkpoints to)")
@@ -113,9 +119,22 @@ def check_evaluator(args):
         raise UsageError(f"--resume is for the workers, not -m {args.mode}")
     try:
         contexts(args.gpu, args.cpu)
+        check_writable(args.log_dir, "-ld")
         return load_test_set(args.data_dir, args.dataset)
-    except (DataError, DeviceError) as err:
+    except (DataError, DeviceError, UnwritableFolder) as err:
         raise UsageError(str(err))
+
+
+def check_ps_role(args):
+    """A scheduler or server given the job's --resume --train-dir looks for an intact checkpoint as the workers
+    do, so that a job that cannot resume ends everywhere with the same error."""
+    from training.checkpoints import CheckpointError, latest_intact_step
+
+    if args.resume and args.train_dir:
+        try:
+            latest_intact_step(args.train_dir)
+        except CheckpointError as err:
+            raise UsageError(str(err))
 
 
 def run_evaluator(args, test_set):
@@ -130,10 +149,6 @@ def run_evaluator(args, test_set):
         Evaluator(args, model, images, labels).run()
     except CheckpointError as err:
         raise UsageError(str(err))
-    except KeyboardInterrupt:
-        log.warning("interrupted")
-        return 130
-    return 0
 
 
 def check_state_server(args):
@@ -176,18 +191,26 @@ def expected_peers(role):
     return {"scheduler": servers + workers, "server": 1 + workers}.get(role)
 
 
-def run_ps_role(role):
+def run_ps_role(args, role):
+    from training import ps_node
+
     log.info("ps-lite %s (pid %d): scheduler at %s:%s, %s server(s), %s worker(s)", role, os.getpid(),
              os.environ["DMLC_PS_ROOT_URI"], os.environ["DMLC_PS_ROOT_PORT"],
              os.environ["DMLC_NUM_SERVER"], os.environ["DMLC_NUM_WORKER"])
-    import mxnet  # noqa: F401  with DMLC_ROLE set to scheduler or server, the import runs that role's loop
+    fault_injection.point(role, "start")
+    ps_node.run(role, traceback_folder(args))
+    fault_injection.point(role, "leaving")
 
 
-def run_training(args, data):
+def run_training(args, data, resume):
     from training.loop import train
     from training.schemes import scheme_for
 
-    train(args, scheme_for(args.mode, args.use_dcasgd, args.zeno_flavour), data)
+    train(args, scheme_for(args.mode, args.use_dcasgd, args.zeno_flavour), data, resume)
+
+
+def traceback_folder(args):
+    return os.path.join(args.log_dir, args.node_name)
 
 
 def main(argv=None):
@@ -196,41 +219,59 @@ def main(argv=None):
     args = config.parse_args(argv)
     role = os.environ.get("DMLC_ROLE") or None
     try:
+        configure_fault_injection()
         check_environment(role, args.mode)
         if role in ("scheduler", "server"):
-            watch_peers(args, role)
-            run_ps_role(role)
-            return 0
-        if args.mode == config.EVALUATE_MODE:
-            return run_evaluator(args, check_evaluator(args))
-        data = check_worker(args, int(os.environ["DMLC_NUM_WORKER"]) if role else 1)
+            check_ps_role(args)
+        elif args.mode == config.EVALUATE_MODE:
+            test_set = check_evaluator(args)
+        else:
+            data, resume = check_worker(args, int(os.environ["DMLC_NUM_WORKER"]) if role else 1)
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)
         return 2
-    peers = watch_peers(args, role) if role else None
-    from training.schemes.base import JobSetupError
+    if role in ("scheduler", "server"):
+        return run_guarded(role, args, lambda: run_ps_role(args, role), in_cluster=True, peers=watch_peers(args, role))
+    if args.mode == config.EVALUATE_MODE:
+        return run_guarded("evaluator", args, lambda: run_evaluator(args, test_set), in_cluster=False)
+    return run_guarded("worker", args, lambda: run_training(args, data, resume), in_cluster=role is not None,
+                       peers=watch_peers(args, role) if role else None)
+
+
+def configure_fault_injection():
+    try:
+        fault_injection.configure()
+    except ValueError as err:
+        raise UsageError(str(err))
+
+
+def run_guarded(role, args, run, in_cluster, peers=None):
+    """Run a role; whatever it raises ends it with one line and a non-zero exit, at once when in a cluster."""
     from training.state_client import StateServerError, StateServerUnavailable
 
+    failures.fail_on_thread_errors(role, traceback_folder(args))
     try:
-        run_training(args, data)
-    except (StateServerUnavailable, StateServerError, JobSetupError) as err:
-        log.error("%s", err)
-        return leave(1, in_cluster=role is not None)
+        code = run() or 0
+    except UsageError as err:
+        print(f"main.py: error: {err}", file=sys.stderr)
+        return leave(2, in_cluster)
     except KeyboardInterrupt:
         log.warning("interrupted")
-        return leave(130, in_cluster=role is not None)
+        return leave(failures.EXIT_INTERRUPTED, in_cluster)
+    except Exception as err:
+        failures.report(err, role, traceback_folder(args),
+                        expected=(StateServerUnavailable, StateServerError, failures.JobSetupError))
+        return leave(failures.EXIT_FAILURE, in_cluster)
     if peers:
         peers.stop()
-    return 0
+    return code
 
 
 def leave(code, in_cluster):
-    """A worker that fails ends now: leaving the cluster properly is a barrier with the other workers, which would
-    wait for ones that are stuck or gone (their own watchdogs and peer monitors end them)."""
+    """A process of a cluster that fails ends now: leaving the cluster properly is a barrier with the other
+    nodes, which would wait for ones that are stuck or gone (their own watchdogs and peer monitors end them)."""
     if in_cluster:
-        logging.shutdown()
-        sys.stderr.flush()
-        os._exit(code)
+        failures.end_now(code)
     return code
 
 

@@ -10,13 +10,14 @@ SAMPLE_DATA = os.path.join(ROOT, "data")
 LENET_ARGS = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", SAMPLE_DATA, "-c", "1"]
 
 
-def start_job(group, mode, worker_args, num_workers=2, num_servers=1, slowdowns=None, log_dir=None, ps_args=()):
+def start_job(group, mode, worker_args, num_workers=2, num_servers=1, slowdowns=None, log_dir=None, ps_args=(),
+              envs=None):
     """Scheduler, servers and workers of one job; returns the worker processes. `ps_args` go to the scheduler and
-    servers."""
+    servers, `envs` ({process name: variables}) to the processes named."""
     main = os.path.join(ROOT, "main.py")
     workers_argv = [[main, "-m", mode, "-ld", log_dir, "--node-name", "node"] + list(worker_args)
                     + (["--slowdown", str(slowdowns[w])] if slowdowns else []) for w in range(num_workers)]
-    return start_ps_job(group, [main, "-m", mode, *ps_args], workers_argv, num_servers)
+    return start_ps_job(group, [main, "-m", mode, *ps_args], workers_argv, num_servers, envs=envs)
 
 
 def finish(group, workers, timeout):

@@ -8,7 +8,7 @@ import mxnet as mx
 from cluster import ROOT, ProcessGroup
 from data import load_test_set
 from tests.jobs import LENET_ARGS, SAMPLE_DATA, finish, iter_records, meta, start_job, worker_folders
-from training.checkpoints import read_checkpoint, saved_steps
+from training.checkpoints import damage, read_checkpoint, saved_steps
 from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.model import Model
 
@@ -77,3 +77,54 @@ def test_a_killed_sync_job_resumes_from_its_last_checkpoint_with_its_step_and_we
         records = iter_records(folder)
         assert records[step]["total_time"] > read_checkpoint(train_dir, step)["time"]
     assert saved_steps(train_dir)[-1] == step + 20
+
+
+def damage_parameters(train_dir, step):
+    path = os.path.join(train_dir, f"ckpt-{step}.params")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def checkpointed_job(tmp_path, steps):
+    """Checkpoints of a finished 2-worker sync job at `steps` (saved every 10 global iterations)."""
+    train_dir, log_dir = str(tmp_path / "train"), str(tmp_path / "logs")
+    job = LENET_ARGS + ["--train-dir", train_dir, "--save-freq", "10", "-e", "0", "--sync-timeout", "10"]
+    with ProcessGroup(str(tmp_path / "first")) as first:
+        finish(first, start_job(first, "sync", job + ["--max-steps", str(steps[-1])], log_dir=log_dir), 120)
+    assert saved_steps(train_dir) == steps
+    return job, train_dir, log_dir
+
+
+def test_a_resumed_job_skips_a_damaged_checkpoint_and_trains_on_from_the_one_before(processes, tmp_path):
+    job, train_dir, log_dir = checkpointed_job(tmp_path, [10, 20])
+    damage_parameters(train_dir, 20)
+
+    workers = start_job(processes, "sync", job + ["--resume", "--max-steps", "30"], log_dir=log_dir)
+    finish(processes, workers, timeout=120)
+
+    for worker in workers:
+        output = open(worker.output).read()
+        assert f"checkpoint at step 20 in {train_dir} is damaged (ckpt-20.params holds" in output, output
+    rank0_output = next(open(w.output).read() for w in workers if "resuming at global step" in open(w.output).read())
+    assert "resuming at global step 10 from" in rank0_output
+    assert saved_steps(train_dir) == [10, 20, 30]
+    assert damage(train_dir, 20) is None  # the job saved step 20 again on its way to 30
+    for folder in worker_folders(log_dir):
+        assert len(iter_records(folder)) == 30
+
+
+def test_with_every_checkpoint_damaged_every_process_exits_2_in_one_line(processes, tmp_path):
+    job, train_dir, log_dir = checkpointed_job(tmp_path, [10])
+    damage_parameters(train_dir, 10)
+    resume = ["--resume", "--train-dir", train_dir, "--sync-timeout", "10"]
+
+    started = time.monotonic()
+    start_job(processes, "sync", job + ["--resume"], log_dir=log_dir, ps_args=resume)
+    ended = processes.wait(processes.procs, timeout=10 + 10)
+
+    assert ended, "still running 20 s after the start"
+    print(f"every process ended {time.monotonic() - started:.1f} s after the start")
+    for proc in processes.procs:
+        errors = [line for line in open(proc.output).read().splitlines() if "error" in line.lower()]
+        assert proc.poll() == 2, f"{proc.name}: {errors}"
+        assert len(errors) == 1 and f"--resume: every checkpoint in {train_dir} is damaged" in errors[0]

@@ -40,6 +40,30 @@ def test_bad_worker_input_is_one_line_and_exits_before_the_network(args, message
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["-m", "sync", *BASE, "-ld", "/proc/nope"], "-ld: cannot create or write /proc/nope/"),
+    (["-m", "sync", *BASE, "-ld", "/etc/hostname/logs"], "-ld: cannot create or write /etc/hostname/logs/"),
+    (["-m", "sync", *BASE, "--train-dir", "/proc/nope"], "--train-dir: cannot create or write /proc/nope ("),
+])
+def test_a_folder_that_cannot_be_written_is_one_line_and_exit_2_before_the_network(args, message):
+    result = run_main(args, worker_env(), timeout=30)
+
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [["-m", "local", *BASE, "-ld", "/proc/nope"],
+                                  ["-m", "evaluate", *BASE, "--train-dir", "runs", "-ld", "/proc/nope"]])
+def test_standalone_and_evaluator_refuse_an_unwritable_log_folder_in_one_line(args):
+    result = run_main(args, timeout=30)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("main.py: error: -ld: cannot create or write /proc/nope")
+    assert "Traceback" not in result.stderr
+
+
 def test_a_cluster_mode_without_dmlc_role_says_how_to_start_one():
     result = run_main(["-m", "sync", *BASE], timeout=30)
 

@@ -1,5 +1,5 @@
-"""Faults in real hand-started jobs: a killed process ends every other one with a message, and the logs written so
-far stay readable."""
+"""The state server's faults in real hand-started jobs: a restart, one that stays down, and logs a kill cut short.
+(A killed or failing scheduler, server or worker: tests/test_failure_matrix.py.)"""
 import glob
 import json
 import os
@@ -15,8 +15,7 @@ from cluster import ROOT, start_state_server
 from tests import logfactory
 from tests.jobs import LENET_ARGS, finish, start_job, worker_folders
 
-SYNC_TIMEOUT = 5
-GIVE_UP_MESSAGES = ("no connection to", "no answer for")
+SYNC_TIMEOUT = 10  # also the time a job has to form: room for 5 processes starting on 2 busy cores
 
 
 def run_summary(base, network, mode):
@@ -26,40 +25,6 @@ def run_summary(base, network, mode):
 
 def outputs(group):
     return "\n".join(f"--- {p.name} (exit {p.poll()})\n{open(p.output).read()[-2000:]}" for p in group.procs)
-
-
-def start_training(processes, log_dir):
-    timeout = ["--sync-timeout", str(SYNC_TIMEOUT)]
-    workers = start_job(processes, "sync", LENET_ARGS + ["--max-time", "300", "-e", "0", *timeout],
-                        num_workers=2, log_dir=log_dir, ps_args=timeout)
-    for worker in workers:
-        assert processes.wait_for_output(worker, "iter ", timeout=120), outputs(processes)
-    return workers
-
-
-def pick(processes, workers, victim):
-    return {"worker": workers[1], "server": processes.procs[1], "scheduler": processes.procs[0]}[victim]
-
-
-@pytest.mark.parametrize("victim", ["worker", "server", "scheduler"])
-def test_every_survivor_of_a_killed_process_exits_with_a_message(processes, tmp_path, victim):
-    base = str(tmp_path / "logs")
-    workers = start_training(processes, os.path.join(base, "lenet", "sync"))
-    killed = pick(processes, workers, victim)
-    survivors = [p for p in processes.procs if p is not killed]
-
-    os.kill(killed.pid, signal.SIGKILL)
-    killed_at = time.monotonic()
-    all_exited = processes.wait(survivors, timeout=SYNC_TIMEOUT + 10)
-    elapsed = time.monotonic() - killed_at
-
-    assert all_exited, f"still running {SYNC_TIMEOUT + 10} s after the kill\n{outputs(processes)}"
-    print(f"survivors of the killed {victim} exited {elapsed:.1f} s after the kill")
-    for survivor in survivors:
-        output = open(survivor.output).read()
-        assert survivor.poll() not in (None, 0), outputs(processes)
-        assert any(message in output for message in GIVE_UP_MESSAGES), f"{survivor.name}\n{output}"
-    assert_summarized(base, "lenet", "sync", num_workers=2)
 
 
 def assert_summarized(base, network, mode, num_workers):

@@ -2,7 +2,8 @@
 
 It holds the test set only and runs beside the job, so evaluation costs the training devices nothing (start
 the workers with -e 0 to turn rank 0's own evaluation off). It stops after the job's final marker, once every
-checkpoint up to it is evaluated, or after --eval-timeout seconds without a new checkpoint.
+checkpoint up to it is evaluated, or after --eval-timeout seconds without a new checkpoint. A checkpoint whose
+files do not match the checksums in its .json is skipped with a warning naming it.
 
 Its log is <log-dir>/evaluator.jsonl (give it the workers' -ld, so it lies beside their node folders where
 summary.py looks), one JSON object per checkpoint in the order evaluated:
@@ -18,7 +19,8 @@ import logging
 import os
 import time
 
-from training.checkpoints import CheckpointError, checkpoint_path, final_step, read_checkpoint, saved_steps
+from training.checkpoints import (CheckpointError, checkpoint_path, damage, final_step, read_checkpoint,
+                                  saved_steps)
 from training.files import atomic_write
 
 log = logging.getLogger("evaluator")
@@ -78,6 +80,15 @@ class Evaluator:
         self.test_images, self.test_labels = test_images, test_labels
         os.makedirs(args.log_dir, exist_ok=True)
         self.results = EvaluationLog(os.path.join(args.log_dir, EVALUATOR_LOG))
+        self.damaged = set()  # steps whose files do not match their checksums: skipped once, with a warning
+
+    def check(self, step):
+        """Whether the checkpoint at `step` is intact; a damaged one is named once and never looked at again."""
+        problem = damage(self.args.train_dir, step)
+        if problem:
+            log.warning("checkpoint at step %d in %s is damaged (%s): skipped", step, self.args.train_dir, problem)
+            self.damaged.add(step)
+        return problem is None
 
     def evaluate(self, step):
         checkpoint = read_checkpoint(self.args.train_dir, step)
@@ -104,10 +115,11 @@ class Evaluator:
         last_new = clock()
         while True:
             final = final_step(train_dir)  # read first: the marker is written after the last checkpoint
-            pending = pending_steps(saved_steps(train_dir), self.results.steps)
+            pending = pending_steps(saved_steps(train_dir), self.results.steps + list(self.damaged))
             for step in pending:
-                self.evaluate(step)
-            evaluated += len(pending)
+                if self.check(step):
+                    self.evaluate(step)
+                    evaluated += 1
             if final is not None:
                 log.info("the job finished at step %d: %d checkpoint(s) evaluated", final, evaluated)
                 return evaluated

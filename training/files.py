@@ -24,3 +24,19 @@ def write_json(path, obj):
         with open(tmp, "w") as f:
             json.dump(obj, f, separators=(",", ":"))
     atomic_write(path, write)
+
+
+class UnwritableFolder(Exception):
+    """A folder this process must write to cannot be created or written; the message names it and why."""
+
+
+def check_writable(folder, flag):
+    """Create `folder` when needed and write a file in it, so that a folder nobody can write fails now, in one
+    line, and not after the process has joined a job."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UnwritableFolder(f"{flag}: cannot create or write {folder} ({err.strerror or err})") from None

@@ -11,7 +11,7 @@ import time
 import mxnet as mx
 
 from data import BatchStream
-from training import checkpoints
+from training import checkpoints, fault_injection
 from training.devices import contexts, device_name
 from training.files import atomic_write
 from training.heterogeneity import EmulatedSlowdown
@@ -62,20 +62,22 @@ class Timer:
         self.record[self.key] = self.record.get(self.key, 0.0) + time.perf_counter() - self.start
 
 
-def train(args, scheme_cls, data):
-    """Train until a stop condition; return the last test accuracy (None where this worker never evaluated)."""
+def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
+    """Train until a stop condition; return the last test accuracy (None where this worker never evaluated).
+    `resume` is where training starts (checkpoints.check_train_dir)."""
     ctxs = contexts(args.gpu, args.cpu)
     watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
+    fault_injection.point("worker", "start")
     with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
         kv = mx.kv.create(scheme_cls.kvstore) if scheme_cls.kvstore else None
     rank = kv.rank if kv else 0
     model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed)
     scheme = scheme_cls(args, model, kv)
-    resume = checkpoints.resume_point(args)
     stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy, args.epochs)
     if stop.unbounded:
         log.warning("no stop condition (--max-iters, --max-time, --target-accuracy, --epochs): "
                     "training until interrupted")
+    fault_injection.point("worker", "setup", rank)
     if rank == 0 and resume.params:
         checkpoints.load_weights(resume, model)  # setup() broadcasts rank 0's weights to every worker
     with watchdog.guard("setting up the job (initial weights, state server)"):
@@ -105,6 +107,7 @@ def train(args, scheme_cls, data):
     model_path = iterlog.path("model-final.params")
     atomic_write(model_path, model.save)
     log.info("saved the final weights to %s", model_path)
+    fault_injection.point("worker", "leaving", rank)
     with watchdog.guard("leaving the cluster"):
         scheme.kv = kv = None
         gc.collect()  # the kvstore's destructor waits for every other node at a barrier
@@ -120,6 +123,7 @@ def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates, 
     iteration = resume.step
     while True:
         round_overhead = {}
+        fault_injection.point("worker", "training", scheme.rank)
         with Timer(round_overhead, "check ready"):
             scheme.begin_round(iteration)
         steps = _local_steps(scheme, model, stream, slowdown)
@@ -129,6 +133,7 @@ def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates, 
         if scheme.aggregate_key:
             phase = f"the aggregation of global iteration {iteration}"
             with Timer(steps[-1], scheme.aggregate_key), watchdog.guard(phase):
+                fault_injection.point("worker", "aggregation", scheme.rank)
                 stop_all = scheme.aggregate(reason is not None)
                 mx.nd.waitall()
         else:
@@ -143,6 +148,7 @@ def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates, 
         elapsed = time.time() - started
         if writer and (stop_all or writer.due(iteration)):
             with Timer(steps[-1], "checkpoint"):
+                fault_injection.point("worker", "checkpoint", scheme.rank)
                 save = writer.finish if stop_all else writer.save
                 save(iteration, elapsed, resume.epochs + stream.passes, model, scheme)
         extra = {"weights_digest": model.digest()} if args.digest_weights else {}

@@ -13,10 +13,6 @@ from data import partition
 from training.attacks import attack_for, flatten_arrays
 
 
-class JobSetupError(RuntimeError):
-    """The processes of a job do not fit together (found once they have joined the cluster)."""
-
-
 class PackedStatistics:
     """The BatchNorm running statistics of a model in one flat array on the first device."""
 

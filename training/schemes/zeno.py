@@ -19,7 +19,8 @@ import numpy as np
 
 from data import partition
 from training.attacks import attack_for
-from training.schemes.base import JobSetupError, Scheme
+from training.failures import JobSetupError
+from training.schemes.base import Scheme
 
 
 def split_validation(num_samples, validation_size, seed):

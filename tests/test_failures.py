@@ -1,0 +1,73 @@
+"""The one line a failing process leaves, and the fault plan that tests inject."""
+import os
+
+import pytest
+
+from training import failures
+from training.fault_injection import FaultPlan, InjectedFault
+
+
+def raise_from_project_code():
+    raise ValueError("the batch is empty")
+
+
+def caught(function):
+    try:
+        function()
+    except Exception as err:
+        return err
+
+
+def test_the_one_line_names_the_error_its_message_and_the_innermost_project_frame():
+    line = failures.one_line(caught(raise_from_project_code))
+
+    assert line.startswith("ValueError: the batch is empty (tests/test_failures.py:")
+    assert line.endswith(" in raise_from_project_code)")
+
+
+def test_a_multi_line_message_is_cut_to_its_last_line_the_failed_check():
+    class MXNetError(Exception):
+        pass
+
+    message = 'Traceback (most recent call last):\n  File "ndarray.cc", line 1860\nMXNetError: Invalid NDArray file format'
+
+    def load():
+        raise MXNetError(message)
+
+    assert failures.one_line(caught(load)).startswith("MXNetError: Invalid NDArray file format (")
+
+
+def test_the_traceback_is_saved_where_the_line_says(tmp_path):
+    err = caught(raise_from_project_code)
+
+    path = failures.save_traceback(err, str(tmp_path), "worker")
+
+    assert path == os.path.join(str(tmp_path), f"traceback-worker-{os.getpid()}.txt")
+    assert "raise_from_project_code" in open(path).read()
+
+
+def test_a_fault_fires_on_the_nth_pass_of_its_point_only():
+    plan = FaultPlan.parse("worker:aggregation:raise:after=3")
+
+    plan.reached("worker", "aggregation", 0)
+    plan.reached("worker", "aggregation", 1)
+    plan.reached("worker", "training", 0)
+    with pytest.raises(InjectedFault, match="fault injected at worker aggregation"):
+        plan.reached("worker", "aggregation", 0)
+    plan.reached("worker", "aggregation", 0)
+
+
+def test_a_rank_filtered_fault_ignores_the_other_ranks_and_roles():
+    plan = FaultPlan.parse("worker:setup:raise:rank=0")
+
+    plan.reached("worker", "setup", 1)
+    plan.reached("server", "setup", None)
+    with pytest.raises(InjectedFault):
+        plan.reached("worker", "setup", 0)
+
+
+@pytest.mark.parametrize("text", ["worker:aggregation", "worker:lunch:raise", "boss:start:raise",
+                                  "worker:start:explode", "worker:start:raise:after=0", "worker:start:raise:when=3"])
+def test_a_malformed_fault_plan_is_refused_with_the_expected_form(text):
+    with pytest.raises(ValueError, match="expected <role>:<phase>:<raise|kill>"):
+        FaultPlan.parse(text)

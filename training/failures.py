@@ -1,0 +1,89 @@
+"""How a process of a job ends when something in it raises: one line naming what failed, then exit at once.
+
+A process that has joined a ps-lite job must not unwind normally after an error: the kvstore's destructor waits at
+a barrier for every other node, and on rank 0 that barrier can also release the other workers' pulls before the
+servers were initialised. So a failing process writes its one line (and its traceback to a file, when it can),
+and leaves with os._exit; its peers notice the closed connections and end within --sync-timeout (training/peers.py,
+training/watchdog.py).
+"""
+import logging
+import os
+import sys
+import tempfile
+import threading
+import traceback
+
+log = logging.getLogger("failure")
+
+class JobSetupError(RuntimeError):
+    """The processes of a job do not fit together (found once they have joined the cluster)."""
+
+
+EXIT_FAILURE = 1
+EXIT_INTERRUPTED = 130
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INJECTION_MODULE = os.path.join(PROJECT_ROOT, "training", "fault_injection.py")  # a fault's place is its caller
+
+
+def one_line(err):
+    """`Type: message (file:line in function)`, the message cut to its meaningful line."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    # MXNet's messages start with its C++ traceback and end with the check that failed.
+    message = lines[-1] if lines else ""
+    kind = type(err).__name__
+    if message.startswith(kind + ": "):
+        message = message[len(kind) + 2:]
+    where = _innermost_project_frame(err.__traceback__)
+    return f"{kind}: {message}" + (f" ({where})" if where else "")
+
+
+def _innermost_project_frame(tb):
+    frames = [frame for frame in traceback.extract_tb(tb)
+              if frame.filename.startswith(PROJECT_ROOT) and frame.filename != INJECTION_MODULE]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"{os.path.relpath(frame.filename, PROJECT_ROOT)}:{frame.lineno} in {frame.name}"
+
+
+def save_traceback(err, folder, role):
+    """The whole traceback in <folder>/traceback-<role>-<pid>.txt (the system's temporary folder when `folder` does
+    not exist: a scheduler or server has no log folder of its own); None when it cannot be written."""
+    if not os.path.isdir(folder):
+        folder = tempfile.gettempdir()
+    path = os.path.join(folder, f"traceback-{role.split()[0]}-{os.getpid()}.txt")
+    try:
+        with open(path, "w") as f:
+            f.write("".join(traceback.format_exception(err)))
+    except OSError:
+        return None
+    return path
+
+
+def report(err, role, traceback_folder=None, expected=()):
+    """Log the one line of a failure. `expected` errors carry a message meant for the user and no location."""
+    if isinstance(err, expected):
+        log.error("%s failed: %s", role, err)
+        return
+    path = save_traceback(err, traceback_folder, role) if traceback_folder else None
+    log.error("%s failed: %s%s", role, one_line(err), f" (traceback in {path})" if path else "")
+
+
+def end_now(code):
+    """Leave without unwinding: no destructor of MXNet's may wait at a barrier for peers that are gone."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def fail_on_thread_errors(role, traceback_folder=None):
+    """An exception that escapes any thread ends the process too (a dead helper thread would leave the main
+    thread waiting for it)."""
+    def hook(hook_args):
+        if issubclass(hook_args.exc_type, SystemExit):
+            return
+        report(hook_args.exc_value, f"{role} (thread {hook_args.thread.name})", traceback_folder)
+        end_now(EXIT_FAILURE)
+
+    threading.excepthook = hook
