@@ -60,11 +60,11 @@ def check_worker(args, num_workers):
     """Everything a worker can check before it waits on the network; returns its data and where it starts."""
     from data import DataError, load_dataset
     from training.checkpoints import CheckpointError, check_train_dir
-    from training.devices import DeviceError, contexts
+    from training.devices import DeviceError, check_devices
     from training.files import UnwritableFolder, check_writable
 
     try:
-        contexts(args.gpu, args.cpu)
+        check_devices(args.gpu)
         check_writable(os.path.join(args.log_dir, args.node_name), "-ld")
         if args.train_dir:
             check_writable(args.train_dir, "--train-dir")
@@ -110,7 +110,7 @@ def check_byzantine(args, num_workers):
 def check_evaluator(args):
     """Everything the evaluator needs before it starts watching: the folders and the test set."""
     from data import DataError, load_test_set
-    from training.devices import DeviceError, contexts
+    from training.devices import DeviceError, check_devices
     from training.files import UnwritableFolder, check_writable
 
     if not args.train_dir:
@@ -118,7 +118,7 @@ def check_evaluator(args):
     if args.resume:
         raise UsageError(f"--resume is for the workers, not -m {args.mode}")
     try:
-        contexts(args.gpu, args.cpu)
+        check_devices(args.gpu)
         check_writable(args.log_dir, "-ld")
         return load_test_set(args.data_dir, args.dataset)
     except (DataError, DeviceError, UnwritableFolder) as err:

@@ -56,8 +56,8 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
                           ("lenet", "100mbit", 2, ALL_MODES), ("resnet18-v1", "100mbit", 1, ("sync", "esync")),
                           ("resnet18-v1", "100mbit", 2, ("sync", "esync"))],
             network_seconds={"lenet": 6, "resnet18-v1": 15})
-QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
-             profiles=["1,1,4"], seconds=3, accuracy_budget=3, latency_calls=30,
+QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,  # no separate accuracy runs (accuracy_budget 0)
+             profiles=["1,1,4"], seconds=3, accuracy_budget=0, latency_calls=30,
              network_runs=[("lenet", "100mbit", 1, ALL_MODES)], network_seconds={"lenet": 4})
 
 
@@ -244,7 +244,7 @@ def heterogeneity(cfg, workdir):
         # with fewer cores than processes, inline evaluation would take the cores from training.
         summaries = runs_with_plan_policy(modes, profile, cfg["seconds"], run_dir, eval_every=0)
         accuracy = (launch(modes, profile, cfg["accuracy_budget"], os.path.join(run_dir, "accuracy"))
-                    if profile == ACCURACY_PROFILE else {})
+                    if profile == ACCURACY_PROFILE and cfg["accuracy_budget"] else {})
         ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
         for mode, summary in summaries.items():
             curve = accuracy.get(mode, {})

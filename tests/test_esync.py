@@ -12,7 +12,7 @@ def run_esync(processes, tmp_path, policy):
     # rank 0 is the slow worker the others fill that delay with extra local steps.
     state_port = start_state_server(processes)
     log_dir = str(tmp_path / "logs")
-    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", "25", "-e", "0",
+    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", "12", "-e", "0",
                          "--digest-weights"]
     workers = start_job(processes, "esync", args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir)
     finish(processes, workers, timeout=180)
@@ -41,7 +41,9 @@ def step_seconds(records):
     return statistics.mean(sum(step.get(p, 0.0) for p in phases) for step in steps)
 
 
-def test_esync_fast_workers_do_3_to_5x_the_local_steps_of_a_4x_slower_one(apply_run):
+def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_one(apply_run):
+    """Against the step times measured in the same run (the emulated 4x is 4x of a compute time that sharing 2
+    cores inflates): a worker k times faster fits about k steps in the slowest one's."""
     runs = {rank: iter_records(folder) for rank, folder in apply_run.items()}
 
     slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
@@ -50,8 +52,10 @@ def test_esync_fast_workers_do_3_to_5x_the_local_steps_of_a_4x_slower_one(apply_
     for rank, records in runs.items():
         assert [r["weights_digest"] for r in records[:rounds]] == [r["weights_digest"] for r in runs[slow][:rounds]]
         if rank != slow:
-            ratio = mean_steps(records) / mean_steps(runs[slow])
-            assert 3 <= ratio <= 5, f"rank {rank} did {ratio:.2f}x the slow worker's local steps"
+            speedup = step_seconds(runs[slow]) / step_seconds(records[3:])
+            ratio = mean_steps(records[3:]) / mean_steps(runs[slow][3:])
+            assert speedup > 2 and 0.7 * speedup <= ratio <= 1.3 * speedup, (
+                f"rank {rank} is {speedup:.2f}x faster and did {ratio:.2f}x the slow worker's local steps")
     final = [r["accuracy"] for r in runs[0] if "accuracy" in r][-1]
     assert final >= 0.85
 

@@ -102,9 +102,9 @@ def read_output(proc):
 
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory):
-    """esync, sync and nbsync, 3 CPU workers, the third 4x slower, 12 s each."""
+    """esync, sync and nbsync, 3 CPU workers, the third 4x slower, 7 s each."""
     logs = str(tmp_path_factory.mktemp("comparison") / "logs")
-    args = ["--modes", "esync,sync,nbsync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "12",
+    args = ["--modes", "esync,sync,nbsync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "7",
             *LENET, *WORKER_ARGS]
     started = time.monotonic()
     code, output = run_launcher(args, logs, timeout=300)
