@@ -327,7 +327,8 @@ def check_workers_can_start(args):
     for index, device in enumerate(args.devices):
         if device in checked:
             continue
-        worker = config.parse_args(worker_argv(args, "sync", index, os.devnull, state_port=1)[1:])
+        # The first mode's real log folder: main.py checks that it can be created and written.
+        worker = config.parse_args(worker_argv(args, "sync", index, mode_folder(args, args.modes[0]), state_port=1)[1:])
         try:
             main.check_worker(worker, len(args.devices))
         except main.UsageError as error:
@@ -878,9 +879,9 @@ def main(argv=None):
                         datefmt="%H:%M:%S")
     try:
         args = parse_args(argv)
-        check_workers_can_start(args)
         if args.hosts == "netns":
             netns.check_available(args.netns_prefix)
+        check_workers_can_start(args)  # last: it creates the first mode's log folder
     except (UsageError, netns.NetnsUnavailable) as error:
         print(f"launch.py: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -61,16 +61,12 @@ def check_worker(args, num_workers):
     from data import DataError, load_dataset
     from training.checkpoints import CheckpointError, check_train_dir
     from training.devices import DeviceError, check_devices
-    from training.files import UnwritableFolder, check_writable
 
     try:
         check_devices(args.gpu)
-        check_writable(os.path.join(args.log_dir, args.node_name), "-ld")
-        if args.train_dir:
-            check_writable(args.train_dir, "--train-dir")
         data = load_dataset(args.data_dir, args.dataset)
         resume = check_train_dir(args)
-    except (DataError, DeviceError, CheckpointError, UnwritableFolder) as err:
+    except (DataError, DeviceError, CheckpointError) as err:
         raise UsageError(str(err))
     check_byzantine(args, num_workers)
     training_samples, training_workers = len(data.train_labels), num_workers
@@ -86,9 +82,22 @@ def check_worker(args, num_workers):
                          f"fewer than the batch size {args.batch_size}")
     if args.mode == "nbsync" and args.batch_size % args.mini_batches:
         raise UsageError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
+    check_folders({"-ld": os.path.join(args.log_dir, args.node_name), "--train-dir": args.train_dir})
     if args.mode in config.COORDINATED_MODES:
         check_state_server(args)
     return data, resume
+
+
+def check_folders(folders):
+    """The last of the checks on this machine, because it creates the folders it is given ({flag: folder})."""
+    from training.files import UnwritableFolder, check_writable
+
+    try:
+        for flag, folder in folders.items():
+            if folder:
+                check_writable(folder, flag)
+    except UnwritableFolder as err:
+        raise UsageError(str(err))
 
 
 def check_byzantine(args, num_workers):
@@ -111,7 +120,6 @@ def check_evaluator(args):
     """Everything the evaluator needs before it starts watching: the folders and the test set."""
     from data import DataError, load_test_set
     from training.devices import DeviceError, check_devices
-    from training.files import UnwritableFolder, check_writable
 
     if not args.train_dir:
         raise UsageError(f"-m {args.mode} needs --train-dir (the folder the workers save checkpoints to)")
@@ -119,10 +127,11 @@ def check_evaluator(args):
         raise UsageError(f"--resume is for the workers, not -m {args.mode}")
     try:
         check_devices(args.gpu)
-        check_writable(args.log_dir, "-ld")
-        return load_test_set(args.data_dir, args.dataset)
-    except (DataError, DeviceError, UnwritableFolder) as err:
+        test_set = load_test_set(args.data_dir, args.dataset)
+    except (DataError, DeviceError) as err:
         raise UsageError(str(err))
+    check_folders({"-ld": args.log_dir})
+    return test_set
 
 
 def check_ps_role(args):

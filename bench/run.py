@@ -50,15 +50,21 @@ ALL_MODES = ("sync", "async", "esync")
 EVAL_EVERY = 5          # rank 0 evaluates every 5 global iterations in the runs that time accuracy
 ACCURACY_PROFILE = "1,1,4"
 
+# Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on ACCURACY_PROFILE; the Byzantine
+# section runs (mode, with the attacker) pairs.
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], seconds=12, accuracy_budget=15, latency_calls=300,
+            modes=["esync", "sync", "async"], accuracy_profile_modes=["dcasgd", "nbsync"],
+            byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)],
             network_runs=[("lenet", "1gbit", 1, ALL_MODES), ("lenet", "100mbit", 1, ALL_MODES),
                           ("lenet", "100mbit", 2, ALL_MODES), ("resnet18-v1", "100mbit", 1, ("sync", "esync")),
                           ("resnet18-v1", "100mbit", 2, ("sync", "esync"))],
             network_seconds={"lenet": 6, "resnet18-v1": 15})
-QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,  # no separate accuracy runs (accuracy_budget 0)
-             profiles=["1,1,4"], seconds=3, accuracy_budget=0, latency_calls=30,
-             network_runs=[("lenet", "100mbit", 1, ALL_MODES)], network_seconds={"lenet": 4})
+# A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs.
+QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
+             profiles=["1,1,4"], seconds=2, accuracy_budget=0, latency_calls=30,
+             modes=["esync", "sync"], accuracy_profile_modes=[], byzantine_runs=[("zeno", True)],
+             network_runs=[("lenet", "100mbit", 1, ("esync",))], network_seconds={"lenet": 3})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -237,7 +243,7 @@ def heterogeneity(cfg, workdir):
     rows = []
     for profile in cfg["profiles"]:
         slowdowns = [float(f) for f in profile.split(",")]
-        modes = ["esync", "sync", "async"] + (["dcasgd", "nbsync"] if profile == ACCURACY_PROFILE else [])
+        modes = cfg["modes"] + (cfg["accuracy_profile_modes"] if profile == ACCURACY_PROFILE else [])
         run_dir = os.path.join(workdir, "profile-" + profile.replace(",", "-"))
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
         # Throughput runs evaluate only at the end, like the standalone runs they are compared with: on a machine
@@ -275,10 +281,12 @@ SIGN_FLIP = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
 def byzantine(cfg, workdir):
     """Accuracy with 1 of 4 workers flipping its update's sign (x10): plain sync averaging vs Zeno's validator,
     beside a Zeno run without the attacker."""
-    clean = launch(["zeno"], BYZANTINE_PROFILE, cfg["seconds"], os.path.join(workdir, "clean"))["zeno"]
-    runs = {("zeno", False): clean}
-    attacked = launch(["sync", "zeno"], BYZANTINE_PROFILE, cfg["seconds"], os.path.join(workdir, "attack"), SIGN_FLIP)
-    runs.update({(mode, True): run for mode, run in attacked.items()})
+    runs = {}
+    for with_attack, folder, options in ((False, "clean", ()), (True, "attack", SIGN_FLIP)):
+        modes = [mode for mode, attacked in cfg["byzantine_runs"] if attacked == with_attack]
+        if modes:
+            summaries = launch(modes, BYZANTINE_PROFILE, cfg["seconds"], os.path.join(workdir, folder), options)
+            runs.update({(mode, with_attack): run for mode, run in summaries.items()})
     rows = []
     for (mode, with_attack), run in runs.items():
         workers = devices_of(run)

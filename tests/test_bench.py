@@ -32,17 +32,18 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["network"] for r in results["sync_overhead"]] == ["lenet"]
     assert all(r["ours"] > 0 and r["trainer"] > 0 for r in results["sync_overhead"])
-    assert {r["mode"] for r in results["heterogeneity"]} == {"esync", "esync-plan", "sync", "async", "dcasgd", "nbsync"}
+    config = results["config"]
+    assert {r["mode"] for r in results["heterogeneity"]} == {*config["modes"], *config["accuracy_profile_modes"],
+                                                             "esync-plan"}
     assert all(0 < r["efficiency"] and r["bytes_per_s_per_worker"] > 0 for r in results["heterogeneity"])
     assert all(0 < r["busy"] <= 1 for r in results["heterogeneity"])
     assert all(0 < r["whole_step_bound"] <= 1 for r in results["heterogeneity"] if r["mode"].startswith("esync"))
     assert results["state_server"]["p99_ms"] >= results["state_server"]["p50_ms"] > 0
     assert set(results["state_server"]["share"]) == {"apply", "plan"}
-    assert {(r["mode"], r["attacker"]) for r in results["byzantine"]} == {("zeno", False), ("zeno", True),
-                                                                          ("sync", True)}
+    assert {(r["mode"], r["attacker"]) for r in results["byzantine"]} == {tuple(run) for run in config["byzantine_runs"]}
     network = results["network"]
     if "skipped" not in network:  # namespaces need root
-        expected = {("lenet", mode) for mode in ("sync", "async", "esync")}
+        expected = {(network, mode) for network, _, _, modes in config["network_runs"] for mode in modes}
         assert {(r["network"], r["mode"]) for r in network["rows"]} == expected
         assert all(r["samples_per_s"] > 0 and 0 < r["ps_link_peak_utilisation"] < 1.05 for r in network["rows"])
     table = (tmp_path / "results.md").read_text()

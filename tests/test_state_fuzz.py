@@ -33,7 +33,7 @@ def post(client, request):
     return client.post(request["path"], urlencode(fields), content_type=FORM)
 
 
-@hypothesis_settings(max_examples=500, derandomize=True, database=None, deadline=None,
+@hypothesis_settings(max_examples=200, derandomize=True, database=None, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 @given(sequence=st.lists(requests, min_size=10, max_size=40))
 def test_random_request_sequences_keep_the_state_consistent(sequence):
