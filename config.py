@@ -8,8 +8,8 @@ import argparse
 import math
 import socket
 
-MODES = ("esync", "sync", "async", "nbsync", "zeno", "local")
-COORDINATED_MODES = ("esync", "nbsync")  # modes whose workers talk to the state server
+from training import modes
+
 ATTACKS = ("signflip", "random", "randomscale", "labelflip")  # see training/attacks.py
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan")
@@ -29,7 +29,7 @@ DEFAULTS = dict(
     cpu=0,
     log_dir="logs",
     eval_duration=1,        # evaluate every N global iterations (0 turns evaluation off)
-    use_dcasgd=0,
+    use_dcasgd=0,           # -dcasgd 1: an alias of -m dcasgd
     split_by_class=0,       # 1: non-i.i.d. partition, each worker gets a contiguous block of classes
     state_server_ip="127.0.0.1",
     state_server_port=10010,
@@ -51,8 +51,8 @@ DEFAULTS = dict(
     validator=False,        # zeno: this process is the trusted validator
     validation_size=1000,   # zeno: training samples held out for the validator
     sync_interval=4,        # zeno: local steps between aggregations
-    zeno_flavour="sync",    # zeno: sync (the ZenoPS rule on local-step deltas) or async (Zeno++ on the servers)
-    rho=None,               # zeno: sync 0.6; async 0.02 x -l (see --help)
+    zeno_flavour="sync",    # --zeno-flavour async: an alias of -m zeno-async
+    rho=None,               # zeno 0.6; zeno-async 0.02 x -l (see --help)
     eta=-0.001,             # zeno: a delta is rejected unless mean(u.v) > eta mean(v^2)
     byzantine=0,            # the first K workers misbehave (experiments)
     attack="signflip",
@@ -137,9 +137,11 @@ def build_parser():
     p.add_argument("-ld", "--log-dir", help="iteration logs go to <log-dir>/<node>/<device>-rank<R>/")
     p.add_argument("-e", "--eval-duration", "--eval-freq", type=_non_negative(int),
                    help="rank 0 evaluates every N global iterations (0: only at the end)")
-    p.add_argument("-m", "--mode", choices=MODES + (EVALUATE_MODE,),
-                   help=f"{EVALUATE_MODE}: evaluate the checkpoints of --train-dir as they appear (no cluster)")
-    p.add_argument("-dcasgd", "--use-dcasgd", type=int, choices=(0, 1), help="async mode: 1 uses DC-ASGD")
+    p.add_argument("-m", "--mode", choices=modes.names() + (EVALUATE_MODE,),
+                   help="; ".join(f"{mode.name}: {mode.description}" for mode in modes.MODES.values())
+                   + f"; {EVALUATE_MODE}: evaluate the checkpoints of --train-dir as they appear (no cluster)")
+    p.add_argument("-dcasgd", "--use-dcasgd", type=int, choices=(0, 1),
+                   help="-m async -dcasgd 1 is -m dcasgd (the original scripts' way to ask for DC-ASGD)")
     p.add_argument("-s", "--split-by-class", type=int, choices=(0, 1), help="1: non-i.i.d. data partition")
     p.add_argument("-ip", "--state-server-ip", help="ESync state server address")
     p.add_argument("-port", "--state-server-port", type=_positive(int), help="ESync state server port")
@@ -148,19 +150,18 @@ def build_parser():
                         "plan: ask once per round for the number of local steps")
     p.add_argument("--epsilon", type=_non_negative(float),
                    help="ESync readiness margin in seconds (default: fitted to the measured step times); "
-                        "zeno async: the rule's tolerance epsilon (default 0)")
+                        "zeno-async: the rule's tolerance epsilon (default 0)")
     p.add_argument("--validator", action="store_true",
                    help="zeno: this worker is the trusted validator (exactly one per job; it trains on "
                         "--validation-size held-out samples and scores every worker's update)")
     p.add_argument("--validation-size", type=_positive(int), help="zeno: training samples held out for the validator")
     p.add_argument("--sync-interval", type=_positive(int), help="zeno: local steps between aggregations")
     p.add_argument("--zeno-flavour", choices=("sync", "async"),
-                   help="zeno: sync scores local-step deltas per layer each round (ZenoPS); async scores each "
-                        "gradient on the server as it arrives (Zeno++, one server)")
+                   help="-m zeno --zeno-flavour async is -m zeno-async (Zeno++)")
     p.add_argument("--rho", type=_non_negative(float),
-                   help="zeno sync: reject a layer's delta u unless mean(u^2) < (1 + rho) mean(v^2) (default 0.6); "
-                        "zeno async: reject g unless lr <g', v> - rho |v|^2 + lr epsilon >= 0 (default 0.02 x -l)")
-    p.add_argument("--eta", type=float, help="zeno sync: reject a layer's delta unless mean(u.v) > eta mean(v^2)")
+                   help="zeno: reject a layer's delta u unless mean(u^2) < (1 + rho) mean(v^2) (default 0.6); "
+                        "zeno-async: reject g unless lr <g', v> - rho |v|^2 + lr epsilon >= 0 (default 0.02 x -l)")
+    p.add_argument("--eta", type=float, help="zeno: reject a layer's delta unless mean(u.v) > eta mean(v^2)")
     p.add_argument("--byzantine", type=_non_negative(int),
                    help="the first K workers are Byzantine: they corrupt what they send (experiments)")
     p.add_argument("--attack", choices=ATTACKS, help="what a Byzantine worker does")
@@ -197,10 +198,27 @@ def _add_checkpoint_flags(p):
                    help=f"-m {EVALUATE_MODE}: stop after this many seconds without a new checkpoint")
 
 
+# The older way to pick a variant, still accepted: -m async -dcasgd 1 is -m dcasgd (as in the original scripts), and
+# -m zeno --zeno-flavour async is -m zeno-async. (flag, its field in args, the value, the mode it refines, the variant)
+MODE_ALIASES = (("-dcasgd", "use_dcasgd", 1, "async", "dcasgd"),
+                ("--zeno-flavour", "zeno_flavour", "async", "zeno", "zeno-async"))
+
+
+def resolve_mode_aliases(parser, args):
+    for flag, field, value, base, variant in MODE_ALIASES:
+        if getattr(args, field) != value:
+            continue
+        if args.mode not in (base, variant):
+            parser.error(f"{flag} {value} belongs to -m {base} (it means -m {variant}), not -m {args.mode}")
+        args.mode = variant
+
+
 def parse_args(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    resolve_mode_aliases(parser, args)
     if args.node_name is None:
         args.node_name = socket.gethostname()
     if args.rho is None:
-        args.rho = 0.6 if args.zeno_flavour == "sync" else 0.02 * args.learning_rate
+        args.rho = 0.02 * args.learning_rate if args.mode == "zeno-async" else 0.6
     return args

@@ -19,20 +19,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 import summary as runs_summary  # noqa: E402
+from training import modes  # noqa: E402
 
 log = logging.getLogger("drawer")
 
-ALGORITHM_ORDER = ["ESync", "Sync", "Async", "DCASGD", "NBSSGD", "Zeno", "Standalone"]
-ALGORITHM_COLOURS = {
-    "ESync": "tab:red",
-    "Sync": "tab:blue",
-    "Async": "tab:green",
-    "DCASGD": "tab:orange",
-    "NBSSGD": "tab:purple",
-    "Zeno": "tab:brown",
-    "Standalone": "tab:gray",
-}
-SPARE_COLOURS = ["tab:pink", "tab:olive", "tab:cyan", "black"]
+SPARE_COLOURS = ["tab:olive", "tab:cyan", "black"]  # for runs of a mode the catalog no longer holds
 NON_IID_HATCH = "//"
 FIGURE_SIZE = (8, 5)
 DPI = 120
@@ -47,10 +38,21 @@ class DrawError(Exception):
 # Runs and their labels
 
 
-def colour_for(algorithm):
-    if algorithm in ALGORITHM_COLOURS:
-        return ALGORITHM_COLOURS[algorithm]
-    return SPARE_COLOURS[sum(map(ord, algorithm)) % len(SPARE_COLOURS)]
+def catalog_entry(run):
+    """The run's mode in the catalog (training/modes.py), or None for a mode it no longer holds."""
+    return modes.MODES.get(runs_summary.split_mode(run["mode"])[0])
+
+
+def colour_for(run):
+    mode = catalog_entry(run)
+    if mode:
+        return mode.colour
+    return SPARE_COLOURS[sum(map(ord, run["algorithm"])) % len(SPARE_COLOURS)]
+
+
+def standalone_mode():
+    """The mode that trains without a cluster: the baseline line of the accuracy figures."""
+    return next(mode for mode in modes.MODES.values() if not mode.cluster)
 
 
 def curve_label(run):
@@ -65,13 +67,16 @@ def run_label(run):
 
 
 def run_order(run):
-    algorithm = run["algorithm"]
-    rank = ALGORITHM_ORDER.index(algorithm) if algorithm in ALGORITHM_ORDER else len(ALGORITHM_ORDER)
-    return bool(run.get("non_iid")), rank, bool(run.get("attacked")), algorithm
+    """I.i.d. runs first, then the catalog's order, a clean run before its attacked twin."""
+    order = modes.names()
+    base = runs_summary.split_mode(run["mode"])[0]
+    rank = order.index(base) if base in order else len(order)
+    return bool(run.get("non_iid")), rank, bool(run.get("attacked")), run["algorithm"]
 
 
 def is_standalone(run):
-    return runs_summary.split_mode(run["mode"])[0] == runs_summary.STANDALONE_MODE
+    mode = catalog_entry(run)
+    return mode is not None and not mode.cluster
 
 
 def obtain_summary(network_dir, mode, target, num_params, refresh):
@@ -183,7 +188,7 @@ def plot_curves(ax, run, curve, smooth, every, label):
                 style = "-." if not evaluator else ":"
             marker = ("x" if run.get("attacked") else ".") if len(xs) < 50 else None
             ax.plot(xs, accuracies, style, marker=marker,
-                    color=colour_for(run["algorithm"]), label=label + suffix)
+                    color=colour_for(run), label=label + suffix)
 
 
 def draw_accuracy(runs, network, non_iid, standalone, smooth=1, every=1):
@@ -198,8 +203,8 @@ def draw_accuracy(runs, network, non_iid, standalone, smooth=1, every=1):
     for run in curves:
         plot_curves(ax, run, accuracy_curve, smooth, every, curve_label(run))
     if standalone is not None:
-        ax.axhline(standalone, linestyle=":", color=colour_for("Standalone"),
-                   label=f"Standalone ({standalone:.3f})")
+        baseline = standalone_mode()
+        ax.axhline(standalone, linestyle=":", color=baseline.colour, label=f"{baseline.display} ({standalone:.3f})")
     ax.legend(loc="best")
     return fig
 
@@ -217,7 +222,7 @@ def draw_accuracy_vs_step(runs, network, smooth=1, every=1):
 
 
 def bar_style(run):
-    return {"color": colour_for(run["algorithm"]), "hatch": NON_IID_HATCH if run.get("non_iid") else None,
+    return {"color": colour_for(run), "hatch": NON_IID_HATCH if run.get("non_iid") else None,
             "edgecolor": "black", "linewidth": 0.5}
 
 

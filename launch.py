@@ -32,6 +32,7 @@ import config
 import netns
 from cluster import (LOOPBACK, ROOT, Host, ProcessGroup, describe_exit, free_port, processes_in_group,
                      start_ps_job, tail)
+from training import modes
 from training.files import write_json
 
 log = logging.getLogger("launch")
@@ -40,14 +41,6 @@ MAIN_PY = os.path.join(ROOT, "main.py")
 LAUNCH_PY = os.path.abspath(__file__)
 MANAGE_PY = os.path.join(ROOT, "SimpleStateServer", "manage.py")
 
-MODE_FLAGS = {
-    "esync": ["-m", "esync"],
-    "sync": ["-m", "sync"],
-    "async": ["-m", "async"],
-    "dcasgd": ["-m", "async", "-dcasgd", "1"],
-    "nbsync": ["-m", "nbsync"],
-    "zeno": ["-m", "zeno"],
-}
 NON_IID_SUFFIX = "-niid"
 ATTACK_SUFFIX = "-attack"
 VALIDATOR_FOLDER_SUFFIX = "-validator"
@@ -57,9 +50,9 @@ TASK_INDEX_VARIABLES = ("DMLC_TASK_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLU
 TRACKERS_WITH_TASK_INDEX = ("local", "mpi", "slurm", "yarn")
 # Worker flags the launcher sets itself; given after `--` they would silently break the run.
 RESERVED_WORKER_FLAGS = {
-    "-m", "--mode", "-dcasgd", "--use-dcasgd", "-ld", "--log-dir", "--node-name", "-c", "--cpu", "-g", "--gpu",
-    "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class", "-n",
-    "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
+    "-m", "--mode", "-dcasgd", "--use-dcasgd", "--zeno-flavour", "-ld", "--log-dir", "--node-name", "-c", "--cpu",
+    "-g", "--gpu", "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class",
+    "-n", "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
     "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator",
 }
 
@@ -93,8 +86,8 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   --slowdown); the shipped sge launcher cannot start a ps-lite job and is refused. The task index is not the
   ps-lite rank: each worker's meta.json records its device, slowdown and rank.
   Remote hosts need this repository and the data at the same paths, and --host-ip must be an address of this
-  machine they can reach (it runs the scheduler and, for esync and nbsync, the state server). All output of the job goes
-  to processes/tracker.log; progress and summaries read the logs that land on this machine.
+  machine they can reach (it runs the scheduler and, for the modes that use one, the state server). All output of
+  the job goes to processes/tracker.log; progress and summaries read the logs that land on this machine.
 
 --hosts netns: every host of the job is a Linux network namespace of its own (root only), joined to the
   others by a bridge through a veth link shaped with tc tbf to --bandwidth (workers) and --ps-bandwidth (the
@@ -149,7 +142,7 @@ def build_parser():
                     "then write each mode's summary JSON, the comparison figures and a table. Arguments after "
                     "`--` are appended to every worker's main.py command line.")
     p.add_argument("--modes", default="esync,sync,async",
-                   help=f"comma list of {', '.join(MODE_FLAGS)} (default: esync,sync,async)")
+                   help=f"comma list of {', '.join(modes.cluster_names())} (default: esync,sync,async)")
     p.add_argument("-n", "--network", default=config.DEFAULTS["network"], help="network (see main.py --help)")
     p.add_argument("--dataset", default=config.DEFAULTS["dataset"], choices=config.DATASETS)
     p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"], help="folder holding the dataset")
@@ -170,7 +163,8 @@ def build_parser():
     p.add_argument("--attack", default=config.DEFAULTS["attack"], choices=config.ATTACKS)
     p.add_argument("--attack-scale", type=float, default=config.DEFAULTS["attack_scale"])
     p.add_argument("--validator-device", default="cpu",
-                   help="zeno: the device of the trusted validator, an extra worker process (default cpu)")
+                   help="modes with a validator (zeno, zeno-async): its device; it runs as an extra worker "
+                        "(default cpu)")
     p.add_argument("--logs", default="logs", help="root of the logs (default: logs)")
     p.add_argument("--node-name", help="the workers' log folder under <mode>/ (default: each worker's host name)")
     p.add_argument("--wall-limit", type=float,
@@ -205,9 +199,10 @@ def parse_args(argv):
     check_limits(args)
     check_tracker(args)
     check_hosts(args)
-    if args.tracker and "zeno" in args.modes:
-        raise UsageError("--modes zeno needs its validator process, which --tracker does not start: "
-                         "run zeno without --tracker, or start its processes by hand (README)")
+    validated = [mode for mode in args.modes if modes.MODES[mode].validator]
+    if args.tracker and validated:
+        raise UsageError(f"--modes {validated[0]} needs its validator process, which --tracker does not start: "
+                         f"run {validated[0]} without --tracker, or start its processes by hand (README)")
     check_worker_args(args.worker_args)
     args.data_dir = os.path.abspath(args.data_dir)
     args.logs = os.path.abspath(args.logs)
@@ -224,13 +219,14 @@ def split_at_double_dash(argv):
 
 
 def parse_modes(text):
-    modes = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODE_FLAGS]
-    if unknown or not modes:
-        raise UsageError(f"unknown mode {','.join(unknown) or repr(text)} in --modes (known: {', '.join(MODE_FLAGS)})")
-    if len(set(modes)) != len(modes):
+    chosen = [m.strip() for m in text.split(",") if m.strip()]
+    known = modes.cluster_names()
+    unknown = [m for m in chosen if m not in known]
+    if unknown or not chosen:
+        raise UsageError(f"unknown mode {','.join(unknown) or repr(text)} in --modes (known: {', '.join(known)})")
+    if len(set(chosen)) != len(chosen):
         raise UsageError(f"--modes {text} names a mode twice")
-    return modes
+    return chosen
 
 
 def device_flags(device):
@@ -302,10 +298,15 @@ def check_hosts(args):
     try:
         args.worker_rate = netns.parse_rate(args.bandwidth)
         args.ps_rate = netns.parse_rate(args.ps_bandwidth or args.bandwidth)
-        netns.parse_subnet(args.netns_subnet, len(args.devices) + args.num_servers + ("zeno" in args.modes))
+        netns.parse_subnet(args.netns_subnet, len(args.devices) + args.num_servers + validator_hosts(args))
     except ValueError as error:
         raise UsageError(f"--hosts netns: {error}")
     args.netns_prefix = args.netns_prefix or netns.unique_prefix()
+
+
+def validator_hosts(args):
+    """1 when a mode of the experiment has a validator: it runs as one more worker, on a host of its own."""
+    return int(any(modes.MODES[mode].validator for mode in args.modes))
 
 
 def check_worker_args(worker_args):
@@ -347,13 +348,13 @@ def mode_folder(args, mode):
 
 def shared_worker_args(args, mode, log_dir, state_port):
     """main.py arguments every worker of a mode gets; the device and the slowdown differ per worker."""
-    command = MODE_FLAGS[mode] + ["-n", args.network, "--dataset", args.dataset, "-dd", args.data_dir,
+    command = ["-m", mode, "-n", args.network, "--dataset", args.dataset, "-dd", args.data_dir,
                                   "-ld", log_dir, "--seed", str(args.seed)]
     if args.node_name:
         command += ["--node-name", args.node_name]
     if args.non_iid:
         command += ["-s", "1"]
-    if mode in config.COORDINATED_MODES:
+    if modes.MODES[mode].state_server:
         command += ["-ip", args.host_ip, "-port", str(state_port)]
     if mode == "esync":
         command += ["--esync-policy", args.esync_policy]
@@ -583,13 +584,13 @@ def wait_for_group_to_drain(pgid, timeout):
 # One mode
 
 
-def start_state_server(group, host):
+def start_state_server(group, host, mode):
     """The state server on a free port of `host`; the workers' rank 0 initialises it."""
     logging.getLogger("training.state_client").setLevel(logging.ERROR)  # refusals are expected while it starts
     port = netns.on_host(host, free_port, host.address)
     proc = group.start_python("state-server", [MANAGE_PY, "runserver", f"{host.address}:{port}", "--noreload"],
                               role="state", command_prefix=host.command_prefix, host=host.name)
-    write_pid_file(group, "esync")
+    write_pid_file(group, mode)
     if netns.on_host(host, wait_until_answering, proc, host.address, port):
         return port
     reason = "exited before answering" if proc.poll() is not None else f"did not answer in {STATE_SERVER_STARTUP:g} s"
@@ -618,10 +619,10 @@ def start_processes(args, mode, group, log_dir, state_port, label):
         INTERRUPTS.check()
 
     workers_argv = [worker_argv(args, mode, w, log_dir, state_port) for w in range(len(args.devices))]
-    if mode == "zeno":
+    if modes.MODES[mode].validator:
         workers_argv.append([MAIN_PY] + shared_worker_args(args, mode, log_dir, state_port)
                             + device_flags(args.validator_device) + ["--validator"])
-    ps_argv = [MAIN_PY] + MODE_FLAGS[mode] + sync_timeout_args(args.worker_args)
+    ps_argv = [MAIN_PY, "-m", mode] + sync_timeout_args(args.worker_args)
     return start_ps_job(group, ps_argv, workers_argv, args.num_servers, record_and_check, args.placement)
 
 
@@ -647,8 +648,8 @@ def run_mode(args, mode, position):
               f"logs in {log_dir}, process outputs and PIDs in {group.out_dir}", flush=True)
         meter = netns.LinkMeter(args.virtual_network) if args.virtual_network else None
         try:
-            coordinated = mode in config.COORDINATED_MODES
-            state_port = start_state_server(group, state_server_host(args)) if coordinated else None
+            needs_state = modes.MODES[mode].state_server
+            state_port = start_state_server(group, state_server_host(args), mode) if needs_state else None
             start = start_tracker if args.tracker else start_processes
             finishers = start(args, mode, group, log_dir, state_port, label)
             progress = Progress(label, log_dir, args.progress_every)
@@ -688,7 +689,7 @@ def hosts_of_the_job(args):
     network = netns.VirtualNetwork(args.netns_prefix, args.netns_subnet)
     try:
         network.create()
-        num_workers = len(args.devices) + (1 if "zeno" in args.modes else 0)  # zeno's validator has a host too
+        num_workers = len(args.devices) + validator_hosts(args)
         args.placement = netns.build_cluster(network, args.num_servers, num_workers, args.worker_rate, args.ps_rate)
         args.virtual_network, args.host_ip = network, args.placement.scheduler.address
         print(f"hosts: namespaces {args.netns_prefix}*, parameter servers at "

@@ -16,7 +16,7 @@ import os
 import sys
 
 import config
-from training import failures, fault_injection
+from training import failures, fault_injection, modes
 
 ROLES = ("scheduler", "server", "worker")
 DMLC_INTEGERS = ("DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
@@ -36,12 +36,14 @@ def check_environment(role, mode):
             raise UsageError(f"-m {mode} runs beside the cluster, not in it: unset DMLC_ROLE")
         return
     if role is None:
-        if mode != "local":
+        if modes.MODES[mode].cluster:
+            standalone = " or ".join(f"-m {m.name}" for m in modes.MODES.values() if not m.cluster)
             raise UsageError(f"-m {mode} needs a cluster: start the scheduler, servers and workers with DMLC_ROLE "
-                             "and the DMLC_* variables (see README), or use -m local")
+                             f"and the DMLC_* variables (see README), or use {standalone}")
         return
-    if role == "worker" and mode == "local":
-        raise UsageError("-m local trains without a cluster: unset DMLC_ROLE, or choose a cluster mode (-m esync, sync, async, nbsync)")
+    if role == "worker" and not modes.MODES[mode].cluster:
+        raise UsageError(f"-m {mode} trains without a cluster: unset DMLC_ROLE, or choose a cluster mode "
+                         f"(-m {', '.join(modes.cluster_names())})")
     missing = [name for name in ("DMLC_PS_ROOT_URI",) + DMLC_INTEGERS if not os.environ.get(name)]
     if missing:
         raise UsageError(f"DMLC_ROLE={role} needs {', '.join(missing)} in the environment")
@@ -68,24 +70,33 @@ def check_worker(args, num_workers):
         resume = check_train_dir(args)
     except (DataError, DeviceError, CheckpointError) as err:
         raise UsageError(str(err))
+    mode = modes.MODES[args.mode]
+    check_mode(mode, args, num_workers)
     check_byzantine(args, num_workers)
-    training_samples, training_workers = len(data.train_labels), num_workers
-    if args.mode == "zeno":
-        training_samples -= args.validation_size
-        training_workers -= 1
-        if args.validation_size < args.batch_size:
-            raise UsageError(f"--validation-size {args.validation_size} is smaller than the batch size "
-                             f"{args.batch_size}")
+    check_share(mode, args, num_workers, len(data.train_labels))
+    check_folders({"-ld": os.path.join(args.log_dir, args.node_name), "--train-dir": args.train_dir})
+    if mode.state_server:
+        check_state_server(args)
+    return data, resume
+
+
+def check_mode(mode, args, num_workers):
+    """The mode's own checks (training/modes.py)."""
+    try:
+        if mode.check:
+            mode.check(args, num_workers)
+    except modes.ModeError as err:
+        raise UsageError(str(err))
+
+
+def check_share(mode, args, num_workers, num_samples):
+    """Each training worker's share of the training set (less a validator's held-out samples) holds a batch."""
+    training_samples = num_samples - (args.validation_size if mode.validator else 0)
+    training_workers = num_workers - mode.validator
     share = training_samples // training_workers
     if share < args.batch_size:
         raise UsageError(f"each of {training_workers} workers gets about {share} training samples, "
                          f"fewer than the batch size {args.batch_size}")
-    if args.mode == "nbsync" and args.batch_size % args.mini_batches:
-        raise UsageError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
-    check_folders({"-ld": os.path.join(args.log_dir, args.node_name), "--train-dir": args.train_dir})
-    if args.mode in config.COORDINATED_MODES:
-        check_state_server(args)
-    return data, resume
 
 
 def check_folders(folders):
@@ -101,17 +112,15 @@ def check_folders(folders):
 
 
 def check_byzantine(args, num_workers):
-    if args.mode == "zeno" and num_workers < 2:
-        raise UsageError("-m zeno needs DMLC_NUM_WORKER >= 2: the training workers and one --validator")
-    if args.mode == "zeno" and args.zeno_flavour == "async" and os.environ.get("DMLC_NUM_SERVER", "1") != "1":
-        raise UsageError("--zeno-flavour async validates whole gradients on one server: set DMLC_NUM_SERVER=1")
-    if args.validator and args.mode != "zeno":
-        raise UsageError(f"--validator belongs to -m zeno, not -m {args.mode}")
+    mode = modes.MODES[args.mode]
+    if args.validator and not mode.validator:
+        with_validator = " or ".join(f"-m {m.name}" for m in modes.MODES.values() if m.validator)
+        raise UsageError(f"--validator belongs to {with_validator}, not -m {args.mode}")
     if not args.byzantine:
         return
-    if args.mode == "local":
+    if not mode.cluster:
         raise UsageError("--byzantine needs a cluster mode: a standalone worker has nobody to attack")
-    training_workers = num_workers - (args.mode == "zeno")
+    training_workers = num_workers - mode.validator
     if args.byzantine >= training_workers:
         raise UsageError(f"--byzantine {args.byzantine} leaves no honest worker among {training_workers}")
 
@@ -188,7 +197,7 @@ def state_server_endpoints(args):
     not call it for a while; the state client bounds that wait itself)."""
     from training.peers import resolve
 
-    if args.mode not in config.COORDINATED_MODES:
+    if not modes.MODES[args.mode].state_server:
         return set()
     return resolve(args.state_server_ip, args.state_server_port)
 
@@ -213,9 +222,8 @@ def run_ps_role(args, role):
 
 def run_training(args, data, resume):
     from training.loop import train
-    from training.schemes import scheme_for
 
-    train(args, scheme_for(args.mode, args.use_dcasgd, args.zeno_flavour), data, resume)
+    train(args, modes.scheme_class(args.mode), data, resume)
 
 
 def traceback_folder(args):

@@ -5,11 +5,11 @@
     python summary.py -b logs -n resnet18-v1 -m sync --num-params 11689512   # original logs, no meta.json
 
 Workers log one JSON object per global iteration at
-<base>/<network>/<mode>/<node>/<device>/iter-<N>.txt; the summary is written beside the node folders,
-named after the algorithm (esync -> ESync.json, sync-niid -> Sync-Non-IID.json, ...). An evaluator process's
-log beside the node folders (<base>/<network>/<mode>/evaluator.jsonl, see training/evaluator.py) becomes the
-summary's "evaluator" entry: its accuracy points [step, seconds, accuracy] and their final, best and
-time-to-target numbers.
+<base>/<network>/<mode>/<node>/<device>/iter-<N>.txt; the summary is written beside the node folders, named
+after the mode's summary name in training/modes.py (esync -> ESync.json, sync-niid -> Sync-Non-IID.json,
+zeno-async -> ZenoAsync.json, ...). An evaluator process's log beside the node folders
+(<base>/<network>/<mode>/evaluator.jsonl, see training/evaluator.py) becomes the summary's "evaluator" entry: its
+accuracy points [step, seconds, accuracy] and their final, best and time-to-target numbers.
 """
 import argparse
 import json
@@ -20,20 +20,11 @@ import re
 import sys
 import tempfile
 
+from training import modes
 from training.evaluator import EVALUATOR_LOG
 
 log = logging.getLogger("summary")
 
-ALGORITHMS = {
-    "esync": "ESync",
-    "sync": "Sync",
-    "async": "Async",
-    "dcasgd": "DCASGD",
-    "nbsync": "NBSSGD",
-    "zeno": "Zeno",
-    "local": "Standalone",
-}
-STANDALONE_MODE = "local"
 NON_IID_SUFFIX = "-niid"
 ATTACK_SUFFIX = "-attack"  # runs with Byzantine workers: <mode>-attack[-niid]
 AGGREGATE_KEYS = ("global aggregate", "global update")
@@ -70,21 +61,26 @@ def _strip(name, suffix):
 
 
 def is_known_mode(mode):
-    return split_mode(mode)[0] in ALGORITHMS
+    return split_mode(mode)[0] in modes.MODES
+
+
+def catalog_entry(mode):
+    """The mode of the catalog (training/modes.py) a mode folder holds a run of."""
+    base, _ = split_mode(mode)
+    if base not in modes.MODES:
+        known = ", ".join(modes.names())
+        raise SummaryError(f"unknown mode '{mode}' (known: {known}, each optionally with '{NON_IID_SUFFIX}')")
+    return modes.MODES[base]
 
 
 def algorithm_name(mode):
-    base, _ = split_mode(mode)
-    if base not in ALGORITHMS:
-        known = ", ".join(sorted(ALGORITHMS))
-        raise SummaryError(f"unknown mode '{mode}' (known: {known}, each optionally with '{NON_IID_SUFFIX}')")
-    return ALGORITHMS[base]
+    return catalog_entry(mode).display
 
 
 def summary_file_name(mode):
     attack = "-Attack" if is_attacked(mode) else ""
     non_iid = "-Non-IID" if split_mode(mode)[1] else ""
-    return f"{algorithm_name(mode)}{attack}{non_iid}.json"
+    return f"{catalog_entry(mode).summary_name}{attack}{non_iid}.json"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -484,7 +480,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         log.warning("%s: %s", mode_dir, notes[-1])
     num_workers = first_count(metas, "num_workers") or sum(len(d) for d in devices.values())
     cluster = summarize_cluster(devices, num_workers, param_bytes, target,
-                                standalone=split_mode(mode)[0] == STANDALONE_MODE)
+                                standalone=not catalog_entry(mode).cluster)
     header = {
         "mode": mode,
         "algorithm": algorithm,
@@ -568,22 +564,22 @@ def modes_to_summarize(args, network_dir):
     if not os.path.isdir(network_dir):
         raise SummaryError(f"no such log folder: {network_dir}")
     if not args.all:
-        algorithm_name(args.mode)
+        catalog_entry(args.mode)
         return [args.mode]
-    modes = [m for m in mode_folders(network_dir) if has_iter_logs(os.path.join(network_dir, m))]
-    if not modes:
+    folders = [m for m in mode_folders(network_dir) if has_iter_logs(os.path.join(network_dir, m))]
+    if not folders:
         raise SummaryError(f"no mode folder with iteration logs under {network_dir}")
-    return modes
+    return folders
 
 
-def summarize_modes(network_dir, modes, target, num_params):
-    """Write one summary per mode; with several modes a failing one is reported, not fatal."""
+def summarize_modes(network_dir, folders, target, num_params):
+    """Write one summary per mode folder; with several folders a failing one is reported, not fatal."""
     written = []
-    for mode in modes:
+    for mode in folders:
         try:
             summary = summarize_mode(network_dir, mode, target, num_params)
         except SummaryError as error:
-            if len(modes) == 1:
+            if len(folders) == 1:
                 raise
             log.error("%s", error)
             continue

@@ -1,0 +1,84 @@
+"""The mode catalog: every -m mode of a training job, in the figures' order.
+
+config, main, launch, summary, drawer and the benchmark all read their modes from here. Adding a mode is one
+entry in MODES plus one scheme file under training/schemes/ whose class has `name` equal to the mode's name.
+Nothing here imports MXNet: the scheme class is imported only when a job runs (scheme_class).
+"""
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+
+class ModeError(ValueError):
+    """A job's options do not suit its mode; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str                  # the -m value and the log folder name
+    display: str               # the algorithm's name in figures and tables
+    summary_name: str          # the summary file: <summary_name>[-Attack][-Non-IID].json
+    colour: str                # matplotlib colour of its curves and bars
+    scheme: str                # "module:Class" of its scheme
+    description: str
+    state_server: bool = False  # its workers talk to the state server (SimpleStateServer)
+    validator: bool = False     # one more worker, started with --validator, scores the others' updates
+    cluster: bool = True        # False: one process trains alone, no ps-lite job
+    check: Optional[Callable] = None  # check(args, num_workers) raises ModeError when the options do not fit
+
+
+def check_validator_job(args, num_workers):
+    if num_workers < 2:
+        raise ModeError(f"-m {args.mode} needs DMLC_NUM_WORKER >= 2: the training workers and one --validator")
+    if args.validation_size < args.batch_size:
+        raise ModeError(f"--validation-size {args.validation_size} is smaller than the batch size {args.batch_size}")
+
+
+def check_zeno_async(args, num_workers):
+    check_validator_job(args, num_workers)
+    if os.environ.get("DMLC_NUM_SERVER", "1") != "1":
+        raise ModeError(f"-m {args.mode} validates whole gradients on one server: set DMLC_NUM_SERVER=1")
+
+
+def check_nbsync(args, num_workers):
+    if args.batch_size % args.mini_batches:
+        raise ModeError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
+
+
+MODES = {mode.name: mode for mode in (
+    Mode("esync", "ESync", "ESync", "tab:red", "training.schemes.esync:ESync",
+         "ESync, local steps until the state server says ready, then delta aggregation (dist_sync)",
+         state_server=True),
+    Mode("sync", "Sync", "Sync", "tab:blue", "training.schemes.sync:Sync",
+         "SSGD, one step per round: push gradients, pull their sum, apply lr x mean (dist_sync)"),
+    Mode("async", "Async", "Async", "tab:green", "training.schemes.asynchronous:Async",
+         "ASGD, one step per round: push the gradient, the server applies SGD, pull the newest weights (dist_async)"),
+    Mode("dcasgd", "DCASGD", "DCASGD", "tab:orange", "training.schemes.asynchronous:DCASGD",
+         "DC-ASGD, as async with MXNet's delay-compensated DCASGD on the server (dist_async)"),
+    Mode("nbsync", "NBSSGD", "NBSSGD", "tab:purple", "training.schemes.nbsync:NonBlockingSync",
+         "NBSSGD, parts of a batch until everyone has arrived, then one weighted gradient sum (dist_sync)",
+         state_server=True, check=check_nbsync),
+    Mode("zeno", "Zeno", "Zeno", "tab:brown", "training.schemes.zeno:ZenoSync",
+         "ZenoPS, local-step deltas scored per layer against a trusted validator's (dist_sync)",
+         validator=True, check=check_validator_job),
+    Mode("zeno-async", "Zeno++", "ZenoAsync", "tab:pink", "training.schemes.zeno:ZenoAsync",
+         "Zeno++, the one server scores each gradient against the validator's before applying it (dist_async)",
+         validator=True, check=check_zeno_async),
+    Mode("local", "Standalone", "Standalone", "tab:gray", "training.schemes.local:Local",
+         "standalone, one device and no cluster: the baseline of the figures", cluster=False),
+)}
+
+
+def names():
+    return tuple(MODES)
+
+
+def cluster_names():
+    """The modes that run as a ps-lite job (what launch.py can run)."""
+    return tuple(name for name, mode in MODES.items() if mode.cluster)
+
+
+def scheme_class(name):
+    module, _, cls = MODES[name].scheme.partition(":")
+    return getattr(importlib.import_module(module), cls)
