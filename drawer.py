@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 import summary as runs_summary  # noqa: E402
-from training import modes  # noqa: E402
+from training import modes, runlog  # noqa: E402
 
 log = logging.getLogger("drawer")
 
@@ -84,7 +84,7 @@ def obtain_summary(network_dir, mode, target, num_params, refresh):
     existing = None if refresh else runs_summary.load_summary(network_dir, mode)
     if existing is not None:
         return existing
-    if not runs_summary.has_iter_logs(os.path.join(network_dir, mode)):
+    if not runlog.has_rounds(os.path.join(network_dir, mode)):
         return None
     log.info("summarizing %s from its iteration logs", mode)
     summary = runs_summary.summarize_mode(network_dir, mode, target, num_params)
@@ -257,7 +257,7 @@ def device_labels(run):
     """{label: compute_ratio} per device; the '-rankN' suffix is dropped where that stays unambiguous."""
     full = {f"{node}/{device}": stats.get("compute_ratio")
             for node, device, stats in runs_summary.iter_devices(run["devices"])}
-    short = {runs_summary.RANK_SUFFIX.sub("", label): value for label, value in full.items()}
+    short = {runlog.without_rank(label): value for label, value in full.items()}
     return short if len(short) == len(full) else full
 
 
@@ -328,19 +328,12 @@ def table_row(run, target):
             points[-1][2] if points else None, mean(ratios)]
 
 
-def format_cell(value, spec):
-    return "-" if value is None else format(value, spec)
-
-
 def format_table(runs, target):
     headers = ["algorithm", "workers", "samples/s", "MB/s", "rounds", f"time to {target:g} (s)",
                "final acc", "compute ratio"]
     specs = ["", "d", ".1f", ".2f", "d", ".1f", ".4f", ".3f"]
-    rows = [[format_cell(v, s) for v, s in zip(table_row(r, target), specs)] for r in runs]
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    lines = [headers] + rows
-    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                               for i, (cell, w) in enumerate(zip(line, widths))) for line in lines)
+    return runs_summary.text_table(headers, [[runs_summary.format_cell(v, spec)
+                                              for v, spec in zip(table_row(r, target), specs)] for r in runs])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import glob
 import importlib
-import json
 import logging
 import os
 import re
@@ -30,9 +29,19 @@ import time
 
 import config
 import netns
-from cluster import (LOOPBACK, ROOT, Host, ProcessGroup, describe_exit, free_port, processes_in_group,
-                     start_ps_job, tail)
-from training import modes
+import summary
+from cluster import (
+    LOOPBACK,
+    ROOT,
+    Host,
+    ProcessGroup,
+    describe_exit,
+    free_port,
+    processes_in_group,
+    start_ps_job,
+    tail,
+)
+from training import modes, runlog
 from training.files import write_json
 
 log = logging.getLogger("launch")
@@ -41,9 +50,6 @@ MAIN_PY = os.path.join(ROOT, "main.py")
 LAUNCH_PY = os.path.abspath(__file__)
 MANAGE_PY = os.path.join(ROOT, "SimpleStateServer", "manage.py")
 
-NON_IID_SUFFIX = "-niid"
-ATTACK_SUFFIX = "-attack"
-VALIDATOR_FOLDER_SUFFIX = "-validator"
 TRACKERS = ("local", "ssh", "mpi", "slurm", "sge", "yarn", "kubernetes")
 # Launchers that number their workers 0..N-1 in one of these variables; the others start identical workers.
 TASK_INDEX_VARIABLES = ("DMLC_TASK_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
@@ -65,7 +71,6 @@ FINISH_GRACE = 20.0             # seconds the other workers get once one has exi
 FINISHED_MARK = "finished:"     # training/loop.py's last line when a worker reached a stop condition
 PS_EXIT_GRACE = 10.0            # seconds scheduler and servers get to exit after the workers
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
-DEFAULT_TARGET = 0.85           # summary.py's default target accuracy
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 CPU_DEVICE = re.compile(r"^cpu([1-9]\d*)?$")
@@ -154,7 +159,7 @@ def build_parser():
     p.add_argument("--max-iters", type=int, help="each mode trains this many global iterations")
     p.add_argument("--target-accuracy", type=float,
                    help=f"stop once rank 0's test accuracy reaches this; also the accuracy the table times "
-                        f"(default for the table: {DEFAULT_TARGET})")
+                        f"(default for the table: {summary.DEFAULT_TARGET})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--non-iid", action="store_true", help="split the data by class; logs go to <mode>-niid/")
     p.add_argument("--esync-policy", default=config.DEFAULTS["esync_policy"], choices=config.ESYNC_POLICIES)
@@ -342,8 +347,7 @@ def check_workers_can_start(args):
 
 
 def mode_folder(args, mode):
-    suffixes = (ATTACK_SUFFIX if args.byzantine else "") + (NON_IID_SUFFIX if args.non_iid else "")
-    return os.path.join(args.logs, args.network, mode + suffixes)
+    return os.path.join(args.logs, args.network, runlog.run_folder(mode, bool(args.byzantine), args.non_iid))
 
 
 def shared_worker_args(args, mode, log_dir, state_port):
@@ -419,64 +423,12 @@ def write_pid_file(group, mode):
     })
 
 
-class IterationReader:
-    """Follows the iteration logs of one run, reading each iter-<N>.txt once."""
-
-    def __init__(self, mode_dir):
-        self.mode_dir = mode_dir
-        self.next_iteration = {}   # device folder -> number of the iter-<N>.txt to read next
-        self.iterations = 0        # global iterations done: the most any worker logged
-        self.samples = 0           # over all workers
-        self.training_time = 0.0   # the longest total_time logged
-        self.accuracy = None       # the evaluating worker's latest test accuracy
-
-    @property
-    def throughput(self):
-        return self.samples / self.training_time if self.training_time > 0 else 0.0
-
-    def update(self):
-        for folder in glob.glob(os.path.join(self.mode_dir, "*", "*-rank*")):
-            if not folder.endswith(VALIDATOR_FOLDER_SUFFIX):  # zeno's validator trains on held-out data
-                self._read_new_records(folder)
-        return self
-
-    def _read_new_records(self, folder):
-        n = self.next_iteration.get(folder, 0)
-        while True:
-            record = read_record(os.path.join(folder, f"iter-{n}.txt"))
-            if record is None:
-                break
-            self._add(n, record)
-            n += 1
-        self.next_iteration[folder] = n
-
-    def _add(self, n, record):
-        self.iterations = max(self.iterations, n + 1)
-        self.samples += record.get("num_samples", 0)
-        self.training_time = max(self.training_time, record.get("total_time", 0.0))
-        if record.get("accuracy") is not None:  # one worker of a job evaluates
-            self.accuracy = record["accuracy"]
-
-
-def read_record(path):
-    """An iteration record; None when the file is not there yet, {} when it is unreadable."""
-    try:
-        with open(path) as f:
-            record = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as error:
-        log.warning("skipping unreadable iteration log %s: %s", path, error)
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
 class Progress:
     """One line every `every` seconds: global iteration, elapsed time, rank 0's accuracy, cluster samples/s."""
 
     def __init__(self, label, mode_dir, every):
         self.label = label
-        self.reader = IterationReader(mode_dir)
+        self.reader = runlog.RunFollower(mode_dir)
         self.every = every
         self.started = self.last = time.monotonic()
 
@@ -489,10 +441,10 @@ class Progress:
     def line(self):
         r = self.reader.update()
         elapsed = time.monotonic() - self.started
-        if not r.iterations:
+        if not r.rounds:
             return f"[{self.label}] {elapsed:6.1f} s  starting (no iteration logged yet)"
         accuracy = "-" if r.accuracy is None else f"{r.accuracy:.4f}"
-        return (f"[{self.label}] {elapsed:6.1f} s  iteration {r.iterations}  test accuracy {accuracy}  "
+        return (f"[{self.label}] {elapsed:6.1f} s  iteration {r.rounds}  test accuracy {accuracy}  "
                 f"{r.throughput:.0f} samples/s")
 
 
@@ -637,8 +589,6 @@ def start_tracker(args, mode, group, log_dir, state_port, label):
 
 def run_mode(args, mode, position):
     """Train one mode to its stop condition; 0, or EXIT_FAILED after reporting what failed."""
-    import summary
-
     label = f"{mode} {position + 1}/{len(args.modes)}"
     log_dir = mode_folder(args, mode)
     os.makedirs(log_dir, exist_ok=True)
@@ -708,7 +658,7 @@ def describe_workers(args):
 def finished_line(label, progress):
     r = progress.reader.update()
     accuracy = "" if r.accuracy is None else f", test accuracy {r.accuracy:.4f}"
-    return (f"[{label}] finished: {r.iterations} global iterations in {r.training_time:.1f} s of training"
+    return (f"[{label}] finished: {r.rounds} global iterations in {r.training_time:.1f} s of training"
             f"{accuracy}, {r.throughput:.0f} samples/s")
 
 
@@ -729,11 +679,10 @@ def let_parameter_servers_exit(args, group, finishers):
 def summarize_and_draw(args):
     """Summary JSON per mode, figures of this experiment's modes, and a table; 0 or EXIT_FAILED."""
     import drawer
-    import summary
 
     network_dir = os.path.join(args.logs, args.network)
     folders = [os.path.basename(mode_folder(args, mode)) for mode in args.modes]
-    target = args.target_accuracy or DEFAULT_TARGET
+    target = args.target_accuracy or summary.DEFAULT_TARGET
     try:
         summary.summarize_modes(network_dir, folders, target, None)
     except summary.SummaryError as error:
@@ -753,15 +702,10 @@ def summarize_and_draw(args):
 
 def format_table(runs, target):
     headers = ["mode", "samples/s", f"time to {target:g} (s)", "final accuracy", "traffic (MB/s)"]
-    rows = [[run["mode"], cell(run.get("cluster_throughput"), ".1f"), cell(run.get("time_to_accuracy"), ".1f"),
-             cell(run.get("final_accuracy"), ".4f"), cell(run.get("traffic_mb_per_s"), ".2f")] for run in runs]
-    widths = [max(len(line[i]) for line in [headers] + rows) for i in range(len(headers))]
-    return "\n".join("  ".join(text.ljust(w) if i == 0 else text.rjust(w)
-                               for i, (text, w) in enumerate(zip(line, widths))) for line in [headers] + rows)
-
-
-def cell(value, spec):
-    return "-" if value is None else format(value, spec)
+    columns = [("cluster_throughput", ".1f"), ("time_to_accuracy", ".1f"), ("final_accuracy", ".4f"),
+               ("traffic_mb_per_s", ".2f")]
+    return summary.text_table(headers, [[run["mode"]] + [summary.format_cell(run.get(key), spec)
+                                                         for key, spec in columns] for run in runs])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,24 +14,16 @@ accuracy points [step, seconds, accuracy] and their final, best and time-to-targ
 import argparse
 import json
 import logging
-import math
 import os
-import re
 import sys
-import tempfile
 
-from training import modes
+from training import modes, runlog
 from training.evaluator import EVALUATOR_LOG
+from training.files import write_json
+from training.runlog import is_number
 
 log = logging.getLogger("summary")
 
-NON_IID_SUFFIX = "-niid"
-ATTACK_SUFFIX = "-attack"  # runs with Byzantine workers: <mode>-attack[-niid]
-AGGREGATE_KEYS = ("global aggregate", "global update")
-META_FILE = "meta.json"
-WORKER_FILES = {META_FILE, "model-final.params"}  # what a worker writes beside its iteration logs
-ITER_FILE = re.compile(r"^iter-(\d+)\.txt$")
-RANK_SUFFIX = re.compile(r"-rank(\d+)$")
 BYTES_PER_PARAM = 4  # MXNet weights are float32
 DEFAULT_TARGET = 0.85
 EXIT_USAGE = 2
@@ -47,17 +39,13 @@ class SummaryError(Exception):
 
 def split_mode(mode):
     """'esync-niid' -> ('esync', True); 'sync' -> ('sync', False); 'zeno-attack-niid' -> ('zeno', True)."""
-    base, non_iid = _strip(mode, NON_IID_SUFFIX)
-    return _strip(base, ATTACK_SUFFIX)[0], non_iid
+    base, _, non_iid = runlog.split_run_folder(mode)
+    return base, non_iid
 
 
 def is_attacked(mode):
     """Whether the mode folder holds a run with Byzantine workers ('<mode>-attack[-niid]')."""
-    return _strip(_strip(mode, NON_IID_SUFFIX)[0], ATTACK_SUFFIX)[1]
-
-
-def _strip(name, suffix):
-    return (name[: -len(suffix)], True) if name.endswith(suffix) else (name, False)
+    return runlog.split_run_folder(mode)[1]
 
 
 def is_known_mode(mode):
@@ -69,7 +57,8 @@ def catalog_entry(mode):
     base, _ = split_mode(mode)
     if base not in modes.MODES:
         known = ", ".join(modes.names())
-        raise SummaryError(f"unknown mode '{mode}' (known: {known}, each optionally with '{NON_IID_SUFFIX}')")
+        raise SummaryError(f"unknown mode '{mode}' (known: {known}, each optionally with "
+                           f"'{runlog.NON_IID_SUFFIX}')")
     return modes.MODES[base]
 
 
@@ -84,62 +73,13 @@ def summary_file_name(mode):
 
 
 # ----------------------------------------------------------------------------------------------
-# One iteration record
-
-
-def is_number(value):
-    """A finite int or float; JSON booleans and NaN/Infinity do not count."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def record_problem(record):
-    """Why an iteration record cannot be used, or None when it is fine."""
-    if not isinstance(record, dict):
-        return "not a JSON object"
-    for key in ("num_samples", "total_time"):
-        if not is_number(record.get(key)):
-            return f"missing or non-numeric '{key}'"
-    steps = record.get("time")
-    if not isinstance(steps, dict) or not steps or not all(isinstance(s, dict) for s in steps.values()):
-        return "missing or malformed 'time'"
-    if any(key in s and not is_number(s[key]) for s in steps.values() for key in AGGREGATE_KEYS):
-        return "non-numeric aggregation time"
-    for key in ("num_iters", "accuracy"):
-        if key in record and not is_number(record[key]):
-            return f"non-numeric '{key}'"
-    return None
-
-
-def aggregate_seconds(record):
-    """Aggregation time of one global iteration; workers put it in the last local step's timings."""
-    return float(sum(step.get(key, 0.0) for step in record["time"].values() for key in AGGREGATE_KEYS))
-
-
-def local_steps(record):
-    return int(record.get("num_iters", len(record["time"])))
-
-
-# ----------------------------------------------------------------------------------------------
 # Per-device math
 
 
-def first_expected_iteration(iterations):
-    # The original scripts number global iterations from 1, ours from 0.
-    return min(iterations[0], 1)
-
-
 def missing_iterations(iterations):
-    """Iteration numbers absent between the first expected one and the last one logged."""
-    if not iterations:
-        return []
+    """Round numbers absent between round 1 and the last one logged."""
     present = set(iterations)
-    return [i for i in range(first_expected_iteration(iterations), iterations[-1] + 1) if i not in present]
-
-
-def rounds_covered(iterations):
-    if not iterations:
-        return 0
-    return iterations[-1] - first_expected_iteration(iterations) + 1
+    return [i for i in range(1, max(iterations, default=0) + 1) if i not in present]
 
 
 def time_to_reach(points, target):
@@ -157,12 +97,12 @@ def ratio(numerator, denominator):
 def summarize_device(records):
     """Turn {iteration: record} of one device into lists over iterations plus rates.
 
-    Records must already be valid (see record_problem).
+    Records must already be valid (runlog.DeviceLog reads only those).
     """
     iterations = sorted(records)
     ordered = [records[i] for i in iterations]
     elapsed = [float(r["total_time"]) for r in ordered]
-    aggregate = [aggregate_seconds(r) for r in ordered]
+    aggregate = [runlog.aggregation_seconds(r) for r in ordered]
     samples = [r["num_samples"] for r in ordered]
     accuracy = [r.get("accuracy") for r in ordered]
     points = [[i, t, a] for i, t, a in zip(iterations, elapsed, accuracy) if a is not None]
@@ -171,12 +111,12 @@ def summarize_device(records):
     return {
         "iterations": iterations,
         "missing_iterations": missing_iterations(iterations),
-        "num_rounds": rounds_covered(iterations),
+        "num_rounds": max(iterations, default=0),
         "accuracy_list": accuracy,
         "accuracy_time_list": [p[1] for p in points],
         "accuracy_points": points,
         "num_samples_list": samples,
-        "self_iters_list": [local_steps(r) for r in ordered],
+        "self_iters_list": [runlog.local_steps(r) for r in ordered],
         "elapsed_time_list": elapsed,
         "aggregate_time_list": aggregate,
         "total_samples": sum(samples),
@@ -267,56 +207,6 @@ def summarize_evaluator(records, target):
 # Reading the log folders
 
 
-def read_json(path, what):
-    """Parsed JSON of a file, or None after one warning naming the file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        log.warning("skipping unreadable %s %s: %s", what, path, error)
-        return None
-
-
-def read_iter_file(path):
-    record = read_json(path, "iteration log")
-    if record is None:
-        return None
-    problem = record_problem(record)
-    if problem:
-        log.warning("skipping malformed iteration log %s: %s", path, problem)
-        return None
-    return record
-
-
-def read_meta(device_dir):
-    path = os.path.join(device_dir, META_FILE)
-    if not os.path.exists(path):
-        return {}
-    meta = read_json(path, "meta file")
-    if not isinstance(meta, dict):
-        if meta is not None:
-            log.warning("skipping meta file %s: not a JSON object", path)
-        return {}
-    return meta
-
-
-def read_device_folder(device_dir):
-    """({iteration: record}, meta) of one device folder; unusable files are reported and skipped."""
-    records = {}
-    for name in sorted(os.listdir(device_dir)):
-        if name in WORKER_FILES:
-            continue
-        path = os.path.join(device_dir, name)
-        match = ITER_FILE.match(name)
-        if not match or not os.path.isfile(path):
-            log.warning("skipping stray entry %s (not an iter-<N>.txt file)", path)
-            continue
-        record = read_iter_file(path)
-        if record is not None:
-            records[int(match.group(1))] = record
-    return records, read_meta(device_dir)
-
-
 def evaluation_problem(record):
     """Why a line of the evaluator's log cannot be used, or None."""
     if not isinstance(record, dict):
@@ -350,28 +240,11 @@ def read_evaluator_log(mode_dir):
     return [records[step] for step in sorted(records)]
 
 
-def subfolders(path):
-    return sorted(name for name in os.listdir(path) if os.path.isdir(os.path.join(path, name)))
-
-
-def find_device_folders(mode_dir):
-    """[(node, device, path)] for every <node>/<device> folder of a run."""
-    return [(node, device, os.path.join(mode_dir, node, device))
-            for node in subfolders(mode_dir)
-            for device in subfolders(os.path.join(mode_dir, node))]
-
-
-def has_iter_logs(mode_dir):
-    return any(ITER_FILE.match(name)
-               for _, _, path in find_device_folders(mode_dir)
-               for name in os.listdir(path))
-
-
 def mode_folders(network_dir):
     """Mode folders of a network that carry a known mode name, in sorted order."""
     if not os.path.isdir(network_dir):
         return []
-    return [name for name in subfolders(network_dir) if is_known_mode(name)]
+    return [name for name in runlog.subfolders(network_dir) if is_known_mode(name)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -381,8 +254,7 @@ def mode_folders(network_dir):
 def rank_of(device, meta):
     if is_number(meta.get("rank")):
         return int(meta["rank"])
-    match = RANK_SUFFIX.search(device)
-    return int(match.group(1)) if match else None
+    return runlog.rank_in_folder(device)
 
 
 def describe_device(device, records, meta):
@@ -460,8 +332,9 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
     if not os.path.isdir(mode_dir):
         raise SummaryError(f"no such log folder: {mode_dir}")
     devices, metas, validators = {}, [], []
-    for node, device, path in find_device_folders(mode_dir):
-        records, meta = read_device_folder(path)
+    for node, device, path in runlog.device_folders(mode_dir):
+        device_log = runlog.DeviceLog(path)
+        records, meta = device_log.rounds, device_log.meta
         if not records:
             log.warning("skipping %s: no usable iter-<N>.txt files", path)
             continue
@@ -501,26 +374,13 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
     return {**header, **cluster}
 
 
-def write_json_atomically(obj, path):
-    folder = os.path.dirname(os.path.abspath(path))
-    handle = tempfile.NamedTemporaryFile("w", dir=folder, prefix=".summary-", suffix=".tmp",
-                                         delete=False, encoding="utf-8")
-    try:
-        with handle:
-            json.dump(obj, handle, indent=1, allow_nan=False)
-        os.replace(handle.name, path)
-    except BaseException:
-        os.unlink(handle.name)
-        raise
-
-
 def summary_path(network_dir, mode):
     return os.path.join(network_dir, mode, summary_file_name(mode))
 
 
 def write_summary(summary, network_dir, mode):
     path = summary_path(network_dir, mode)
-    write_json_atomically(summary, path)
+    write_json(path, summary, indent=1)
     return path
 
 
@@ -529,8 +389,20 @@ def load_summary(network_dir, mode):
     path = summary_path(network_dir, mode)
     if not os.path.exists(path):
         return None
-    summary = read_json(path, "summary")
+    summary = runlog.read_json(path, "summary")
     return summary if isinstance(summary, dict) and "devices" in summary else None
+
+
+def format_cell(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def text_table(headers, rows):
+    """Columns padded to their widest cell; the first left-aligned, the others right-aligned."""
+    lines = [headers] + rows
+    widths = [max(len(str(cell)) for cell in column) for column in zip(*lines)]
+    return "\n".join("  ".join(str(cell).ljust(w) if i == 0 else str(cell).rjust(w)
+                               for i, (cell, w) in enumerate(zip(line, widths))) for line in lines)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -566,7 +438,7 @@ def modes_to_summarize(args, network_dir):
     if not args.all:
         catalog_entry(args.mode)
         return [args.mode]
-    folders = [m for m in mode_folders(network_dir) if has_iter_logs(os.path.join(network_dir, m))]
+    folders = [m for m in mode_folders(network_dir) if runlog.has_rounds(os.path.join(network_dir, m))]
     if not folders:
         raise SummaryError(f"no mode folder with iteration logs under {network_dir}")
     return folders

@@ -34,6 +34,7 @@ sys.path.insert(0, ROOT)
 import netns  # noqa: E402
 import summary  # noqa: E402
 from cluster import ProcessGroup, start_ps_job, start_state_server, tail  # noqa: E402
+from training import modes, runlog  # noqa: E402
 from training.files import write_json  # noqa: E402
 from training.state_client import StateClient  # noqa: E402
 
@@ -63,8 +64,16 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              profiles=["1,1,4"], seconds=2, accuracy_budget=0, latency_calls=30,
-             modes=["esync", "sync"], accuracy_profile_modes=[], byzantine_runs=[("zeno", True)],
+             modes=["esync"], accuracy_profile_modes=[], byzantine_runs=[("zeno", True)],
              network_runs=[("lenet", "100mbit", 1, ("esync",))], network_seconds={"lenet": 3})
+
+
+def unknown_modes(cfg):
+    """The modes a configuration runs that are not cluster modes of training/modes.py."""
+    chosen = set(ALL_MODES) | set(cfg["modes"]) | set(cfg["accuracy_profile_modes"])
+    chosen |= {mode for mode, _ in cfg["byzantine_runs"]}
+    chosen |= {mode for *_, run_modes in cfg["network_runs"] for mode in run_modes}
+    return sorted(chosen - set(modes.cluster_names()))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -109,7 +118,7 @@ def our_sync_throughput(network, iters, warmup, workdir):
     with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
         run_ps_job(group, argv, 2, timeout=600)
     folder = sorted(glob.glob(os.path.join(logs, "node", "*-rank0")))[0]
-    records = read_iter_records(folder)[:-1]  # rank 0 evaluates in the last iteration; the Trainer run does not
+    records = runlog.DeviceLog(folder).ordered()[:-1]  # rank 0 evaluates in the last iteration; the Trainer run does not
     return 2 * throughput_from_step_ends([r["total_time"] for r in records], records[0]["num_samples"], warmup)
 
 
@@ -122,7 +131,7 @@ def with_one_retry(measure, network, iters, warmup, run_dir):
         return measure(network, iters, warmup, run_dir + "-again")
 
 
-def sync_overhead(cfg, workdir):
+def sync_overhead(cfg, workdir, earlier):
     rows = []
     for network, iters in cfg["trainer_iters"].items():
         ratios, ours_all, theirs_all = [], [], []
@@ -144,14 +153,6 @@ def sync_overhead(cfg, workdir):
 # 2. Efficiency under heterogeneity, 3. time to accuracy, 5. traffic
 
 
-def read_iter_records(folder):
-    records = {}
-    for path in glob.glob(os.path.join(folder, "iter-*.txt")):
-        with open(path) as f:
-            records[int(os.path.basename(path)[5:-4])] = json.load(f)
-    return [records[n] for n in sorted(records)]
-
-
 def standalone_throughputs(slowdowns, seconds, workdir):
     """Each worker's samples/s alone on its slowdown, all running at the same time."""
     logs = os.path.join(workdir, "standalone")
@@ -165,7 +166,7 @@ def standalone_throughputs(slowdowns, seconds, workdir):
             raise RuntimeError(f"standalone runs failed; see {group.out_dir}")
     result = []
     for i in range(len(slowdowns)):
-        records = read_iter_records(os.path.join(logs, f"w{i}", "cpu"))
+        records = runlog.DeviceLog(os.path.join(logs, f"w{i}", "cpu")).ordered()
         result.append(sum(r["num_samples"] for r in records) / records[-1]["total_time"])
     return result
 
@@ -180,17 +181,13 @@ def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    suffix = "-attack" if "--byzantine" in launcher_options else ""
+    attacked = "--byzantine" in launcher_options
     summaries = {}
     for mode in modes:
-        folder = os.path.join(logs, network, mode + suffix)
-        with open(os.path.join(folder, summary.summary_file_name(mode + suffix))) as f:
-            summaries[mode] = json.load(f)
-        summaries[mode]["step_times"] = worker_step_times(folder)
+        folder = runlog.run_folder(mode, attacked)
+        summaries[mode] = summary.load_summary(os.path.join(logs, network), folder)
+        summaries[mode]["step_times"] = worker_step_times(os.path.join(logs, network, folder))
     return summaries
-
-
-OWN_STEP_PHASES = ("get_batch", "forward and backward", "local update", "emulated slowdown")
 
 
 def worker_step_times(mode_folder):
@@ -198,12 +195,14 @@ def worker_step_times(mode_folder):
     its time they take (the rest is aggregation, the state server and waiting for others) and the share the state
     server's round trips take. Evaluation is left out."""
     workers = []
-    for folder in sorted(glob.glob(os.path.join(mode_folder, "*", "*-rank*"))):
-        steps = [s for r in read_iter_records(folder) for s in r["time"].values()]
-        own = sum(s.get(k, 0.0) for s in steps for k in OWN_STEP_PHASES)
-        total = sum(v for s in steps for k, v in s.items() if k != "evaluation")
+    for _, name, folder in runlog.device_folders(mode_folder):
+        if runlog.rank_in_folder(name) is None:
+            continue
+        steps = [s for r in runlog.DeviceLog(folder).ordered() for s in r["time"].values()]
+        own = sum(s.get(k, 0.0) for s in steps for k in runlog.OWN_STEP_PHASES)
+        total = sum(v for s in steps for k, v in s.items() if k != runlog.EVALUATION)
         if steps and total > 0:
-            check_ready = sum(s.get("check ready", 0.0) for s in steps)
+            check_ready = sum(s.get(runlog.CHECK_READY, 0.0) for s in steps)
             workers.append({"step_seconds": own / len(steps), "busy": own / total, "check_ready": check_ready / total})
     return workers
 
@@ -239,7 +238,7 @@ def traffic_per_worker(summary):
     return statistics.mean(summary["param_bytes"] * d["num_rounds"] / d["elapsed_time"] for d in devices_of(summary))
 
 
-def heterogeneity(cfg, workdir):
+def heterogeneity(cfg, workdir, earlier):
     rows = []
     for profile in cfg["profiles"]:
         slowdowns = [float(f) for f in profile.split(",")]
@@ -252,21 +251,22 @@ def heterogeneity(cfg, workdir):
         accuracy = (launch(modes, profile, cfg["accuracy_budget"], os.path.join(run_dir, "accuracy"))
                     if profile == ACCURACY_PROFILE and cfg["accuracy_budget"] else {})
         ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
-        for mode, summary in summaries.items():
+        for mode, run in summaries.items():
             curve = accuracy.get(mode, {})
             rows.append({
-                "profile": profile, "mode": mode, "samples_per_s": summary["cluster_throughput"],
-                "standalone_sum": limit, "efficiency": summary["cluster_throughput"] / limit,
+                "profile": profile, "mode": mode, "samples_per_s": run["cluster_throughput"],
+                "standalone_sum": limit, "efficiency": run["cluster_throughput"] / limit,
                 "ideal_sync_efficiency": ideal_sync,
                 "time_to_85": curve.get("time_to_accuracy") if curve.get("target_accuracy") == 0.85 else None,
                 "accuracy_at_budget": accuracy_at(curve, cfg["accuracy_budget"]) if curve else None,
-                "final_accuracy": curve.get("final_accuracy", summary["final_accuracy"]),
-                "bytes_per_s_per_worker": traffic_per_worker(summary) if summary.get("param_bytes") else None,
-                "busy": statistics.mean(w["busy"] for w in summary["step_times"]),
-                "whole_step_bound": whole_step_bound(summary["step_times"]) if mode.startswith("esync") else None,
+                "final_accuracy": curve.get("final_accuracy", run["final_accuracy"]),
+                "bytes_per_s_per_worker": traffic_per_worker(run) if run.get("param_bytes") else None,
+                "busy": statistics.mean(w["busy"] for w in run["step_times"]),
+                "whole_step_bound": whole_step_bound(run["step_times"]) if mode.startswith("esync") else None,
+                "check_ready": statistics.mean(w["check_ready"] for w in run["step_times"]),
             })
-            log.info("%s on %s: %.0f samples/s, efficiency %.2f", mode, profile, summary["cluster_throughput"],
-                     summary["cluster_throughput"] / limit)
+            log.info("%s on %s: %.0f samples/s, efficiency %.2f", mode, profile, run["cluster_throughput"],
+                     run["cluster_throughput"] / limit)
     return rows
 
 
@@ -278,7 +278,7 @@ BYZANTINE_PROFILE = "1,1,1,1"
 SIGN_FLIP = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
 
 
-def byzantine(cfg, workdir):
+def byzantine(cfg, workdir, earlier):
     """Accuracy with 1 of 4 workers flipping its update's sign (x10): plain sync averaging vs Zeno's validator,
     beside a Zeno run without the attacker."""
     runs = {}
@@ -314,7 +314,7 @@ def _share_accepted(devices):
 NETWORK_PROFILE = "1,1,4"
 
 
-def network_dimension(cfg, workdir):
+def network_dimension(cfg, workdir, earlier):
     """Each mode's throughput and its parameter-server links' load, per network, link rate and server count;
     {"skipped": reason} when this machine or user cannot make namespaces."""
     prefix = netns.unique_prefix()
@@ -324,10 +324,10 @@ def network_dimension(cfg, workdir):
         log.warning("network section skipped: %s", error)
         return {"skipped": str(error)}
     rows = []
-    for network, rate, servers, modes in cfg["network_runs"]:
+    for network, rate, servers, run_modes in cfg["network_runs"]:
         run_dir = os.path.join(workdir, f"net-{network}-{rate}-{servers}")
         options = ["--hosts", "netns", "--bandwidth", rate, "-s", str(servers), "--netns-prefix", prefix]
-        summaries = launch(list(modes), NETWORK_PROFILE, cfg["network_seconds"][network], run_dir, options, network)
+        summaries = launch(list(run_modes), NETWORK_PROFILE, cfg["network_seconds"][network], run_dir, options, network)
         for mode, run in summaries.items():
             rows.append(network_row(network, rate, servers, mode, run,
                                     read_links(os.path.join(run_dir, "logs", network, mode))))
@@ -389,15 +389,25 @@ def _timed_applies(port, rank, calls, start, results):
     results.put(latencies)
 
 
-def check_ready_share(policy, seconds, workdir):
-    run = launch(["esync"], "1,1,4", seconds, os.path.join(workdir, f"policy-{policy}"), ["--esync-policy", policy])
-    return statistics.mean(w["check_ready"] for w in run["esync"]["step_times"])
+POLICY_ROWS = {"apply": "esync", "plan": "esync-plan"}  # heterogeneity's row of each ESync policy
 
 
-def state_server_cost(cfg, workdir):
+def check_ready_shares(cfg, workdir, earlier):
+    """The state server's share of an ESync worker's time, per policy, on the accuracy profile: read from the
+    heterogeneity section's runs when it ran, else from runs of its own."""
+    rows = [r for r in earlier.get("heterogeneity", []) if r["profile"] == ACCURACY_PROFILE]
+    if not rows:
+        runs = runs_with_plan_policy(["esync"], ACCURACY_PROFILE, cfg["seconds"], os.path.join(workdir, "policies"),
+                                     eval_every=0)
+        rows = [{"mode": mode, "check_ready": statistics.mean(w["check_ready"] for w in run["step_times"])}
+                for mode, run in runs.items()]
+    share = {r["mode"]: r["check_ready"] for r in rows}
+    return {policy: share[mode] for policy, mode in POLICY_ROWS.items()}
+
+
+def state_server_cost(cfg, workdir, earlier):
     latency = apply_latencies(3, cfg["latency_calls"], workdir)
-    return {"workers": 3, **latency,
-            "share": {policy: check_ready_share(policy, cfg["seconds"], workdir) for policy in ("apply", "plan")}}
+    return {"workers": 3, **latency, "share": check_ready_shares(cfg, workdir, earlier)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -477,6 +487,7 @@ def network_markdown(results):
     return lines + [""]
 
 
+# Each section is f(cfg, workdir, earlier) -> its results; `earlier` holds the sections that ran before it.
 SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server_cost,
             "byzantine": byzantine, "network": network_dimension}
 
@@ -489,12 +500,16 @@ def main(argv=None):
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     cfg = QUICK if args.quick else FULL
+    unknown = unknown_modes(cfg)
+    if unknown:
+        print(f"run.py: error: not a cluster mode of training/modes.py: {', '.join(unknown)}", file=sys.stderr)
+        return 2
     started = time.time()
     sections = [args.only] if args.only else list(SECTIONS)
     results = {"config": cfg}
     with tempfile.TemporaryDirectory(prefix="esync-bench-") as workdir:
         for name in sections:
-            results[name] = SECTIONS[name](cfg, workdir)
+            results[name] = SECTIONS[name](cfg, workdir, results)
     results["seconds"] = time.time() - started
     os.makedirs(args.out, exist_ok=True)
     stem = f"results-{args.only}" if args.only else "results"

@@ -1,10 +1,10 @@
 """Start real ps-lite jobs the way the README tells a user to: one process per role, DMLC variables set."""
 import glob
-import json
 import os
 import sys
 
 from cluster import ROOT, start_ps_job
+from training import runlog
 
 SAMPLE_DATA = os.path.join(ROOT, "data")
 LENET_ARGS = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", SAMPLE_DATA, "-c", "1"]
@@ -46,16 +46,10 @@ def worker_folders(log_dir):
 
 
 def iter_records(folder):
-    """Iteration records of one worker folder, by global iteration."""
-    records = {}
-    for path in glob.glob(os.path.join(folder, "iter-*.txt")):
-        n = int(os.path.basename(path)[len("iter-"):-len(".txt")])
-        with open(path) as f:
-            records[n] = json.load(f)
-    return [records[n] for n in sorted(records)]
+    """Round records of one worker folder, in round order."""
+    return runlog.DeviceLog(folder).ordered()
 
 
 def meta(folder):
-    with open(os.path.join(folder, "meta.json")) as f:
-        return json.load(f)
+    return runlog.read_meta(folder)
 

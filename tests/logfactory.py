@@ -1,7 +1,9 @@
 """Synthetic training logs in the worker layout, with numbers simple enough for tests to recompute.
 
 write_run(...) writes <base>/<network>/<mode>/<node>/<device>/iter-<N>.txt (plus meta.json in our format)
-and returns {(node, device): {iteration: record}} so a test can derive every expected value itself.
+and returns {(node, device): {round: record}} so a test can derive every expected value itself. Three generations
+(training/runlog.py): ours (the default), this project's before log_format 2 (legacy=True: rounds in files from 0,
+num_iters the local steps) and the original scripts' (original=True: no meta.json).
 """
 import json
 import os
@@ -28,7 +30,7 @@ def local_steps(mode, rank):
 
 
 def step_timings(mode, steps, aggregate, original):
-    aggregate_key = "global aggregate" if mode.startswith("esync") else "global update"
+    aggregate_key = "global update" if mode.startswith("esync") else "global aggregate"
     timings = {}
     for step in range(steps):
         timing = {"get_batch": 0.001, "forward and backward": 0.01 * (step + 1)}
@@ -41,17 +43,17 @@ def step_timings(mode, steps, aggregate, original):
     return timings
 
 
-def device_records(mode, rank, rounds, first_iteration=0, evaluates=False, original=False):
-    """{iteration: record} of one device; the evaluating device logs accuracy every other iteration."""
+def device_records(mode, rank, rounds, evaluates=False, original=False, legacy=False):
+    """{round: record} of one device, rounds from 1; the evaluating device logs accuracy every other round."""
     steps = local_steps(mode, rank)
     aggregate = 0.02 * (rank % 3 + 1)
     seconds_per_round = 0.25 * (rank + 1) + aggregate
     gain = ACCURACY_GAIN.get(mode.replace("-niid", ""), 0.05)
     records = {}
     for index in range(rounds):
-        iteration = first_iteration + index
+        iteration = index + 1
         record = {
-            "num_iters": steps,
+            "num_iters": steps if legacy else iteration,
             "time": step_timings(mode, steps, aggregate, original),
             "num_samples": BATCH_SIZE * steps,
             "total_time": round(seconds_per_round * (index + 1), 6),
@@ -69,17 +71,17 @@ def write_json(path, obj):
         json.dump(obj, handle)
 
 
-def meta_for(mode, network, node, device, rank, num_workers):
-    return {"rank": rank, "num_workers": num_workers, "mode": mode, "network": network, "dataset": "mnist-5k",
+def meta_for(mode, network, node, device, rank, num_workers, legacy=False):
+    return {**({} if legacy else {"log_format": 2}), "rank": rank, "num_workers": num_workers, "mode": mode, "network": network, "dataset": "mnist-5k",
             "device": device, "node": node, "batch_size": BATCH_SIZE, "num_params": NUM_PARAMS,
             "param_bytes": NUM_PARAMS * 4, "slowdown": 1.0 + 0.5 * rank, "emulated_slowdown": rank > 0,
             "non_iid": mode.endswith("-niid")}
 
 
-def write_run(base, mode, network=NETWORK, nodes=NODES, devices=DEVICES, rounds=ROUNDS, original=False):
-    """Write one run's logs; returns {(node, device folder): {iteration: record}}."""
-    # The original scripts number iterations from 1 and write no meta.json.
-    first_iteration = 1 if original else 0
+def write_run(base, mode, network=NETWORK, nodes=NODES, devices=DEVICES, rounds=ROUNDS, original=False,
+              legacy=False):
+    """Write one run's logs; returns {(node, device folder): {round: record}}."""
+    file_offset = -1 if legacy else 0  # the legacy generation numbered its files from 0
     num_workers = len(nodes) * len(devices)
     written = {}
     for node_index, node in enumerate(nodes):
@@ -87,12 +89,12 @@ def write_run(base, mode, network=NETWORK, nodes=NODES, devices=DEVICES, rounds=
             rank = node_index * len(devices) + device_index
             folder = os.path.join(base, network, mode, node, device_folder(device, rank, original))
             os.makedirs(folder, exist_ok=True)
-            records = device_records(mode, rank, rounds, first_iteration, evaluates=rank == 0, original=original)
+            records = device_records(mode, rank, rounds, evaluates=rank == 0, original=original, legacy=legacy)
             for iteration, record in records.items():
-                write_json(os.path.join(folder, f"iter-{iteration}.txt"), record)
+                write_json(os.path.join(folder, f"iter-{iteration + file_offset}.txt"), record)
             if not original:
                 write_json(os.path.join(folder, "meta.json"), meta_for(mode, network, node, device, rank,
-                                                                      num_workers))
+                                                                      num_workers, legacy))
             written[(node, os.path.basename(folder))] = records
     return written
 

@@ -9,7 +9,6 @@ import pytest
 
 from cluster import ROOT
 
-
 def bench_module():
     spec = importlib.util.spec_from_file_location("bench_run", os.path.join(ROOT, "bench", "run.py"))
     module = importlib.util.module_from_spec(spec)
@@ -24,6 +23,7 @@ def test_whole_step_bound_counts_the_whole_steps_that_fit_in_the_slowest_one(ste
     assert bench_module().whole_step_bound(step_times) == pytest.approx(bound)
 
 
+@pytest.mark.slow
 def test_quick_benchmark_writes_every_section(tmp_path):
     result = subprocess.run([sys.executable, "bench/run.py", "--quick", "--out", str(tmp_path)], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)

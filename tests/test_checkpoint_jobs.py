@@ -4,13 +4,24 @@ import re
 import time
 
 import mxnet as mx
+import pytest
 
 from cluster import ROOT, ProcessGroup
 from data import load_test_set
-from tests.jobs import LENET_ARGS, SAMPLE_DATA, finish, iter_records, meta, start_job, worker_folders
+from tests.jobs import (
+    LENET_ARGS,
+    SAMPLE_DATA,
+    finish,
+    iter_records,
+    meta,
+    start_job,
+    worker_folders,
+)
 from training.checkpoints import damage, read_checkpoint, saved_steps
 from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.model import Model
+
+pytestmark = pytest.mark.slow  # real processes
 
 MAIN = os.path.join(ROOT, "main.py")
 
@@ -70,12 +81,13 @@ def test_a_killed_sync_job_resumes_from_its_last_checkpoint_with_its_step_and_we
         output = open(worker.output).read()
         assert re.search(rf"weights digest at global step {step}: {digest}", output), output[-2000:]
     for folder in worker_folders(log_dir):
-        names = [f"iter-{n}.txt" for n in range(step + 20)]
-        assert sorted(os.listdir(folder)) == sorted(names + ["meta.json", "model-final.params"])
-        rewritten = [n for n in range(step + 20) if os.path.getmtime(os.path.join(folder, names[n])) > killed_at]
-        assert rewritten == list(range(step, step + 20))  # the first new iteration log is the checkpoint's step
+        rounds = range(1, step + 21)
+        assert sorted(os.listdir(folder)) == sorted([f"iter-{n}.txt" for n in rounds] + ["meta.json",
+                                                                                         "model-final.params"])
+        rewritten = [n for n in rounds if os.path.getmtime(os.path.join(folder, f"iter-{n}.txt")) > killed_at]
+        assert rewritten == list(range(step + 1, step + 21))  # the first new round is the one after the checkpoint
         records = iter_records(folder)
-        assert records[step]["total_time"] > read_checkpoint(train_dir, step)["time"]
+        assert records[step]["total_time"] > read_checkpoint(train_dir, step)["time"]  # records[step]: round step+1
     assert saved_steps(train_dir)[-1] == step + 20
 
 

@@ -5,6 +5,9 @@ import pytest
 
 from cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
+from training import runlog
+
+pytestmark = pytest.mark.slow  # real processes
 
 
 def run_esync(processes, tmp_path, policy):
@@ -12,7 +15,7 @@ def run_esync(processes, tmp_path, policy):
     # rank 0 is the slow worker the others fill that delay with extra local steps.
     state_port = start_state_server(processes)
     log_dir = str(tmp_path / "logs")
-    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", "12", "-e", "0",
+    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", "7", "-e", "0",
                          "--digest-weights"]
     workers = start_job(processes, "esync", args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir)
     finish(processes, workers, timeout=180)
@@ -31,13 +34,13 @@ def apply_run(tmp_path_factory):
 
 
 def mean_steps(records):
-    return statistics.mean(r["num_iters"] for r in records)
+    return statistics.mean(runlog.local_steps(r) for r in records)
 
 
 def step_seconds(records):
     """Mean wall time of a local step, as the state server's rule sees it (state server round trip included)."""
     steps = [step for r in records for step in r["time"].values()]
-    phases = ("get_batch", "forward and backward", "local update", "emulated slowdown", "check ready")
+    phases = runlog.OWN_STEP_PHASES + (runlog.CHECK_READY,)
     return statistics.mean(sum(step.get(p, 0.0) for p in phases) for step in steps)
 
 
@@ -75,5 +78,5 @@ def test_the_state_server_round_trip_is_recorded_per_local_step(apply_run):
     for folder in apply_run.values():
         for record in iter_records(folder)[:50]:
             steps = record["time"].values()
-            assert all(step["check ready"] > 0 for step in steps)
-            assert "global aggregate" in record["time"][str(record["num_iters"] - 1)]
+            assert all(step[runlog.CHECK_READY] > 0 for step in steps)
+            assert runlog.GLOBAL_UPDATE in record["time"][str(runlog.local_steps(record) - 1)]

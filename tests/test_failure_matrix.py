@@ -18,6 +18,8 @@ import summary
 from cluster import ProcessGroup
 from tests.jobs import LENET_ARGS, start_job
 
+pytestmark = pytest.mark.slow  # real processes
+
 SYNC_TIMEOUT = 10
 BOUND = SYNC_TIMEOUT + 10
 ALL_WORKERS = ("worker-0", "worker-1")

@@ -102,10 +102,10 @@ def read_output(proc):
 
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory):
-    """esync, sync and nbsync, 3 CPU workers, the third 4x slower, 7 s each."""
+    """esync, sync and nbsync, 3 CPU workers, the third 4x slower, 4 s each, progress every second."""
     logs = str(tmp_path_factory.mktemp("comparison") / "logs")
-    args = ["--modes", "esync,sync,nbsync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "7",
-            *LENET, *WORKER_ARGS]
+    args = ["--modes", "esync,sync,nbsync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "4",
+            "--progress-every", "1", *LENET, *WORKER_ARGS]
     started = time.monotonic()
     code, output = run_launcher(args, logs, timeout=300)
     return logs, code, output, time.monotonic() - started
@@ -122,12 +122,14 @@ def table_rows(output):
     return rows
 
 
+@pytest.mark.slow
 def test_a_comparison_run_exits_0(comparison):
     _, code, output, _ = comparison
 
     assert code == 0, output
 
 
+@pytest.mark.slow
 def test_it_writes_a_summary_per_mode(comparison):
     logs, _, output, _ = comparison
 
@@ -140,6 +142,7 @@ def test_it_writes_a_summary_per_mode(comparison):
         assert list(summary["devices"]) == [NODE], f"{name}: the processes folder was read as a node"
 
 
+@pytest.mark.slow
 def test_it_draws_the_figures(comparison):
     logs, _, output, _ = comparison
 
@@ -152,6 +155,7 @@ def test_it_draws_the_figures(comparison):
         assert figure in output
 
 
+@pytest.mark.slow
 def test_its_table_has_a_row_per_mode(comparison):
     _, _, output, _ = comparison
 
@@ -161,6 +165,7 @@ def test_its_table_has_a_row_per_mode(comparison):
     assert all(float(row[1]) > 0 for row in rows), output
 
 
+@pytest.mark.slow
 def test_it_prints_progress_every_few_seconds(comparison):
     _, _, output, _ = comparison
 
@@ -170,12 +175,14 @@ def test_it_prints_progress_every_few_seconds(comparison):
     assert "test accuracy 0." in progress[-1]
 
 
+@pytest.mark.slow
 def test_it_leaves_no_process_behind(comparison):
     logs, _, _, _ = comparison
 
     assert still_running(recorded_pids(logs)) == []
 
 
+@pytest.mark.slow
 def test_each_process_has_its_own_output_file(comparison):
     logs, _, _, _ = comparison
 
@@ -189,6 +196,7 @@ def test_each_process_has_its_own_output_file(comparison):
 # Failures and interrupts
 
 
+@pytest.mark.slow
 def test_a_killed_worker_stops_the_run_and_is_named(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *WORKER_ARGS]
@@ -206,6 +214,7 @@ def test_a_killed_worker_stops_the_run_and_is_named(tmp_path):
         assert still_running(recorded_pids(logs)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupt_stops_every_process(tmp_path, sig):
     logs = str(tmp_path / "logs")
@@ -273,6 +282,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert not os.path.exists(tmp_path / "logs")
 
 
+@pytest.mark.slow
 def test_zeno_with_an_attacker_starts_a_validator_and_logs_to_an_attack_folder(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--modes", "zeno", "--devices", "cpu,cpu", "--byzantine", "1", "--max-iters", "20", *LENET, *WORKER_ARGS]
@@ -291,10 +301,11 @@ def test_zeno_with_an_attacker_starts_a_validator_and_logs_to_an_attack_folder(t
 # Through MXNet's dmlc_tracker
 
 
+@pytest.mark.slow
 def test_the_local_tracker_trains_a_two_worker_job_and_exits_cleanly(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--tracker", "local", "--modes", "sync", "--devices", "cpu,cpu", "--slowdown", "1,2",
-            "--max-time", "5", *LENET, *WORKER_ARGS]
+            "--max-time", "2", *LENET, *WORKER_ARGS]
 
     code, output = run_launcher(args, logs, timeout=120)
 

@@ -1,10 +1,15 @@
 """A real NBSSGD job: scheduler, server, the Django state server and 3 workers, one emulated 4x slower."""
 import statistics
 
+import pytest
+
 from cluster import start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
+from training import runlog
 
-COMPUTE = ("get_batch", "forward and backward", "emulated slowdown", "check ready")
+pytestmark = pytest.mark.slow  # real processes
+
+COMPUTE = (runlog.GET_BATCH, runlog.FORWARD_BACKWARD, runlog.EMULATED_SLOWDOWN, runlog.CHECK_READY)
 
 
 def run_nbsync(processes, tmp_path, seconds):
@@ -18,8 +23,7 @@ def run_nbsync(processes, tmp_path, seconds):
     return {rank: iter_records(f) for rank, f in folders.items()}, {rank: meta(f) for rank, f in folders.items()}
 
 
-def round_seconds(record, phases):
-    return sum(step.get(phase, 0.0) for step in record["time"].values() for phase in phases)
+
 
 
 def waiting_shares(runs, rank):
@@ -29,9 +33,9 @@ def waiting_shares(runs, rank):
     rounds = min(len(records) for records in runs.values())
     shares = []
     for i in range(1, rounds):
-        aggregation = {r: round_seconds(records[i], ["global update"]) for r, records in runs.items()}
+        aggregation = {r: runlog.aggregation_seconds(records[i]) for r, records in runs.items()}
         waiting = aggregation[rank] - min(aggregation.values())
-        shares.append(waiting / (aggregation[rank] + round_seconds(runs[rank][i], COMPUTE)))
+        shares.append(waiting / (aggregation[rank] + runlog.phase_seconds(runs[rank][i], COMPUTE)))
     return shares
 
 
@@ -49,7 +53,7 @@ def test_nbsync_fast_workers_barely_wait_and_all_hold_the_same_weights(processes
             share = statistics.median(waiting_shares(runs, rank))
             assert share < 0.10, f"fast worker {rank} waited {share:.1%} of its rounds"
     # The fast workers complete a batch of 8 parts or more per round; the slow one a part or two.
-    assert statistics.mean(r["num_iters"] for r in runs[slow]) < 0.5 * statistics.mean(
-        r["num_iters"] for rank in runs if rank != slow for r in runs[rank])
+    assert statistics.mean(runlog.local_steps(r) for r in runs[slow]) < 0.5 * statistics.mean(
+        runlog.local_steps(r) for rank in runs if rank != slow for r in runs[rank])
     final = [r["accuracy"] for r in runs[0] if "accuracy" in r][-1]
     assert final >= 0.85

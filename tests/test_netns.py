@@ -97,6 +97,7 @@ def bulk_transfer(receiver, sender, seconds):
     return received["rate"]
 
 
+@pytest.mark.slow
 def test_a_link_carries_at_most_its_rate_both_ways(prefix):
     with netns.VirtualNetwork(prefix, "10.213.92.0/24") as network:
         ps = network.add_host("ps", netns.parse_rate("50mbit"))
@@ -136,9 +137,10 @@ def test_clean_removes_what_a_killed_run_left(prefix):
 # Jobs across namespaces
 
 
+@pytest.mark.slow
 def test_esync_and_sync_train_across_namespaces_within_the_link_limit(tmp_path, prefix):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "--max-time", "8", *LENET,
+    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "--max-time", "5", *LENET,
             *netns_args(prefix), *WORKER_ARGS]
 
     with launcher(args, logs) as proc:
@@ -160,6 +162,7 @@ def test_esync_and_sync_train_across_namespaces_within_the_link_limit(tmp_path, 
     assert still_running(recorded_pids(logs)) == []
 
 
+@pytest.mark.slow
 def test_two_servers_each_carry_about_half_the_traffic(tmp_path, prefix):
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--devices", "cpu,cpu,cpu", "-s", "2", "--max-iters", "60", *LENET,
@@ -184,6 +187,7 @@ def test_two_servers_each_carry_about_half_the_traffic(tmp_path, prefix):
 # Failures, interrupts, and no privilege
 
 
+@pytest.mark.slow
 def test_an_interrupt_removes_every_namespace(tmp_path, prefix):
     logs = str(tmp_path / "logs")
     args = ["--modes", "esync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix),
@@ -200,6 +204,7 @@ def test_an_interrupt_removes_every_namespace(tmp_path, prefix):
         assert leftovers(prefix) == []
 
 
+@pytest.mark.slow
 def test_a_failing_worker_removes_every_namespace(tmp_path, prefix):
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix),

@@ -9,6 +9,7 @@ import pytest
 import summary
 from tests import logfactory
 from tests.logfactory import MODES, NETWORK, NUM_PARAMS
+from training import runlog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY_SCRIPT = os.path.join(ROOT, "summary.py")
@@ -34,7 +35,7 @@ def last_total_time(records):
 
 
 def logged_aggregation(record):
-    return sum(step.get("global aggregate", 0.0) + step.get("global update", 0.0) for step in record["time"].values())
+    return sum(step.get(phase, 0.0) for step in record["time"].values() for phase in runlog.AGGREGATION_PHASES)
 
 
 def iter_path(base, mode, node, device, iteration, network=NETWORK):
@@ -93,13 +94,13 @@ def test_cluster_throughput_sums_the_devices(four_modes, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_self_iters_list_follows_num_iters(four_modes, mode):
+def test_self_iters_list_counts_the_local_steps_of_each_round(four_modes, mode):
     base, written, _ = four_modes
 
     result = load_summary(base, mode)
 
     for (node, device), records in written[mode].items():
-        expected = [records[i]["num_iters"] for i in sorted(records)]
+        expected = [len(records[i]["time"]) for i in sorted(records)]
         assert device_summary(result, node, device)["self_iters_list"] == expected
 
 
@@ -289,6 +290,30 @@ def test_original_layout_is_summarized(tmp_path):
     assert summarized["devices"]["cloud3"]["gpu1"]["throughput"] == pytest.approx(expected)
 
 
+def test_original_logs_give_the_local_steps_each_round_holds(tmp_path):
+    written = logfactory.write_run(str(tmp_path), "esync", nodes=logfactory.ORIGINAL_NODES, original=True)
+
+    run_summary("-b", str(tmp_path), "-n", NETWORK, "-m", "esync", "--num-params", str(NUM_PARAMS))
+
+    summarized = load_summary(str(tmp_path), "esync")
+    for (node, device), records in written.items():
+        stats = summarized["devices"][node][device]
+        assert stats["iterations"] == [records[n]["num_iters"] for n in sorted(records)]  # num_iters is the round
+        assert stats["self_iters_list"] == [len(records[n]["time"]) for n in sorted(records)]
+    assert {len(r["time"]) for records in written.values() for r in records.values()} == {1, 2, 3}
+
+
+def test_logs_written_before_log_format_2_summarize_as_todays(tmp_path):
+    old, new = str(tmp_path / "old"), str(tmp_path / "new")
+    logfactory.write_run(old, "esync", legacy=True)
+    logfactory.write_run(new, "esync")
+
+    for base in (old, new):
+        assert run_summary("-b", base, "-n", NETWORK, "-m", "esync").returncode == 0
+
+    assert load_summary(old, "esync")["devices"] == load_summary(new, "esync")["devices"]
+
+
 def test_original_layout_without_num_params_leaves_traffic_null(tmp_path):
     logfactory.write_run(str(tmp_path), "sync", nodes=logfactory.ORIGINAL_NODES, original=True)
 
@@ -335,18 +360,19 @@ def test_summarize_device_without_files():
     stats = summary.summarize_device(records)
 
     assert stats["self_iters_list"] == [2, 2, 2, 2]
-    assert stats["throughput"] == pytest.approx(4 * 64 / records[3]["total_time"])
-    assert stats["accuracy_points"] == [[0, records[0]["total_time"], 0.5], [2, records[2]["total_time"], 0.68]]
+    assert stats["throughput"] == pytest.approx(4 * 64 / records[4]["total_time"])
+    assert stats["accuracy_points"] == [[1, records[1]["total_time"], 0.5], [3, records[3]["total_time"], 0.68]]
 
 
-def test_aggregate_seconds_reads_sync_global_update():
-    record = {"time": {"0": {"forward and backward": 0.2, "global update": 0.05}}}
+@pytest.mark.parametrize("phase", runlog.AGGREGATION_PHASES)
+def test_aggregate_time_reads_either_aggregation_phase(phase):
+    record = {"time": {"0": {"forward and backward": 0.2, phase: 0.05}}, "num_samples": 64, "total_time": 0.3}
 
-    assert summary.aggregate_seconds(record) == pytest.approx(0.05)
+    assert summary.summarize_device({1: record})["aggregate_time_list"] == [pytest.approx(0.05)]
 
 
 def test_missing_iterations_lists_the_gaps():
-    assert summary.missing_iterations([0, 1, 4, 6]) == [2, 3, 5]
+    assert summary.missing_iterations([1, 4, 6]) == [2, 3, 5]
 
 
 def test_iterations_numbered_from_one_have_no_gap():
@@ -355,10 +381,6 @@ def test_iterations_numbered_from_one_have_no_gap():
 
 def test_time_to_reach_is_none_when_never_reached():
     assert summary.time_to_reach([[0, 1.0, 0.5], [1, 2.0, 0.8]], 0.85) is None
-
-
-def test_record_problem_names_missing_key():
-    assert "total_time" in summary.record_problem({"time": {"0": {}}, "num_samples": 3})
 
 
 def test_summary_file_name_for_non_iid_mode():

@@ -8,10 +8,21 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from cluster import start_state_server
-from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
+from cluster import ProcessGroup, start_state_server
+from tests.jobs import (
+    LENET_ARGS,
+    finish,
+    iter_records,
+    meta,
+    run_main,
+    start_job,
+    worker_folders,
+)
+from training import runlog
 
-STEP_KEYS = {"get_batch", "forward and backward"}
+pytestmark = pytest.mark.slow  # real processes
+
+STEP_KEYS = {runlog.GET_BATCH, runlog.FORWARD_BACKWARD}
 
 
 def final_weights(folder):
@@ -53,28 +64,65 @@ def test_local_mode_writes_iteration_logs_with_the_original_fields(tmp_path):
     records = iter_records(str(tmp_path / "node" / "cpu"))
     assert len(records) == 20
     for r in records:
-        assert r["num_iters"] == 1 and r["num_samples"] == 64 and r["total_time"] > 0
-        assert STEP_KEYS | {"local update"} <= set(r["time"]["0"])
+        assert runlog.local_steps(r) == 1 and r["num_samples"] == 64 and r["total_time"] > 0
+        assert STEP_KEYS | {runlog.LOCAL_UPDATE} <= set(r["time"]["0"])
+    assert [r["num_iters"] for r in records] == list(range(1, 21))
     assert [i for i, r in enumerate(records) if "accuracy" in r] == [9, 19]
 
 
-@pytest.mark.parametrize("num_servers", [1, 2])
-def test_dist_sync_workers_stop_together_with_identical_weights(processes, tmp_path, num_servers):
-    log_dir = str(tmp_path / "logs")
-    workers = start_job(processes, "sync", LENET_ARGS + ["--max-iters", "60", "-e", "20", "--digest-weights"],
-                        num_workers=2, num_servers=num_servers, log_dir=log_dir)
+def run_job(group, log_dir, mode, args, timeout=180):
+    """A 2-worker job; its worker folders by rank. esync gets a state server of its own."""
+    state = ["-port", str(start_state_server(group))] if mode == "esync" else []
+    workers = start_job(group, mode, args + state, num_workers=2, num_servers=2 if mode == "sync" else 1,
+                        log_dir=log_dir)
+    finish(group, workers, timeout=timeout)
+    return {meta(f)["rank"]: f for f in worker_folders(log_dir)}
 
-    finish(processes, workers, timeout=180)
 
-    folders = worker_folders(log_dir)
-    assert len(folders) == 2
+@pytest.fixture(scope="module")
+def sync_job(tmp_path_factory):
+    """One sync job read by several tests: 2 servers, 2 CPU contexts per worker, the non-i.i.d. partition."""
+    tmp_path = tmp_path_factory.mktemp("sync")
+    args = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "2", "-s", "1", "--max-iters", "60",
+            "-e", "20", "--digest-weights"]
+    with ProcessGroup(str(tmp_path / "processes")) as group:
+        yield run_job(group, str(tmp_path / "logs"), "sync", args)
+
+
+@pytest.fixture(scope="module")
+def esync_resnet_job(tmp_path_factory):
+    """A short esync job of a network with BatchNorm, on the non-i.i.d. partition."""
+    tmp_path = tmp_path_factory.mktemp("esync")
+    args = ["-n", "resnet18-v1", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "16", "-s", "1",
+            "--max-iters", "3", "-e", "0", "--digest-weights"]
+    with ProcessGroup(str(tmp_path / "processes")) as group:
+        yield run_job(group, str(tmp_path / "logs"), "esync", args, timeout=300)
+
+
+def test_dist_sync_workers_over_two_servers_stop_together_with_identical_weights(sync_job):
+    folders = list(sync_job.values())
+
     assert_identical_weights(folders)
     runs = [iter_records(f) for f in folders]
     assert [len(r) for r in runs] == [60, 60]
     assert [r["weights_digest"] for r in runs[0]] == [r["weights_digest"] for r in runs[1]]
     for r in runs[0]:
-        assert r["num_iters"] == 1 and STEP_KEYS | {"global update"} <= set(r["time"]["0"])
-    assert accuracies(rank0(folders))[-1] > 0.5
+        assert runlog.local_steps(r) == 1 and STEP_KEYS | {runlog.GLOBAL_AGGREGATE} <= set(r["time"]["0"])
+    assert accuracies(sync_job[0])[-1] > 0.5
+
+
+def test_several_cpu_contexts_in_one_worker_log_as_one_device(sync_job):
+    assert [os.path.basename(f) for _, f in sorted(sync_job.items())] == ["cpu2-rank0", "cpu2-rank1"]
+
+
+@pytest.mark.parametrize("job", ["sync_job", "esync_resnet_job"])
+def test_non_iid_training_gives_each_worker_a_block_of_classes(request, job):
+    folders = request.getfixturevalue(job)
+
+    for folder in folders.values():
+        assert meta(folder)["non_iid"] is True and meta(folder)["train_samples"] == 2000
+        assert len(iter_records(folder)) == meta(folder)["config"]["max_iters"]
+    assert "accuracy" in iter_records(folders[0])[-1]
 
 
 @pytest.mark.parametrize("dcasgd", ["0", "1"])
@@ -89,45 +137,18 @@ def test_dist_async_improves_accuracy(processes, tmp_path, dcasgd):
     assert curve[0] < 0.6 and curve[-1] > 0.85, curve
 
 
-@pytest.mark.parametrize("mode", ["sync", "esync"])
-def test_non_iid_training_gives_each_worker_a_block_of_classes(processes, tmp_path, mode):
-    log_dir = str(tmp_path / "logs")
-    state = ["-port", str(start_state_server(processes))] if mode == "esync" else []
-    workers = start_job(processes, mode, LENET_ARGS + state + ["-s", "1", "--max-iters", "20", "-e", "0"],
-                        num_workers=2, log_dir=log_dir)
-
-    finish(processes, workers, timeout=120)
-
-    folders = worker_folders(log_dir)
-    for folder in folders:
-        assert meta(folder)["non_iid"] is True and meta(folder)["train_samples"] == 2000
-        assert len(iter_records(folder)) == 20
-    assert "accuracy" in iter_records(rank0(folders))[-1]
-
-
-def test_several_cpu_contexts_in_one_worker_train_in_sync(processes, tmp_path):
-    log_dir = str(tmp_path / "logs")
-    args = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "2", "--max-iters", "40", "-e", "20"]
-    workers = start_job(processes, "sync", args, num_workers=2, log_dir=log_dir)
-
-    finish(processes, workers, timeout=180)
-
-    folders = worker_folders(log_dir)
-    assert [os.path.basename(f) for f in folders] == ["cpu2-rank0", "cpu2-rank1"]
-    assert_identical_weights(folders)
-
-
-@pytest.mark.parametrize("mode", ["sync", "esync"])
-def test_batchnorm_statistics_are_identical_across_workers(processes, tmp_path, mode):
-    log_dir = str(tmp_path / "logs")
-    state = ["-port", str(start_state_server(processes))] if mode == "esync" else []
+def test_batchnorm_statistics_are_identical_across_sync_workers(processes, tmp_path):
     args = ["-n", "resnet18-v1", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "16", "--max-iters", "3",
-            "-e", "0", "--digest-weights", *state]
-    workers = start_job(processes, mode, args, num_workers=2, log_dir=log_dir)
+            "-e", "0", "--digest-weights"]
+    assert_trained_identical_batchnorm(run_job(processes, str(tmp_path / "logs"), "sync", args, timeout=300))
 
-    finish(processes, workers, timeout=300)
 
-    folders = worker_folders(log_dir)
+def test_batchnorm_statistics_are_identical_across_esync_workers(esync_resnet_job):
+    assert_trained_identical_batchnorm(esync_resnet_job)
+
+
+def assert_trained_identical_batchnorm(folders):
+    folders = list(folders.values())
     assert_identical_weights(folders)
     weights = final_weights(folders[0])
     running_means = [weights[name].asnumpy() for name in weights if "running_mean" in name]

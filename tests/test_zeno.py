@@ -31,6 +31,7 @@ def workers_of(run):
     return [device for node in run["devices"].values() for device in node.values()]
 
 
+@pytest.mark.slow
 def test_one_sign_flipping_worker_wrecks_plain_sync_averaging(processes, tmp_path):
     run = run_job(processes, str(tmp_path / "lenet"), "sync-attack", ATTACK)
 
@@ -38,6 +39,7 @@ def test_one_sign_flipping_worker_wrecks_plain_sync_averaging(processes, tmp_pat
     assert run["final_accuracy"] < 0.5
 
 
+@pytest.mark.slow
 def test_zeno_rejects_the_sign_flipper_and_keeps_the_accuracy_of_a_clean_run(processes, tmp_path):
     network_dir = str(tmp_path / "lenet")
     clean = run_job(processes, network_dir, "zeno", [])
@@ -61,6 +63,7 @@ def test_zeno_rejects_the_sign_flipper_and_keeps_the_accuracy_of_a_clean_run(pro
 ASYNC = ["--zeno-flavour", "async", "-l", "0.00025", "--max-iters", "150", "-e", "10"]
 
 
+@pytest.mark.slow
 def test_zeno_plus_plus_drops_most_of_the_sign_flippers_gradients_where_plain_async_collapses(processes, tmp_path):
     network_dir = str(tmp_path / "lenet")
     plain = run_job(processes, network_dir, "async-attack", ATTACK + ASYNC[2:])
@@ -75,6 +78,7 @@ def test_zeno_plus_plus_drops_most_of_the_sign_flippers_gradients_where_plain_as
         assert share <= 0.2 if worker["byzantine"] else share >= 0.7, (worker["byzantine"], share)
 
 
+@pytest.mark.slow
 def test_a_zeno_job_without_a_validator_stops_with_a_clear_message(processes, tmp_path):
     log_dir = str(tmp_path / "logs")
     worker = [MAIN, "-m", "zeno", "-ld", log_dir, *LENET_ARGS, *BUDGET, "--sync-timeout", "30"]

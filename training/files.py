@@ -18,11 +18,11 @@ def atomic_write(path, write):
         raise
 
 
-def write_json(path, obj):
-    """Atomic against a killed process (no fsync: iteration logs are written every round)."""
+def write_json(path, obj, indent=None):
+    """Atomic against a killed process (no fsync: round logs are written every round); compact unless indented."""
     def write(tmp):
         with open(tmp, "w") as f:
-            json.dump(obj, f, separators=(",", ":"))
+            json.dump(obj, f, indent=indent, separators=None if indent else (",", ":"))
     atomic_write(path, write)
 
 

@@ -7,15 +7,15 @@ import gc
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 import mxnet as mx
 
 from data import BatchStream
-from training import checkpoints, fault_injection
+from training import checkpoints, fault_injection, runlog
 from training.devices import contexts, device_name
 from training.files import atomic_write
 from training.heterogeneity import EmulatedSlowdown
-from training.iterlog import IterationLog
 from training.model import Model
 from training.watchdog import Watchdog
 
@@ -89,9 +89,9 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     if scheme.attack:
         stream = scheme.attack.poison(stream)
     device = device_name(args.gpu, args.cpu)
-    folder = device if kv is None else f"{device}-rank{rank}" + ("" if scheme.role == "worker" else f"-{scheme.role}")
-    iterlog = IterationLog(args.log_dir, args.node_name, folder,
-                           _meta(args, scheme, model, device, len(share)), resume.step)
+    run_log = runlog.RunLogWriter(args.log_dir, args.node_name,
+                                  runlog.device_folder(device, rank if kv else None, scheme.role),
+                                  _meta(args, scheme, model, device, len(share)), completed_rounds=resume.step)
     log.info("%s %s rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
              scheme.name, scheme.role, rank, scheme.num_workers, device, os.getpid(), args.network, len(share),
              model.num_params, model.param_bytes / 1e6,
@@ -99,12 +99,13 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
              f", Byzantine ({scheme.attack.kind} x{scheme.attack.scale:g})" if scheme.attack else "")
     if args.digest_weights:
         log.info("weights digest at global step %d: %s", resume.step, model.digest())
-    writer = _checkpoint_writer(args, scheme, rank)
+    rounds = Rounds(args, scheme, model, stream, data, run_log, stop, watchdog, resume,
+                    _checkpoint_writer(args, scheme, rank))
     try:
-        accuracy = _run(args, scheme, model, stream, data, iterlog, stop, watchdog, scheme.evaluates, resume, writer)
+        accuracy = rounds.run()
     finally:
         scheme.finish()
-    model_path = iterlog.path("model-final.params")
+    model_path = run_log.path(runlog.FINAL_MODEL_FILE)
     atomic_write(model_path, model.save)
     log.info("saved the final weights to %s", model_path)
     fault_injection.point("worker", "leaving", rank)
@@ -114,82 +115,127 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     return accuracy
 
 
-def _run(args, scheme, model, stream, data, iterlog, stop, watchdog, evaluates, resume, writer):
-    slowdown = EmulatedSlowdown(args.slowdown)
-    started = time.time() - resume.elapsed  # a resumed job's clock continues from its checkpoint
-    samples = 0
-    accuracy = None
-    last_progress = resume.elapsed
-    iteration = resume.step
-    while True:
-        round_overhead = {}
+@dataclass
+class Rounds:
+    """The rounds of one worker, from its first (or resumed) round to a stop condition."""
+    args: object
+    scheme: object
+    model: object
+    stream: object
+    data: object
+    run_log: runlog.RunLogWriter
+    stop: StopCondition
+    watchdog: Watchdog
+    resume: checkpoints.ResumePoint
+    checkpoints: object     # a CheckpointWriter on rank 0 with --train-dir, else None
+
+    def run(self):
+        """Train round after round; the last test accuracy (None where this worker never evaluated)."""
+        self.slowdown = EmulatedSlowdown(self.args.slowdown)
+        self.started = time.time() - self.resume.elapsed  # a resumed job's clock continues from its checkpoint
+        self.samples = 0
+        self.accuracy = None
+        self.last_progress = self.resume.elapsed
+        n = self.resume.step
+        while True:
+            n += 1
+            stopping, reason = self.round(n)
+            if stopping:
+                log.info("finished: %d global iterations in %.1f s (%s)%s", n, time.time() - self.started,
+                         reason or "another worker reached a stop condition",
+                         f", final test accuracy {self.accuracy:.4f}" if self.accuracy is not None else "")
+                return self.accuracy
+
+    def round(self, n):
+        """Round n (from 1): local steps, the aggregation, evaluation and checkpoint when due, its log file.
+        Returns (whether every worker stops now, this worker's reason to stop or None)."""
+        scheme = self.scheme
         fault_injection.point("worker", "training", scheme.rank)
-        with Timer(round_overhead, "check ready"):
-            scheme.begin_round(iteration)
-        steps = _local_steps(scheme, model, stream, slowdown)
+        opening = {}
+        with Timer(opening, runlog.CHECK_READY):
+            scheme.begin_round(n - 1)
+        steps = self.local_steps()
         if scheme.coordinated:
-            steps[0]["check ready"] = steps[0].get("check ready", 0.0) + round_overhead["check ready"]
-        reason = stop.reason(iteration + 1, time.time() - started, accuracy, resume.epochs + stream.passes)
-        if scheme.aggregate_key:
-            phase = f"the aggregation of global iteration {iteration}"
-            with Timer(steps[-1], scheme.aggregate_key), watchdog.guard(phase):
-                fault_injection.point("worker", "aggregation", scheme.rank)
-                stop_all = scheme.aggregate(reason is not None)
-                mx.nd.waitall()
-        else:
-            stop_all = reason is not None
-        iteration += 1
+            steps[0][runlog.CHECK_READY] = steps[0].get(runlog.CHECK_READY, 0.0) + opening[runlog.CHECK_READY]
+        reason = self.stop.reason(n, time.time() - self.started, self.accuracy, self.epochs)
+        stopping = self.aggregate(n, steps[-1], reason is not None)
         round_samples = len(steps) * scheme.step_batch_size
-        samples += round_samples
-        evaluated = None
-        if evaluates and (stop_all or (args.eval_duration and iteration % args.eval_duration == 0)):
-            with Timer(steps[-1], "evaluation"):
-                evaluated = accuracy = model.accuracy(data.test_images, data.test_labels)
-        elapsed = time.time() - started
-        if writer and (stop_all or writer.due(iteration)):
-            with Timer(steps[-1], "checkpoint"):
-                fault_injection.point("worker", "checkpoint", scheme.rank)
-                save = writer.finish if stop_all else writer.save
-                save(iteration, elapsed, resume.epochs + stream.passes, model, scheme)
-        extra = {"weights_digest": model.digest()} if args.digest_weights else {}
+        self.samples += round_samples
+        evaluated = self.evaluate(n, steps[-1], stopping)
+        elapsed = time.time() - self.started
+        self.save_checkpoint(n, steps[-1], stopping, elapsed)
+        extra = {"weights_digest": self.model.digest()} if self.args.digest_weights else {}
         extra.update(scheme.round_record())
-        iterlog.write(iteration - 1, steps, round_samples, elapsed, evaluated, **extra)
-        if stop_all or elapsed - last_progress >= PROGRESS_EVERY:
-            last_progress = elapsed
-            log.info("iter %d  %.1f s  %s  %.0f samples/s", iteration, elapsed,
-                     f"test accuracy {accuracy:.4f}" if accuracy is not None else "",
-                     samples / (elapsed - resume.elapsed))
-        if stop_all:
-            log.info("finished: %d global iterations in %.1f s (%s)%s", iteration, elapsed,
-                     reason or "another worker reached a stop condition",
-                     f", final test accuracy {accuracy:.4f}" if accuracy is not None else "")
-            return accuracy
+        self.run_log.write(n, steps, round_samples, elapsed, evaluated, **extra)
+        self.report_progress(n, elapsed, stopping)
+        return stopping, reason
 
+    @property
+    def epochs(self):
+        return self.resume.epochs + self.stream.passes
 
-def _local_steps(scheme, model, stream, slowdown):
-    """Local steps until the scheme ends the round; per step, the seconds of each phase."""
-    steps = []
-    while True:
-        t = {}
-        step_start = time.perf_counter()
-        with Timer(t, "get_batch"):
-            images, labels = stream.next()
-        with Timer(t, "forward and backward"):
-            model.forward_backward(images, labels)
-        if scheme.updates_locally:
-            with Timer(t, "local update"):
-                scheme.local_step()
-        if slowdown.active:
-            t["emulated slowdown"] = slowdown.pad(t["forward and backward"] + t.get("local update", 0.0))
-        steps.append(t)
-        step_seconds = time.perf_counter() - step_start
-        if scheme.coordinated:
-            with Timer(t, "check ready"):
+    def local_steps(self):
+        """Local steps until the scheme ends the round; per step, the seconds of each phase."""
+        scheme, model = self.scheme, self.model
+        steps = []
+        while True:
+            t = {}
+            step_start = time.perf_counter()
+            with Timer(t, runlog.GET_BATCH):
+                images, labels = self.stream.next()
+            with Timer(t, runlog.FORWARD_BACKWARD):
+                model.forward_backward(images, labels)
+            if scheme.updates_locally:
+                with Timer(t, runlog.LOCAL_UPDATE):
+                    scheme.local_step()
+            if self.slowdown.active:
+                t[runlog.EMULATED_SLOWDOWN] = self.slowdown.pad(t[runlog.FORWARD_BACKWARD]
+                                                               + t.get(runlog.LOCAL_UPDATE, 0.0))
+            steps.append(t)
+            step_seconds = time.perf_counter() - step_start
+            if scheme.coordinated:
+                with Timer(t, runlog.CHECK_READY):
+                    done = scheme.round_done(len(steps), step_seconds)
+            else:
                 done = scheme.round_done(len(steps), step_seconds)
-        else:
-            done = scheme.round_done(len(steps), step_seconds)
-        if done:
-            return steps
+            if done:
+                return steps
+
+    def aggregate(self, n, last_step, stop_vote):
+        """The scheme's aggregation, timed in the round's last step; whether every worker stops now."""
+        scheme = self.scheme
+        if not scheme.aggregates:
+            return stop_vote
+        phase = f"the aggregation of global iteration {n}"
+        with Timer(last_step, scheme.aggregation_phase), self.watchdog.guard(phase):
+            fault_injection.point("worker", "aggregation", scheme.rank)
+            stopping = scheme.aggregate(stop_vote)
+            mx.nd.waitall()
+        return stopping
+
+    def evaluate(self, n, last_step, stopping):
+        """Rank 0's test accuracy when due (-e), else None."""
+        every = self.args.eval_duration
+        if not self.scheme.evaluates or not (stopping or (every and n % every == 0)):
+            return None
+        with Timer(last_step, runlog.EVALUATION):
+            self.accuracy = self.model.accuracy(self.data.test_images, self.data.test_labels)
+        return self.accuracy
+
+    def save_checkpoint(self, n, last_step, stopping, elapsed):
+        writer = self.checkpoints
+        if writer and (stopping or writer.due(n)):
+            with Timer(last_step, runlog.CHECKPOINT):
+                fault_injection.point("worker", "checkpoint", self.scheme.rank)
+                save = writer.finish if stopping else writer.save
+                save(n, elapsed, self.epochs, self.model, self.scheme)
+
+    def report_progress(self, n, elapsed, stopping):
+        if stopping or elapsed - self.last_progress >= PROGRESS_EVERY:
+            self.last_progress = elapsed
+            log.info("iter %d  %.1f s  %s  %.0f samples/s", n, elapsed,
+                     f"test accuracy {self.accuracy:.4f}" if self.accuracy is not None else "",
+                     self.samples / (elapsed - self.resume.elapsed))
 
 
 def _checkpoint_writer(args, scheme, rank):

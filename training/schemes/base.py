@@ -10,6 +10,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from data import partition
+from training import runlog
 from training.attacks import attack_for, flatten_arrays
 
 
@@ -47,9 +48,10 @@ class PackedStatistics:
 class Scheme:
     name = None
     kvstore = None                    # kvstore type this scheme trains over; None: no cluster
-    aggregate_key = "global update"   # the aggregation's timing key in the iteration logs
-    coordinated = False               # round_done() asks the state server ("check ready" in the logs)
-    updates_locally = False           # local_step() updates the weights ("local update" in the logs)
+    aggregates = True                 # aggregate() ends each round (a cluster scheme)
+    aggregation_phase = runlog.GLOBAL_AGGREGATE   # how the run log names the aggregation's time
+    coordinated = False               # round_done() asks the state server (its time: runlog.CHECK_READY)
+    updates_locally = False           # local_step() updates the weights (its time: runlog.LOCAL_UPDATE)
 
     def __init__(self, args, model, kv):
         self.args = args
@@ -99,8 +101,8 @@ class Scheme:
     def setup(self):
         """Bring every worker to the same starting weights."""
 
-    def begin_round(self, iteration):
-        """Called before the first local step of global iteration `iteration`."""
+    def begin_round(self, completed):
+        """Called before the first local step of a round; `completed` rounds came before it."""
 
     def local_step(self):
         """Called after each step's backward pass; may update the weights locally."""

@@ -19,6 +19,7 @@ import time
 
 import mxnet as mx
 
+from training import runlog
 from training.schemes.base import Scheme
 from training.state_client import StateClient, StateServerUnavailable
 
@@ -30,7 +31,7 @@ STEP_TIME_SMOOTHING = 0.2
 class ESync(Scheme):
     name = "esync"
     kvstore = "dist_sync"
-    aggregate_key = "global aggregate"
+    aggregation_phase = runlog.GLOBAL_UPDATE  # as the original ESync scripts log it
     updates_locally = True
     coordinated = True
 
@@ -59,12 +60,12 @@ class ESync(Scheme):
         alone: rank 0 may already wait in the aggregation for workers that are waiting for the job."""
         self.client.init_again_if_lost(self.num_workers, epsilon=self.args.epsilon, policy=self.args.esync_policy)
 
-    def begin_round(self, iteration):
+    def begin_round(self, completed):
         if self.args.esync_policy == "plan":
             if self.step_seconds is not None:
                 self.opening = self.requests.submit(self.client.plan, self.rank, self.step_seconds)
-        elif iteration > 0:
-            self.opening = self.requests.submit(self.client.reset, self.rank, iteration, time.time())
+        elif completed > 0:
+            self.opening = self.requests.submit(self.client.reset, self.rank, completed, time.time())
 
     def local_step(self):
         self.model.reduce_gradients()

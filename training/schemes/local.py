@@ -4,7 +4,7 @@ from training.schemes.base import Scheme
 
 class Local(Scheme):
     name = "local"
-    aggregate_key = None
+    aggregates = False
     updates_locally = True
 
     def setup(self):

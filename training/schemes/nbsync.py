@@ -79,8 +79,8 @@ class NonBlockingSync(Scheme):
         with self.init_lock:  # both threads may find out at once
             self.init_client.init_again_if_lost(self.num_workers, policy="nbsync")
 
-    def begin_round(self, iteration):
-        self.round = RoundWatch(iteration)
+    def begin_round(self, completed):
+        self.round = RoundWatch(completed)
         self.round_parts = 0
         self.watching = self.watcher.submit(self._watch, self.round)
 

@@ -30,7 +30,7 @@ def split_validation(num_samples, validation_size, seed):
 
 
 class WithValidator(Scheme):
-    """Roles shared by both flavours: one process validates, the others train on what the validation set left."""
+    """Roles shared by zeno and zeno-async: one process validates, the others train on what the validation set left."""
     validator_rank = None
 
     @property
@@ -69,7 +69,6 @@ class WithValidator(Scheme):
 class ZenoSync(WithValidator):
     name = "zeno"
     kvstore = "dist_sync"
-    aggregate_key = "global aggregate"
     updates_locally = True
 
     def setup(self):
@@ -94,7 +93,7 @@ class ZenoSync(WithValidator):
         self.kv.pushpull(key, roles, out=roles)
         validators = np.flatnonzero(roles.asnumpy())
         if len(validators) != 1:
-            raise JobSetupError(f"-m zeno needs exactly one process started with --validator among the "
+            raise JobSetupError(f"-m {self.name} needs exactly one process started with --validator among the "
                                 f"{self.num_workers} workers of the job; found {len(validators)}")
         return int(validators[0])
 
@@ -166,7 +165,7 @@ class ZenoAsync(WithValidator):
     server only. Trust: the validator, its data and the server are honest; a Byzantine worker pushes anything
     into its own range. BatchNorm statistics stay local to each worker.
     """
-    name = "zeno"
+    name = "zeno-async"
     kvstore = "dist_async"
 
     def setup(self):
@@ -203,7 +202,7 @@ class ZenoAsync(WithValidator):
         self.kv.pull(list(range(layout.role_base, layout.verdict_base)), out=roles)
         validators = [r for r, role in enumerate(roles) if role.asscalar() > 0]
         if len(validators) != 1:
-            raise JobSetupError(f"-m zeno needs exactly one process started with --validator among the "
+            raise JobSetupError(f"-m {self.name} needs exactly one process started with --validator among the "
                                 f"{self.num_workers} workers of the job; found {len(validators)}")
         return validators[0]
 

@@ -1,0 +1,316 @@
+"""The run-log format: what every worker writes each round, and the one reader of it.
+
+Layout, as in the original ESync scripts: <log_dir>/<node>/<device folder>/iter-<N>.txt, one file per round
+(global iteration) N = 1, 2, ..., with meta.json beside them describing the worker and the job. A device folder
+is the device's name alone on a standalone run, <device>-rank<R> for worker R of a cluster, and
+<device>-rank<R>-validator for Zeno's validator.
+
+A round's file is one JSON object: `num_iters` (N), `time` (per local step "0", "1", ...: the seconds of each
+phase; the round's local steps are len(time)), `num_samples`, `total_time` (seconds since the worker started
+training; a resumed job continues from its checkpoint's), `accuracy` when this worker evaluated, and what a
+scheme adds (a weights digest, Zeno's counts). The aggregation is timed in the last local step: ESync's as
+`global update`, every other scheme's as `global aggregate`.
+
+Three generations of logs are read, told apart by meta.json:
+- the original scripts: no meta.json; rounds from 1, `num_iters` the round (the worker's own count in ASGD);
+- this project before `log_format` 2: meta.json without `log_format`; rounds from 0, `num_iters` the local steps;
+- now: meta.json with `log_format` 2.
+The reader numbers every round from 1 and counts local steps as len(time) in all three.
+"""
+import glob
+import json
+import logging
+import math
+import os
+import re
+
+from training.files import write_json
+
+log = logging.getLogger(__name__)
+
+FORMAT = 2
+
+# Phases of a local step (keys of each entry of `time`).
+GET_BATCH = "get_batch"
+FORWARD_BACKWARD = "forward and backward"
+LOCAL_UPDATE = "local update"
+EMULATED_SLOWDOWN = "emulated slowdown"
+CHECK_READY = "check ready"             # asking the state server whether the round is over
+GLOBAL_UPDATE = "global update"         # ESync's aggregation
+GLOBAL_AGGREGATE = "global aggregate"   # every other scheme's aggregation
+EVALUATION = "evaluation"
+CHECKPOINT = "checkpoint"
+AGGREGATION_PHASES = (GLOBAL_UPDATE, GLOBAL_AGGREGATE)
+OWN_STEP_PHASES = (GET_BATCH, FORWARD_BACKWARD, LOCAL_UPDATE, EMULATED_SLOWDOWN)  # a worker's own work
+
+META_FILE = "meta.json"
+FINAL_MODEL_FILE = "model-final.params"
+WORKER_FILES = {META_FILE, FINAL_MODEL_FILE}   # what a worker writes beside its rounds
+ROUND_FILE = re.compile(r"^iter-(\d+)\.txt$")
+RANK = re.compile(r"-rank(\d+)(?:-[a-z]+)?$")
+VALIDATOR_SUFFIX = "-validator"
+ATTACK_SUFFIX = "-attack"   # a run with Byzantine workers: <mode>-attack[-niid]
+NON_IID_SUFFIX = "-niid"    # a run on the non-i.i.d. partition
+
+
+# ----------------------------------------------------------------------------------------------
+# Folder and file names
+
+
+def run_folder(mode, attacked=False, non_iid=False):
+    """A run's folder under <logs>/<network>/: 'esync', 'sync-niid', 'zeno-attack-niid'."""
+    return mode + (ATTACK_SUFFIX if attacked else "") + (NON_IID_SUFFIX if non_iid else "")
+
+
+def split_run_folder(name):
+    """'zeno-attack-niid' -> ('zeno', True, True); 'sync' -> ('sync', False, False)."""
+    base, non_iid = _strip(name, NON_IID_SUFFIX)
+    mode, attacked = _strip(base, ATTACK_SUFFIX)
+    return mode, attacked, non_iid
+
+
+def _strip(name, suffix):
+    return (name[:-len(suffix)], True) if name.endswith(suffix) else (name, False)
+
+
+def device_folder(device, rank=None, role="worker"):
+    """'cpu' (no cluster), 'cpu-rank1', 'cpu-rank4-validator'."""
+    if rank is None:
+        return device
+    return f"{device}-rank{rank}" + ("" if role == "worker" else f"-{role}")
+
+
+def rank_in_folder(name):
+    match = RANK.search(name)
+    return int(match.group(1)) if match else None
+
+
+def without_rank(name):
+    """'cpu-rank1' -> 'cpu': the device alone."""
+    return RANK.sub("", name)
+
+
+def is_validator_folder(name):
+    return name.endswith(VALIDATOR_SUFFIX)
+
+
+def round_path(folder, n):
+    return os.path.join(folder, f"iter-{n}.txt")
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+
+
+class RunLogWriter:
+    """One worker's device folder: meta.json, then a file per round."""
+
+    def __init__(self, log_dir, node, folder_name, meta, completed_rounds=0):
+        """Rounds after `completed_rounds` replace an earlier run's; a resumed job keeps those before them."""
+        self.folder = os.path.join(log_dir, node, folder_name)
+        os.makedirs(self.folder, exist_ok=True)
+        stale = [path for path in glob.glob(os.path.join(self.folder, "iter-*.txt"))
+                 if _file_number(path) > completed_rounds]
+        # Files an earlier run was writing when it was killed (training.files.atomic_write's hidden temporaries).
+        stale += glob.glob(os.path.join(self.folder, ".*.tmp"))
+        for path in stale:  # only this worker's own folder: an earlier run of the same worker slot
+            os.unlink(path)
+        if stale:
+            log.info("removed %d round logs (or unfinished files) of an earlier run from %s", len(stale),
+                     self.folder)
+        write_json(os.path.join(self.folder, META_FILE), {**meta, "log_format": FORMAT})
+
+    def write(self, n, step_times, num_samples, total_time, accuracy=None, **extra):
+        """Round n (from 1): `step_times` holds each local step's {phase: seconds}."""
+        record = {
+            "num_iters": n,
+            "time": {str(i): t for i, t in enumerate(step_times)},
+            "num_samples": num_samples,
+            "total_time": round(total_time, 6),
+        }
+        if accuracy is not None:
+            record["accuracy"] = accuracy
+        record.update(extra)
+        write_json(round_path(self.folder, n), record)
+
+    def path(self, name):
+        return os.path.join(self.folder, name)
+
+
+def _file_number(path):
+    match = ROUND_FILE.match(os.path.basename(path))
+    return int(match.group(1)) if match else -1
+
+
+# ----------------------------------------------------------------------------------------------
+# One round
+
+
+def is_number(value):
+    """A finite int or float; JSON booleans and NaN/Infinity do not count."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def round_problem(record):
+    """Why a round's record cannot be used, or None when it is fine."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key in ("num_samples", "total_time"):
+        if not is_number(record.get(key)):
+            return f"missing or non-numeric '{key}'"
+    steps = record.get("time")
+    if not isinstance(steps, dict) or not steps or not all(isinstance(s, dict) for s in steps.values()):
+        return "missing or malformed 'time'"
+    if any(not is_number(seconds) for s in steps.values() for seconds in s.values()):
+        return "non-numeric phase time"
+    for key in ("num_iters", "accuracy"):
+        if key in record and not is_number(record[key]):
+            return f"non-numeric '{key}'"
+    return None
+
+
+def local_steps(record):
+    return len(record["time"])
+
+
+def steps(record):
+    """The round's local steps in order, each {phase: seconds}."""
+    return [record["time"][key] for key in sorted(record["time"], key=_step_order)]
+
+
+def _step_order(key):
+    return int(key) if key.isdigit() else math.inf
+
+
+def phase_seconds(record, phases):
+    return float(sum(step.get(phase, 0.0) for step in record["time"].values() for phase in phases))
+
+
+def aggregation_seconds(record):
+    return phase_seconds(record, AGGREGATION_PHASES)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_json(path, what):
+    """Parsed JSON of a file, or None after one warning naming the file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        log.warning("skipping unreadable %s %s: %s", what, path, error)
+        return None
+
+
+def read_meta(folder):
+    """meta.json of a device folder; {} when there is none (the original scripts wrote none)."""
+    path = os.path.join(folder, META_FILE)
+    if not os.path.exists(path):
+        return {}
+    meta = read_json(path, "meta file")
+    if not isinstance(meta, dict):
+        if meta is not None:
+            log.warning("skipping meta file %s: not a JSON object", path)
+        return {}
+    return meta
+
+
+def first_file_number(meta):
+    """The file number of round 1: 0 in this project's logs before log_format 2, else 1."""
+    return 0 if meta and "log_format" not in meta else 1
+
+
+def read_round(path):
+    """A usable round record; None (after a warning) when the file is unreadable or malformed."""
+    record = read_json(path, "round log")
+    if record is None:
+        return None
+    problem = round_problem(record)
+    if problem:
+        log.warning("skipping malformed round log %s: %s", path, problem)
+        return None
+    return record
+
+
+class DeviceLog:
+    """A device folder as read: `meta` ({} without meta.json) and `rounds` ({round from 1: record})."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.meta = read_meta(folder)
+        offset = 1 - first_file_number(self.meta)
+        self.rounds = {}
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            match = ROUND_FILE.match(name)
+            if name in WORKER_FILES or name.startswith("."):
+                continue
+            if not match or not os.path.isfile(path):
+                log.warning("skipping stray entry %s (not an iter-<N>.txt file)", path)
+                continue
+            record = read_round(path)
+            if record is not None:
+                self.rounds[int(match.group(1)) + offset] = record
+
+    def ordered(self):
+        return [self.rounds[n] for n in sorted(self.rounds)]
+
+
+def subfolders(path):
+    return sorted(name for name in os.listdir(path) if os.path.isdir(os.path.join(path, name)))
+
+
+def device_folders(mode_dir):
+    """[(node, device folder name, path)] of every <node>/<device> folder of a run."""
+    return [(node, device, os.path.join(mode_dir, node, device))
+            for node in subfolders(mode_dir)
+            for device in subfolders(os.path.join(mode_dir, node))]
+
+
+def has_rounds(mode_dir):
+    return any(ROUND_FILE.match(name) for _, _, path in device_folders(mode_dir) for name in os.listdir(path))
+
+
+class RunFollower:
+    """Follows the training workers' logs of a run while it trains, reading each round once (the launcher's
+    progress lines); Zeno's validator, which trains on held-out data, is left out."""
+
+    def __init__(self, mode_dir):
+        self.mode_dir = mode_dir
+        self.next_round = {}       # device folder -> (the round to read next, the file number of round 1)
+        self.rounds = 0            # the most rounds any worker logged
+        self.samples = 0           # over all workers
+        self.training_time = 0.0   # the longest total_time logged
+        self.accuracy = None       # the evaluating worker's latest test accuracy
+
+    @property
+    def throughput(self):
+        return self.samples / self.training_time if self.training_time > 0 else 0.0
+
+    def update(self):
+        for folder in glob.glob(os.path.join(self.mode_dir, "*", "*-rank*")):
+            if not is_validator_folder(folder):
+                self._read_new_rounds(folder)
+        return self
+
+    def _read_new_rounds(self, folder):
+        if folder not in self.next_round:
+            if not os.path.exists(os.path.join(folder, META_FILE)):
+                return  # the worker has not started writing
+            self.next_round[folder] = (1, first_file_number(read_meta(folder)))
+        n, first = self.next_round[folder]
+        while os.path.exists(round_path(folder, n - 1 + first)):
+            record = read_round(round_path(folder, n - 1 + first))
+            if record is not None:
+                self._add(record)
+            self.rounds = max(self.rounds, n)
+            n += 1
+        self.next_round[folder] = (n, first)
+
+    def _add(self, record):
+        self.samples += record["num_samples"]
+        self.training_time = max(self.training_time, record["total_time"])
+        if record.get("accuracy") is not None:  # one worker of a job evaluates
+            self.accuracy = record["accuracy"]
