@@ -20,6 +20,7 @@ from training import failures, fault_injection, modes
 
 ROLES = ("scheduler", "server", "worker")
 DMLC_INTEGERS = ("DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+STATE_SERVER_STARTUP = 10.0  # seconds a worker gives a state server started beside it to answer
 
 log = logging.getLogger("main")
 
@@ -172,7 +173,8 @@ def run_evaluator(args, test_set):
 def check_state_server(args):
     from training.state_client import StateClient, StateServerUnavailable
 
-    client = StateClient(args.state_server_ip, args.state_server_port, retry_for=10.0)
+    client = StateClient(args.state_server_ip, args.state_server_port,
+                         retry_for=min(STATE_SERVER_STARTUP, args.sync_timeout))
     try:
         client.state()
     except StateServerUnavailable as err:

@@ -87,7 +87,8 @@ def test_an_unknown_role_is_refused():
 
 def test_esync_without_a_state_server_names_its_address():
     port = free_port()
-    result = run_main(["-m", "esync", *BASE, "-ip", "127.0.0.1", "-port", str(port)], worker_env(), timeout=60)
+    result = run_main(["-m", "esync", *BASE, "-ip", "127.0.0.1", "-port", str(port), "--sync-timeout", "1"],
+                      worker_env(), timeout=60)
 
     assert result.returncode == 2
     assert f"http://127.0.0.1:{port}" in result.stderr and "runserver" in result.stderr

@@ -2,10 +2,17 @@
 
 With DMLC_ROLE=server or scheduler, MXNet runs the role while it is being imported, with a controller called back
 through ctypes, which prints and then swallows any exception: a server that cannot unpickle the workers' optimizer,
-or whose update raises, would go on summing with no rule or skip the update. Here mxnet is imported with DMLC_ROLE
-hidden (as a worker imports it; ps-lite reads the role only when the kvstore is created), and the node then runs
-with a controller and an update rule that end the process with one line when they raise.
+or whose update raises, would go on summing with no rule or skip the update. Here the node runs with a controller
+and an update rule that end the process with one line when they raise.
+
+The node talks to MXNet's C library directly (create the kvstore, run its server loop): a scheduler, and a server
+of a job whose workers send no update rule (the synchronous schemes: the servers only sum), never need MXNet's
+Python package, whose import costs about a second of CPU per process. A server imports it when the first rule
+arrives (dist_async), with DMLC_ROLE hidden, as a worker imports it: ps-lite reads the role only when a kvstore
+is created.
 """
+import ctypes
+import importlib.util
 import logging
 import os
 import pickle
@@ -13,6 +20,27 @@ import pickle
 from training import failures, fault_injection
 
 log = logging.getLogger("ps-node")
+
+SET_OPTIMIZER = 0  # the command a worker's kv.set_optimizer sends to every server
+CONTROLLER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+class MXNetLibraryError(RuntimeError):
+    pass
+
+
+def mxnet_library():
+    """MXNet's C library, loaded as the mxnet package would load it (the same file, so the same library)."""
+    path = os.environ.get("MXNET_LIBRARY_PATH") or os.path.join(
+        importlib.util.find_spec("mxnet").submodule_search_locations[0], "libmxnet.so")
+    lib = ctypes.CDLL(path, ctypes.RTLD_LOCAL)
+    lib.MXGetLastError.restype = ctypes.c_char_p
+    return lib
+
+
+def check(lib, code):
+    if code != 0:
+        raise MXNetLibraryError(lib.MXGetLastError().decode(errors="replace"))
 
 
 def import_mxnet_without_running_the_role():
@@ -26,27 +54,31 @@ def import_mxnet_without_running_the_role():
 
 def run(role, traceback_folder=None):
     """Join the job as its scheduler or one of its servers and serve until every worker has left."""
-    mx = import_mxnet_without_running_the_role()
-    kv = mx.kv.create("dist")
-    handle_commands = _guarded(_controller(kv, role, traceback_folder), role, traceback_folder)
+    lib = mxnet_library()
+    handle = ctypes.c_void_p()
+    check(lib, lib.MXKVStoreCreate(b"dist", ctypes.byref(handle)))
+    kvstores = []  # the Python kvstore that holds the update rule, once one arrived
+    controller = CONTROLLER(_guarded(_controller(handle, kvstores, role, traceback_folder), role, traceback_folder))
+    check(lib, lib.MXKVStoreRunServer(handle, controller, None))
+    # The node's kvstore is left to the end of the process: MXNet 1.9.1 crashes freeing a server's kvstore that
+    # holds an update rule, so the Python wrapper's destructor is given nothing to free.
+    for kv in kvstores:
+        kv.handle = ctypes.c_void_p()
 
-    class Server(mx.kvstore.KVStoreServer):
-        def _controller(self):  # the callback KVStoreServer.run hands to ps-lite
-            return handle_commands
 
-    Server(kv).run()
-
-
-def _controller(kv, role, traceback_folder):
-    def handle(command, body, _):
-        if command != 0:
+def _controller(handle, kvstores, role, traceback_folder):
+    def handle_command(command, body, _):
+        if command != SET_OPTIMIZER:
             log.warning("unknown server command %d ignored", command)
             return
+        mx = import_mxnet_without_running_the_role()
         optimizer = pickle.loads(body)  # the update rule a worker sent with kv.set_optimizer
         update = optimizer.update_multi_precision
         optimizer.update_multi_precision = _guarded(_injectable(update, role), role, traceback_folder)
+        kv = mx.kvstore.KVStore(handle)
         kv.set_optimizer(optimizer)
-    return handle
+        kvstores.append(kv)
+    return handle_command
 
 
 def _injectable(update, role):
