@@ -9,8 +9,8 @@ import math
 import socket
 
 from training import modes
+from training.attacks import ATTACKS
 
-ATTACKS = ("signflip", "random", "randomscale", "labelflip")  # see training/attacks.py
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan")
 EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its checkpoints (training/evaluator.py)
@@ -71,28 +71,26 @@ def _int_list(text):
     return ids
 
 
-def _positive(kind):
+def _number(kind, zero_allowed):
+    """An argparse type: a finite number of `kind` above 0 (or at least 0)."""
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
+            raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}" if zero_allowed
+                                             else f"expected a positive number, got {text!r}")
         return value
     return parse
+
+
+def _positive(kind):
+    return _number(kind, zero_allowed=False)
 
 
 def _non_negative(kind):
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-        if not math.isfinite(value) or value < 0:
-            raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-        return value
-    return parse
+    return _number(kind, zero_allowed=True)
 
 
 def _slowdown(text):

@@ -27,7 +27,6 @@ SPARE_COLOURS = ["tab:olive", "tab:cyan", "black"]  # for runs of a mode the cat
 NON_IID_HATCH = "//"
 FIGURE_SIZE = (8, 5)
 DPI = 120
-EXIT_USAGE = 2
 
 
 class DrawError(Exception):
@@ -369,29 +368,21 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def fail(error, exit_code):
-    print(f"{os.path.basename(__file__)}: error: {error}", file=sys.stderr)
-    return exit_code
-
-
 def main(argv=None):
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
     network_dir = os.path.join(args.base_dir, args.network)
     outdir = args.outdir or os.path.join(network_dir, "figures")
-    try:
+
+    def draw():
         runs = load_runs(network_dir, args.target, args.num_params, args.refresh)
         written = draw_all(runs, args.network, outdir, args)
-    except DrawError as error:
-        return fail(error, EXIT_USAGE)
-    except OSError as error:
-        return fail(error, 1)
-    print(format_table(runs, args.target))
-    print()
-    for path in written:
-        print(path)
-    return 0
+        print(format_table(runs, args.target))
+        print()
+        for path in written:
+            print(path)
+        return 0
+
+    return runs_summary.run_command("drawer.py", args.verbose, draw, DrawError)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import sys
 
 from training import modes, runlog
 from training.evaluator import EVALUATOR_LOG
+from training.failures import EXIT_USAGE
 from training.files import write_json
 from training.runlog import is_number
 
@@ -26,7 +27,6 @@ log = logging.getLogger("summary")
 
 BYTES_PER_PARAM = 4  # MXNet weights are float32
 DEFAULT_TARGET = 0.85
-EXIT_USAGE = 2
 
 
 class SummaryError(Exception):
@@ -461,25 +461,29 @@ def summarize_modes(network_dir, folders, target, num_params):
     return written
 
 
-def fail(error, exit_code):
-    print(f"{os.path.basename(__file__)}: error: {error}", file=sys.stderr)
-    return exit_code
+def run_command(prog, verbose, command, usage_error):
+    """Run a command-line tool's work: `usage_error` (bad input) ends it with one line and exit 2, a file that
+    cannot be read or written with one line and exit 1."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return command()
+    except (usage_error, OSError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(error, usage_error) else 1
 
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
     network_dir = os.path.join(args.base_dir, args.network)
-    try:
-        written = summarize_modes(network_dir, modes_to_summarize(args, network_dir), args.target, args.num_params)
-    except SummaryError as error:
-        return fail(error, EXIT_USAGE)
-    except OSError as error:
-        return fail(error, 1)
-    for path in written:
-        print(path)
-    return 0
+
+    def summarize():
+        modes = modes_to_summarize(args, network_dir)
+        for path in summarize_modes(network_dir, modes, args.target, args.num_params):
+            print(path)
+        return 0
+
+    return run_command("summary.py", args.verbose, summarize, SummaryError)
 
 
 if __name__ == "__main__":

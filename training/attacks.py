@@ -5,9 +5,7 @@ random       u <- samples of N(0, S), whatever was computed
 randomscale  u <- a random direction with norm S * |u| (per array)
 labelflip    trains on label 9 - y: an honest computation on poisoned data
 """
-import mxnet as mx
-
-from config import ATTACKS
+ATTACKS = ("signflip", "random", "randomscale", "labelflip")
 NUM_CLASSES = 10
 
 
@@ -20,6 +18,8 @@ class Attack:
 
     def corrupt(self, arrays):
         """Corrupt, in place, the NDArrays a worker is about to send."""
+        import mxnet as mx  # here: the command line reads ATTACKS without loading MXNet
+
         for array in arrays:
             if self.kind == "signflip":
                 array *= -self.scale
@@ -47,10 +47,10 @@ class LabelFlipped:
         return getattr(self.stream, name)
 
 
-def attack_for(args, worker_index):
+def attack_for(options, worker_index):
     """The attack worker `worker_index` (0-based among the training workers) runs, or None."""
-    if worker_index < args.byzantine:
-        return Attack(args.attack, args.attack_scale)
+    if worker_index < options.byzantine:
+        return Attack(options.attack, options.attack_scale)
     return None
 
 

@@ -149,16 +149,6 @@ def check_train_dir(args):
                        checkpoint_path(args.train_dir, step, "params"), states if os.path.exists(states) else None)
 
 
-def local_optimizer(scheme):
-    """The updater of the scheme's local gluon.Trainer (sync, esync, local), or None (async: on the servers).
-
-    Its states are saved and loaded directly: Trainer.save_states pickles the optimizer too, and load_states
-    would then bring back the earlier run's learning rate and momentum over this run's flags.
-    """
-    trainer = getattr(scheme, "trainer", None)
-    return trainer._updaters[0] if trainer is not None else None
-
-
 def load_weights(resume, model):
     """Rank 0, before the initial broadcast: the checkpoint's weights become every worker's."""
     model.load(resume.params)
@@ -167,13 +157,10 @@ def load_weights(resume, model):
 
 def load_optimizer_state(resume, scheme):
     """Every worker, after the scheme's setup: the checkpoint's local optimizer state, when both exist."""
-    if resume.states is None or local_optimizer(scheme) is None:
+    if resume.states is None or not scheme.has_local_optimizer:
         return
     with open(resume.states, "rb") as f:
-        states = f.read()
-    for updater in scheme.trainer._updaters:
-        # The states alone, not the pickled optimizer: this run's learning rate and momentum apply.
-        updater.set_states(states)
+        scheme.load_local_optimizer_states(f.read())
 
 
 class CheckpointWriter:
@@ -196,26 +183,25 @@ class CheckpointWriter:
     def due(self, step):
         return bool(self.save_freq) and step % self.save_freq == 0
 
-    def save(self, step, elapsed, epochs, model, scheme):
+    def save(self, step, elapsed, epochs, model, optimizer_states=None):
+        """The weights, and the local optimizer's state when the scheme has one (Scheme.local_optimizer_states)."""
         atomic_write(checkpoint_path(self.train_dir, step, "params"), model.save)
-        optimizer = local_optimizer(scheme)
-        if optimizer is not None:
+        written = [checkpoint_path(self.train_dir, step, "params")]
+        if optimizer_states is not None:
             def write_states(path):
                 with open(path, "wb") as f:
-                    f.write(optimizer.get_states(dump_optimizer=False))
-            atomic_write(checkpoint_path(self.train_dir, step, "states"), write_states)
-        written = [checkpoint_path(self.train_dir, step, "params")]
-        if optimizer is not None:
+                    f.write(optimizer_states)
             written.append(checkpoint_path(self.train_dir, step, "states"))
+            atomic_write(written[-1], write_states)
         record = {"step": step, "time": round(elapsed, 6), "epochs": epochs, **self.description,
                   "params": os.path.basename(written[0]),
                   "files": {os.path.basename(path): file_checksum(path) for path in written}}
         write_json(checkpoint_path(self.train_dir, step, "json"), record)
         self.last_saved = step
 
-    def finish(self, step, elapsed, epochs, model, scheme):
+    def finish(self, step, elapsed, epochs, model, optimizer_states=None):
         """The last checkpoint (unless this step was just saved), then the marker an evaluator stops at."""
         if self.last_saved != step:
-            self.save(step, elapsed, epochs, model, scheme)
+            self.save(step, elapsed, epochs, model, optimizer_states)
         write_json(os.path.join(self.train_dir, FINAL_MARKER), {"step": step, "time": round(elapsed, 6)})
         log.info("last checkpoint: step %d in %s", step, self.train_dir)

@@ -20,6 +20,7 @@ class JobSetupError(RuntimeError):
 
 
 EXIT_FAILURE = 1
+EXIT_USAGE = 2          # bad input, reported in one line before anything starts
 EXIT_INTERRUPTED = 130
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INJECTION_MODULE = os.path.join(PROJECT_ROOT, "training", "fault_injection.py")  # a fault's place is its caller

@@ -72,7 +72,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
         kv = mx.kv.create(scheme_cls.kvstore) if scheme_cls.kvstore else None
     rank = kv.rank if kv else 0
     model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed)
-    scheme = scheme_cls(args, model, kv)
+    scheme = scheme_cls(scheme_cls.Options.from_args(args), model, kv)
     stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy, args.epochs)
     if stop.unbounded:
         log.warning("no stop condition (--max-iters, --max-time, --target-accuracy, --epochs): "
@@ -228,7 +228,7 @@ class Rounds:
             with Timer(last_step, runlog.CHECKPOINT):
                 fault_injection.point("worker", "checkpoint", self.scheme.rank)
                 save = writer.finish if stopping else writer.save
-                save(n, elapsed, self.epochs, self.model, self.scheme)
+                save(n, elapsed, self.epochs, self.model, self.scheme.local_optimizer_states())
 
     def report_progress(self, n, elapsed, stopping):
         if stopping or elapsed - self.last_progress >= PROGRESS_EVERY:

@@ -16,7 +16,7 @@ class Async(Scheme):
 
     def server_rule(self):
         """Plain SGD on the gradient of the loss summed over a batch."""
-        return mx.optimizer.SGD(learning_rate=self.args.learning_rate, momentum=self.args.momentum)
+        return mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum)
 
     def setup(self):
         self.broadcast_initial_weights()
@@ -45,4 +45,5 @@ class DCASGD(Async):
     name = "dcasgd"
 
     def server_rule(self):
-        return mx.optimizer.DCASGD(learning_rate=self.args.learning_rate, momentum=self.args.momentum, lamda=0.04)
+        return mx.optimizer.DCASGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
+                                    lamda=0.04)

@@ -6,6 +6,9 @@ one key per trainable parameter, one key for all BatchNorm running statistics pa
 message per round instead of one per layer), and a control key whose value tells every worker of the round that
 someone wants to stop.
 """
+import dataclasses
+from dataclasses import dataclass
+
 import mxnet as mx
 from mxnet import gluon
 
@@ -45,16 +48,44 @@ class PackedStatistics:
             offset += size
 
 
+@dataclass(frozen=True)
+class Options:
+    """The flags every scheme reads (a field of the same name in config's command line); a scheme that reads more
+    declares a subclass as its `Options`."""
+    batch_size: int
+    learning_rate: float
+    momentum: float
+    split_by_class: int
+    seed: int
+    byzantine: int
+    attack: str
+    attack_scale: float
+    sync_timeout: float
+
+    @classmethod
+    def from_args(cls, args):
+        return cls(**{field.name: getattr(args, field.name) for field in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class CoordinatedOptions(Options):
+    """A scheme whose workers talk to the state server."""
+    state_server_ip: str
+    state_server_port: int
+
+
 class Scheme:
     name = None
+    Options = Options                 # what it reads from the command line
     kvstore = None                    # kvstore type this scheme trains over; None: no cluster
     aggregates = True                 # aggregate() ends each round (a cluster scheme)
     aggregation_phase = runlog.GLOBAL_AGGREGATE   # how the run log names the aggregation's time
     coordinated = False               # round_done() asks the state server (its time: runlog.CHECK_READY)
     updates_locally = False           # local_step() updates the weights (its time: runlog.LOCAL_UPDATE)
+    trainer = None                    # the local gluon.Trainer, where the workers update the weights
 
-    def __init__(self, args, model, kv):
-        self.args = args
+    def __init__(self, options, model, kv):
+        self.options = options
         self.model = model
         self.kv = kv
         self.rank = kv.rank if kv else 0
@@ -64,7 +95,7 @@ class Scheme:
         self.control_key = self.stats_key + 1
         self.keys = list(range(self.stats_key)) + ([self.stats_key] if self.stats else []) + [self.control_key]
         self.control = mx.nd.zeros((1,))
-        self.attack = attack_for(args, self.rank) if kv else None
+        self.attack = attack_for(options, self.rank) if kv else None
 
     @property
     def training_workers(self):
@@ -82,7 +113,7 @@ class Scheme:
 
     def training_share(self, labels):
         """Indices of the training samples this process trains on."""
-        return partition(labels, self.rank, self.num_workers, bool(self.args.split_by_class), self.args.seed)
+        return partition(labels, self.rank, self.num_workers, bool(self.options.split_by_class), self.options.seed)
 
     def round_record(self):
         """Extra fields for this round's iteration log."""
@@ -96,7 +127,7 @@ class Scheme:
     @property
     def step_batch_size(self):
         """Samples in one local step."""
-        return self.args.batch_size
+        return self.options.batch_size
 
     def setup(self):
         """Bring every worker to the same starting weights."""
@@ -133,10 +164,32 @@ class Scheme:
         self.stats.scatter()
 
     def local_trainer(self, learning_rate):
-        """Gluon's Trainer for the update step only; gradient reduction stays with the scheme."""
-        return gluon.Trainer(self.model.trainable, "sgd",
-                             {"learning_rate": learning_rate, "momentum": self.args.momentum},
-                             kvstore=None)
+        """Gluon's Trainer for the update step only; gradient reduction stays with the scheme. Checkpoints save
+        its state (local_optimizer_states)."""
+        self.trainer = gluon.Trainer(self.model.trainable, "sgd",
+                                     {"learning_rate": learning_rate, "momentum": self.options.momentum},
+                                     kvstore=None)
+        return self.trainer
+
+    @property
+    def has_local_optimizer(self):
+        return self.trainer is not None
+
+    def local_optimizer_states(self):
+        """The local optimizer's state (momentum) as bytes, without the optimizer itself; None when the weights
+        are updated on the servers."""
+        return _updaters(self.trainer)[0].get_states(dump_optimizer=False) if self.has_local_optimizer else None
+
+    def load_local_optimizer_states(self, states):
+        """Restore what local_optimizer_states() returned; this run's learning rate and momentum stay."""
+        for updater in _updaters(self.trainer):
+            updater.set_states(states)
 
     def stop_requested(self):
         return self.control[0].asscalar() > 0
+
+
+def _updaters(trainer):
+    """The per-device updaters of a gluon.Trainer. Its public save_states/load_states carry the pickled optimizer,
+    which would bring back an earlier run's learning rate and momentum: the states alone are reached here."""
+    return trainer._updaters

@@ -16,11 +16,13 @@ again; the others' requests then go through.
 import concurrent.futures
 import logging
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 import mxnet as mx
 
 from training import runlog
-from training.schemes.base import Scheme
+from training.schemes.base import CoordinatedOptions, Scheme
 from training.state_client import StateClient, StateServerUnavailable
 
 log = logging.getLogger("esync")
@@ -28,22 +30,31 @@ log = logging.getLogger("esync")
 STEP_TIME_SMOOTHING = 0.2
 
 
+@dataclass(frozen=True)
+class ESyncOptions(CoordinatedOptions):
+    local_lr: float
+    global_lr: float
+    esync_policy: str
+    epsilon: Optional[float]
+
+
 class ESync(Scheme):
     name = "esync"
+    Options = ESyncOptions
     kvstore = "dist_sync"
     aggregation_phase = runlog.GLOBAL_UPDATE  # as the original ESync scripts log it
     updates_locally = True
     coordinated = True
 
     def setup(self):
-        args = self.args
-        self.client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout,
+        options = self.options
+        self.client = StateClient(options.state_server_ip, options.state_server_port, retry_for=options.sync_timeout,
                                   on_not_initialised=self.set_up_job_again)
         if self.rank == 0:
             self.set_up_job()
         # broadcast_initial_weights ends in a barrier, so /init/ above precedes every worker's first request.
         self.broadcast_initial_weights()
-        self.trainer = self.local_trainer(args.local_lr)
+        self.local_trainer(options.local_lr)
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.delta = [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
         self.buffers = self.exchanged(self.delta)
@@ -53,15 +64,16 @@ class ESync(Scheme):
         self.requests = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-state")
 
     def set_up_job(self):
-        self.client.init(self.num_workers, epsilon=self.args.epsilon, policy=self.args.esync_policy)
+        self.client.init(self.num_workers, epsilon=self.options.epsilon, policy=self.options.esync_policy)
 
     def set_up_job_again(self):
         """The state server has no job (it restarted): the first worker to find out sets it up again. Not rank 0
         alone: rank 0 may already wait in the aggregation for workers that are waiting for the job."""
-        self.client.init_again_if_lost(self.num_workers, epsilon=self.args.epsilon, policy=self.args.esync_policy)
+        self.client.init_again_if_lost(self.num_workers, epsilon=self.options.epsilon,
+                                       policy=self.options.esync_policy)
 
     def begin_round(self, completed):
-        if self.args.esync_policy == "plan":
+        if self.options.esync_policy == "plan":
             if self.step_seconds is not None:
                 self.opening = self.requests.submit(self.client.plan, self.rank, self.step_seconds)
         elif completed > 0:
@@ -78,7 +90,7 @@ class ESync(Scheme):
         else:
             self.step_seconds += STEP_TIME_SMOOTHING * (step_seconds - self.step_seconds)
         opened = self.round_opened()
-        if self.args.esync_policy == "plan":
+        if self.options.esync_policy == "plan":
             self.planned_steps = opened or self.planned_steps
             return steps >= self.planned_steps
         return self.ready(steps)
@@ -104,7 +116,7 @@ class ESync(Scheme):
         self.control[:] = float(stop_vote)
         self.stats.gather()
         self.kv.pushpull(self.keys, self.buffers, out=self.buffers)
-        scale = self.args.global_lr / self.num_workers
+        scale = self.options.global_lr / self.num_workers
         for p, delta, starts in zip(self.model.trainable, self.delta, self.start):
             for data, start in zip(p.list_data(), starts):
                 start += scale * delta.as_in_context(start.context)

@@ -8,7 +8,7 @@ class Local(Scheme):
     updates_locally = True
 
     def setup(self):
-        self.trainer = self.local_trainer(self.args.learning_rate)
+        self.trainer = self.local_trainer(self.options.learning_rate)
 
     def local_step(self):
         self.model.reduce_gradients()

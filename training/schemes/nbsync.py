@@ -16,10 +16,11 @@ import logging
 import os
 import sys
 import threading
+from dataclasses import dataclass
 
 import mxnet as mx
 
-from training.schemes.base import Scheme
+from training.schemes.base import CoordinatedOptions, Scheme
 from training.state_client import StateClient
 from training.watchdog import EXIT_SYNC_TIMEOUT
 
@@ -38,31 +39,37 @@ class RoundWatch:
         self.gathered = threading.Event()   # every worker arrived
 
 
+@dataclass(frozen=True)
+class NBSyncOptions(CoordinatedOptions):
+    mini_batches: int
+
+
 class NonBlockingSync(Scheme):
     name = "nbsync"
+    Options = NBSyncOptions
     kvstore = "dist_sync"
     coordinated = True
 
-    def __init__(self, args, model, kv):
-        super().__init__(args, model, kv)
+    def __init__(self, options, model, kv):
+        super().__init__(options, model, kv)
         self.control = mx.nd.zeros((2,))  # [stop votes, samples in the round]
 
     @property
     def step_batch_size(self):
-        return self.args.batch_size // self.args.mini_batches
+        return self.options.batch_size // self.options.mini_batches
 
     def setup(self):
-        args = self.args
-        self.client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout,
-                                  on_not_initialised=self._set_up_job_again)
-        self.watch_client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout,
-                                        timeout=WATCH_SECONDS + 10, on_not_initialised=self._set_up_job_again)
-        self.init_client = StateClient(args.state_server_ip, args.state_server_port, retry_for=args.sync_timeout)
+        address = (self.options.state_server_ip, self.options.state_server_port)
+        retry_for = self.options.sync_timeout
+        self.client = StateClient(*address, retry_for=retry_for, on_not_initialised=self._set_up_job_again)
+        self.watch_client = StateClient(*address, retry_for=retry_for, timeout=WATCH_SECONDS + 10,
+                                        on_not_initialised=self._set_up_job_again)
+        self.init_client = StateClient(*address, retry_for=retry_for)
         self.init_lock = threading.Lock()
         if self.rank == 0:
             self.init_client.init(self.num_workers, policy="nbsync")
         self.broadcast_initial_weights()  # ends in a barrier: /init/ precedes every worker's first request
-        self.trainer = self.local_trainer(args.learning_rate)
+        self.local_trainer(self.options.learning_rate)
         for p in self.model.trainable:
             p.grad_req = "add"  # a round's parts add up in the gradient buffers
         self.model.net.collect_params().zero_grad()
@@ -88,7 +95,7 @@ class NonBlockingSync(Scheme):
         if self.watching.done() and self.watching.exception():
             raise self.watching.exception()
         self.round_parts += 1
-        self.parts_done = (self.parts_done + 1) % self.args.mini_batches
+        self.parts_done = (self.parts_done + 1) % self.options.mini_batches
         completed_batch = self.parts_done == 0
         watch = self.round
         if not watch.arrived.is_set():
@@ -106,14 +113,14 @@ class NonBlockingSync(Scheme):
             if self.watch_client.watch(self.rank, watch.t, False, WATCH_SECONDS)["finished"]:
                 watch.finished.set()
         # The training thread arrives at its next part boundary.
-        if not watch.arrived.wait(self.args.sync_timeout):
-            _give_up(f"round {watch.t} finished but no local step ended within {self.args.sync_timeout:g} s")
-        for _ in range(max(1, int(self.args.sync_timeout / WATCH_SECONDS))):
+        if not watch.arrived.wait(self.options.sync_timeout):
+            _give_up(f"round {watch.t} finished but no local step ended within {self.options.sync_timeout:g} s")
+        for _ in range(max(1, int(self.options.sync_timeout / WATCH_SECONDS))):
             if watch.gathered.is_set() or self.watch_client.watch(self.rank, watch.t, True, WATCH_SECONDS)["gathered"]:
                 watch.gathered.set()
                 return
         _give_up(f"not every worker arrived for the aggregation of round {watch.t} within "
-                 f"{self.args.sync_timeout:g} s: another worker of the job has probably died")
+                 f"{self.options.sync_timeout:g} s: another worker of the job has probably died")
 
     def aggregate(self, stop_vote):
         self.model.reduce_gradients()
@@ -124,7 +131,7 @@ class NonBlockingSync(Scheme):
         self.kv.pushpull(self.keys, self.buffers, out=self.buffers)
         self.stats.scatter(1.0 / self.num_workers)
         # The summed gradient of all samples, scaled as SSGD scales one batch from each worker.
-        self.trainer.update(self.control[1].asscalar() / self.args.batch_size)
+        self.trainer.update(self.control[1].asscalar() / self.options.batch_size)
         self.model.net.collect_params().zero_grad()
         return stop_vote or self.stop_requested()
 

@@ -12,7 +12,7 @@ class Sync(Scheme):
 
     def setup(self):
         self.broadcast_initial_weights()
-        self.trainer = self.local_trainer(self.args.learning_rate)
+        self.trainer = self.local_trainer(self.options.learning_rate)
         # In place: the pulled sums overwrite the gradients and statistics that were pushed.
         self.buffers = self.exchanged(p.list_grad() for p in self.model.trainable)
 

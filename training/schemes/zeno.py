@@ -14,13 +14,16 @@ any values as its own delta but does not write another process's row: ZenoPS rel
 each message to its sender; ps-lite does not authenticate senders, so here it is an assumption of the emulation.
 BatchNorm statistics come from the validator alone.
 """
+from dataclasses import dataclass
+from typing import Optional
+
 import mxnet as mx
 import numpy as np
 
 from data import partition
 from training.attacks import attack_for
 from training.failures import JobSetupError
-from training.schemes.base import Scheme
+from training.schemes.base import Options, Scheme
 
 
 def split_validation(num_samples, validation_size, seed):
@@ -29,9 +32,22 @@ def split_validation(num_samples, validation_size, seed):
     return np.sort(order[:validation_size]), np.sort(order[validation_size:])
 
 
+@dataclass(frozen=True)
+class ZenoOptions(Options):
+    local_lr: float
+    global_lr: float
+    validator: bool
+    validation_size: int
+    sync_interval: int
+    rho: float
+    eta: float
+    epsilon: Optional[float]
+
+
 class WithValidator(Scheme):
     """Roles shared by zeno and zeno-async: one process validates, the others train on what the validation set left."""
     validator_rank = None
+    Options = ZenoOptions
 
     @property
     def is_validator(self):
@@ -55,15 +71,15 @@ class WithValidator(Scheme):
         return self.worker_index == 0
 
     def training_share(self, labels):
-        validation, rest = split_validation(len(labels), self.args.validation_size, self.args.seed)
+        validation, rest = split_validation(len(labels), self.options.validation_size, self.options.seed)
         if self.is_validator:
             return validation
         return rest[partition(labels[rest], self.worker_index, self.training_workers,
-                              bool(self.args.split_by_class), self.args.seed)]
+                              bool(self.options.split_by_class), self.options.seed)]
 
     def set_roles(self, validator_rank):
         self.validator_rank = validator_rank
-        self.attack = None if self.is_validator else attack_for(self.args, self.worker_index)  # by training index
+        self.attack = None if self.is_validator else attack_for(self.options, self.worker_index)  # by training index
 
 
 class ZenoSync(WithValidator):
@@ -74,7 +90,7 @@ class ZenoSync(WithValidator):
     def setup(self):
         self.broadcast_initial_weights()
         self.set_roles(self._find_validator())
-        self.trainer = self.local_trainer(self.args.local_lr)
+        self.local_trainer(self.options.local_lr)
         ctx0 = self.model.ctxs[0]
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.rows = [mx.nd.zeros((self.num_workers,) + p.shape, ctx=ctx0) for p in self.model.trainable]
@@ -89,7 +105,7 @@ class ZenoSync(WithValidator):
         key = self.control_key + 1
         roles = mx.nd.zeros((self.num_workers,))
         self.kv.init(key, roles)
-        roles[self.rank] = float(bool(self.args.validator))
+        roles[self.rank] = float(bool(self.options.validator))
         self.kv.pushpull(key, roles, out=roles)
         validators = np.flatnonzero(roles.asnumpy())
         if len(validators) != 1:
@@ -102,7 +118,7 @@ class ZenoSync(WithValidator):
         self.trainer.update(1)
 
     def round_done(self, steps, step_seconds):
-        return steps >= self.args.sync_interval
+        return steps >= self.options.sync_interval
 
     def aggregate(self, stop_vote):
         ctx0 = self.model.ctxs[0]
@@ -124,7 +140,7 @@ class ZenoSync(WithValidator):
 
     def _apply_accepted_deltas(self):
         """Move each layer by the mean of its accepted deltas; return accepted[layer, rank] (validator: 0)."""
-        args = self.args
+        options = self.options
         not_validator = mx.nd.ones((self.num_workers,), ctx=self.model.ctxs[0])
         not_validator[self.validator_rank] = 0
         decisions = []
@@ -134,11 +150,11 @@ class ZenoSync(WithValidator):
             b = mx.nd.mean(v * v)
             a = mx.nd.mean(mx.nd.broadcast_mul(flat, v), axis=1)
             c = mx.nd.mean(flat * flat, axis=1)
-            accept = mx.nd.broadcast_greater(a, args.eta * b) * mx.nd.broadcast_lesser(c, (1 + args.rho) * b)
+            accept = mx.nd.broadcast_greater(a, options.eta * b) * mx.nd.broadcast_lesser(c, (1 + options.rho) * b)
             accept = accept * not_validator
             mean_delta = mx.nd.dot(accept.reshape((1, -1)), flat) / mx.nd.maximum(accept.sum(), 1)
             for start in starts:
-                start += args.global_lr * mean_delta.reshape(start.shape).as_in_context(start.context)
+                start += options.global_lr * mean_delta.reshape(start.shape).as_in_context(start.context)
             decisions.append(accept)
         for p, starts in zip(self.model.trainable, self.start):
             for data, start in zip(p.list_data(), starts):
@@ -180,8 +196,8 @@ class ZenoAsync(WithValidator):
         self.kv.init(keys + list(range(layout.role_base, layout.control_key + 1)),
                      weights * self.num_workers + small)
         if self.rank == 0:
-            self.kv.set_optimizer(ZenoPlusPlus(layout, self.args.learning_rate, self.args.rho,
-                                               self.args.epsilon or 0.0, refresh=self.training_workers))
+            self.kv.set_optimizer(ZenoPlusPlus(layout, self.options.learning_rate, self.options.rho,
+                                               self.options.epsilon or 0.0, refresh=self.training_workers))
         self.kv._barrier()  # no push before the server holds the rule
         self.set_roles(self._find_validator())
         self.model_keys = layout.model_keys(self.rank)
@@ -195,7 +211,7 @@ class ZenoAsync(WithValidator):
     def _find_validator(self):
         """Each process pushes whether it is the validator to its own key; all then read every key."""
         layout = self.layout
-        self.kv.push(layout.role_base + self.rank, mx.nd.array([float(bool(self.args.validator))]))
+        self.kv.push(layout.role_base + self.rank, mx.nd.array([float(bool(self.options.validator))]))
         mx.nd.waitall()  # a push is an engine operation: the barrier alone does not wait for it
         self.kv._barrier()
         roles = [mx.nd.zeros((1,)) for _ in range(self.num_workers)]
