@@ -322,7 +322,7 @@ def check_worker_args(worker_args):
 
 def check_workers_can_start(args):
     """main.py's own checks of every worker's command line, devices and data, before any process starts."""
-    import main
+    from training import checks
 
     for index in range(len(args.devices)):
         config.build_parser().parse_args(worker_argv(args, args.modes[0], index, os.devnull, state_port=1)[1:])
@@ -336,8 +336,8 @@ def check_workers_can_start(args):
         # The first mode's real log folder: main.py checks that it can be created and written.
         worker = config.parse_args(worker_argv(args, "sync", index, mode_folder(args, args.modes[0]), state_port=1)[1:])
         try:
-            main.check_worker(worker, len(args.devices))
-        except main.UsageError as error:
+            checks.check_worker(worker, len(args.devices))
+        except checks.UsageError as error:
             raise UsageError(str(error))
         checked.add(device)
 

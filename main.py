@@ -17,143 +17,15 @@ import sys
 
 import config
 from training import failures, fault_injection, modes
-
-ROLES = ("scheduler", "server", "worker")
-DMLC_INTEGERS = ("DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
-STATE_SERVER_STARTUP = 10.0  # seconds a worker gives a state server started beside it to answer
+from training.checks import (
+    UsageError,
+    check_environment,
+    check_evaluator,
+    check_ps_role,
+    check_worker,
+)
 
 log = logging.getLogger("main")
-
-
-class UsageError(Exception):
-    """A mistake in the command line or the environment; reported in one line."""
-
-
-def check_environment(role, mode):
-    if role is not None and role not in ROLES:
-        raise UsageError(f"DMLC_ROLE={role!r} is not one of {', '.join(ROLES)} (unset it to train on one device)")
-    if mode == config.EVALUATE_MODE:
-        if role is not None:
-            raise UsageError(f"-m {mode} runs beside the cluster, not in it: unset DMLC_ROLE")
-        return
-    if role is None:
-        if modes.MODES[mode].cluster:
-            standalone = " or ".join(f"-m {m.name}" for m in modes.MODES.values() if not m.cluster)
-            raise UsageError(f"-m {mode} needs a cluster: start the scheduler, servers and workers with DMLC_ROLE "
-                             f"and the DMLC_* variables (see README), or use {standalone}")
-        return
-    if role == "worker" and not modes.MODES[mode].cluster:
-        raise UsageError(f"-m {mode} trains without a cluster: unset DMLC_ROLE, or choose a cluster mode "
-                         f"(-m {', '.join(modes.cluster_names())})")
-    missing = [name for name in ("DMLC_PS_ROOT_URI",) + DMLC_INTEGERS if not os.environ.get(name)]
-    if missing:
-        raise UsageError(f"DMLC_ROLE={role} needs {', '.join(missing)} in the environment")
-    for name in DMLC_INTEGERS:
-        value = os.environ[name]
-        if not value.isdigit() or int(value) < 1:
-            raise UsageError(f"{name}={value!r} must be a positive integer")
-    if int(os.environ["DMLC_PS_ROOT_PORT"]) > 65535:
-        raise UsageError(f"DMLC_PS_ROOT_PORT={os.environ['DMLC_PS_ROOT_PORT']} is not a port number")
-    if role != "scheduler" and os.environ.get("PORT"):
-        log.warning("PORT=%s is set: ps-lite binds this %s to that port (unset PORT to let it choose)",
-                    os.environ["PORT"], role)
-
-
-def check_worker(args, num_workers):
-    """Everything a worker can check before it waits on the network; returns its data and where it starts."""
-    from data import DataError, load_dataset
-    from training.checkpoints import CheckpointError, check_train_dir
-    from training.devices import DeviceError, check_devices
-
-    try:
-        check_devices(args.gpu)
-        data = load_dataset(args.data_dir, args.dataset)
-        resume = check_train_dir(args)
-    except (DataError, DeviceError, CheckpointError) as err:
-        raise UsageError(str(err))
-    mode = modes.MODES[args.mode]
-    check_mode(mode, args, num_workers)
-    check_byzantine(args, num_workers)
-    check_share(mode, args, num_workers, len(data.train_labels))
-    check_folders({"-ld": os.path.join(args.log_dir, args.node_name), "--train-dir": args.train_dir})
-    if mode.state_server:
-        check_state_server(args)
-    return data, resume
-
-
-def check_mode(mode, args, num_workers):
-    """The mode's own checks (training/modes.py)."""
-    try:
-        if mode.check:
-            mode.check(args, num_workers)
-    except modes.ModeError as err:
-        raise UsageError(str(err))
-
-
-def check_share(mode, args, num_workers, num_samples):
-    """Each training worker's share of the training set (less a validator's held-out samples) holds a batch."""
-    training_samples = num_samples - (args.validation_size if mode.validator else 0)
-    training_workers = num_workers - mode.validator
-    share = training_samples // training_workers
-    if share < args.batch_size:
-        raise UsageError(f"each of {training_workers} workers gets about {share} training samples, "
-                         f"fewer than the batch size {args.batch_size}")
-
-
-def check_folders(folders):
-    """The last of the checks on this machine, because it creates the folders it is given ({flag: folder})."""
-    from training.files import UnwritableFolder, check_writable
-
-    try:
-        for flag, folder in folders.items():
-            if folder:
-                check_writable(folder, flag)
-    except UnwritableFolder as err:
-        raise UsageError(str(err))
-
-
-def check_byzantine(args, num_workers):
-    mode = modes.MODES[args.mode]
-    if args.validator and not mode.validator:
-        with_validator = " or ".join(f"-m {m.name}" for m in modes.MODES.values() if m.validator)
-        raise UsageError(f"--validator belongs to {with_validator}, not -m {args.mode}")
-    if not args.byzantine:
-        return
-    if not mode.cluster:
-        raise UsageError("--byzantine needs a cluster mode: a standalone worker has nobody to attack")
-    training_workers = num_workers - mode.validator
-    if args.byzantine >= training_workers:
-        raise UsageError(f"--byzantine {args.byzantine} leaves no honest worker among {training_workers}")
-
-
-def check_evaluator(args):
-    """Everything the evaluator needs before it starts watching: the folders and the test set."""
-    from data import DataError, load_test_set
-    from training.devices import DeviceError, check_devices
-
-    if not args.train_dir:
-        raise UsageError(f"-m {args.mode} needs --train-dir (the folder the workers save checkpoints to)")
-    if args.resume:
-        raise UsageError(f"--resume is for the workers, not -m {args.mode}")
-    try:
-        check_devices(args.gpu)
-        test_set = load_test_set(args.data_dir, args.dataset)
-    except (DataError, DeviceError) as err:
-        raise UsageError(str(err))
-    check_folders({"-ld": args.log_dir})
-    return test_set
-
-
-def check_ps_role(args):
-    """A scheduler or server given the job's --resume --train-dir looks for an intact checkpoint as the workers
-    do, so that a job that cannot resume ends everywhere with the same error."""
-    from training.checkpoints import CheckpointError, latest_intact_step
-
-    if args.resume and args.train_dir:
-        try:
-            latest_intact_step(args.train_dir)
-        except CheckpointError as err:
-            raise UsageError(str(err))
 
 
 def run_evaluator(args, test_set):
@@ -168,20 +40,6 @@ def run_evaluator(args, test_set):
         Evaluator(args, model, images, labels).run()
     except CheckpointError as err:
         raise UsageError(str(err))
-
-
-def check_state_server(args):
-    from training.state_client import StateClient, StateServerUnavailable
-
-    client = StateClient(args.state_server_ip, args.state_server_port,
-                         retry_for=min(STATE_SERVER_STARTUP, args.sync_timeout))
-    try:
-        client.state()
-    except StateServerUnavailable as err:
-        raise UsageError(f"{err} (start it with: python SimpleStateServer/manage.py runserver 0.0.0.0:"
-                         f"{args.state_server_port})")
-    finally:
-        client.close()
 
 
 def watch_peers(args, role):
@@ -248,7 +106,7 @@ def main(argv=None):
             data, resume = check_worker(args, int(os.environ["DMLC_NUM_WORKER"]) if role else 1)
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)
-        return 2
+        return failures.EXIT_USAGE
     if role in ("scheduler", "server"):
         return run_guarded(role, args, lambda: run_ps_role(args, role), in_cluster=True, peers=watch_peers(args, role))
     if args.mode == config.EVALUATE_MODE:
@@ -273,7 +131,7 @@ def run_guarded(role, args, run, in_cluster, peers=None):
         code = run() or 0
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)
-        return leave(2, in_cluster)
+        return leave(failures.EXIT_USAGE, in_cluster)
     except KeyboardInterrupt:
         log.warning("interrupted")
         return leave(failures.EXIT_INTERRUPTED, in_cluster)

@@ -14,7 +14,7 @@ import main
 import summary
 from cluster import ROOT
 from tests import logfactory
-from training import modes
+from training import checks, modes
 
 FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "nbsync", "zeno", "zeno-async", "local")
 LAUNCH_ARGS = ["--devices", "cpu,cpu", "--max-iters", "5", "-n", "lenet", "--dataset", "mnist-5k"]
@@ -173,14 +173,14 @@ def test_main_reports_a_mode_check_as_a_usage_error(argv, num_workers, servers, 
     monkeypatch.setenv("DMLC_NUM_SERVER", servers)
     args = config.parse_args(argv)
 
-    with pytest.raises(main.UsageError, match=message.replace("+", r"\+")):
-        main.check_mode(modes.MODES[args.mode], args, num_workers)
+    with pytest.raises(checks.UsageError, match=message.replace("+", r"\+")):
+        checks.check_mode(modes.MODES[args.mode], args, num_workers)
 
 
 def test_the_validator_flag_belongs_to_the_modes_with_a_validator():
-    with pytest.raises(main.UsageError, match="--validator belongs to -m zeno or -m zeno-async, not -m sync"):
-        main.check_byzantine(config.parse_args(["-m", "sync", "--validator"]), 2)
-    main.check_byzantine(config.parse_args(["-m", "zeno-async", "--validator"]), 3)
+    with pytest.raises(checks.UsageError, match="--validator belongs to -m zeno or -m zeno-async, not -m sync"):
+        checks.check_byzantine(config.parse_args(["-m", "sync", "--validator"]), 2)
+    checks.check_byzantine(config.parse_args(["-m", "zeno-async", "--validator"]), 3)
 
 
 # ----------------------------------------------------------------------------------------------
