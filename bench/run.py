@@ -1,9 +1,11 @@
 """Benchmarks of every scheme on this machine, measured side by side within one run.
 
-    python bench/run.py                 # the full table (about 15 minutes on 2 cores)
-    python bench/run.py --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
+    python -m bench.run                 # the full table (about 15 minutes on 2 cores)
+    python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
                                         # network), written to its own results-<section>.json/md
-    python bench/run.py --quick         # every section, tiny durations (a smoke test)
+    python -m bench.run --quick         # every section, tiny durations (a smoke test)
+
+Run from the repository's root folder.
 
 Writes bench/results.json and bench/results.md (or --out DIR). Sections:
   1. sync overhead: our sync mode vs gluon.Trainer(kvstore='dist_sync'), same network, batch, data and cluster;
@@ -28,15 +30,12 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import netns  # noqa: E402
-import summary  # noqa: E402
-from cluster import ProcessGroup, start_ps_job, start_state_server, tail  # noqa: E402
-from training import modes, runlog  # noqa: E402
-from training.files import write_json  # noqa: E402
-from training.state_client import StateClient  # noqa: E402
+import summary
+from launcher import netns
+from launcher.cluster import ROOT, ProcessGroup, start_ps_job, start_state_server, tail
+from training import modes, runlog
+from training.files import write_json
+from training.state_client import StateClient
 
 log = logging.getLogger("bench")
 
@@ -102,7 +101,7 @@ def run_ps_job(group, worker_argv, num_workers, timeout):
 
 def trainer_throughput(network, iters, warmup, workdir):
     out = os.path.join(workdir, "trainer-steps.json")
-    argv = [os.path.join(ROOT, "bench", "trainer_worker.py"), "-n", network, *DATA, "--iters", str(iters),
+    argv = ["-m", "bench.trainer_worker", "-n", network, *DATA, "--iters", str(iters),
             "--out", out]
     with ProcessGroup(os.path.join(workdir, "trainer")) as group:
         run_ps_job(group, argv, 2, timeout=600)
@@ -176,7 +175,7 @@ def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet
     logs = os.path.join(workdir, "logs")
     devices = ",".join(["cpu"] * len(profile.split(",")))
     argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", network, *DATA,
-            "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "--logs", logs,
+            "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "-ld", logs,
             "--progress-every", "1000", *launcher_options, "--", "-e", str(eval_every)]
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:

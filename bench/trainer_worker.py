@@ -2,22 +2,17 @@
 
 Same network, data, batch and devices as `main.py -m sync`; it records the wall time at the end of every step:
 
-    DMLC_ROLE=worker ... python bench/trainer_worker.py -n lenet --dataset mnist-5k --iters 200 --out steps.json
+    DMLC_ROLE=worker ... python -m bench.trainer_worker -n lenet --dataset mnist-5k --iters 200 --out steps.json
 """
 import argparse
-import json
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import mxnet as mx
+from mxnet import gluon
 
-import mxnet as mx  # noqa: E402
-from mxnet import gluon  # noqa: E402
-
-from data import BatchStream, load_dataset, partition  # noqa: E402
-from training.files import write_json  # noqa: E402
-from training.model import Model  # noqa: E402
+from data import BatchStream, load_dataset, partition
+from training.files import write_json
+from training.model import Model
 
 
 def main():

@@ -1,6 +1,6 @@
 import pytest
 
-from cluster import ProcessGroup
+from launcher.cluster import ProcessGroup
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ import glob
 import os
 import sys
 
-from cluster import ROOT, start_ps_job
+from launcher.cluster import ROOT, start_ps_job
 from training import runlog
 
 SAMPLE_DATA = os.path.join(ROOT, "data")

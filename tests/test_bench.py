@@ -1,31 +1,24 @@
 """The benchmark's quick mode produces every section of its table (how fast is the full run's business)."""
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from cluster import ROOT
-
-def bench_module():
-    spec = importlib.util.spec_from_file_location("bench_run", os.path.join(ROOT, "bench", "run.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench import run as bench
+from launcher.cluster import ROOT
 
 
 @pytest.mark.parametrize("steps, bound", [([1.0, 1.0, 4.0], 1.0), ([1.0, 1.0, 4.5], 0.9), ([2.0, 3.0], 0.8)])
 def test_whole_step_bound_counts_the_whole_steps_that_fit_in_the_slowest_one(steps, bound):
     step_times = [{"step_seconds": c, "busy": 1.0} for c in steps]
 
-    assert bench_module().whole_step_bound(step_times) == pytest.approx(bound)
+    assert bench.whole_step_bound(step_times) == pytest.approx(bound)
 
 
 @pytest.mark.slow
 def test_quick_benchmark_writes_every_section(tmp_path):
-    result = subprocess.run([sys.executable, "bench/run.py", "--quick", "--out", str(tmp_path)], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--out", str(tmp_path)], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
 
     assert result.returncode == 0, result.stderr[-3000:]

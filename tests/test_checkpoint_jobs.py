@@ -6,7 +6,7 @@ import time
 import mxnet as mx
 import pytest
 
-from cluster import ROOT, ProcessGroup
+from launcher.cluster import ROOT, ProcessGroup
 from data import load_test_set
 from tests.jobs import (
     LENET_ARGS,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import config
-from cluster import free_port
+from launcher.cluster import free_port
 from data import BatchStream, load_dataset, load_test_set
 from tests.jobs import SAMPLE_DATA, run_main
 from training import checkpoints

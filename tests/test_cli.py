@@ -1,7 +1,7 @@
 """Bad input ends in one line on stderr and a non-zero exit, before any process waits on the network."""
 import pytest
 
-from cluster import free_port
+from launcher.cluster import free_port
 from tests.jobs import run_main
 
 BASE = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "1"]

@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 
-from cluster import ProcessGroup, start_state_server
+from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
 from training import runlog
 
@@ -15,7 +15,7 @@ def run_esync(processes, tmp_path, policy):
     # rank 0 is the slow worker the others fill that delay with extra local steps.
     state_port = start_state_server(processes)
     log_dir = str(tmp_path / "logs")
-    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", "7", "-e", "0",
+    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", "5", "-e", "0",
                          "--digest-weights"]
     workers = start_job(processes, "esync", args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir)
     finish(processes, workers, timeout=180)

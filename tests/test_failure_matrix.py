@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 import summary
-from cluster import ProcessGroup
+from launcher.cluster import ProcessGroup
 from tests.jobs import LENET_ARGS, start_job
 
 pytestmark = pytest.mark.slow  # real processes

@@ -1,4 +1,4 @@
-"""launch.py: a whole comparison run, a worker dying, an interrupt, bad input, and the dmlc_tracker path.
+"""launch.py and the launcher package: a whole comparison run, a worker dying, an interrupt, bad input, and the dmlc_tracker path.
 
 Every launcher runs in its own process group; when a test ends, pass or fail, whatever the launcher or the
 processes recorded in its pids.json left behind is killed by PID.
@@ -14,8 +14,10 @@ from contextlib import contextmanager
 
 import pytest
 
-import launch
-from cluster import ROOT, is_running, processes_in_group
+from launcher import commands, dmlc, experiment
+from launcher.cluster import ROOT, is_running, processes_in_group
+from launcher.supervision import ExitWatch
+from training.checks import UsageError
 
 LAUNCH_PY = os.path.join(ROOT, "launch.py")
 NODE = "node"
@@ -57,7 +59,7 @@ def kill_group(pgid):
 def recorded_pids(logs):
     """PIDs of every process the launcher recorded in a pids.json under `logs`."""
     pids = []
-    for path in glob.glob(os.path.join(logs, "*", "*", launch.PROCESSES_FOLDER, launch.PID_FILE)):
+    for path in glob.glob(os.path.join(logs, "*", "*", experiment.PROCESSES_FOLDER, experiment.PID_FILE)):
         with open(path) as f:
             pids += [p["pid"] for p in json.load(f)["processes"]]
     return pids
@@ -83,7 +85,7 @@ def training_started(logs, mode, num_workers):
 
 
 def pid_of(logs, mode, name):
-    with open(os.path.join(logs, "lenet", mode, launch.PROCESSES_FOLDER, launch.PID_FILE)) as f:
+    with open(os.path.join(logs, "lenet", mode, experiment.PROCESSES_FOLDER, experiment.PID_FILE)) as f:
         return next(p["pid"] for p in json.load(f)["processes"] if p["name"] == name)
 
 
@@ -251,7 +253,7 @@ class FakeGroup:
 def test_a_worker_exiting_0_must_have_reached_a_stop_condition(tmp_path, last_line, quit_early):
     output = tmp_path / "worker-0.log"
     output.write_text(last_line + "\n")
-    watch = launch.ExitWatch(FakeGroup(FakeProc("worker-0", "worker", 0, str(output)),
+    watch = ExitWatch(FakeGroup(FakeProc("worker-0", "worker", 0, str(output)),
                                        FakeProc("worker-1", "worker", None, str(output))))
 
     watch.update()
@@ -261,6 +263,7 @@ def test_a_worker_exiting_0_must_have_reached_a_stop_condition(tmp_path, last_li
 
 @pytest.mark.parametrize("args, message", [
     (["--devices", "cpu,cpu", "--slowdown", "1,1,4"], "--slowdown has 3 factors but --devices has 2 workers"),
+    ([], "the following arguments are required: --devices"),
     (["--modes", "esync,fastest", "--devices", "cpu,cpu"], "unknown mode fastest"),
     (["--devices", "cpu,tpu0"], "'tpu0' is not cpu, cpuN, gpuK or gpuK+gpuL"),
     (["--devices", "cpu,cpu", "--slowdown", "0.5"], "must be >= 1"),
@@ -321,9 +324,9 @@ def test_the_local_tracker_trains_a_two_worker_job_and_exits_cleanly(tmp_path):
 def test_the_tracker_gets_every_worker_argument_in_order():
     from dmlc_tracker import opts
 
-    args = launch.parse_args(["--tracker", "local", "--modes", "sync", "--devices", "cpu,gpu0+gpu1",
-                              "--max-time", "5", *LENET, "--", "-b", "32"])
-    argv = launch.tracker_argv(args, "sync", "/logs dir/lenet/sync", state_port=None)
+    described = experiment.parse(["--tracker", "local", "--modes", "sync", "--devices", "cpu,gpu0+gpu1",
+                                  "--max-time", "5", *LENET, "--", "-b", "32"])
+    argv = commands.tracker_argv(described, "sync", "/logs dir/lenet/sync")
 
     dmlc = opts.get_opts(argv[2:])
 
@@ -337,22 +340,22 @@ def test_the_tracker_gets_every_worker_argument_in_order():
     ("cpu", ["-c", "1"]), ("cpu2", ["-c", "2"]), ("gpu1", ["-g", "1"]), ("gpu0+gpu1", ["-g", "0,1"]),
 ])
 def test_devices_map_to_main_flags(device, flags):
-    assert launch.device_flags(device) == flags
+    assert commands.device_flags(device) == flags
 
 
 def test_a_task_picks_its_device_by_task_index(monkeypatch):
     monkeypatch.setenv("DMLC_TASK_ID", "1")
 
-    assert launch.task_index(["cpu", "gpu0"], ["1", "4"]) == 1
+    assert dmlc.task_index(["cpu", "gpu0"], ["1", "4"]) == 1
 
 
 def test_without_a_task_index_workers_must_be_identical(monkeypatch):
-    for name in launch.TASK_INDEX_VARIABLES:
+    for name in dmlc.TASK_INDEX_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
-    assert launch.task_index(["gpu0", "gpu0"], ["2", "2"]) == 0
-    with pytest.raises(launch.UsageError):
-        launch.task_index(["cpu", "gpu0"], ["1", "1"])
+    assert dmlc.task_index(["gpu0", "gpu0"], ["2", "2"]) == 0
+    with pytest.raises(UsageError):
+        dmlc.task_index(["cpu", "gpu0"], ["1", "1"])
 
 
 @pytest.mark.parametrize("worker_args, expected", [
@@ -361,4 +364,4 @@ def test_without_a_task_index_workers_must_be_identical(monkeypatch):
     (["-b", "32"], []),
 ])
 def test_the_scheduler_and_servers_get_the_workers_sync_timeout(worker_args, expected):
-    assert launch.sync_timeout_args(worker_args) == expected
+    assert commands.sync_timeout_args(worker_args) == expected

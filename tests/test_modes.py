@@ -9,10 +9,11 @@ import pytest
 
 import config
 import drawer
-import launch
 import main
 import summary
-from cluster import ROOT
+from bench import run as bench
+from launcher import commands, experiment
+from launcher.cluster import ROOT
 from tests import logfactory
 from training import checks, modes
 
@@ -27,8 +28,11 @@ def mode_choices():
     return next(action.choices for action in parser._actions if action.dest == "mode")
 
 
+STATE_SERVER = ("127.0.0.1", 1234)
+
+
 def launch_args(mode_names, *extra):
-    return launch.parse_args(["--modes", mode_names, *LAUNCH_ARGS, *extra])
+    return experiment.parse(["--modes", mode_names, *LAUNCH_ARGS, *extra])
 
 
 def test_the_catalog_lists_the_modes_in_the_figures_order_with_distinct_names_and_colours():
@@ -53,22 +57,22 @@ def test_config_offers_every_mode_and_the_evaluator():
 
 
 def test_launch_runs_every_cluster_mode_and_refuses_the_standalone_one():
-    assert launch.parse_modes(",".join(modes.cluster_names())) == list(modes.cluster_names())
-    with pytest.raises(launch.UsageError, match="unknown mode local"):
-        launch.parse_modes("sync,local")
+    assert experiment.parse_modes(",".join(modes.cluster_names())) == modes.cluster_names()
+    with pytest.raises(checks.UsageError, match="unknown mode local"):
+        experiment.parse_modes("sync,local")
 
 
 @pytest.mark.parametrize("name", FIGURE_ORDER[:-1])
 def test_launch_gives_each_mode_its_flags_state_server_and_validator(name):
     mode = modes.MODES[name]
-    args = launch_args(name)
-    argv = launch.worker_argv(args, name, 0, "logs", state_port=1234)
+    described = launch_args(name)
+    argv = commands.worker_argv(described, name, 0, "logs", STATE_SERVER)
 
     assert argv[argv.index("-m") + 1] == name
     assert ("-port" in argv) == mode.state_server
-    assert launch.validator_hosts(args) == mode.validator
+    assert described.validator_hosts == mode.validator
     if mode.validator:
-        with pytest.raises(launch.UsageError, match=f"--modes {name} needs its validator process"):
+        with pytest.raises(checks.UsageError, match=f"--modes {name} needs its validator process"):
             launch_args(name, "--tracker", "local")
 
 
@@ -108,10 +112,6 @@ def test_each_scheme_class_is_named_after_its_mode(name):
 
 
 def test_the_benchmark_runs_only_catalog_modes():
-    spec = importlib.util.spec_from_file_location("bench_run", os.path.join(ROOT, "bench", "run.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-
     assert bench.unknown_modes(bench.FULL) == [] and bench.unknown_modes(bench.QUICK) == []
     assert bench.unknown_modes({**bench.QUICK, "modes": ["esync", "gossip"]}) == ["gossip"]
 
@@ -154,8 +154,8 @@ def test_a_variant_flag_with_another_mode_is_one_line_and_exit_2(argv, message, 
 
 
 def test_the_launcher_sets_the_mode_itself():
-    with pytest.raises(launch.UsageError, match="--zeno-flavour after -- is set by the launcher"):
-        launch.parse_args(["--modes", "zeno", *LAUNCH_ARGS, "--", "--zeno-flavour", "async"])
+    with pytest.raises(checks.UsageError, match="--zeno-flavour after -- is set by the launcher"):
+        experiment.parse(["--modes", "zeno", *LAUNCH_ARGS, "--", "--zeno-flavour", "async"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,9 +191,9 @@ def test_a_mode_added_to_the_catalog_reaches_every_script(monkeypatch, tmp_path)
     monkeypatch.setitem(modes.MODES, GOSSIP.name, GOSSIP)
 
     assert "gossip" in mode_choices() and config.parse_args(["-m", "gossip"]).mode == "gossip"
-    args = launch_args("sync,gossip")
-    assert args.modes == ["sync", "gossip"]
-    assert "-port" in launch.worker_argv(args, "gossip", 0, "logs", state_port=1234)
+    described = launch_args("sync,gossip")
+    assert described.modes == ("sync", "gossip")
+    assert "-port" in commands.worker_argv(described, "gossip", 0, "logs", STATE_SERVER)
     assert summary.summary_file_name("gossip-niid") == "Gossip-Non-IID.json"
 
     logfactory.write_run(str(tmp_path), "gossip", nodes=("host1",), devices=("cpu",))

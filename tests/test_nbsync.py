@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 
-from cluster import start_state_server
+from launcher.cluster import start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
 from training import runlog
 

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-import netns
-from cluster import ROOT, is_running
+from launcher import hosts, netns
+from launcher.cluster import ROOT, is_running
 from tests.test_launch import (LAUNCH_PY, LENET, WORKER_ARGS, launcher, launcher_env, pid_of, read_output,
                                recorded_pids, still_running, training_started, wait_for)
 
@@ -90,9 +90,9 @@ def bulk_transfer(receiver, sender, seconds):
             while time.monotonic() - started < seconds:
                 conn.sendall(chunk)
 
-    receiving = threading.Thread(target=netns.call_in_namespace, args=(receiver.namespace, receive))
+    receiving = threading.Thread(target=hosts.call_in_namespace, args=(receiver.namespace, receive))
     receiving.start()
-    netns.call_in_namespace(sender.namespace, send)
+    hosts.call_in_namespace(sender.namespace, send)
     receiving.join(30)
     return received["rate"]
 
@@ -126,8 +126,8 @@ def test_a_process_started_in_a_namespace_keeps_its_pid_and_dies_with_its_group(
 def test_clean_removes_what_a_killed_run_left(prefix):
     subprocess.run(["ip", "netns", "add", f"{prefix}ps"], check=True)
 
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "netns.py"), "clean", prefix], capture_output=True,
-                            text=True, timeout=30)
+    result = subprocess.run([sys.executable, LAUNCH_PY, "clean-netns", prefix], capture_output=True, text=True,
+                            timeout=30)
 
     assert result.returncode == 0 and f"{prefix}ps" in result.stdout
     assert netns.namespaces(prefix) == []

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cluster import ROOT
+from launcher.cluster import ROOT
 from training.peers import LISTEN, PeerMonitor, outgoing_connections, own_socket_fds, tcp_sockets
 
 # Answers the commands on its stdin: "accept" one connection, "close" all it accepted.
@@ -166,7 +166,7 @@ def test_a_known_peer_is_described_by_name():
 
 
 def test_a_scheduler_and_server_whose_workers_never_come_exit_with_a_message(processes):
-    from cluster import dmlc_env, free_port
+    from launcher.cluster import dmlc_env, free_port
 
     root_port = free_port()
     main = os.path.join(ROOT, "main.py")

@@ -8,7 +8,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from cluster import ProcessGroup, start_state_server
+from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import (
     LENET_ARGS,
     finish,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import summary
-from cluster import ROOT, start_ps_job
+from launcher.cluster import ROOT, start_ps_job
 from tests.jobs import LENET_ARGS, finish
 from training.attacks import Attack
 

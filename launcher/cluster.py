@@ -1,7 +1,7 @@
 """Start and stop the processes of a job on this machine: state server, scheduler, servers, workers.
 
-Used by launch.py and by the tests. Every process gets its own output file, is stopped by its PID (its whole
-process group), and a ProcessGroup used as a context manager leaves nothing behind, also on errors.
+Used by the launcher, the benchmark and the tests. Every process gets its own output file, is stopped by its PID
+(its whole process group), and a ProcessGroup used as a context manager leaves nothing behind, also on errors.
 """
 import os
 import signal
@@ -11,48 +11,30 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
-LOOPBACK = "127.0.0.1"
+from launcher.hosts import LOCAL_HOST, LOOPBACK, Placement, on_host
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MANAGE_PY = os.path.join(ROOT, "SimpleStateServer", "manage.py")
+STATE_SERVER_STARTUP = 30.0  # seconds for Django to answer
+POLL_SECONDS = 0.2
 # ps-lite binds a node to $PORT when it is set: an inherited PORT would put every node on the scheduler's port.
 INHERITED_VARS_TO_DROP = ("PORT", "DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
                           "DMLC_NUM_WORKER", "DMLC_NODE_HOST", "DMLC_INTERFACE")
+
+
+class JobFailed(Exception):
+    """A process of the job failed; `proc` is the one to blame (None when no single one is)."""
+
+    def __init__(self, proc, reason):
+        super().__init__(reason)
+        self.proc = proc
+        self.reason = reason
 
 
 def free_port(host=LOOPBACK):
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-@dataclass(frozen=True)
-class Host:
-    """Where a process runs: this machine's loopback, or a network namespace standing for a separate host."""
-    name: str
-    address: str
-    interface: str
-    namespace: str = None
-
-    @property
-    def command_prefix(self):
-        # `ip netns exec` execs the command: the PID it starts is the command's, and so is the process group.
-        return ["ip", "netns", "exec", self.namespace] if self.namespace else []
-
-
-LOCAL_HOST = Host("local", LOOPBACK, "lo")
-
-
-@dataclass
-class Placement:
-    """The host of every role of a ps-lite job (and of the state server, on the scheduler's host)."""
-    scheduler: Host = LOCAL_HOST
-    servers: list = field(default_factory=list)
-    workers: list = field(default_factory=list)
-
-    def server(self, index):
-        return self.servers[index] if index < len(self.servers) else self.scheduler
-
-    def worker(self, index):
-        return self.workers[index] if index < len(self.workers) else self.scheduler
 
 
 def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface="lo", root_uri=None):
@@ -92,16 +74,47 @@ def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=N
     return workers
 
 
-def start_state_server(group, host=LOOPBACK, timeout=30.0, port=None, name="state-server"):
-    """ESync's Django state server on `port` (default: a free one), once it answers; returns the port."""
-    from training.state_client import StateClient
+def start_state_server(group, host=LOCAL_HOST, port=None, name="state-server", timeout=STATE_SERVER_STARTUP,
+                       after_start=None, while_waiting=None):
+    """ESync's Django state server on `host` (in its namespace, if it has one) and `port` (default: a free one);
+    returns the port once it answers. JobFailed when it exits first or does not answer within `timeout` seconds.
+    `after_start()` runs as soon as the process has started (to record it), `while_waiting()` at every poll (it
+    may raise to stop waiting)."""
+    port = port or on_host(host, free_port, host.address)
+    proc = group.start_python(name, [MANAGE_PY, "runserver", f"{host.address}:{port}", "--noreload"], role="state",
+                              command_prefix=host.command_prefix, host=host.name)
+    if after_start:
+        after_start()
+    deadline = time.monotonic() + timeout
+    if on_host(host, wait_until_answering, proc, host.address, port, deadline, while_waiting or (lambda: None)):
+        return port
+    raise JobFailed(proc, "exited before answering" if proc.poll() is not None else f"did not answer in {timeout:g} s")
 
-    port = port or free_port(host)
-    group.start_python(name, [os.path.join(ROOT, "SimpleStateServer", "manage.py"), "runserver",
-                                       f"{host}:{port}", "--noreload"], role="state")
-    with StateClient(host, port, retry_for=timeout) as client:
-        client.wait_until_up(timeout)
-    return port
+
+def wait_until_answering(proc, address, port, deadline, while_waiting):
+    """True once the server at address:port answers; False when `proc` exits or the deadline passes first."""
+    from training.state_client import StateClient, StateServerUnavailable
+
+    # Connection attempts until it listens (the state client would log each refusal), then one request.
+    while not accepts_connections(address, port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        while_waiting()
+        time.sleep(POLL_SECONDS)
+    try:
+        with StateClient(address, port) as client:
+            client.wait_until_up(max(deadline - time.monotonic(), 0.0))
+        return True
+    except StateServerUnavailable:
+        return False
+
+
+def accepts_connections(address, port):
+    try:
+        with socket.create_connection((address, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 @dataclass

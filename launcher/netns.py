@@ -6,15 +6,13 @@ that lives in a namespace of its own, so the machine's own namespace is never to
 bridge-side end (what it receives). Every namespace of a network carries the same name prefix; deleting the
 namespaces removes the veths and the bridge with them.
 
-    python netns.py clean [PREFIX]     # remove namespaces a killed run left behind (default prefix: esync-)
+    python launch.py clean-netns [PREFIX]   # remove namespaces a killed run left behind (default prefix: esync-)
 
 Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` and `tc` commands of iproute2.
 """
-import ctypes
 import ipaddress
 import json
 import logging
-import os
 import re
 import secrets
 import shutil
@@ -23,7 +21,7 @@ import sys
 import threading
 import time
 
-from cluster import Host, Placement
+from launcher.hosts import Host, Placement
 
 log = logging.getLogger("netns")
 
@@ -31,7 +29,6 @@ DEFAULT_PREFIX = "esync-"
 DEFAULT_SUBNET = "10.213.0.0/24"
 HOST_INTERFACE = "eth0"
 BRIDGE = "br0"
-CLONE_NEWNET = 0x40000000
 # tbf's bucket: 4 ms of traffic at the link's rate, and never less than a large GSO packet.
 BURST_SECONDS = 0.004
 MIN_BURST_BYTES = 64 * 1024
@@ -109,36 +106,6 @@ def remove_namespaces(prefix):
     return removed
 
 
-def call_in_namespace(namespace, fn, *args):
-    """fn(*args) in a thread that has entered `namespace`: its sockets live there, the caller's stay put."""
-    outcome = {}
-
-    def target():
-        try:
-            enter_namespace(namespace)
-            outcome["value"] = fn(*args)
-        except BaseException as error:  # handed to the caller, who decides
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, name=f"in-{namespace}")
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-def enter_namespace(namespace):
-    """Move the calling thread (the network namespace is per thread) into `namespace`."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
-    finally:
-        os.close(fd)
-
-
 class VirtualNetwork:
     """Hosts on one bridge, each behind its own shaped link; `with VirtualNetwork(...)` tears it all down."""
 
@@ -209,11 +176,6 @@ def build_cluster(network, num_servers, num_workers, worker_rate_bps, ps_rate_bp
     return Placement(scheduler=servers[0], servers=servers, workers=workers)
 
 
-def on_host(host, fn, *args):
-    """fn(*args) with the network of `host`: in its namespace, or here when it has none."""
-    return call_in_namespace(host.namespace, fn, *args) if host.namespace else fn(*args)
-
-
 class LinkMeter:
     """Bytes each host's link carried since the meter was made: in total, and the busiest window of about
     `window` seconds (sampled by a background thread until stop() or report())."""
@@ -281,15 +243,12 @@ def interface_bytes(namespace, interface):
     return {"rx": stats["rx"]["bytes"], "tx": stats["tx"]["bytes"]}
 
 
-def main(argv):
-    if argv[:1] != ["clean"] or len(argv) > 2:
-        print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
+def clean_command(argv):
+    """`launch.py clean-netns [PREFIX]`: remove the namespaces named with PREFIX (default esync-)."""
+    if len(argv) > 1 or argv[:1] in (["-h"], ["--help"]):
+        print("usage: launch.py clean-netns [PREFIX]   (removes the network namespaces named PREFIX..., "
+              f"default {DEFAULT_PREFIX})", file=sys.stderr)
         return 2
-    prefix = argv[1] if len(argv) > 1 else DEFAULT_PREFIX
-    for name in remove_namespaces(prefix):
+    for name in remove_namespaces(argv[0] if argv else DEFAULT_PREFIX):
         print(f"removed namespace {name}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""The benchmark: `python -m bench.run` (see bench/run.py)."""

@@ -1,0 +1,101 @@
+"""The command lines of an experiment's processes: each worker's and the validator's main.py, the scheduler's and
+servers', and the dmlc_tracker submission.
+
+`state_server` is the (address, port) the workers of a mode reach the state server at, or None in the modes
+without one.
+"""
+import os
+import re
+import shlex
+import sys
+
+from launcher.cluster import ROOT
+from training import modes
+from training.checks import UsageError
+
+MAIN_PY = os.path.join(ROOT, "main.py")
+LAUNCH_PY = os.path.join(ROOT, "launch.py")
+
+CPU_DEVICE = re.compile(r"^cpu([1-9]\d*)?$")
+GPU_DEVICE = re.compile(r"^gpu(\d+)$")
+
+
+def device_flags(device):
+    """main.py flags of one --devices entry: cpu -> -c 1, cpu2 -> -c 2, gpu1 -> -g 1, gpu0+gpu1 -> -g 0,1."""
+    cpu = CPU_DEVICE.match(device)
+    if cpu:
+        return ["-c", cpu.group(1) or "1"]
+    gpus = [GPU_DEVICE.match(part) for part in device.split("+")]
+    if all(gpus):
+        return ["-g", ",".join(m.group(1) for m in gpus)]
+    raise UsageError(f"--devices entry {device!r} is not cpu, cpuN, gpuK or gpuK+gpuL")
+
+
+def shared_worker_args(experiment, mode, log_dir, state_server):
+    """main.py arguments every worker of a mode gets; the device and the slowdown differ per worker."""
+    e = experiment
+    command = ["-m", mode, "-n", e.network, "--dataset", e.dataset, "-dd", e.data_dir, "-ld", log_dir,
+               "--seed", str(e.seed)]
+    if e.node_name:
+        command += ["--node-name", e.node_name]
+    if e.non_iid:
+        command += ["-s", "1"]
+    if modes.MODES[mode].state_server:
+        address, port = state_server
+        command += ["-ip", address, "-port", str(port)]
+    if mode == "esync":
+        command += ["--esync-policy", e.esync_policy]
+    if e.byzantine:
+        command += ["--byzantine", str(e.byzantine), "--attack", e.attack, "--attack-scale", str(e.attack_scale)]
+    for flag, value in (("--max-time", e.max_time), ("--max-iters", e.max_iters),
+                        ("--target-accuracy", e.target_accuracy)):
+        if value is not None:
+            command += [flag, str(value)]
+    return command + list(e.worker_args)
+
+
+def worker_argv(experiment, mode, index, log_dir, state_server=None):
+    """Worker `index`'s main.py command line: its --devices entry and its slowdown."""
+    return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, state_server)
+            + device_flags(experiment.devices[index]) + ["--slowdown", experiment.slowdowns[index]])
+
+
+def validator_argv(experiment, mode, log_dir, state_server=None):
+    return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, state_server)
+            + device_flags(experiment.validator_device) + ["--validator"])
+
+
+def workers_argv(experiment, mode, log_dir, state_server=None):
+    """Every worker's command line, the validator's last in the modes that have one."""
+    argvs = [worker_argv(experiment, mode, w, log_dir, state_server) for w in range(experiment.num_workers)]
+    if modes.MODES[mode].validator:
+        argvs.append(validator_argv(experiment, mode, log_dir, state_server))
+    return argvs
+
+
+def ps_argv(experiment, mode):
+    """The scheduler's and the servers' command line."""
+    return [MAIN_PY, "-m", mode] + sync_timeout_args(experiment.worker_args)
+
+
+def sync_timeout_args(worker_args):
+    """The workers' --sync-timeout, which the scheduler and servers use too (a dead peer, a job that never forms)."""
+    for index, token in enumerate(worker_args):
+        if token.startswith("--sync-timeout="):
+            return [token]
+        if token == "--sync-timeout" and index + 1 < len(worker_args):
+            return list(worker_args[index:index + 2])
+    return []
+
+
+def tracker_argv(experiment, mode, log_dir, state_server=None):
+    """`launch.py submit DMLC-OPTIONS -- COMMAND`, COMMAND being the `launch.py task` every task runs."""
+    e = experiment
+    dmlc_options = ["--cluster", e.tracker, "--num-workers", str(e.num_workers),
+                    "--num-servers", str(e.num_servers), "--host-ip", e.host_ip]
+    if e.hostfile:
+        dmlc_options += ["--host-file", e.hostfile]
+    task = [sys.executable, LAUNCH_PY, "task", "--devices", ",".join(e.devices),
+            "--slowdown", ",".join(e.slowdowns), "--"] + shared_worker_args(e, mode, log_dir, state_server)
+    # dmlc_tracker joins the command with spaces and hands it to a shell.
+    return [LAUNCH_PY, "submit"] + dmlc_options + ["--"] + [shlex.quote(part) for part in task]

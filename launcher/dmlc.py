@@ -1,0 +1,117 @@
+"""Inside a job started through MXNet's dmlc_tracker: the two sub-programs the launcher's --tracker runs.
+
+`launch.py submit DMLC-OPTIONS -- COMMAND` is dmlc_tracker's own submission with the fixes it needs here;
+`launch.py task --devices D --slowdown F -- ARGS` is the COMMAND every task runs: main.py, with the task's own
+--devices and --slowdown entry for a worker.
+"""
+import importlib
+import logging
+import os
+import re
+import sys
+import threading
+
+import config
+from launcher.cluster import free_port
+from launcher.commands import MAIN_PY, device_flags
+from training.checks import UsageError
+from training.failures import EXIT_FAILURE, EXIT_USAGE
+
+TRACKERS = ("local", "ssh", "mpi", "slurm", "sge", "yarn", "kubernetes")
+# Launchers that number their workers 0..N-1 in one of these variables; the others start identical workers.
+TASK_INDEX_VARIABLES = ("DMLC_TASK_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+TRACKERS_WITH_TASK_INDEX = ("local", "mpi", "slurm", "yarn")
+
+
+def split_at_double_dash(argv):
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1:]
+    return argv, []
+
+
+def submit(argv):
+    """`launch.py submit DMLC-OPTIONS -- COMMAND`: dmlc_tracker's launcher with the fixes it needs here."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s tracker %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    from dmlc_tracker import opts
+
+    dmlc_args = opts.get_opts(argv)
+    adapt_dmlc_tracker(dmlc_args.host_ip)
+    importlib.import_module(f"dmlc_tracker.{dmlc_args.cluster}").submit(dmlc_args)
+    return 0
+
+
+def adapt_dmlc_tracker(host_ip):
+    from dmlc_tracker import tracker
+
+    # Python 3.9 removed Thread.isAlive; the tracker still waits on its threads with it.
+    if not hasattr(threading.Thread, "isAlive"):
+        threading.Thread.isAlive = threading.Thread.is_alive
+    if host_ip:
+        # The local launcher never passes --host-ip on and would advertise the machine's outside address.
+        tracker.get_host_ip = lambda hostIP=None: host_ip
+    tracker.PSTracker = ps_tracker_on_a_free_port(tracker.PSTracker)
+    # The tracker runs each task in a thread that raises when the task fails, and then waits for the scheduler
+    # forever: a failed task must end the submission, so that the launcher sees it and stops the job.
+    threading.excepthook = exit_when_a_task_fails
+
+
+def ps_tracker_on_a_free_port(ps_tracker):
+    class PSTrackerOnAFreePort(ps_tracker):
+        """Takes a free port of the scheduler's address, where the original probes 9091... on every interface."""
+
+        def __init__(self, hostIP, cmd, port=None, port_end=None, envs=None):
+            self.port = free_port(hostIP)
+            # An empty probe range leaves the original's loop idle and keeps the port chosen above.
+            super().__init__(hostIP, cmd, port=self.port, port_end=self.port, envs=envs)
+
+    return PSTrackerOnAFreePort
+
+
+def exit_when_a_task_fails(hook):
+    logging.error("%s; ending the submission", describe_task_failure(hook.exc_value))
+    os._exit(EXIT_FAILURE)
+
+
+def describe_task_failure(error):
+    """'worker task 1 failed: Get nonzero return code=-9' from the local launcher's error, whose message also
+    carries the task's whole environment; other launchers' errors are shortened."""
+    text = str(error)
+    role = re.search(r"'DMLC_ROLE': '(\w+)'", text)
+    task = re.search(r"'DMLC_TASK_ID': '(\d+)'", text)
+    if role and task:
+        return f"{role.group(1)} task {task.group(1)} failed: {text.split(' on [', 1)[0]}"
+    return f"a task failed: {type(error).__name__}: {text[:300]}"
+
+
+def run_task(argv):
+    """`launch.py task --devices D --slowdown F -- ARGS`: main.py for this task, with its device if a worker."""
+    own, main_args = split_at_double_dash(argv)
+    parser = config.OneLineErrorParser(prog="launch.py task")
+    parser.add_argument("--devices", required=True)
+    parser.add_argument("--slowdown", required=True)
+    args = parser.parse_args(own)
+    if os.environ.get("DMLC_ROLE") == "worker":
+        devices, slowdowns = args.devices.split(","), args.slowdown.split(",")
+        try:
+            index = task_index(devices, slowdowns)
+        except UsageError as error:
+            print(f"launch.py task: error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        main_args += device_flags(devices[index]) + ["--slowdown", slowdowns[index]]
+    os.execv(sys.executable, [sys.executable, MAIN_PY] + main_args)
+
+
+def task_index(devices, slowdowns):
+    """This worker's entry in --devices: its task index from the launcher, or 0 when all entries are equal."""
+    found = next(((name, os.environ[name]) for name in TASK_INDEX_VARIABLES if os.environ.get(name)), None)
+    if found is None:
+        if len(set(devices)) > 1 or len(set(slowdowns)) > 1:
+            raise UsageError(f"no task index ({', '.join(TASK_INDEX_VARIABLES)}) to choose among --devices "
+                             f"{','.join(devices)}")
+        return 0
+    name, value = found
+    if not value.isdigit() or int(value) >= len(devices):
+        raise UsageError(f"{name}={value} does not pick one of the {len(devices)} --devices entries")
+    return int(value)

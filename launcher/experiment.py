@@ -1,0 +1,320 @@
+"""The launcher's command line, read once into a frozen Experiment: what to run, on which workers and hosts, and
+where its logs go. Every check raises a one-line UsageError; nothing is started or created here.
+"""
+import argparse
+import os
+import socket
+from dataclasses import dataclass
+
+import config
+import summary
+from launcher import netns
+from launcher.commands import device_flags
+from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
+from launcher.hosts import LOOPBACK
+from training import modes, runlog
+from training.checks import UsageError
+
+# A mode's folder holds the workers' node folders and this one, with each process's output, PID_FILE and, with
+# --hosts netns, NETWORK_FILE (summary.py reads <mode>/<node>/<device>/ folders; this one holds only files).
+PROCESSES_FOLDER = "processes"
+PID_FILE = "pids.json"
+NETWORK_FILE = "network.json"   # --hosts netns: bytes each host's link carried during the mode
+WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
+# Worker flags the launcher sets itself; given after `--` they would silently break the run.
+RESERVED_WORKER_FLAGS = {
+    "-m", "--mode", "-dcasgd", "--use-dcasgd", "--zeno-flavour", "-ld", "--log-dir", "--node-name", "-c", "--cpu",
+    "-g", "--gpu", "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class",
+    "-n", "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
+    "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator",
+}
+
+HELP_EPILOG = f"""
+devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N), gpuK (-g K), gpu0+gpu1
+  (one worker splitting each batch over GPUs 0 and 1, -g 0,1). Without --devices, one cpu worker per --slowdown
+  factor.
+
+--tracker LAUNCHER: instead of starting the processes itself, the launcher runs MXNet's dmlc_tracker (the copy
+  shipped with mxnet 1.9.1) as `python launch.py submit DMLC-OPTIONS -- COMMAND`, printed before it starts, with
+  fixes for Python 3.11 (Thread.isAlive), for the local launcher ignoring --host-ip, and a free scheduler port.
+  The tracker starts the same COMMAND for every task: `python launch.py task --devices D --slowdown F -- ARGS`.
+  For a worker it picks entry i of --devices and --slowdown, where i is the worker's task index from
+  {', '.join(TASK_INDEX_VARIABLES)} (set by the {', '.join(TRACKERS_WITH_TASK_INDEX)} launchers, workers
+  numbered 0..N-1), then runs main.py with that device; for the scheduler and servers it runs main.py alone.
+  The ssh and kubernetes launchers give no task index, so they need identical --devices entries (and one
+  --slowdown); the shipped sge launcher cannot start a ps-lite job and is refused. The task index is not the
+  ps-lite rank: each worker's meta.json records its device, slowdown and rank.
+  Remote hosts need this repository and the data at the same paths, and --host-ip must be an address of this
+  machine they can reach (it runs the scheduler and, for the modes that use one, the state server). All output of
+  the job goes to processes/tracker.log; progress and summaries read the logs that land on this machine.
+
+--hosts netns: every host of the job is a Linux network namespace of its own (root only), joined to the
+  others by a bridge through a veth link shaped with tc tbf to --bandwidth (workers) and --ps-bandwidth (the
+  parameter-server hosts) in each direction: host `ps` runs the scheduler, the state server and server 0, `psN`
+  server N, `wK` worker K. Processes run under `ip netns exec` with the addresses of their hosts. Each mode's
+  {PROCESSES_FOLDER}/{NETWORK_FILE} holds the bytes each link carried. The namespaces are removed at the end, also
+  on failure and Ctrl-C; after a killed launcher, `python launch.py clean-netns` removes what it left.
+
+exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
+"""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment: the same job under several modes, one after another. Built by parse() alone."""
+    modes: tuple
+    network: str
+    dataset: str
+    data_dir: str                   # absolute
+    devices: tuple                  # one --devices entry per worker
+    slowdowns: tuple                # one factor per worker, as given ("1", "4")
+    num_servers: int
+    max_time: float | None
+    max_iters: int | None
+    target_accuracy: float | None
+    seed: int
+    non_iid: bool
+    esync_policy: str
+    byzantine: int
+    attack: str
+    attack_scale: float
+    validator_device: str
+    log_dir: str                    # absolute: the root of <network>/<mode>/
+    node_name: str | None           # the workers' log folder; None with --tracker (each worker's host name)
+    wall_limit: float               # seconds after which a mode is stopped as hung
+    progress_every: float
+    worker_args: tuple              # after `--`, for every worker
+    tracker: str | None             # None: the launcher starts every process itself
+    hostfile: str | None            # absolute, or None
+    host_ip: str                    # this machine's address as the job's processes reach it
+    hosts: str                      # local or netns
+    bandwidth: str                  # --hosts netns: the links as given ("100mbit"), for messages
+    ps_bandwidth: str
+    worker_rate: int | None         # --hosts netns: bits per second of each worker's link, else None
+    ps_rate: int | None             # --hosts netns: of each parameter-server link, else None
+    netns_prefix: str | None        # --hosts netns: name prefix of the namespaces, else None
+    netns_subnet: str
+
+    @property
+    def num_workers(self):
+        return len(self.devices)
+
+    @property
+    def validator_hosts(self):
+        """1 when a mode of the experiment has a validator: it runs as one more worker, on a host of its own."""
+        return validator_hosts(self.modes)
+
+    def mode_folder(self, mode):
+        """<log-dir>/<network>/<mode>[-attack][-niid]: one mode's logs, summary and processes/ folder."""
+        return os.path.join(self.log_dir, self.network, runlog.run_folder(mode, bool(self.byzantine), self.non_iid))
+
+
+def validator_hosts(mode_names):
+    return int(any(modes.MODES[mode].validator for mode in mode_names))
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line
+
+
+def build_parser():
+    p = config.OneLineErrorParser(
+        prog="launch.py", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
+        usage="%(prog)s --modes M1,M2 -n NETWORK (--devices D1,D2,... | --slowdown F1,F2,...) [options] "
+              "[-- extra worker args]",
+        description="Run the same training job under several synchronization modes, one after another, "
+                    "then write each mode's summary JSON, the comparison figures and a table. Arguments after "
+                    "`--` are appended to every worker's main.py command line.")
+    p.add_argument("--modes", default="esync,sync,async",
+                   help=f"comma list of {', '.join(modes.cluster_names())} (default: esync,sync,async)")
+    p.add_argument("-n", "--network", default=config.DEFAULTS["network"], help="network (see main.py --help)")
+    p.add_argument("--dataset", default=config.DEFAULTS["dataset"], choices=config.DATASETS)
+    p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"], help="folder holding the dataset")
+    p.add_argument("--devices", help="one entry per worker, e.g. cpu,cpu,gpu0+gpu1 (default: one cpu per "
+                                     "--slowdown factor)")
+    p.add_argument("--slowdown",
+                   help="emulated slowdown per worker, a comma list of factors >= 1 or one for all (default 1)")
+    p.add_argument("-s", "--num-servers", type=int, default=1, help="ps-lite servers (default 1)")
+    p.add_argument("--max-time", type=float, help="each mode trains this many seconds")
+    p.add_argument("--max-iters", type=int, help="each mode trains this many global iterations")
+    p.add_argument("--target-accuracy", type=float,
+                   help=f"stop once rank 0's test accuracy reaches this; also the accuracy the table times "
+                        f"(default for the table: {summary.DEFAULT_TARGET})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--non-iid", action="store_true", help="split the data by class; logs go to <mode>-niid/")
+    p.add_argument("--esync-policy", default=config.DEFAULTS["esync_policy"], choices=config.ESYNC_POLICIES)
+    p.add_argument("--byzantine", type=int, default=0,
+                   help="the first K workers are Byzantine (see --attack); logs go to <mode>-attack/")
+    p.add_argument("--attack", default=config.DEFAULTS["attack"], choices=config.ATTACKS)
+    p.add_argument("--attack-scale", type=float, default=config.DEFAULTS["attack_scale"])
+    p.add_argument("--validator-device", default="cpu",
+                   help="modes with a validator (zeno, zeno-async): its device; it runs as an extra worker "
+                        "(default cpu)")
+    p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default="logs",
+                   help="root of the logs (default: logs)")
+    p.add_argument("--node-name", help="the workers' log folder under <mode>/ (default: each worker's host name)")
+    p.add_argument("--wall-limit", type=float,
+                   help="seconds after which a mode is stopped as hung (default: 2 x --max-time + 120 s, "
+                        f"or {WALL_LIMIT_WITHOUT_MAX_TIME / 3600:g} h without --max-time)")
+    p.add_argument("--hosts", choices=("local", "netns"), default="local",
+                   help="local: every process on 127.0.0.1 (default); netns: one network namespace per host "
+                        "with rate-limited links (see below)")
+    p.add_argument("--bandwidth", default="1gbit", help="--hosts netns: each worker link's rate (default 1gbit)")
+    p.add_argument("--ps-bandwidth", help="--hosts netns: each parameter-server link's rate (default --bandwidth)")
+    p.add_argument("--netns-prefix", help="--hosts netns: name prefix of the namespaces (default esync-<random>-)")
+    p.add_argument("--netns-subnet", default=netns.DEFAULT_SUBNET,
+                   help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
+    p.add_argument("--progress-every", type=float, default=2.0, help="seconds between progress lines (default 2)")
+    p.add_argument("--tracker", choices=TRACKERS, help="start the job through MXNet's dmlc_tracker (see below)")
+    p.add_argument("-H", "--hostfile", help="--tracker ssh/mpi: the hosts, one per line")
+    p.add_argument("--host-ip", help="--tracker: this machine's address as the other hosts reach it "
+                                     f"(default {LOOPBACK} for --tracker local)")
+    return p
+
+
+def parse(argv):
+    """The Experiment of a launcher command line; UsageError (one line) for bad input."""
+    own, worker_args = split_at_double_dash(list(argv))
+    ns = build_parser().parse_args(own)
+    devices = parse_devices(ns.devices, ns.slowdown)
+    slowdowns = parse_slowdowns(ns.slowdown or "1", len(devices))
+    chosen = parse_modes(ns.modes)
+    device_flags(ns.validator_device)
+    check_limits(ns, len(devices))
+    check_tracker(ns, devices, slowdowns)
+    check_validators(ns.tracker, chosen)
+    check_worker_args(worker_args)
+    worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen))
+    netns_on = ns.hosts == "netns"
+    return Experiment(
+        modes=chosen, network=ns.network, dataset=ns.dataset, data_dir=os.path.abspath(ns.data_dir),
+        devices=devices, slowdowns=slowdowns, num_servers=ns.num_servers, max_time=ns.max_time,
+        max_iters=ns.max_iters, target_accuracy=ns.target_accuracy, seed=ns.seed, non_iid=ns.non_iid,
+        esync_policy=ns.esync_policy, byzantine=ns.byzantine, attack=ns.attack, attack_scale=ns.attack_scale,
+        validator_device=ns.validator_device, log_dir=os.path.abspath(ns.log_dir), node_name=node_name(ns),
+        wall_limit=wall_limit(ns), progress_every=ns.progress_every, worker_args=tuple(worker_args),
+        tracker=ns.tracker, hostfile=ns.hostfile and os.path.abspath(ns.hostfile), host_ip=host_ip(ns),
+        hosts=ns.hosts, bandwidth=ns.bandwidth, ps_bandwidth=ns.ps_bandwidth or ns.bandwidth,
+        worker_rate=worker_rate, ps_rate=ps_rate,
+        netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
+        netns_subnet=ns.netns_subnet)
+
+
+# ----------------------------------------------------------------------------------------------
+# Each value read and checked
+
+
+def parse_modes(text):
+    chosen = tuple(m.strip() for m in text.split(",") if m.strip())
+    known = modes.cluster_names()
+    unknown = [m for m in chosen if m not in known]
+    if unknown or not chosen:
+        raise UsageError(f"unknown mode {','.join(unknown) or repr(text)} in --modes (known: {', '.join(known)})")
+    if len(set(chosen)) != len(chosen):
+        raise UsageError(f"--modes {text} names a mode twice")
+    return chosen
+
+
+def parse_devices(devices, slowdown):
+    """The --devices entries; without --devices one cpu per --slowdown factor."""
+    if devices is None:
+        if slowdown is None:
+            raise UsageError("the following arguments are required: --devices (or --slowdown: one cpu worker "
+                             "per factor)")
+        return tuple("cpu" for _ in slowdown.split(","))
+    entries = tuple(d.strip() for d in devices.split(","))
+    for device in entries:
+        device_flags(device)
+    return entries
+
+
+def parse_slowdowns(text, num_workers):
+    factors = tuple(f.strip() for f in text.split(","))
+    if len(factors) == 1:
+        factors *= num_workers
+    if len(factors) != num_workers:
+        raise UsageError(f"--slowdown has {len(factors)} factors but --devices has {num_workers} workers")
+    for factor in factors:
+        try:
+            value = float(factor)
+        except ValueError:
+            raise UsageError(f"--slowdown factor {factor!r} is not a number")
+        if not 1 <= value < float("inf"):
+            raise UsageError(f"--slowdown factor {factor} must be >= 1 (a device F times slower)")
+    return factors
+
+
+def check_limits(ns, num_workers):
+    if ns.max_time is None and ns.max_iters is None:
+        raise UsageError("give --max-time or --max-iters (a target accuracy alone may never be reached)")
+    if ns.num_servers < 1:
+        raise UsageError(f"-s {ns.num_servers}: at least one server is needed")
+    if ns.progress_every <= 0 or (ns.wall_limit is not None and ns.wall_limit <= 0):
+        raise UsageError("--progress-every and --wall-limit must be positive")
+    if not 0 <= ns.byzantine < num_workers:
+        raise UsageError(f"--byzantine {ns.byzantine}: must leave at least one of the {num_workers} "
+                         "workers honest")
+
+
+def check_tracker(ns, devices, slowdowns):
+    if ns.tracker is None:
+        if ns.hostfile or ns.host_ip:
+            raise UsageError("-H/--hostfile and --host-ip only apply with --tracker")
+        return
+    if ns.tracker == "sge":
+        raise UsageError("--tracker sge: the sge launcher shipped with mxnet 1.9.1 cannot start a ps-lite job "
+                         "(it reads options its opts.py does not define, logdir and vcores, and never sets DMLC_ROLE)")
+    if ns.tracker != "local" and not ns.host_ip:
+        raise UsageError(f"--tracker {ns.tracker} needs --host-ip: this machine's address as the hosts reach it")
+    if ns.tracker == "ssh" and not ns.hostfile:
+        raise UsageError("--tracker ssh needs -H/--hostfile")
+    if ns.tracker not in TRACKERS_WITH_TASK_INDEX and (len(set(devices)) > 1 or len(set(slowdowns)) > 1):
+        raise UsageError(f"--tracker {ns.tracker} starts identical workers: give the same device to each "
+                         "(e.g. --devices gpu0,gpu0) and one --slowdown")
+    if ns.hosts == "netns":
+        raise UsageError("--hosts netns starts the processes itself: leave out --tracker")
+
+
+def check_validators(tracker, chosen):
+    validated = [mode for mode in chosen if modes.MODES[mode].validator]
+    if tracker and validated:
+        raise UsageError(f"--modes {validated[0]} needs its validator process, which --tracker does not start: "
+                         f"run {validated[0]} without --tracker, or start its processes by hand (README)")
+
+
+def check_worker_args(worker_args):
+    for token in worker_args:
+        if token.split("=", 1)[0] in RESERVED_WORKER_FLAGS:
+            raise UsageError(f"{token} after -- is set by the launcher; use the launcher's own option")
+
+
+def link_rates(ns, num_hosts):
+    """(worker link, parameter-server link) in bits per second with --hosts netns, else (None, None)."""
+    if ns.hosts == "local":
+        return None, None
+    try:
+        rates = netns.parse_rate(ns.bandwidth), netns.parse_rate(ns.ps_bandwidth or ns.bandwidth)
+        netns.parse_subnet(ns.netns_subnet, num_hosts)
+    except ValueError as error:
+        raise UsageError(f"--hosts netns: {error}")
+    return rates
+
+
+# ----------------------------------------------------------------------------------------------
+# Values derived from the command line
+
+
+def host_ip(ns):
+    """Where the job's processes reach this machine: loopback unless --tracker says otherwise."""
+    return ns.host_ip or LOOPBACK
+
+
+def node_name(ns):
+    """Without --tracker every worker runs here, under this machine's name unless --node-name gives one."""
+    return ns.node_name or (None if ns.tracker else socket.gethostname())
+
+
+def wall_limit(ns):
+    if ns.wall_limit is not None:
+        return ns.wall_limit
+    return 2 * ns.max_time + 120 if ns.max_time else WALL_LIMIT_WITHOUT_MAX_TIME

@@ -1,0 +1,40 @@
+"""After the modes: each mode's summary JSON, the figures of the experiment's modes, and the table."""
+import os
+import sys
+
+import summary
+from launcher.supervision import INTERRUPTS
+from training.failures import EXIT_FAILURE
+
+
+def summarize_and_draw(experiment):
+    """Summary JSON per mode, figures of this experiment's modes, and a table; 0 or EXIT_FAILURE."""
+    import drawer
+
+    network_dir = os.path.join(experiment.log_dir, experiment.network)
+    folders = [os.path.basename(experiment.mode_folder(mode)) for mode in experiment.modes]
+    target = experiment.target_accuracy or summary.DEFAULT_TARGET
+    try:
+        summary.summarize_modes(network_dir, folders, target, None)
+    except summary.SummaryError as error:
+        remote = experiment.tracker not in (None, "local")
+        elsewhere = " (with a remote --tracker the logs stay on the hosts)" if remote else ""
+        print(f"launch.py: no summary: {error}{elsewhere}", file=sys.stderr)
+        return 0 if remote else EXIT_FAILURE
+    runs = sorted(filter(None, (summary.load_summary(network_dir, f) for f in folders)), key=drawer.run_order)
+    INTERRUPTS.check()
+    figures_dir = os.path.join(network_dir, "figures")
+    figures = drawer.draw_all(runs, experiment.network, figures_dir, drawer.parse_args(["-n", experiment.network]))
+    print()
+    print(format_table(runs, target))
+    print("summaries: " + ", ".join(summary.summary_path(network_dir, run["mode"]) for run in runs))
+    print("figures:\n" + "\n".join(f"  {path}" for path in figures), flush=True)
+    return 0
+
+
+def format_table(runs, target):
+    headers = ["mode", "samples/s", f"time to {target:g} (s)", "final accuracy", "traffic (MB/s)"]
+    columns = [("cluster_throughput", ".1f"), ("time_to_accuracy", ".1f"), ("final_accuracy", ".4f"),
+               ("traffic_mb_per_s", ".2f")]
+    return summary.text_table(headers, [[run["mode"]] + [summary.format_cell(run.get(key), spec)
+                                                         for key, spec in columns] for run in runs])

@@ -1,0 +1,184 @@
+"""Running an experiment: each mode in turn (its state server, ps-lite job or dmlc_tracker, supervised to its stop
+condition), on this machine's loopback or on hosts made of network namespaces, then the summaries and figures.
+"""
+import contextlib
+import glob
+import logging
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+
+import summary
+from launcher import commands, netns
+from launcher.cluster import JobFailed, ProcessGroup, start_ps_job, start_state_server
+from launcher.experiment import NETWORK_FILE, PROCESSES_FOLDER
+from launcher.hosts import Host, Placement
+from launcher.results import summarize_and_draw
+from launcher.supervision import (
+    INTERRUPTS,
+    Interrupted,
+    Progress,
+    report_failure,
+    supervise,
+    wait_for_group_to_drain,
+    write_pid_file,
+)
+from training import modes
+from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED
+from training.files import write_json
+
+log = logging.getLogger("launch")
+
+PS_EXIT_GRACE = 10.0            # seconds scheduler and servers get to exit after the workers
+
+
+@dataclass(frozen=True)
+class JobHosts:
+    """Where the processes of every mode run, made when the experiment starts: the placement of the roles and,
+    with --hosts netns, the network of namespaces it lies on."""
+    placement: Placement
+    network: netns.VirtualNetwork | None = None
+
+
+def run(experiment):
+    """The whole experiment; its exit code. SIGINT and SIGTERM stop every process it started."""
+    INTERRUPTS.install()
+    try:
+        return run_experiment(experiment)
+    except Interrupted as signal_name:
+        print(f"launch.py: stopped by {signal_name}; every process it started has been stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except netns.NetnsError as error:
+        print(f"launch.py: could not build the hosts of --hosts netns: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def run_experiment(experiment):
+    with hosts_of_the_job(experiment) as hosts:
+        for position, mode in enumerate(experiment.modes):
+            code = run_mode(experiment, mode, position, hosts)
+            if code:
+                return code
+    INTERRUPTS.check()
+    code = summarize_and_draw(experiment)
+    INTERRUPTS.check()
+    return code
+
+
+@contextlib.contextmanager
+def hosts_of_the_job(experiment):
+    """The JobHosts of the experiment; with --hosts netns the namespaces and links of every host, removed on the
+    way out whatever happens."""
+    if experiment.hosts == "local":
+        yield JobHosts(Placement(scheduler=Host("local", experiment.host_ip, "lo")))
+        return
+    network = netns.VirtualNetwork(experiment.netns_prefix, experiment.netns_subnet)
+    try:
+        network.create()
+        num_workers = experiment.num_workers + experiment.validator_hosts
+        placement = netns.build_cluster(network, experiment.num_servers, num_workers, experiment.worker_rate,
+                                        experiment.ps_rate)
+        print(f"hosts: namespaces {experiment.netns_prefix}*, parameter servers at "
+              f"{', '.join(h.address for h in placement.servers)} ({experiment.ps_bandwidth}), "
+              f"workers {', '.join(h.address for h in placement.workers)} ({experiment.bandwidth})", flush=True)
+        INTERRUPTS.check()
+        yield JobHosts(placement, network)
+    finally:
+        network.teardown()
+
+
+def run_mode(experiment, mode, position, hosts):
+    """Train one mode to its stop condition; 0, or EXIT_FAILURE after reporting what failed."""
+    label = f"{mode} {position + 1}/{len(experiment.modes)}"
+    log_dir = experiment.mode_folder(mode)
+    os.makedirs(log_dir, exist_ok=True)
+    clear_earlier_run(log_dir, summary.summary_file_name(os.path.basename(log_dir)))
+    with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER)) as group:
+        print(f"[{label}] {experiment.num_workers} workers ({describe_workers(experiment)}), "
+              f"{experiment.num_servers} server(s); logs in {log_dir}, process outputs and PIDs in {group.out_dir}",
+              flush=True)
+        meter = netns.LinkMeter(hosts.network) if hosts.network else None
+        try:
+            state_server = start_mode_state_server(group, hosts.placement.scheduler, mode)
+            start = start_tracker if experiment.tracker else start_processes
+            finishers = start(experiment, mode, group, log_dir, state_server, hosts, label)
+            progress = Progress(label, log_dir, experiment.progress_every)
+            supervise(group, finishers, progress, experiment.wall_limit)
+        except JobFailed as failure:
+            report_failure(label, failure, group)
+            return EXIT_FAILURE
+        finally:
+            if meter:
+                meter.stop()
+        print(progress.finished_line(), flush=True)
+        if meter:
+            report_links(label, meter, group.out_dir)
+        let_parameter_servers_exit(experiment, group, finishers)
+    return 0
+
+
+def start_mode_state_server(group, host, mode):
+    """(address, port) of the mode's state server, started on `host`; None in the modes without one."""
+    if not modes.MODES[mode].state_server:
+        return None
+    port = start_state_server(group, host, after_start=lambda: write_pid_file(group, mode),
+                              while_waiting=INTERRUPTS.check)
+    return host.address, port
+
+
+def start_processes(experiment, mode, group, log_dir, state_server, hosts, label):
+    """Scheduler, servers and workers of one mode; returns the workers."""
+    def record_and_check():
+        write_pid_file(group, mode)
+        INTERRUPTS.check()
+
+    workers_argv = commands.workers_argv(experiment, mode, log_dir, state_server)
+    return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.num_servers,
+                        record_and_check, hosts.placement)
+
+
+def start_tracker(experiment, mode, group, log_dir, state_server, hosts, label):
+    """dmlc_tracker's submission, which starts the scheduler, servers and workers; returns it."""
+    argv = commands.tracker_argv(experiment, mode, log_dir, state_server)
+    print(f"[{label}] dmlc_tracker command: {shlex.join([sys.executable] + argv)}", flush=True)
+    env = {"DMLC_NODE_HOST": experiment.host_ip, "DMLC_INTERFACE": "lo"} if experiment.tracker == "local" else {}
+    tracker = group.start_python("tracker", argv, env, role="tracker")
+    write_pid_file(group, mode)
+    return [tracker]
+
+
+def clear_earlier_run(mode_dir, summary_name):
+    """A mode folder holds one run: an earlier run's iteration logs would mix into this run's summary."""
+    patterns = ["*/*/iter-*.txt", "*/*/meta.json", "*/*/model-final.params", f"{PROCESSES_FOLDER}/*", summary_name]
+    stale = [path for pattern in patterns for path in glob.glob(os.path.join(mode_dir, pattern))]
+    for path in stale:
+        os.unlink(path)
+    for folder in glob.glob(os.path.join(mode_dir, "*", "*")) + glob.glob(os.path.join(mode_dir, "*")):
+        if os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)
+    if stale:
+        log.info("removed %d files of an earlier run from %s", len(stale), mode_dir)
+
+
+def describe_workers(experiment):
+    return ", ".join(d if float(f) == 1 else f"{d} x{f}" for d, f in zip(experiment.devices, experiment.slowdowns))
+
+
+def report_links(label, meter, out_dir):
+    """The bytes each link carried during the mode, into processes/network.json and one line."""
+    report = meter.report()
+    write_json(os.path.join(out_dir, NETWORK_FILE), report)
+    servers = [name for name in report["links"] if name.startswith("ps")]
+    print(f"[{label}] parameter-server links over {report['seconds']:.1f} s: "
+          f"{netns.describe_links(report, servers)}", flush=True)
+
+
+def let_parameter_servers_exit(experiment, group, finishers):
+    """Scheduler and servers exit by themselves once the workers are done; what is left is stopped."""
+    if experiment.tracker:
+        drained = wait_for_group_to_drain(finishers[0].pid, PS_EXIT_GRACE)
+    else:
+        drained = group.wait([p for p in group.procs if p.role in ("scheduler", "server")], PS_EXIT_GRACE)
+    if not drained:
+        log.warning("scheduler or servers still ran %g s after the workers; stopping them", PS_EXIT_GRACE)

@@ -1,0 +1,149 @@
+"""Watching the processes of a running mode: signals, exits, the PID file and the progress lines."""
+import os
+import signal
+import sys
+import time
+
+from launcher.cluster import POLL_SECONDS, JobFailed, describe_exit, processes_in_group, tail
+from launcher.experiment import PID_FILE
+from training import runlog
+from training.files import write_json
+
+FINISH_GRACE = 20.0             # seconds the other workers get once one has exited 0 (they stop together)
+FINISHED_MARK = "finished:"     # training/loop.py's last line when a worker reached a stop condition
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM reached the launcher."""
+
+
+class SignalFlag:
+    """Notes SIGINT/SIGTERM; the launcher acts on it where it is safe to, so that no started process goes
+    untracked (an exception between starting a process and recording it would leave that process behind)."""
+
+    def __init__(self):
+        self.received = None
+
+    def install(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._note)
+
+    def _note(self, signum, frame):
+        self.received = signal.Signals(signum).name
+
+    def check(self):
+        if self.received:
+            raise Interrupted(self.received)
+
+
+INTERRUPTS = SignalFlag()
+
+
+def write_pid_file(group, mode):
+    """processes/pids.json: what this launcher started, so that anyone can check or stop it by PID."""
+    write_json(os.path.join(group.out_dir, PID_FILE), {
+        "launcher": os.getpid(), "mode": mode,
+        "processes": [{"name": p.name, "role": p.role, "pid": p.pid, "output": p.output} for p in group.procs],
+    })
+
+
+class Progress:
+    """One line every `every` seconds: global iteration, elapsed time, rank 0's accuracy, cluster samples/s."""
+
+    def __init__(self, label, mode_dir, every):
+        self.label = label
+        self.reader = runlog.RunFollower(mode_dir)
+        self.every = every
+        self.started = self.last = time.monotonic()
+
+    def tick(self):
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            print(self.line(), flush=True)
+
+    def line(self):
+        r = self.reader.update()
+        elapsed = time.monotonic() - self.started
+        if not r.rounds:
+            return f"[{self.label}] {elapsed:6.1f} s  starting (no iteration logged yet)"
+        accuracy = "-" if r.accuracy is None else f"{r.accuracy:.4f}"
+        return (f"[{self.label}] {elapsed:6.1f} s  iteration {r.rounds}  test accuracy {accuracy}  "
+                f"{r.throughput:.0f} samples/s")
+
+    def finished_line(self):
+        r = self.reader.update()
+        accuracy = "" if r.accuracy is None else f", test accuracy {r.accuracy:.4f}"
+        return (f"[{self.label}] finished: {r.rounds} global iterations in {r.training_time:.1f} s of training"
+                f"{accuracy}, {r.throughput:.0f} samples/s")
+
+
+class ExitWatch:
+    """The order in which processes were seen to exit: the first to fail is the one to blame."""
+
+    def __init__(self, group):
+        self.group = group
+        self.exits = {}  # name -> (process, seconds since the watch began)
+        self.quitters = []  # workers that exited 0 without reaching a stop condition
+        self.started = time.monotonic()
+
+    def update(self):
+        for proc in self.group.procs:
+            if proc.name not in self.exits and proc.poll() is not None:
+                self.exits[proc.name] = (proc, time.monotonic() - self.started)
+                if proc.role == "worker" and proc.poll() == 0 and FINISHED_MARK not in tail(proc.output, 20):
+                    self.quitters.append(proc)
+
+    def first_failed(self):
+        return next((p for p, _ in self.exits.values() if p.poll() != 0), None)
+
+    def first_done(self):
+        """(process, when) of the first process that exited 0, or None."""
+        return next(((p, t) for p, t in self.exits.values() if p.poll() == 0), None)
+
+
+def supervise(group, finishers, progress, wall_limit):
+    """Wait until every process in `finishers` has exited 0; JobFailed if something goes wrong first."""
+    watch = ExitWatch(group)
+    while True:
+        INTERRUPTS.check()
+        watch.update()
+        failed = watch.first_failed()
+        if failed:
+            raise JobFailed(failed, f"exited with {describe_exit(failed.poll())}")
+        if watch.quitters:
+            raise JobFailed(watch.quitters[0], "exited 0 without reaching a stop condition")
+        if all(p.poll() == 0 for p in finishers):
+            return
+        done = watch.first_done()
+        elapsed = time.monotonic() - watch.started
+        if done and elapsed - done[1] > FINISH_GRACE:
+            running = ", ".join(p.name for p in finishers if p.poll() is None)
+            raise JobFailed(done[0], f"exited, but {running} still ran {FINISH_GRACE:g} s later")
+        if elapsed > wall_limit:
+            raise JobFailed(None, f"the job still ran after --wall-limit {wall_limit:g} s")
+        progress.tick()
+        time.sleep(POLL_SECONDS)
+
+
+def report_failure(label, failure, group):
+    lines = [f"launch.py: [{label}] {failure.reason}" if failure.proc is None else
+             f"launch.py: [{label}] {failure.proc.name} ({failure.proc.role}, pid {failure.proc.pid}) "
+             f"{failure.reason}"]
+    blamed = [failure.proc] if failure.proc else group.running()
+    for proc in blamed:
+        lines.append(f"  output of {proc.name} (pid {proc.pid}): {proc.output}")
+        lines += ["    " + line for line in tail(proc.output, 10).rstrip("\n").splitlines()]
+    lines.append(f"launch.py: [{label}] stopping every process of the job")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def wait_for_group_to_drain(pgid, timeout):
+    """Wait until no live process is left in process group `pgid`; False on timeout."""
+    deadline = time.monotonic() + timeout
+    while processes_in_group(pgid):
+        if time.monotonic() > deadline:
+            return False
+        INTERRUPTS.check()
+        time.sleep(POLL_SECONDS)
+    return True

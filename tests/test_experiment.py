@@ -1,0 +1,124 @@
+"""The launcher's command line read into a frozen Experiment: one description per command line, the values the
+checks derive computed once, nothing written back."""
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from launcher import experiment
+from launcher.cluster import ROOT
+from launcher.hosts import LOOPBACK
+from training.checks import UsageError
+
+LENET = ["-n", "lenet", "--dataset", "mnist-5k", "--max-time", "30"]
+
+
+def parse(*argv):
+    return experiment.parse(["--modes", "esync,sync", *LENET, *argv])
+
+
+def test_the_description_is_frozen():
+    described = parse("--devices", "cpu,cpu")
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        described.max_time = 60
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        described.host_ip = "10.0.0.1"
+
+
+def test_the_same_command_line_gives_equal_descriptions_and_is_left_as_it_was():
+    argv = ["--modes", "esync,sync", *LENET, "--devices", "cpu,cpu", "--hosts", "netns", "--netns-prefix", "t-",
+            "--", "-b", "32"]
+    given = list(argv)
+
+    assert experiment.parse(argv) == experiment.parse(argv)
+    assert argv == given
+
+
+@pytest.mark.parametrize("flag", ["-ld", "--log-dir", "--logs"])
+def test_ld_log_dir_and_logs_name_the_same_folder(flag, tmp_path):
+    described = parse("--devices", "cpu", flag, str(tmp_path / "runs"))
+
+    assert described.log_dir == str(tmp_path / "runs")
+    assert described.mode_folder("esync") == str(tmp_path / "runs" / "lenet" / "esync")
+
+
+def test_relative_folders_become_absolute():
+    described = parse("--devices", "cpu", "-ld", "runs", "-dd", "data")
+
+    assert described.log_dir == os.path.abspath("runs") and described.data_dir == os.path.abspath("data")
+
+
+def test_devices_default_to_one_cpu_per_slowdown_factor():
+    described = parse("--slowdown", "1,1,4")
+
+    assert described.devices == ("cpu", "cpu", "cpu") and described.slowdowns == ("1", "1", "4")
+    assert described == parse("--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4")
+
+
+def test_one_slowdown_applies_to_every_device():
+    assert parse("--devices", "cpu,gpu0").slowdowns == ("1", "1")
+    assert parse("--devices", "cpu,gpu0", "--slowdown", "2").slowdowns == ("2", "2")
+
+
+def test_without_devices_or_slowdown_devices_are_required():
+    with pytest.raises(UsageError, match="required: --devices"):
+        parse()
+
+
+def test_without_a_tracker_everything_runs_here_under_this_machines_name():
+    described = parse("--devices", "cpu")
+
+    assert described.tracker is None and described.host_ip == LOOPBACK
+    assert described.node_name == socket.gethostname()
+    assert parse("--devices", "cpu", "--node-name", "n1").node_name == "n1"
+
+
+def test_a_tracker_takes_its_host_address_and_leaves_node_names_to_the_hosts(tmp_path):
+    local = parse("--devices", "cpu,cpu", "--tracker", "local")
+    hostfile = tmp_path / "hosts"
+    remote = parse("--devices", "gpu0,gpu0", "--tracker", "mpi", "-H", str(hostfile), "--host-ip", "10.1.1.34")
+
+    assert (local.host_ip, local.node_name, local.hostfile) == (LOOPBACK, None, None)
+    assert (remote.host_ip, remote.node_name, remote.hostfile) == ("10.1.1.34", None, str(hostfile))
+
+
+def test_netns_hosts_get_their_link_rates_and_a_prefix_of_their_own():
+    described = parse("--devices", "cpu,cpu", "--hosts", "netns", "--bandwidth", "100mbit", "--ps-bandwidth", "1gbit")
+    same_rate = parse("--devices", "cpu,cpu", "--hosts", "netns", "--bandwidth", "100mbit")
+
+    assert (described.worker_rate, described.ps_rate) == (10 ** 8, 10 ** 9)
+    assert (same_rate.worker_rate, same_rate.ps_rate, same_rate.ps_bandwidth) == (10 ** 8, 10 ** 8, "100mbit")
+    assert described.netns_prefix.startswith("esync-") and described.netns_prefix != same_rate.netns_prefix
+    assert parse("--devices", "cpu", "--hosts", "netns", "--netns-prefix", "mine-").netns_prefix == "mine-"
+
+
+def test_local_hosts_have_no_links_or_namespaces():
+    described = parse("--devices", "cpu,cpu")
+
+    assert (described.worker_rate, described.ps_rate, described.netns_prefix) == (None, None, None)
+
+
+@pytest.mark.parametrize("argv, wall_limit", [
+    (["--max-time", "30"], 180.0),
+    (["--max-time", "30", "--wall-limit", "50"], 50.0),
+    (["--max-iters", "10"], experiment.WALL_LIMIT_WITHOUT_MAX_TIME),
+])
+def test_the_wall_limit_follows_max_time(argv, wall_limit):
+    described = experiment.parse(["--modes", "sync", "-n", "lenet", "--devices", "cpu", *argv])
+
+    assert described.wall_limit == wall_limit
+
+
+def test_worker_arguments_after_the_double_dash_are_kept_in_order():
+    assert parse("--devices", "cpu", "--", "-b", "32", "-e", "5").worker_args == ("-b", "32", "-e", "5")
+
+
+def test_clean_netns_with_too_many_arguments_is_a_usage_error():
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "clean-netns", "a-", "b-"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=30)
+
+    assert result.returncode == 2 and "usage: launch.py clean-netns [PREFIX]" in result.stderr
