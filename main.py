@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-import config
+from training import config
 from training import failures, fault_injection, modes
 from training.checks import (
     UsageError,

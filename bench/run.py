@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-import summary
+from analysis import summary
 from launcher import netns
 from launcher.cluster import ROOT, ProcessGroup, start_ps_job, start_state_server, tail
 from training import modes, runlog

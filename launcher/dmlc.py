@@ -11,7 +11,7 @@ import re
 import sys
 import threading
 
-import config
+from training import config
 from launcher.cluster import free_port
 from launcher.commands import MAIN_PY, device_flags
 from training.checks import UsageError

@@ -6,8 +6,8 @@ import os
 import socket
 from dataclasses import dataclass
 
-import config
-import summary
+from training import config
+from analysis import summary
 from launcher import netns
 from launcher.commands import device_flags
 from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash

@@ -2,7 +2,7 @@
 (--hosts netns), and every worker passes main.py's own checks of its command line, devices and data."""
 import os
 
-import config
+from training import config
 from launcher import commands, netns
 from training import checks
 from training.checks import UsageError

@@ -2,14 +2,14 @@
 import os
 import sys
 
-import summary
+from analysis import summary
 from launcher.supervision import INTERRUPTS
 from training.failures import EXIT_FAILURE
 
 
 def summarize_and_draw(experiment):
     """Summary JSON per mode, figures of this experiment's modes, and a table; 0 or EXIT_FAILURE."""
-    import drawer
+    from analysis import figures
 
     network_dir = os.path.join(experiment.log_dir, experiment.network)
     folders = [os.path.basename(experiment.mode_folder(mode)) for mode in experiment.modes]
@@ -21,14 +21,14 @@ def summarize_and_draw(experiment):
         elsewhere = " (with a remote --tracker the logs stay on the hosts)" if remote else ""
         print(f"launch.py: no summary: {error}{elsewhere}", file=sys.stderr)
         return 0 if remote else EXIT_FAILURE
-    runs = sorted(filter(None, (summary.load_summary(network_dir, f) for f in folders)), key=drawer.run_order)
+    runs = sorted(filter(None, (summary.load_summary(network_dir, f) for f in folders)), key=figures.run_order)
     INTERRUPTS.check()
     figures_dir = os.path.join(network_dir, "figures")
-    figures = drawer.draw_all(runs, experiment.network, figures_dir, drawer.parse_args(["-n", experiment.network]))
+    drawn = figures.draw_all(runs, experiment.network, figures_dir, figures.parse_args(["-n", experiment.network]))
     print()
     print(format_table(runs, target))
     print("summaries: " + ", ".join(summary.summary_path(network_dir, run["mode"]) for run in runs))
-    print("figures:\n" + "\n".join(f"  {path}" for path in figures), flush=True)
+    print("figures:\n" + "\n".join(f"  {path}" for path in drawn), flush=True)
     return 0
 
 

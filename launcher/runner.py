@@ -9,7 +9,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-import summary
+from analysis import summary
 from launcher import commands, netns
 from launcher.cluster import JobFailed, ProcessGroup, start_ps_job, start_state_server
 from launcher.experiment import NETWORK_FILE, PROCESSES_FOLDER

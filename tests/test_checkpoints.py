@@ -9,7 +9,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-import config
+from training import config
 from launcher.cluster import free_port
 from data import BatchStream, load_dataset, load_test_set
 from tests.jobs import SAMPLE_DATA, run_main

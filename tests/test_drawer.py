@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.image  # noqa: E402
 import pytest  # noqa: E402
 
-import drawer  # noqa: E402
+from analysis import figures as drawer  # noqa: E402
 from tests import logfactory  # noqa: E402
 from tests.logfactory import MODES, NETWORK  # noqa: E402
 

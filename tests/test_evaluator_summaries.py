@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-import drawer
-import summary
+from analysis import figures as drawer
+from analysis import summary
 from tests import logfactory
 from tests.logfactory import NETWORK
 from tests.test_drawer import assert_real_png, figure_path, run_drawer

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-import summary
+from analysis import summary
 from launcher.cluster import ProcessGroup
 from tests.jobs import LENET_ARGS, start_job
 

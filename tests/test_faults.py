@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-import summary
+from analysis import summary
 from launcher.cluster import ROOT, start_state_server
 from tests import logfactory
 from tests.jobs import LENET_ARGS, finish, start_job, worker_folders

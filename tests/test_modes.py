@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-import config
-import drawer
+from training import config
+from analysis import figures as drawer
 import main
-import summary
+from analysis import summary
 from bench import run as bench
 from launcher import commands, experiment
 from launcher.cluster import ROOT

@@ -140,7 +140,7 @@ def test_an_ignored_endpoint_is_never_lost(peer):
 
 @pytest.mark.parametrize("mode, left_alone", [("esync", True), ("nbsync", True), ("sync", False), ("async", False)])
 def test_workers_of_modes_with_a_state_server_leave_its_connection_alone(mode, left_alone):
-    import config
+    from training import config
     import main
 
     args = config.parse_args(["-m", mode, "-ip", "127.0.0.1", "-port", "10010"])

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-import config
+from training import config
 from training import modes
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import summary
+from analysis import summary
 from tests import logfactory
 from tests.logfactory import MODES, NETWORK, NUM_PARAMS
 from training import runlog

@@ -7,7 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-import summary
+from analysis import summary
 from launcher.cluster import ROOT, start_ps_job
 from tests.jobs import LENET_ARGS, finish
 from training.attacks import Attack

@@ -1,0 +1,222 @@
+"""Every default of a training job, and the command line that overrides them.
+
+The flags keep the names of the original ESync scripts (-l, -ll, -gl, -b, -dd, -g, -c, -n, -ld, -e, -m, -dcasgd,
+-s, -ip, -port); the rest are what a reproduction needs on top (stop conditions, seed, dataset, emulated slowdown).
+The resolved configuration is saved beside each worker's logs (meta.json).
+"""
+import argparse
+import math
+import socket
+
+from training import modes
+from training.attacks import ATTACKS
+
+DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
+ESYNC_POLICIES = ("apply", "plan")
+EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its checkpoints (training/evaluator.py)
+
+DEFAULTS = dict(
+    learning_rate=0.001,    # of the loss summed over a batch, as the original scripts use it
+    local_lr=0.001,         # ESync's local optimizer
+    global_lr=1.0,          # ESync: weights = start + global_lr * mean of the workers' deltas
+    momentum=0.0,
+    batch_size=64,
+    data_dir="data",
+    dataset="fashion-mnist",
+    network="resnet18-v1",
+    mode="local",
+    gpu=None,               # list of GPU ids, e.g. [0, 1]
+    cpu=0,
+    log_dir="logs",
+    eval_duration=1,        # evaluate every N global iterations (0 turns evaluation off)
+    use_dcasgd=0,           # -dcasgd 1: an alias of -m dcasgd
+    split_by_class=0,       # 1: non-i.i.d. partition, each worker gets a contiguous block of classes
+    state_server_ip="127.0.0.1",
+    state_server_port=10010,
+    esync_policy="apply",
+    epsilon=None,           # seconds; None lets the state server fit the margin to the measured step times
+    max_iters=None,
+    max_time=None,
+    target_accuracy=None,
+    epochs=None,            # stop after this many passes over a worker's share of the training set
+    train_dir=None,         # rank 0 saves checkpoints of the global model here; the evaluator reads them
+    save_freq=100,          # global steps between checkpoints
+    resume=False,
+    eval_timeout=300.0,     # the evaluator stops after this many seconds without a new checkpoint
+    seed=0,
+    node_name=None,         # the machine's log folder; default: the host name
+    slowdown=1.0,
+    digest_weights=False,
+    sync_timeout=300.0,
+    validator=False,        # zeno: this process is the trusted validator
+    validation_size=1000,   # zeno: training samples held out for the validator
+    sync_interval=4,        # zeno: local steps between aggregations
+    zeno_flavour="sync",    # --zeno-flavour async: an alias of -m zeno-async
+    rho=None,               # zeno 0.6; zeno-async 0.02 x -l (see --help)
+    eta=-0.001,             # zeno: a delta is rejected unless mean(u.v) > eta mean(v^2)
+    byzantine=0,            # the first K workers misbehave (experiments)
+    attack="signflip",
+    attack_scale=10.0,
+    mini_batches=8,         # NBSSGD: parts of a batch; a worker can join the aggregation after any part
+)
+
+
+def _int_list(text):
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a GPU id or a comma list of ids, got {text!r}")
+    if not ids or any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"expected non-negative GPU ids, got {text!r}")
+    return ids
+
+
+def _number(kind, zero_allowed):
+    """An argparse type: a finite number of `kind` above 0 (or at least 0)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
+            raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}" if zero_allowed
+                                             else f"expected a positive number, got {text!r}")
+        return value
+    return parse
+
+
+def _positive(kind):
+    return _number(kind, zero_allowed=False)
+
+
+def _non_negative(kind):
+    return _number(kind, zero_allowed=True)
+
+
+def _slowdown(text):
+    value = _positive(float)(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--slowdown must be >= 1 (a device F times slower), got {text!r}")
+    return value
+
+
+def _accuracy(text):
+    value = _positive(float)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"--target-accuracy is a fraction in (0, 1], got {text!r}")
+    return value
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Reports a bad argument in one line instead of the whole usage text."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser():
+    from models import NETWORKS
+
+    p = OneLineErrorParser(
+        description="ESync reproduction: acts as ps-lite scheduler, server or worker from DMLC_ROLE, "
+                    "or trains on one device when DMLC_ROLE is unset.")
+    p.set_defaults(**DEFAULTS)
+    p.add_argument("-l", "--learning-rate", type=_positive(float), help="SGD learning rate (sync, async, local)")
+    p.add_argument("-ll", "--local-lr", type=_positive(float), help="ESync's local learning rate")
+    p.add_argument("-gl", "--global-lr", type=_positive(float), help="ESync's global learning rate")
+    p.add_argument("--momentum", type=_non_negative(float), help="SGD momentum")
+    p.add_argument("-b", "--batch-size", type=_positive(int), help="samples per step and device set")
+    p.add_argument("-dd", "--data-dir", help="folder holding <dataset>/ (or cifar-10-batches-bin/)")
+    p.add_argument("--dataset", choices=DATASETS)
+    p.add_argument("-g", "--gpu", type=_int_list, help="GPU id, or a comma list to split each batch over GPUs")
+    p.add_argument("-c", "--cpu", type=_non_negative(int),
+                   help="1: train on the CPU; N > 1: split each batch over N CPU contexts")
+    p.add_argument("-n", "--network", choices=sorted(NETWORKS))
+    p.add_argument("-ld", "--log-dir", help="iteration logs go to <log-dir>/<node>/<device>-rank<R>/")
+    p.add_argument("-e", "--eval-duration", "--eval-freq", type=_non_negative(int),
+                   help="rank 0 evaluates every N global iterations (0: only at the end)")
+    p.add_argument("-m", "--mode", choices=modes.names() + (EVALUATE_MODE,),
+                   help="; ".join(f"{mode.name}: {mode.description}" for mode in modes.MODES.values())
+                   + f"; {EVALUATE_MODE}: evaluate the checkpoints of --train-dir as they appear (no cluster)")
+    p.add_argument("-dcasgd", "--use-dcasgd", type=int, choices=(0, 1),
+                   help="-m async -dcasgd 1 is -m dcasgd (the original scripts' way to ask for DC-ASGD)")
+    p.add_argument("-s", "--split-by-class", type=int, choices=(0, 1), help="1: non-i.i.d. data partition")
+    p.add_argument("-ip", "--state-server-ip", help="ESync state server address")
+    p.add_argument("-port", "--state-server-port", type=_positive(int), help="ESync state server port")
+    p.add_argument("--esync-policy", choices=ESYNC_POLICIES,
+                   help="apply: ask the state server after every local step; "
+                        "plan: ask once per round for the number of local steps")
+    p.add_argument("--epsilon", type=_non_negative(float),
+                   help="ESync readiness margin in seconds (default: fitted to the measured step times); "
+                        "zeno-async: the rule's tolerance epsilon (default 0)")
+    p.add_argument("--validator", action="store_true",
+                   help="zeno: this worker is the trusted validator (exactly one per job; it trains on "
+                        "--validation-size held-out samples and scores every worker's update)")
+    p.add_argument("--validation-size", type=_positive(int), help="zeno: training samples held out for the validator")
+    p.add_argument("--sync-interval", type=_positive(int), help="zeno: local steps between aggregations")
+    p.add_argument("--zeno-flavour", choices=("sync", "async"),
+                   help="-m zeno --zeno-flavour async is -m zeno-async (Zeno++)")
+    p.add_argument("--rho", type=_non_negative(float),
+                   help="zeno: reject a layer's delta u unless mean(u^2) < (1 + rho) mean(v^2) (default 0.6); "
+                        "zeno-async: reject g unless lr <g', v> - rho |v|^2 + lr epsilon >= 0 (default 0.02 x -l)")
+    p.add_argument("--eta", type=float, help="zeno: reject a layer's delta unless mean(u.v) > eta mean(v^2)")
+    p.add_argument("--byzantine", type=_non_negative(int),
+                   help="the first K workers are Byzantine: they corrupt what they send (experiments)")
+    p.add_argument("--attack", choices=ATTACKS, help="what a Byzantine worker does")
+    p.add_argument("--attack-scale", type=_positive(float), help="S of the attack (see training/attacks.py)")
+    p.add_argument("--mini-batches", type=_positive(int),
+                   help="nbsync: split each batch into this many parts (-b must be a multiple)")
+    p.add_argument("--max-iters", "--max-steps", type=_positive(int), help="stop after this many global iterations")
+    p.add_argument("--epochs", type=_positive(float), help="stop after this many passes over a worker's share")
+    p.add_argument("--max-time", type=_positive(float), help="stop after this many seconds of training")
+    p.add_argument("--target-accuracy", type=_accuracy, help="stop once rank 0's test accuracy reaches this")
+    p.add_argument("--seed", type=_non_negative(int))
+    p.add_argument("--node-name", help="this machine's log folder name (default: the host name)")
+    p.add_argument("--slowdown", type=_slowdown,
+                   help="emulate a device F times slower: pad each local step to F x its typical compute time")
+    p.add_argument("--sync-timeout", type=_positive(float),
+                   help="seconds a worker waits on the cluster or the state server before it exits with an error "
+                        "(a dead process would otherwise block a synchronous job forever)")
+    p.add_argument("--digest-weights", action="store_true",
+                   help="record a fingerprint of the weights after each aggregation (to verify that all "
+                        "workers hold identical weights; costs a copy of the model per round)")
+    _add_checkpoint_flags(p)
+    return p
+
+
+def _add_checkpoint_flags(p):
+    p.add_argument("--train-dir", help="rank 0 saves the global model here every --save-freq global iterations; "
+                                       f"-m {EVALUATE_MODE} evaluates what it finds there")
+    p.add_argument("--save-freq", type=_non_negative(int),
+                   help="global iterations between checkpoints (0: only the last one)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in --train-dir: its global step, weights and "
+                        "local optimizer state")
+    p.add_argument("--eval-timeout", type=_positive(float),
+                   help=f"-m {EVALUATE_MODE}: stop after this many seconds without a new checkpoint")
+
+
+# The older way to pick a variant, still accepted: -m async -dcasgd 1 is -m dcasgd (as in the original scripts), and
+# -m zeno --zeno-flavour async is -m zeno-async. (flag, its field in args, the value, the mode it refines, the variant)
+MODE_ALIASES = (("-dcasgd", "use_dcasgd", 1, "async", "dcasgd"),
+                ("--zeno-flavour", "zeno_flavour", "async", "zeno", "zeno-async"))
+
+
+def resolve_mode_aliases(parser, args):
+    for flag, field, value, base, variant in MODE_ALIASES:
+        if getattr(args, field) != value:
+            continue
+        if args.mode not in (base, variant):
+            parser.error(f"{flag} {value} belongs to -m {base} (it means -m {variant}), not -m {args.mode}")
+        args.mode = variant
+
+
+def parse_args(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    resolve_mode_aliases(parser, args)
+    if args.node_name is None:
+        args.node_name = socket.gethostname()
+    if args.rho is None:
+        args.rho = 0.02 * args.learning_rate if args.mode == "zeno-async" else 0.6
+    return args
