@@ -3,6 +3,7 @@ import statistics
 
 import pytest
 
+from coordinator.state import AUTO_MARGIN_FRACTION
 from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
 from training import runlog
@@ -64,14 +65,17 @@ def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_on
 
 
 def test_plan_policy_gives_a_k_times_faster_worker_about_k_times_the_steps(processes, tmp_path):
+    """The plan fills the slowest step plus the margin (AUTO_MARGIN_FRACTION of it) with whole steps: a worker k
+    times faster plans about (1 + margin) x k of them. Measured here: 1.05-1.23 x k."""
     runs = {rank: iter_records(folder)[3:] for rank, folder in run_esync(processes, tmp_path, "plan").items()}
 
     slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
     for rank, records in runs.items():
         if rank != slow:
             speedup = step_seconds(runs[slow]) / step_seconds(records)
+            planned = (1 + AUTO_MARGIN_FRACTION) * speedup
             ratio = mean_steps(records) / mean_steps(runs[slow])
-            assert speedup > 2 and 0.7 * speedup <= ratio <= 1.3 * speedup, (speedup, ratio)
+            assert speedup > 2 and 0.7 * planned <= ratio <= 1.3 * planned, (speedup, ratio)
 
 
 def test_the_state_server_round_trip_is_recorded_per_local_step(apply_run):
