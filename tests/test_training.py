@@ -8,6 +8,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from analysis import summary
 from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import (
     LENET_ARGS,
@@ -56,18 +57,24 @@ def test_local_lenet_reaches_90_percent_and_says_so(tmp_path):
     assert float(final.group(1)) >= 0.90
 
 
-def test_local_mode_writes_iteration_logs_with_the_original_fields(tmp_path):
-    result = run_main(["-m", "local", *LENET_ARGS, "--max-iters", "20", "-e", "10", "-ld", str(tmp_path),
+def test_local_mode_writes_rounds_in_the_original_format_that_read_back_and_summarize(tmp_path):
+    network_dir = tmp_path / "lenet"
+    result = run_main(["-m", "local", *LENET_ARGS, "--max-iters", "20", "-e", "10", "-ld", str(network_dir / "local"),
                        "--node-name", "node"])
 
     assert result.returncode == 0, result.stderr
-    records = iter_records(str(tmp_path / "node" / "cpu"))
+    records = iter_records(str(network_dir / "local" / "node" / "cpu"))
     assert len(records) == 20
     for r in records:
         assert runlog.local_steps(r) == 1 and r["num_samples"] == 64 and r["total_time"] > 0
         assert STEP_KEYS | {runlog.LOCAL_UPDATE} <= set(r["time"]["0"])
     assert [r["num_iters"] for r in records] == list(range(1, 21))
     assert [i for i, r in enumerate(records) if "accuracy" in r] == [9, 19]
+    run = summary.summarize_mode(str(network_dir), "local")
+    device = run["devices"]["node"]["cpu"]
+    assert device["iterations"] == list(range(1, 21)) and device["self_iters_list"] == [1] * 20
+    assert [point[0] for point in device["accuracy_points"]] == [10, 20]
+    assert run["final_accuracy"] == records[-1]["accuracy"] and run["cluster_throughput"] > 0
 
 
 def run_job(group, log_dir, mode, args, timeout=180):
