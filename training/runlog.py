@@ -3,7 +3,8 @@
 Layout, as in the original ESync scripts: <log_dir>/<node>/<device folder>/iter-<N>.txt, one file per round
 (global iteration) N = 1, 2, ..., with meta.json beside them describing the worker and the job. A device folder
 is the device's name alone on a standalone run, <device>-rank<R> for worker R of a cluster, and
-<device>-rank<R>-validator for Zeno's validator.
+<device>-rank<R>-validator for Zeno's validator. The launcher and the summaries keep a run's logs in
+<logs>/<network>/<mode>[-attack][-niid]/ (run_folder).
 
 A round's file is one JSON object: `num_iters` (N), `time` (per local step "0", "1", ...: the seconds of each
 phase; the round's local steps are len(time)), `num_samples`, `total_time` (seconds since the worker started
@@ -171,15 +172,6 @@ def round_problem(record):
 
 def local_steps(record):
     return len(record["time"])
-
-
-def steps(record):
-    """The round's local steps in order, each {phase: seconds}."""
-    return [record["time"][key] for key in sorted(record["time"], key=_step_order)]
-
-
-def _step_order(key):
-    return int(key) if key.isdigit() else math.inf
 
 
 def phase_seconds(record, phases):
