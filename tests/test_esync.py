@@ -3,7 +3,6 @@ import statistics
 
 import pytest
 
-from coordinator.state import AUTO_MARGIN_FRACTION
 from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
 from training import runlog
@@ -64,18 +63,19 @@ def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_on
     assert final >= 0.85
 
 
-def test_plan_policy_gives_a_k_times_faster_worker_about_k_times_the_steps(processes, tmp_path):
-    """The plan fills the slowest step plus the margin (AUTO_MARGIN_FRACTION of it) with whole steps: a worker k
-    times faster plans about (1 + margin) x k of them. Measured here: 1.05-1.23 x k."""
-    runs = {rank: iter_records(folder)[3:] for rank, folder in run_esync(processes, tmp_path, "plan").items()}
+def test_plan_policy_workers_do_the_steps_the_state_server_plans_and_the_slow_one_a_single_step(processes,
+                                                                                                   tmp_path):
+    """The plan fills the slowest worker's step (plus the margin) with whole steps of each faster worker, from the
+    step times the workers report (the rule itself: tests/test_state_server.py). Here: every worker does exactly
+    the steps it was planned, the emulated 4x slower worker one per round, the others several."""
+    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "plan").items()}
 
     slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
     for rank, records in runs.items():
-        if rank != slow:
-            speedup = step_seconds(runs[slow]) / step_seconds(records)
-            planned = (1 + AUTO_MARGIN_FRACTION) * speedup
-            ratio = mean_steps(records) / mean_steps(runs[slow])
-            assert speedup > 2 and 0.7 * planned <= ratio <= 1.3 * planned, (speedup, ratio)
+        assert [runlog.local_steps(r) for r in records] == [r["planned_steps"] for r in records]
+        assert records[0]["planned_steps"] == 1  # no step time is known before the first round
+        planned = statistics.mean(r["planned_steps"] for r in records[3:])
+        assert planned == 1 if rank == slow else planned > 2, (rank, planned)
 
 
 def test_the_state_server_round_trip_is_recorded_per_local_step(apply_run):

@@ -95,6 +95,10 @@ class ESync(Scheme):
             return steps >= self.planned_steps
         return self.ready(steps)
 
+    def round_record(self):
+        """The plan policy logs the local steps the state server planned for this worker's round."""
+        return {"planned_steps": self.planned_steps} if self.options.esync_policy == "plan" else {}
+
     def round_opened(self):
         """The answer to the request that opened the round (raising what it raised), once; None after that."""
         opening, self.opening = self.opening, None
@@ -115,7 +119,7 @@ class ESync(Scheme):
         self.corrupt(self.delta)
         self.control[:] = float(stop_vote)
         self.stats.gather()
-        self.kv.pushpull(self.keys, self.buffers, out=self.buffers)
+        self.transport.sum(self.keys, self.buffers)
         scale = self.options.global_lr / self.num_workers
         for p, delta, starts in zip(self.model.trainable, self.delta, self.start):
             for data, start in zip(p.list_data(), starts):
