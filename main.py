@@ -1,4 +1,4 @@
-"""One entry point for every role of an ESync job, chosen by DMLC_ROLE.
+"""One entry point for every role of an ESync job, chosen by DMLC_ROLE (a worker started by mpiexec has none).
 
 One device, no cluster:
     python main.py -m local -n lenet --dataset mnist-5k -c 1 --max-iters 600
@@ -10,19 +10,25 @@ A cluster (each line on its machine; DMLC_PS_ROOT_URI is the scheduler's address
     DMLC_ROLE=scheduler DMLC_PS_ROOT_URI=10.1.1.34 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 python main.py -c 1 -m sync
     DMLC_ROLE=server    DMLC_PS_ROOT_URI=10.1.1.34 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 python main.py -c 1 -m sync
     DMLC_ROLE=worker    DMLC_PS_ROOT_URI=10.1.1.34 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 python main.py -g 0 -m sync -n resnet18-v1
+
+The workers of a synchronous mode over MPI instead (--collective ring, butterfly or binary-blocks; no DMLC role,
+no scheduler or servers; the rank and the number of workers come from MPI):
+    mpiexec -hosts 10.1.1.34,10.1.1.35 -n 2 python main.py -c 1 -m sync --collective ring -n resnet18-v1
 """
 import logging
 import os
 import sys
 
-from training import config
+from training import collectives, config
 from training import failures, fault_injection, modes
 from training.checks import (
     UsageError,
+    check_collective,
     check_environment,
     check_evaluator,
     check_ps_role,
     check_worker,
+    mpi_workers,
 )
 
 log = logging.getLogger("main")
@@ -97,13 +103,14 @@ def main(argv=None):
     role = os.environ.get("DMLC_ROLE") or None
     try:
         configure_fault_injection()
-        check_environment(role, args.mode)
+        check_collective(role, args)
+        check_environment(role, args.mode, args.collective)
         if role in ("scheduler", "server"):
             check_ps_role(args)
         elif args.mode == config.EVALUATE_MODE:
             test_set = check_evaluator(args)
         else:
-            data, resume = check_worker(args, int(os.environ["DMLC_NUM_WORKER"]) if role else 1)
+            data, resume = check_worker(args, job_workers(role, args))
     except UsageError as err:
         print(f"main.py: error: {err}", file=sys.stderr)
         return failures.EXIT_USAGE
@@ -111,8 +118,16 @@ def main(argv=None):
         return run_guarded(role, args, lambda: run_ps_role(args, role), in_cluster=True, peers=watch_peers(args, role))
     if args.mode == config.EVALUATE_MODE:
         return run_guarded("evaluator", args, lambda: run_evaluator(args, test_set), in_cluster=False)
-    return run_guarded("worker", args, lambda: run_training(args, data, resume), in_cluster=role is not None,
+    return run_guarded("worker", args, lambda: run_training(args, data, resume),
+                       in_cluster=role is not None or collectives.uses_mpi(args.collective),
                        peers=watch_peers(args, role) if role else None)
+
+
+def job_workers(role, args):
+    """The number of workers of this worker's job: ps-lite's DMLC_NUM_WORKER, MPI's ranks, or 1 alone."""
+    if role:
+        return int(os.environ["DMLC_NUM_WORKER"])
+    return mpi_workers(args) if collectives.uses_mpi(args.collective) else 1
 
 
 def configure_fault_injection():

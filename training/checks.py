@@ -6,7 +6,7 @@ starts any process.
 import logging
 import os
 
-from training import modes
+from training import collectives, modes
 
 ROLES = ("scheduler", "server", "worker")
 DMLC_INTEGERS = ("DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
@@ -19,7 +19,7 @@ class UsageError(Exception):
     """A mistake in the command line or the environment; reported in one line, exit code 2."""
 
 
-def check_environment(role, mode):
+def check_environment(role, mode, collective=collectives.PS):
     """The DMLC variables of `role` for `mode`, a catalog mode or the evaluator (which is not one)."""
     if role is not None and role not in ROLES:
         raise UsageError(f"DMLC_ROLE={role!r} is not one of {', '.join(ROLES)} (unset it to train on one device)")
@@ -27,6 +27,8 @@ def check_environment(role, mode):
         if role is not None:
             raise UsageError(f"-m {mode} runs beside the cluster, not in it: unset DMLC_ROLE")
         return
+    if collectives.uses_mpi(collective):
+        return  # check_collective: MPI's workers have no DMLC role
     if role is None:
         if modes.MODES[mode].cluster:
             standalone = " or ".join(f"-m {m.name}" for m in modes.MODES.values() if not m.cluster)
@@ -37,6 +39,33 @@ def check_environment(role, mode):
         raise UsageError(f"-m {mode} trains without a cluster: unset DMLC_ROLE, or choose a cluster mode "
                          f"(-m {', '.join(modes.cluster_names())})")
     check_dmlc_variables(role)
+
+
+def check_collective(role, args):
+    """--collective other than ps: a synchronous mode whose workers mpiexec started, with no ps-lite role."""
+    if not collectives.uses_mpi(args.collective):
+        return
+    mode = modes.MODES.get(args.mode)
+    if mode is None or not mode.synchronous:
+        synchronous = ", ".join(modes.synchronous_names())
+        raise UsageError(f"--collective {args.collective} sums the updates of a synchronous mode (-m {synchronous}); "
+                         f"-m {args.mode} has no such aggregation: use --collective {collectives.PS}")
+    if role is not None:
+        raise UsageError(f"--collective {args.collective} runs the workers under mpiexec without ps-lite (no scheduler "
+                         f"or servers): unset DMLC_ROLE")
+
+
+def mpi_workers(args):
+    """The number of workers of an MPI job, from MPI (which this starts); a rank alone is refused."""
+    try:
+        _, world = collectives.mpi_world(args.collective)
+    except ImportError as err:
+        raise UsageError(f"--collective {args.collective} needs MPICH and mpi4py (pip install -r requirements.txt): "
+                         f"{err}")
+    if world.Get_size() < 2:
+        raise UsageError(f"--collective {args.collective}: this process is alone in its MPI job; start the workers "
+                         f"together with mpiexec -n N (see README)")
+    return world.Get_size()
 
 
 def check_dmlc_variables(role):

@@ -8,7 +8,7 @@ import argparse
 import math
 import socket
 
-from training import modes
+from training import collectives, modes
 from training.attacks import ATTACKS
 
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
@@ -58,6 +58,7 @@ DEFAULTS = dict(
     attack="signflip",
     attack_scale=10.0,
     mini_batches=8,         # NBSSGD: parts of a batch; a worker can join the aggregation after any part
+    collective=collectives.PS,  # how a synchronous mode's workers sum their arrays
 )
 
 
@@ -118,7 +119,8 @@ def build_parser():
     from models import NETWORKS
 
     p = OneLineErrorParser(
-        description="ESync reproduction: acts as ps-lite scheduler, server or worker from DMLC_ROLE, "
+        description="ESync reproduction: acts as ps-lite scheduler, server or worker from DMLC_ROLE, as a worker "
+                    "of an MPI job with --collective ring|butterfly|binary-blocks (under mpiexec), "
                     "or trains on one device when DMLC_ROLE is unset.")
     p.set_defaults(**DEFAULTS)
     p.add_argument("-l", "--learning-rate", type=_positive(float), help="SGD learning rate (sync, async, local)")
@@ -166,6 +168,10 @@ def build_parser():
     p.add_argument("--attack-scale", type=_positive(float), help="S of the attack (see training/attacks.py)")
     p.add_argument("--mini-batches", type=_positive(int),
                    help="nbsync: split each batch into this many parts (-b must be a multiple)")
+    p.add_argument("--collective", choices=collectives.NAMES,
+                   help=f"how the workers of -m {', '.join(modes.synchronous_names())} sum their updates: ps through "
+                        "the ps-lite servers (DMLC_ROLE); ring, butterfly or binary-blocks with MPI's allreduce among "
+                        "the workers started by mpiexec (no scheduler or servers)")
     p.add_argument("--max-iters", "--max-steps", type=_positive(int), help="stop after this many global iterations")
     p.add_argument("--epochs", type=_positive(float), help="stop after this many passes over a worker's share")
     p.add_argument("--max-time", type=_positive(float), help="stop after this many seconds of training")

@@ -1,8 +1,9 @@
 """Faults injected on purpose, to test that every failure path ends the whole job (tests/test_failure_matrix.py).
 
 ESYNC_INJECT_FAULT=<role>:<phase>:<kind>[:after=N][:rank=R] in a process's environment makes that process, when
-it has the role, fail the N-th time (default 1) it passes the named point, with `raise` (an exception) or `kill`
-(SIGKILL to itself); with rank=R only the worker of that kvstore rank does. Unset, every point is a single
+it has the role, fail the N-th time (default 1) it passes the named point, with `raise` (an exception), `kill`
+(SIGKILL to itself) or `stop` (SIGSTOP to itself: alive but silent, as a hung host); with rank=R only the worker of
+that rank does. Unset, every point is a single
 comparison with None.
 
 Points: worker start (checked, before joining), setup (joined, before the initial weights), training (each round's
@@ -18,7 +19,7 @@ log = logging.getLogger("fault-injection")
 ENV = "ESYNC_INJECT_FAULT"
 ROLES = ("worker", "server", "scheduler")
 PHASES = ("start", "setup", "training", "aggregation", "checkpoint", "leaving")
-KINDS = ("raise", "kill")
+KINDS = ("raise", "kill", "stop")
 
 
 class InjectedFault(RuntimeError):
@@ -42,7 +43,7 @@ class FaultPlan:
             rank = settings.get("rank")
             return cls(role, phase, kind, int(settings.get("after", 1)), None if rank is None else int(rank))
         except ValueError:
-            raise ValueError(f"{ENV}={text!r}: expected <role>:<phase>:<raise|kill>[:after=N][:rank=R], a role of "
+            raise ValueError(f"{ENV}={text!r}: expected <role>:<phase>:<{'|'.join(KINDS)}>[:after=N][:rank=R], a role of "
                              f"{', '.join(ROLES)}, a phase of {', '.join(PHASES)}") from None
 
     def reached(self, role, phase, rank):
@@ -52,8 +53,9 @@ class FaultPlan:
         if self.passed != self.after:
             return
         log.warning("injecting a fault (%s): %s %s at %s", ENV, self.kind, role, phase)
-        if self.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.kind in ("kill", "stop"):
+            os.kill(os.getpid(), signal.SIGKILL if self.kind == "kill" else signal.SIGSTOP)
+            return  # a stopped process that is continued goes on
         raise InjectedFault(f"fault injected at {role} {phase}")
 
 

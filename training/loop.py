@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import mxnet as mx
 
 from data import BatchStream
-from training import checkpoints, fault_injection, runlog
+from training import checkpoints, collectives, fault_injection, runlog
 from training.devices import contexts, device_name
 from training.files import atomic_write
 from training.heterogeneity import EmulatedSlowdown
@@ -69,10 +69,10 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
     fault_injection.point("worker", "start")
     with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
-        kv = mx.kv.create(scheme_cls.kvstore) if scheme_cls.kvstore else None
-    rank = kv.rank if kv else 0
+        transport = collectives.connect(args.collective, scheme_cls.kvstore, args.sync_timeout, watchdog.expire)
+    rank = transport.rank if transport else 0
     model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed)
-    scheme = scheme_cls(scheme_cls.Options.from_args(args), model, kv)
+    scheme = scheme_cls(scheme_cls.Options.from_args(args), model, transport)
     stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy, args.epochs)
     if stop.unbounded:
         log.warning("no stop condition (--max-iters, --max-time, --target-accuracy, --epochs): "
@@ -80,7 +80,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     fault_injection.point("worker", "setup", rank)
     if rank == 0 and resume.params:
         checkpoints.load_weights(resume, model)  # setup() broadcasts rank 0's weights to every worker
-    with watchdog.guard("setting up the job (initial weights, state server)"):
+    with watchdog.guard(during(transport, "setting up the job (initial weights, state server)")):
         scheme.setup()
     checkpoints.load_optimizer_state(resume, scheme)
     share = scheme.training_share(data.train_labels)
@@ -90,7 +90,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
         stream = scheme.attack.poison(stream)
     device = device_name(args.gpu, args.cpu)
     run_log = runlog.RunLogWriter(args.log_dir, args.node_name,
-                                  runlog.device_folder(device, rank if kv else None, scheme.role),
+                                  runlog.device_folder(device, rank if transport else None, scheme.role),
                                   _meta(args, scheme, model, device, len(share)), completed_rounds=resume.step)
     log.info("%s %s rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
              scheme.name, scheme.role, rank, scheme.num_workers, device, os.getpid(), args.network, len(share),
@@ -110,9 +110,14 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     log.info("saved the final weights to %s", model_path)
     fault_injection.point("worker", "leaving", rank)
     with watchdog.guard("leaving the cluster"):
-        scheme.kv = kv = None
+        scheme.kv = scheme.transport = transport = None
         gc.collect()  # the kvstore's destructor waits for every other node at a barrier
     return accuracy
+
+
+def during(transport, phase):
+    """How the watchdog names `phase`: with the collective when it is not the parameter server."""
+    return transport.during(phase) if transport else phase
 
 
 @dataclass
@@ -206,7 +211,7 @@ class Rounds:
         scheme = self.scheme
         if not scheme.aggregates:
             return stop_vote
-        phase = f"the aggregation of global iteration {n}"
+        phase = during(scheme.transport, f"the aggregation of global iteration {n}")
         with Timer(last_step, scheme.aggregation_phase), self.watchdog.guard(phase):
             fault_injection.point("worker", "aggregation", scheme.rank)
             stopping = scheme.aggregate(stop_vote)

@@ -25,6 +25,7 @@ class Mode:
     state_server: bool = False  # its workers talk to the state server (SimpleStateServer)
     validator: bool = False     # one more worker, started with --validator, scores the others' updates
     cluster: bool = True        # False: one process trains alone, no ps-lite job
+    synchronous: bool = False   # each round ends in one aggregation of every worker, over any --collective
     check: Optional[Callable] = None  # check(args, num_workers) raises ModeError when the options do not fit
 
 
@@ -49,19 +50,20 @@ def check_nbsync(args, num_workers):
 MODES = {mode.name: mode for mode in (
     Mode("esync", "ESync", "ESync", "tab:red", "training.schemes.esync:ESync",
          "ESync, local steps until the state server says ready, then delta aggregation (dist_sync)",
-         state_server=True),
+         state_server=True, synchronous=True),
     Mode("sync", "Sync", "Sync", "tab:blue", "training.schemes.sync:Sync",
-         "SSGD, one step per round: push gradients, pull their sum, apply lr x mean (dist_sync)"),
+         "SSGD, one step per round: push gradients, pull their sum, apply lr x mean (dist_sync)",
+         synchronous=True),
     Mode("async", "Async", "Async", "tab:green", "training.schemes.asynchronous:Async",
          "ASGD, one step per round: push the gradient, the server applies SGD, pull the newest weights (dist_async)"),
     Mode("dcasgd", "DCASGD", "DCASGD", "tab:orange", "training.schemes.asynchronous:DCASGD",
          "DC-ASGD, as async with MXNet's delay-compensated DCASGD on the server (dist_async)"),
     Mode("nbsync", "NBSSGD", "NBSSGD", "tab:purple", "training.schemes.nbsync:NonBlockingSync",
          "NBSSGD, parts of a batch until everyone has arrived, then one weighted gradient sum (dist_sync)",
-         state_server=True, check=check_nbsync),
+         state_server=True, synchronous=True, check=check_nbsync),
     Mode("zeno", "Zeno", "Zeno", "tab:brown", "training.schemes.zeno:ZenoSync",
          "ZenoPS, local-step deltas scored per layer against a trusted validator's (dist_sync)",
-         validator=True, check=check_validator_job),
+         validator=True, synchronous=True, check=check_validator_job),
     Mode("zeno-async", "Zeno++", "ZenoAsync", "tab:pink", "training.schemes.zeno:ZenoAsync",
          "Zeno++, the one server scores each gradient against the validator's before applying it (dist_async)",
          validator=True, check=check_zeno_async),
@@ -77,6 +79,11 @@ def names():
 def cluster_names():
     """The modes that run as a ps-lite job (what launch.py can run)."""
     return tuple(name for name, mode in MODES.items() if mode.cluster)
+
+
+def synchronous_names():
+    """The modes whose workers can aggregate over any --collective."""
+    return tuple(name for name, mode in MODES.items() if mode.synchronous)
 
 
 def scheme_class(name):

@@ -37,12 +37,23 @@ class Watchdog:
         finally:
             self._phase = None
 
+    def expire(self, phase=None):
+        """End the process: `phase` (default: the one in progress) waited too long. The watch thread calls this,
+        and so does a wait that bounds itself (an MPI collective)."""
+        phase = phase or self._phase or "a wait on the other workers"
+        give_up(f"no answer for {self.timeout:.0f} s during {phase}: another process of the job has probably died "
+                "(raise --sync-timeout if it is only slow)")
+
     def _watch(self):
         while True:
             time.sleep(min(1.0, self.timeout / 10))
             phase = self._phase
             if phase is not None and time.monotonic() - self._since > self.timeout:
-                log.error("no answer for %.0f s during %s: another process of the job has probably died "
-                          "(raise --sync-timeout if it is only slow); exiting", self.timeout, phase)
-                sys.stderr.flush()
-                os._exit(EXIT_SYNC_TIMEOUT)
+                self.expire(phase)
+
+
+def give_up(reason):
+    """Log why this worker stops waiting and end it at once (its peers' waits end them in turn)."""
+    log.error("%s; exiting", reason)
+    sys.stderr.flush()
+    os._exit(EXIT_SYNC_TIMEOUT)

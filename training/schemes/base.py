@@ -4,7 +4,9 @@ A round is: local steps until round_done() says stop, then aggregate(). Sync and
 ESync does as many as fit while the slowest worker finishes one. Every scheme shares the kvstore key layout:
 one key per trainable parameter, one key for all BatchNorm running statistics packed into one flat array (one
 message per round instead of one per layer), and a control key whose value tells every worker of the round that
-someone wants to stop.
+someone wants to stop. A scheme exchanges arrays through its transport (training/collectives.py): the synchronous
+ones only declare, broadcast and sum, so they run over the ps-lite servers or MPI alike; the asynchronous ones
+also use the kvstore itself (`self.kv`), which only the parameter server has.
 """
 import dataclasses
 from dataclasses import dataclass
@@ -84,18 +86,19 @@ class Scheme:
     updates_locally = False           # local_step() updates the weights (its time: runlog.LOCAL_UPDATE)
     trainer = None                    # the local gluon.Trainer, where the workers update the weights
 
-    def __init__(self, options, model, kv):
+    def __init__(self, options, model, transport):
         self.options = options
         self.model = model
-        self.kv = kv
-        self.rank = kv.rank if kv else 0
-        self.num_workers = kv.num_workers if kv else 1
+        self.transport = transport
+        self.kv = transport.kv if transport else None
+        self.rank = transport.rank if transport else 0
+        self.num_workers = transport.num_workers if transport else 1
         self.stats = PackedStatistics(model)
         self.stats_key = len(model.trainable)
         self.control_key = self.stats_key + 1
         self.keys = list(range(self.stats_key)) + ([self.stats_key] if self.stats else []) + [self.control_key]
         self.control = mx.nd.zeros((1,))
-        self.attack = attack_for(options, self.rank) if kv else None
+        self.attack = attack_for(options, self.rank) if transport else None
 
     @property
     def training_workers(self):
@@ -148,19 +151,19 @@ class Scheme:
     def finish(self):
         """Release what setup() acquired."""
 
-    # Helpers shared by the kvstore schemes.
+    # Helpers shared by the cluster schemes.
 
     def exchanged(self, weights):
         """The kvstore values in key order: `weights` (one entry per trainable parameter), statistics, control."""
         return list(weights) + ([self.stats.buffer] if self.stats else []) + [self.control]
 
     def broadcast_initial_weights(self):
-        """Rank 0's weights become everyone's; kv.init ends with a barrier across workers."""
+        """Rank 0's weights become everyone's; this ends after every worker has started it."""
         ctx0 = self.model.ctxs[0]
         self.stats.gather()
         # A plain copy: weights in MKLDNN layout after a forward pass make the server reject the init.
-        self.kv.init(self.keys, self.exchanged(p.data(ctx0).copy() for p in self.model.trainable))
-        self.kv.pull(self.keys[:-1], out=self.exchanged(p.list_data() for p in self.model.trainable)[:-1])
+        self.transport.declare(self.keys, self.exchanged(p.data(ctx0).copy() for p in self.model.trainable))
+        self.transport.broadcast(self.keys[:-1], self.exchanged(p.list_data() for p in self.model.trainable)[:-1])
         self.stats.scatter()
 
     def local_trainer(self, learning_rate):

@@ -12,9 +12,6 @@ round, so a fast worker waits at most for the others' current part instead of th
 The state server's answers come from a background long-poll (/watch/), so checking them between parts is free.
 """
 import concurrent.futures
-import logging
-import os
-import sys
 import threading
 from dataclasses import dataclass
 
@@ -22,9 +19,7 @@ import mxnet as mx
 
 from training.schemes.base import CoordinatedOptions, Scheme
 from training.state_client import StateClient
-from training.watchdog import EXIT_SYNC_TIMEOUT
-
-log = logging.getLogger("nbsync")
+from training.watchdog import give_up
 
 WATCH_SECONDS = 2.0  # one long-poll; the watcher asks again until the round's answer comes
 
@@ -50,8 +45,8 @@ class NonBlockingSync(Scheme):
     kvstore = "dist_sync"
     coordinated = True
 
-    def __init__(self, options, model, kv):
-        super().__init__(options, model, kv)
+    def __init__(self, options, model, transport):
+        super().__init__(options, model, transport)
         self.control = mx.nd.zeros((2,))  # [stop votes, samples in the round]
 
     @property
@@ -112,15 +107,16 @@ class NonBlockingSync(Scheme):
         while not watch.finished.is_set():
             if self.watch_client.watch(self.rank, watch.t, False, WATCH_SECONDS)["finished"]:
                 watch.finished.set()
-        # The training thread arrives at its next part boundary.
+        # The training thread arrives at its next part boundary. It keeps computing parts while it waits, so the
+        # loop's watchdog would never fire: this thread bounds the wait.
         if not watch.arrived.wait(self.options.sync_timeout):
-            _give_up(f"round {watch.t} finished but no local step ended within {self.options.sync_timeout:g} s")
+            give_up(f"round {watch.t} finished but no local step ended within {self.options.sync_timeout:g} s")
         for _ in range(max(1, int(self.options.sync_timeout / WATCH_SECONDS))):
             if watch.gathered.is_set() or self.watch_client.watch(self.rank, watch.t, True, WATCH_SECONDS)["gathered"]:
                 watch.gathered.set()
                 return
-        _give_up(f"not every worker arrived for the aggregation of round {watch.t} within "
-                 f"{self.options.sync_timeout:g} s: another worker of the job has probably died")
+        give_up(f"not every worker arrived for the aggregation of round {watch.t} within "
+                f"{self.options.sync_timeout:g} s: another worker of the job has probably died")
 
     def aggregate(self, stop_vote):
         self.model.reduce_gradients()
@@ -128,7 +124,7 @@ class NonBlockingSync(Scheme):
         self.control[0] = float(stop_vote)
         self.control[1] = float(self.round_parts * self.step_batch_size)
         self.stats.gather()
-        self.kv.pushpull(self.keys, self.buffers, out=self.buffers)
+        self.transport.sum(self.keys, self.buffers)
         self.stats.scatter(1.0 / self.num_workers)
         # The summed gradient of all samples, scaled as SSGD scales one batch from each worker.
         self.trainer.update(self.control[1].asscalar() / self.options.batch_size)
@@ -139,10 +135,3 @@ class NonBlockingSync(Scheme):
         self.watcher.shutdown(wait=False, cancel_futures=True)
         for client in (self.client, self.init_client):
             client.close()
-
-
-def _give_up(reason):
-    """The training thread keeps computing parts while it waits, so no kvstore watchdog would ever fire."""
-    log.error("%s; exiting", reason)
-    sys.stderr.flush()
-    os._exit(EXIT_SYNC_TIMEOUT)

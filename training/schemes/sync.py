@@ -1,7 +1,8 @@
 """Synchronous SGD (SSGD) over dist_sync: push gradients, pull their sum, apply lr x the workers' mean.
 
 The servers only sum (no update rule on them): pushpull returns the round's sum, and each worker applies the
-same update to the same weights, so all workers stay identical.
+same update to the same weights, so all workers stay identical. With an MPI collective (--collective) an
+allreduce among the workers hands everyone the same sum instead.
 """
 from training.schemes.base import Scheme
 
@@ -20,7 +21,7 @@ class Sync(Scheme):
         self.corrupt(p.list_grad() for p in self.model.trainable)
         self.control[:] = float(stop_vote)
         self.stats.gather()
-        self.kv.pushpull(self.keys, self.buffers, out=self.buffers)
+        self.transport.sum(self.keys, self.buffers)
         self.stats.scatter(1.0 / self.num_workers)
         self.trainer.update(self.num_workers)
         return stop_vote or self.stop_requested()

@@ -95,7 +95,7 @@ class ZenoSync(WithValidator):
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.rows = [mx.nd.zeros((self.num_workers,) + p.shape, ctx=ctx0) for p in self.model.trainable]
         row_keys = [self.control_key + 2 + i for i in range(len(self.rows))]
-        self.kv.init(row_keys, self.rows)
+        self.transport.declare(row_keys, self.rows)
         self.round_keys = row_keys + self.keys[len(self.model.trainable):]
         self.buffers = self.rows + ([self.stats.buffer] if self.stats else []) + [self.control]
         self.accepted = None
@@ -104,9 +104,9 @@ class ZenoSync(WithValidator):
         """Rank of the one process started with --validator: each marks its row of a shared vector."""
         key = self.control_key + 1
         roles = mx.nd.zeros((self.num_workers,))
-        self.kv.init(key, roles)
+        self.transport.declare([key], [roles])
         roles[self.rank] = float(bool(self.options.validator))
-        self.kv.pushpull(key, roles, out=roles)
+        self.transport.sum([key], [roles])
         validators = np.flatnonzero(roles.asnumpy())
         if len(validators) != 1:
             raise JobSetupError(f"-m {self.name} needs exactly one process started with --validator among the "
@@ -133,7 +133,7 @@ class ZenoSync(WithValidator):
         elif self.stats:
             self.stats.buffer[:] = 0
         self.control[:] = float(stop_vote)
-        self.kv.pushpull(self.round_keys, self.buffers, out=self.buffers)
+        self.transport.sum(self.round_keys, self.buffers)
         self.accepted = self._apply_accepted_deltas()
         self.stats.scatter()
         return stop_vote or self.stop_requested()

@@ -1,0 +1,303 @@
+"""Synchronous aggregation over MPI (--collective ring, butterfly, binary-blocks) beside the parameter server.
+
+Real jobs run under MPICH's mpiexec.gforker, which forks every rank on this machine in its own process group (one
+group per job, stopped as a whole) and listens nowhere; the ranks talk over shared memory and, through libfabric's
+tcp provider, loopback only.
+"""
+import os
+import signal
+import sys
+import time
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from analysis import summary
+from launcher.cluster import ROOT, ProcessGroup, is_running, processes_in_group, start_state_server, tail
+from tests.jobs import LENET_ARGS, iter_records, meta, run_main, worker_folders
+from training import collectives, config, fault_injection, modes
+from training.watchdog import EXIT_SYNC_TIMEOUT
+
+MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec.gforker")
+MAIN = os.path.join(ROOT, "main.py")
+LOOPBACK_MPI = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo", "OMP_NUM_THREADS": "1"}
+SYNC_ITERATIONS = 60
+# Final test accuracy after 60 sync rounds from the same seed, measured: 0.545 with 2 ranks (ring, butterfly),
+# 0.477 with 3 (binary blocks).
+ACCURACY_FLOOR = 0.4
+
+
+# Unit tests: no MPI process.
+
+def test_each_collective_forces_its_mpich_algorithm_and_nothing_else():
+    assert collectives.NAMES == ("ps", "ring", "butterfly", "binary-blocks")
+    expected = {"ring": "ring", "butterfly": "recursive_doubling", "binary-blocks": "reduce_scatter_allgather"}
+    for name, algorithm in expected.items():
+        assert collectives.mpi_environment(name) == {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": algorithm,
+                                                     "MPIR_CVAR_DEVICE_COLLECTIVES": "none"}
+    assert not collectives.uses_mpi("ps") and all(collectives.uses_mpi(name) for name in expected)
+
+
+def test_device_copies_are_summed_then_packed_flat_and_unpacked_into_every_copy():
+    ctxs = [mx.cpu(0), mx.cpu(1)]
+    weights = [mx.nd.array(np.arange(6).reshape(2, 3), ctx=ctx) for ctx in ctxs]
+    bias = mx.nd.array([10.0])
+    entries = [weights, bias]
+
+    flat = collectives.pack([collectives.local_sum(entry) for entry in entries])
+    assert flat.dtype == np.float32 and flat.tolist() == [0, 2, 4, 6, 8, 10, 10]
+
+    collectives.unpack(flat * 3, entries)  # as if three workers had sent the same
+    for copy in weights:
+        assert copy.asnumpy().tolist() == [[0, 6, 12], [18, 24, 30]]
+    assert bias.asnumpy().tolist() == [30]
+    with pytest.raises(ValueError, match="7 packed values for entries of 6"):
+        collectives.unpack(flat, [weights[0]])
+
+
+class Request:
+    """A nonblocking MPI request that completes at its `polls`-th Test()."""
+
+    def __init__(self, polls):
+        self.polls = polls
+
+    def Test(self):
+        self.polls -= 1
+        return self.polls <= 0
+
+
+def test_a_wait_polls_until_done_and_gives_up_at_its_deadline():
+    request = Request(polls=5)
+    collectives.wait_sleeping(request, timeout=5, on_timeout=pytest.fail)
+    assert request.polls == 0
+
+    expired = []
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        collectives.wait_sleeping(Request(polls=10 ** 9), timeout=0.05, on_timeout=lambda: expired.append(1))
+    assert expired == [1] and 0.05 <= time.monotonic() - started < 1
+
+
+def test_the_catalog_says_which_modes_aggregate_synchronously():
+    assert modes.synchronous_names() == ("esync", "sync", "nbsync", "zeno")
+    assert config.parse_args(["-m", "sync"]).collective == "ps"
+    assert config.parse_args(["-m", "sync", "--collective", "butterfly"]).collective == "butterfly"
+
+
+@pytest.mark.parametrize("mode", ["async", "local"])  # the servers apply each push; no cluster
+def test_a_collective_with_a_mode_that_cannot_use_it_is_one_line_and_exit_2(mode):
+    result = run_main(["-m", mode, *LENET_ARGS, "--collective", "ring"], timeout=30)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "--collective ring sums the updates of a synchronous mode" in result.stderr
+    assert f"-m {mode} has no such aggregation: use --collective ps" in result.stderr
+
+
+def test_a_collective_beside_a_ps_lite_role_is_refused_in_one_line():
+    result = run_main(["-m", "sync", *LENET_ARGS, "--collective", "ring"], {"DMLC_ROLE": "worker"}, timeout=30)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "without ps-lite (no scheduler or servers): unset DMLC_ROLE" in result.stderr
+
+
+def test_a_worker_started_without_mpiexec_is_alone_and_refused_in_one_line():
+    result = run_main(["-m", "sync", *LENET_ARGS, "--collective", "binary-blocks"], timeout=30)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "this process is alone in its MPI job; start the workers together with mpiexec -n N" in result.stderr
+
+
+# Real MPI jobs.
+
+def mpiexec_argv(log_dir, blocks):
+    """One mpiexec command line; `blocks` lists (ranks, main.py arguments), joined MPMD-style with ':'."""
+    argv = [MPIEXEC]
+    for ranks, args in blocks:
+        argv += ([":"] if len(argv) > 1 else []) + ["-n", str(ranks), sys.executable, MAIN, "-ld", log_dir,
+                                                     "--node-name", "node", *args]
+    return argv
+
+
+def start_mpi_job(group, name, log_dir, blocks, fault=None):
+    """mpiexec and its ranks, in a process group of their own; `fault` is an ESYNC_INJECT_FAULT plan."""
+    env = dict(LOOPBACK_MPI, **({fault_injection.ENV: fault} if fault else {}))
+    return group.start(name, mpiexec_argv(log_dir, blocks), env=env)
+
+
+def rank_pids(log_dir, ranks, timeout=60):
+    """{rank: pid} once every rank has written its log folder's description."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        folders = worker_folders(log_dir)
+        if len(folders) == ranks:
+            try:
+                return {meta(f)["rank"]: meta(f)["pid"] for f in folders}
+            except (OSError, ValueError):
+                pass  # a description being written
+        time.sleep(0.2)
+    raise AssertionError(f"{ranks} ranks did not start within {timeout} s")
+
+
+def wait_for_round(folder, round_number, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(os.path.join(folder, f"iter-{round_number}.txt")):
+        assert time.monotonic() < deadline, f"no round {round_number} in {folder} within {timeout} s"
+        time.sleep(0.1)
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop_ranks(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def assert_identical_digests_every_round(folders, rounds):
+    runs = [iter_records(f) for f in folders]
+    assert [len(r) for r in runs] == [rounds] * len(folders)
+    for n in range(rounds):
+        assert len({run[n]["weights_digest"] for run in runs}) == 1, f"weights differ after round {n + 1}"
+
+
+SYNC_JOBS = {"ring": 2, "butterfly": 2, "binary-blocks": 3}  # collective: ranks (3: not a power of two)
+
+
+@pytest.fixture(scope="module")
+def mpi_jobs(tmp_path_factory):
+    """The three sync jobs and one esync job (2 ranks, one 4x slower, with its state server), run at once:
+    {name: log folder of its mode}."""
+    tmp_path = tmp_path_factory.mktemp("mpi")
+    group = ProcessGroup(str(tmp_path / "processes"))
+    try:
+        jobs, log_dirs = [], {}
+        for collective, ranks in SYNC_JOBS.items():
+            log_dirs[collective] = str(tmp_path / collective / "lenet" / "sync")
+            args = ["-m", "sync", "--collective", collective, *LENET_ARGS, "--max-iters", str(SYNC_ITERATIONS),
+                    "-e", "0", "--digest-weights", "--sync-timeout", "60"]
+            jobs.append(start_mpi_job(group, collective, log_dirs[collective], [(ranks, args)]))
+        state_port = start_state_server(group)  # while the sync jobs start
+        log_dirs["esync"] = str(tmp_path / "esync" / "lenet" / "esync")
+        esync = ["-m", "esync", "--collective", "ring", *LENET_ARGS, "-port", str(state_port), "--max-time", "3",
+                 "-e", "0", "--digest-weights", "--sync-timeout", "60"]
+        jobs.append(start_mpi_job(group, "esync", log_dirs["esync"], [(1, esync), (1, esync + ["--slowdown", "4"])]))
+        finished = group.wait(jobs, 150)
+        outputs = "\n".join(f"--- {job.name} (exit {job.poll()})\n{tail(job.output, 40)}" for job in jobs)
+        assert finished and all(job.poll() == 0 for job in jobs), outputs
+        yield log_dirs
+    finally:
+        group.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("collective", SYNC_JOBS)
+def test_sync_over_each_collective_keeps_every_rank_identical_and_learns(mpi_jobs, collective):
+    log_dir = mpi_jobs[collective]
+    folders = worker_folders(log_dir)
+
+    assert sorted(meta(f)["rank"] for f in folders) == list(range(SYNC_JOBS[collective]))
+    assert all(meta(f)["num_workers"] == SYNC_JOBS[collective] for f in folders)
+    assert_identical_digests_every_round(folders, SYNC_ITERATIONS)
+    run = summary.summarize_mode(os.path.dirname(log_dir), "sync")
+    assert sum(len(devices) for devices in run["devices"].values()) == SYNC_JOBS[collective]
+    assert run["final_accuracy"] > ACCURACY_FLOOR
+
+
+@pytest.mark.slow
+def test_esync_over_ring_with_a_slow_rank_keeps_identical_weights(mpi_jobs):
+    folders = worker_folders(mpi_jobs["esync"])
+    slowdowns = {meta(f)["rank"]: meta(f)["slowdown"] for f in folders}
+    runs = {meta(f)["rank"]: iter_records(f) for f in folders}
+
+    assert slowdowns == {0: 1.0, 1: 4.0}
+    rounds = len(runs[0])
+    assert rounds >= 5 and len(runs[1]) == rounds
+    assert_identical_digests_every_round(folders, rounds)
+    steps = {rank: sum(len(r["time"]) for r in records) for rank, records in runs.items()}
+    assert steps[0] > 1.5 * steps[1], steps  # the fast rank fills the slow one's steps with its own
+    summary.summarize_mode(os.path.dirname(mpi_jobs["esync"]), "esync")
+
+
+FAULT_TIMEOUT = 3  # --sync-timeout of the jobs that lose a rank
+
+
+def watch_the_stopped_job(job, log_dir, pids):
+    """Rank 1 stopped as its 5th round started: rank 0's CPU over 1.5 s of its wait, and when it ended."""
+    wait_for_round(worker_folders(log_dir)[0], 4)
+    time.sleep(0.2)  # rank 0 reaches the aggregation of round 5 and waits there
+    before = cpu_seconds(pids[0])
+    time.sleep(1.5)
+    waiting_cpu = cpu_seconds(pids[0]) - before
+    deadline = time.monotonic() + FAULT_TIMEOUT + 10
+    while is_running(pids[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survivor_ended = not is_running(pids[0])
+    os.kill(pids[1], signal.SIGKILL)
+    return {"waiting_cpu": waiting_cpu, "survivor_ended": survivor_ended}
+
+
+@pytest.fixture(scope="module")
+def faulty_jobs(tmp_path_factory):
+    """Two 2-rank jobs run at once, in each of which rank 1 fails as its 5th round starts (outside any transfer;
+    rank 0 then waits in the aggregation): in "killed" it kills itself, in "stopped" it stops (SIGSTOP), alive but
+    silent. {name: (the mpiexec process, {rank: pid}, the log folder, what was measured)}."""
+    tmp_path = tmp_path_factory.mktemp("faults")
+    group = ProcessGroup(str(tmp_path / "processes"))
+    started, pids = {}, {}
+    try:
+        for name, collective, kind in (("killed", "ring", "kill"), ("stopped", "butterfly", "stop")):
+            log_dir = str(tmp_path / name)
+            args = ["-m", "sync", "--collective", collective, *LENET_ARGS, "-e", "0",
+                    "--sync-timeout", str(FAULT_TIMEOUT)]
+            job = start_mpi_job(group, name, log_dir, [(2, args)], fault=f"worker:training:{kind}:after=5:rank=1")
+            started[name] = (job, log_dir)
+        for name, (_, log_dir) in started.items():
+            pids[name] = rank_pids(log_dir, 2)
+        job, log_dir = started["stopped"]
+        measured = {"stopped": watch_the_stopped_job(job, log_dir, pids["stopped"]), "killed": {}}
+        group.wait([job for job, _ in started.values()], 60)
+        yield {name: (job, pids[name], log_dir, measured[name]) for name, (job, log_dir) in started.items()}
+    finally:
+        group.stop()
+        for ranks in pids.values():
+            stop_ranks(ranks.values())
+
+
+def logged_at(output, text):
+    """Seconds since midnight of the first log line holding `text` (lines start with HH:MM:SS)."""
+    line = next(line for line in output.splitlines() if text in line)
+    hours, minutes, seconds = (int(part) for part in line.split()[0].split(":"))
+    return 3600 * hours + 60 * minutes + seconds
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_job_and_leaves_nothing(faulty_jobs):
+    job, pids, log_dir, _ = faulty_jobs["killed"]
+    output = tail(job.output, 30)
+
+    assert job.poll() is not None and job.poll() != 0, output
+    assert logged_at(output, "interrupted") - logged_at(output, "injecting a fault") <= FAULT_TIMEOUT + 10, output
+    assert not any(is_running(pid) for pid in pids.values())
+    assert processes_in_group(job.pid) == []
+    assert len(iter_records(worker_folders(log_dir)[0])) == 4
+
+
+@pytest.mark.slow
+def test_a_rank_that_stops_answering_ends_the_others_at_the_timeout_without_spinning(faulty_jobs):
+    """Rank 0 waits sleeping, then ends with one line naming the collective and the round, exit 3."""
+    job, pids, _, measured = faulty_jobs["stopped"]
+    output = tail(job.output, 30)
+
+    assert measured["waiting_cpu"] < 0.2, f"rank 0 used {measured['waiting_cpu']:.2f} s of CPU in a 1.5 s wait"
+    assert measured["survivor_ended"], output
+    assert (f"no answer for {FAULT_TIMEOUT} s during the aggregation of global iteration 5 over MPI (butterfly "
+            "allreduce)") in output, output
+    assert job.poll() == EXIT_SYNC_TIMEOUT, output
+    assert not any(is_running(pid) for pid in pids.values())

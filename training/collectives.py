@@ -1,0 +1,188 @@
+"""How the workers of a synchronous job combine their arrays: through the ps-lite servers, or among themselves with
+MPI's allreduce (--collective).
+
+A transport knows the worker's rank and the number of workers, and offers four operations on lists of MXNet
+arrays, each entry one array or the list of its copies on the worker's devices (as the kvstore takes them):
+  declare(keys, values)  keys the ps-lite servers must hold before anything is exchanged, with their first values
+  broadcast(keys, outs)  rank 0's values (its declared ones) written into every worker's `outs`
+  sum(keys, arrays)      each entry replaced, in place, by its sum over the workers (device copies summed first)
+  barrier()              wait until every worker gets here
+The schemes that aggregate synchronously call only these, so one scheme runs over either transport; the ps one
+makes exactly the kvstore calls the schemes made before.
+
+MPI waits without spinning. A rank blocked in an MPI call spins its core, stealing it from the workers that still
+compute on machines where they share cores. So every operation first waits at a nonblocking barrier, polled with a
+short and growing sleep (bounded by --sync-timeout), and only then makes the blocking call, which then finds every
+rank ready and only moves the data. The nonblocking allreduce is no substitute: MPICH picks its algorithm from
+another variable with other algorithms, and it progresses only while a rank polls it, which the sleeps would slow.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+PS = "ps"
+# --collective: MPICH's allreduce algorithm (MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM). MPICH falls back silently to
+# another algorithm when one's precondition fails (reduce_scatter_allgather: at least as many elements as the
+# largest power of two not above the number of ranks).
+MPI_ALGORITHMS = {
+    "ring": "ring",
+    "butterfly": "recursive_doubling",
+    "binary-blocks": "reduce_scatter_allgather",  # Rabenseifner's reduce-scatter then allgather
+}
+NAMES = (PS,) + tuple(MPI_ALGORITHMS)
+ALGORITHM_VARIABLE = "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"
+
+FIRST_PAUSE = 0.0001   # seconds between the first polls of a wait (an aggregation that is almost ready)
+LONGEST_PAUSE = 0.002  # the pause grows to this (a long wait for a slow worker costs next to no CPU)
+
+
+def uses_mpi(collective):
+    return collective != PS
+
+
+def mpi_environment(collective):
+    """The variables that make MPICH run `collective`'s allreduce algorithm."""
+    return {
+        ALGORITHM_VARIABLE: MPI_ALGORITHMS[collective],
+        # Without this, a netmod's own collectives may take the call and ignore the algorithm.
+        "MPIR_CVAR_DEVICE_COLLECTIVES": "none",
+    }
+
+
+def mpi_world(collective):
+    """MPI's module and world communicator; the first call starts MPI with `collective`'s algorithm."""
+    wanted = MPI_ALGORITHMS[collective]
+    if "mpi4py.MPI" not in sys.modules:
+        os.environ.update(mpi_environment(collective))
+    elif os.environ.get(ALGORITHM_VARIABLE) != wanted:
+        raise RuntimeError(f"MPI was started with {ALGORITHM_VARIABLE}={os.environ.get(ALGORITHM_VARIABLE)}, "
+                           f"not {wanted}")
+    from mpi4py import MPI  # starts MPI (MPI_Init_thread), which reads the variables above
+
+    return MPI, MPI.COMM_WORLD
+
+
+def connect(collective, kvstore_type, timeout, on_timeout):
+    """The transport of a worker whose scheme trains over `kvstore_type` (None: no cluster, no transport).
+    `on_timeout()` ends the process when an MPI wait outlasts `timeout` seconds."""
+    if kvstore_type is None:
+        return None
+    if not uses_mpi(collective):
+        import mxnet as mx
+
+        return ParameterServer(mx.kv.create(kvstore_type))  # joins the ps-lite job
+    return MpiAllreduce(collective, timeout, on_timeout)
+
+
+class ParameterServer:
+    """The ps-lite kvstore: the servers sum what the workers push."""
+
+    def __init__(self, kv):
+        self.kv = kv
+        self.rank = kv.rank
+        self.num_workers = kv.num_workers
+
+    def during(self, phase):
+        """How the watchdog names `phase` of this transport."""
+        return phase
+
+    def declare(self, keys, values):
+        self.kv.init(keys, values)  # rank 0's values; ends with a barrier across workers
+
+    def broadcast(self, keys, outs):
+        self.kv.pull(keys, out=outs)
+
+    def sum(self, keys, arrays):
+        self.kv.pushpull(keys, arrays, out=arrays)
+
+    def barrier(self):
+        self.kv._barrier()
+
+
+class MpiAllreduce:
+    """MPI among the workers, no servers: one packed float32 buffer per operation."""
+    kv = None
+
+    def __init__(self, collective, timeout, on_timeout):
+        self.collective = collective
+        self.MPI, self.comm = mpi_world(collective)
+        self.rank = self.comm.Get_rank()
+        self.num_workers = self.comm.Get_size()
+        self.timeout = timeout
+        self.on_timeout = on_timeout
+
+    def during(self, phase):
+        return f"{phase} over MPI ({self.collective} allreduce)"
+
+    def declare(self, keys, values):
+        """Nothing to declare: MPI has no keys."""
+
+    def broadcast(self, keys, outs):
+        if self.rank == 0:
+            flat = pack([copies_of(entry)[0].asnumpy() for entry in outs])
+        else:
+            flat = np.empty(sum(copies_of(entry)[0].size for entry in outs), dtype=np.float32)
+        self.barrier()
+        self.comm.Bcast(flat, root=0)
+        unpack(flat, outs)
+
+    def sum(self, keys, arrays):
+        flat = pack([local_sum(entry) for entry in arrays])
+        self.barrier()
+        self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
+        unpack(flat, arrays)
+
+    def barrier(self):
+        wait_sleeping(self.comm.Ibarrier(), self.timeout, self.on_timeout)
+
+
+def wait_sleeping(request, timeout, on_timeout):
+    """Poll a nonblocking MPI request until it completes, sleeping between polls; call `on_timeout()` (which
+    ends the process) once `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    pause = FIRST_PAUSE
+    while not request.Test():
+        if time.monotonic() > deadline:
+            on_timeout()
+            raise TimeoutError(f"no answer from the other MPI ranks for {timeout:g} s")
+        time.sleep(pause)
+        pause = min(2 * pause, LONGEST_PAUSE)
+
+
+def copies_of(entry):
+    """An entry's device copies: the list itself, or the one array."""
+    return list(entry) if isinstance(entry, (list, tuple)) else [entry]
+
+
+def local_sum(entry):
+    """The sum of an entry's device copies, as numpy (what the kvstore pushes for a list of copies)."""
+    copies = copies_of(entry)
+    total = copies[0].asnumpy()
+    for copy in copies[1:]:
+        total += copy.asnumpy()
+    return total
+
+
+def pack(values):
+    """Numpy arrays, flattened one after another into one float32 buffer."""
+    return np.concatenate([np.asarray(value, dtype=np.float32).ravel() for value in values])
+
+
+def unpack(flat, entries):
+    """Write consecutive pieces of `flat` into the entries, every device copy of each."""
+    from mxnet import nd
+
+    total = sum(copies_of(entry)[0].size for entry in entries)
+    if total != flat.size:
+        raise ValueError(f"{flat.size} packed values for entries of {total}")
+    values = nd.array(flat, dtype=flat.dtype)
+    offset = 0
+    for entry in entries:
+        copies = copies_of(entry)
+        size = copies[0].size
+        piece = values[offset:offset + size].reshape(copies[0].shape)
+        for copy in copies:
+            piece.copyto(copy)  # an engine copy: it also fills weights kept in MKLDNN's layout
+        offset += size
