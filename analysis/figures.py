@@ -64,14 +64,6 @@ def run_label(run):
     return f"{curve_label(run)} (non-IID)" if run.get("non_iid") else curve_label(run)
 
 
-def run_order(run):
-    """I.i.d. runs first, then the catalog's order, a clean run before its attacked twin."""
-    order = modes.names()
-    base = runs_summary.split_mode(run["mode"])[0]
-    rank = order.index(base) if base in order else len(order)
-    return bool(run.get("non_iid")), rank, bool(run.get("attacked")), run["algorithm"]
-
-
 def is_standalone(run):
     mode = catalog_entry(run)
     return mode is not None and not mode.cluster
@@ -105,7 +97,7 @@ def load_runs(network_dir, target, num_params=None, refresh=False):
             runs.append(summary)
     if not runs:
         raise DrawError(f"no summaries or iteration logs under {network_dir}")
-    return sorted(runs, key=run_order)
+    return sorted(runs, key=runs_summary.run_order)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -66,6 +66,14 @@ def algorithm_name(mode):
     return catalog_entry(mode).display
 
 
+def run_order(run):
+    """I.i.d. runs first, then the catalog's order, a clean run before its attacked twin."""
+    order = modes.names()
+    base = split_mode(run["mode"])[0]
+    rank = order.index(base) if base in order else len(order)
+    return bool(run.get("non_iid")), rank, bool(run.get("attacked")), run["algorithm"]
+
+
 def summary_file_name(mode):
     attack = "-Attack" if is_attacked(mode) else ""
     non_iid = "-Non-IID" if split_mode(mode)[1] else ""

@@ -176,7 +176,7 @@ def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet
     devices = ",".join(["cpu"] * len(profile.split(",")))
     argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", network, *DATA,
             "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "-ld", logs,
-            "--progress-every", "1000", *launcher_options, "--", "-e", str(eval_every)]
+            "--progress-every", "1000", "--no-figures", *launcher_options, "--", "-e", str(eval_every)]
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")

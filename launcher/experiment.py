@@ -83,6 +83,7 @@ class Experiment:
     node_name: str | None           # the workers' log folder; None with --tracker (each worker's host name)
     wall_limit: float               # seconds after which a mode is stopped as hung
     progress_every: float
+    figures: bool                   # draw the comparison figures after the modes
     worker_args: tuple              # after `--`, for every worker
     tracker: str | None             # None: the launcher starts every process itself
     hostfile: str | None            # absolute, or None
@@ -165,6 +166,8 @@ def build_parser():
     p.add_argument("--netns-subnet", default=netns.DEFAULT_SUBNET,
                    help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
     p.add_argument("--progress-every", type=float, default=2.0, help="seconds between progress lines (default 2)")
+    p.add_argument("--no-figures", dest="figures", action="store_false",
+                   help="end with the summaries and the table only (no matplotlib)")
     p.add_argument("--tracker", choices=TRACKERS, help="start the job through MXNet's dmlc_tracker (see below)")
     p.add_argument("-H", "--hostfile", help="--tracker ssh/mpi: the hosts, one per line")
     p.add_argument("--host-ip", help="--tracker: this machine's address as the other hosts reach it "
@@ -192,7 +195,7 @@ def parse(argv):
         max_iters=ns.max_iters, target_accuracy=ns.target_accuracy, seed=ns.seed, non_iid=ns.non_iid,
         esync_policy=ns.esync_policy, byzantine=ns.byzantine, attack=ns.attack, attack_scale=ns.attack_scale,
         validator_device=ns.validator_device, log_dir=os.path.abspath(ns.log_dir), node_name=node_name(ns),
-        wall_limit=wall_limit(ns), progress_every=ns.progress_every, worker_args=tuple(worker_args),
+        wall_limit=wall_limit(ns), progress_every=ns.progress_every, figures=ns.figures, worker_args=tuple(worker_args),
         tracker=ns.tracker, hostfile=ns.hostfile and os.path.abspath(ns.hostfile), host_ip=host_ip(ns),
         hosts=ns.hosts, bandwidth=ns.bandwidth, ps_bandwidth=ns.ps_bandwidth or ns.bandwidth,
         worker_rate=worker_rate, ps_rate=ps_rate,

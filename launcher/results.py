@@ -8,9 +8,8 @@ from training.failures import EXIT_FAILURE
 
 
 def summarize_and_draw(experiment):
-    """Summary JSON per mode, figures of this experiment's modes, and a table; 0 or EXIT_FAILURE."""
-    from analysis import figures
-
+    """Summary JSON per mode, figures of this experiment's modes (unless --no-figures), and a table; 0 or
+    EXIT_FAILURE."""
     network_dir = os.path.join(experiment.log_dir, experiment.network)
     folders = [os.path.basename(experiment.mode_folder(mode)) for mode in experiment.modes]
     target = experiment.target_accuracy or summary.DEFAULT_TARGET
@@ -21,15 +20,21 @@ def summarize_and_draw(experiment):
         elsewhere = " (with a remote --tracker the logs stay on the hosts)" if remote else ""
         print(f"launch.py: no summary: {error}{elsewhere}", file=sys.stderr)
         return 0 if remote else EXIT_FAILURE
-    runs = sorted(filter(None, (summary.load_summary(network_dir, f) for f in folders)), key=figures.run_order)
+    runs = sorted(filter(None, (summary.load_summary(network_dir, f) for f in folders)), key=summary.run_order)
     INTERRUPTS.check()
-    figures_dir = os.path.join(network_dir, "figures")
-    drawn = figures.draw_all(runs, experiment.network, figures_dir, figures.parse_args(["-n", experiment.network]))
+    drawn = draw(runs, experiment.network, network_dir) if experiment.figures else []
     print()
     print(format_table(runs, target))
     print("summaries: " + ", ".join(summary.summary_path(network_dir, run["mode"]) for run in runs))
-    print("figures:\n" + "\n".join(f"  {path}" for path in drawn), flush=True)
+    if drawn:
+        print("figures:\n" + "\n".join(f"  {path}" for path in drawn), flush=True)
     return 0
+
+
+def draw(runs, network, network_dir):
+    from analysis import figures  # matplotlib: only when drawing
+
+    return figures.draw_all(runs, network, os.path.join(network_dir, "figures"), figures.parse_args(["-n", network]))
 
 
 def format_table(runs, target):

@@ -12,6 +12,7 @@ import matplotlib.image  # noqa: E402
 import pytest  # noqa: E402
 
 from analysis import figures as drawer  # noqa: E402
+from analysis import summary  # noqa: E402
 from tests import logfactory  # noqa: E402
 from tests.logfactory import MODES, NETWORK  # noqa: E402
 
@@ -107,7 +108,7 @@ def test_a_run_with_byzantine_workers_is_labelled_and_ordered_after_its_clean_ru
     attacked = {"algorithm": "Zeno", "mode": "zeno-attack", "attacked": True, "byzantine_workers": 1}
 
     assert drawer.run_label(attacked) == "Zeno (1 Byzantine)"
-    assert sorted([attacked, clean], key=drawer.run_order) == [clean, attacked]
+    assert sorted([attacked, clean], key=summary.run_order) == [clean, attacked]
 
 
 def test_single_algorithm_is_drawn_without_non_iid_figure(tmp_path):

@@ -122,3 +122,17 @@ def test_clean_netns_with_too_many_arguments_is_a_usage_error():
                             capture_output=True, text=True, timeout=30)
 
     assert result.returncode == 2 and "usage: launch.py clean-netns [PREFIX]" in result.stderr
+
+
+def test_no_figures_ends_with_the_summaries_and_table_without_loading_matplotlib(tmp_path, monkeypatch, capsys):
+    from launcher import results
+    from tests import logfactory
+
+    logfactory.write_run(str(tmp_path), "esync")
+    described = experiment.parse(["--modes", "esync", "-n", logfactory.NETWORK, "--max-time", "1", "--slowdown", "1,2",
+                                  "-ld", str(tmp_path), "--no-figures"])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # importing it would now fail
+
+    assert described.figures is False and results.summarize_and_draw(described) == 0
+    assert "esync" in capsys.readouterr().out
+    assert not os.path.exists(tmp_path / logfactory.NETWORK / "figures")

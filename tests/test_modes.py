@@ -94,7 +94,7 @@ def test_both_zeno_modes_have_summaries_of_their_own():
 def test_drawer_orders_and_colours_runs_by_the_catalog():
     runs = [{"mode": name, "algorithm": mode.display} for name, mode in reversed(modes.MODES.items())]
 
-    assert [run["mode"] for run in sorted(runs, key=drawer.run_order)] == list(FIGURE_ORDER)
+    assert [run["mode"] for run in sorted(runs, key=summary.run_order)] == list(FIGURE_ORDER)
     assert [drawer.colour_for(run) for run in runs] == [mode.colour for mode in reversed(modes.MODES.values())]
     assert [run["mode"] for run in runs if drawer.is_standalone(run)] == ["local"]
 

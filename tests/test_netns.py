@@ -140,7 +140,7 @@ def test_clean_removes_what_a_killed_run_left(prefix):
 @pytest.mark.slow
 def test_esync_and_sync_train_across_namespaces_within_the_link_limit(tmp_path, prefix):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "--max-time", "5", *LENET,
+    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "--max-time", "3", *LENET,
             *netns_args(prefix), *WORKER_ARGS]
 
     with launcher(args, logs) as proc:
