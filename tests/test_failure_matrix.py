@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import pytest
 
 from analysis import summary
-from launcher.cluster import ProcessGroup
+from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, start_job
+from training import modes
 
 pytestmark = pytest.mark.slow  # real processes
 
@@ -36,6 +37,7 @@ class Case:
     rank: int = None
     mode: str = "sync"
     max_iters: int = 200     # a fault that never fires lets the job finish with exit 0, and the case fails
+    survivors_say: str = None  # what every worker that outlives the fault says ({port}: the state server's)
 
     @property
     def spec(self):
@@ -48,6 +50,9 @@ class Case:
 
 
 CASES = [
+    # first: the state client's retries take the longest to give up, the other cases start meanwhile
+    Case("state-server", "training", "sigkill", ("state-server",), mode="esync", max_iters=10 ** 6,
+         survivors_say="state server at http://127.0.0.1:{port} did not answer"),
     Case("scheduler", "start", "raise", ("scheduler",)),
     Case("server", "start", "raise", ("server-0",)),
     Case("worker", "start", "raise", ("worker-1",)),
@@ -56,7 +61,8 @@ CASES = [
     Case("worker", "training", "raise", ("worker-1",), after=3),
     Case("worker", "aggregation", "raise", ("worker-1",), after=3),
     Case("worker", "aggregation", "kill", ("worker-1",), after=3),
-    Case("worker", "training", "sigkill", ("worker-1",)),
+    Case("worker", "training", "sigkill", ("worker-1",),
+         survivors_say=f"no answer for {SYNC_TIMEOUT} s during the aggregation of global iteration"),
     Case("server", "training", "sigkill", ("server-0",)),
     Case("scheduler", "training", "sigkill", ("scheduler",)),
     Case("worker", "checkpoint", "raise", ALL_WORKERS, after=2, rank=0),
@@ -73,6 +79,7 @@ class Outcome:
     procs: list
     exits: dict              # process name -> (exit code, seconds since the matrix started)
     log_dir: str
+    state_port: int = None
 
 
 def start_case(case, base):
@@ -81,13 +88,17 @@ def start_case(case, base):
     timeout = ["--sync-timeout", str(SYNC_TIMEOUT)]
     worker_args = LENET_ARGS + timeout + ["-e", "0", "--max-iters", str(case.max_iters),
                                           "--train-dir", os.path.join(base, case.name, "train"), "--save-freq", "2"]
+    port = None
+    if modes.MODES[case.mode].state_server:
+        port = start_state_server(group)
+        worker_args += ["-port", str(port)]
     injected = case.kind != "sigkill"
     start_job(group, case.mode, worker_args, log_dir=log_dir, ps_args=timeout,
               envs={name: {"ESYNC_INJECT_FAULT": case.spec} for name in case.targets if injected})
     if not injected:
         wait_until(lambda: training(group) or group.failed(), timeout=60)
         os.kill(next(p for p in group.procs if p.name == case.targets[0]).pid, signal.SIGKILL)
-    return group, log_dir
+    return group, Outcome(group.procs, {}, log_dir, port)
 
 
 def training(group):
@@ -117,9 +128,8 @@ def matrix(tmp_path_factory):
     groups, outcomes = [], {}
     try:
         for case in CASES:
-            group, log_dir = start_case(case, base)
+            group, outcomes[case.name] = start_case(case, base)
             groups.append(group)
-            outcomes[case.name] = Outcome(group.procs, {}, log_dir)
             wait_until(lambda: joined_or_failed(group), timeout=60)
         everything = [p for g in groups for p in g.procs]
 
@@ -177,6 +187,8 @@ def test_an_injected_fault_ends_every_process_of_the_job_within_the_bound(matrix
         if proc is not victim and code != 0:
             assert code > 0, f"{proc.name} died of a signal\n{outputs(outcome)}"
             assert any(message in output(proc) for message in GIVE_UP_MESSAGES), outputs(outcome)
+        if case.survivors_say and proc is not victim and proc.role == "worker":
+            assert code > 0 and case.survivors_say.format(port=outcome.state_port) in output(proc), outputs(outcome)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.phase not in ("start", "setup")], ids=lambda case: case.name)

@@ -1,5 +1,5 @@
-"""The state server's faults in real hand-started jobs: a restart, one that stays down, and logs a kill cut short.
-(A killed or failing scheduler, server or worker: tests/test_failure_matrix.py.)"""
+"""The state server's faults in real hand-started jobs: a restart, and logs a kill cut short. (A killed or failing
+scheduler, server, worker or state server that stays down: tests/test_failure_matrix.py.)"""
 import glob
 import json
 import os
@@ -14,9 +14,6 @@ from analysis import summary
 from launcher.cluster import ROOT, start_state_server
 from tests import logfactory
 from tests.jobs import LENET_ARGS, finish, start_job, worker_folders
-
-SYNC_TIMEOUT = 10  # also the time a job has to form: room for 5 processes starting on 2 busy cores
-
 
 def run_summary(base, network, mode):
     return subprocess.run([sys.executable, os.path.join(ROOT, "summary.py"), "-b", base, "-n", network, "-m", mode],
@@ -78,25 +75,6 @@ def test_training_goes_on_when_the_state_server_restarts(processes, tmp_path, mo
     worker_outputs = "".join(open(w.output).read() for w in workers)
     assert "lost the job (restarted?): sending /init/ again" in worker_outputs
     assert_summarized(base, "lenet", mode, num_workers=3)
-
-
-@pytest.mark.slow
-def test_esync_workers_name_the_state_server_when_it_stays_down(processes, tmp_path):
-    base = str(tmp_path / "logs")
-    log_dir = os.path.join(base, "lenet", "esync")
-    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=SYNC_TIMEOUT, max_time=300)
-
-    os.kill(state_server.pid, signal.SIGKILL)
-    killed_at = time.monotonic()
-    all_exited = processes.wait(workers, timeout=SYNC_TIMEOUT + 10)
-    elapsed = time.monotonic() - killed_at
-
-    assert all_exited, outputs(processes)
-    print(f"workers exited {elapsed:.1f} s after the state server was killed")
-    for worker in workers:
-        assert worker.poll() not in (None, 0), outputs(processes)
-        assert f"state server at http://127.0.0.1:{port} did not answer" in open(worker.output).read()
-    assert_summarized(base, "lenet", "esync", num_workers=3)
 
 
 def test_summary_reads_logs_cut_short_by_a_kill(tmp_path):
