@@ -239,7 +239,7 @@ def draw_throughput(runs, network):
 
 def draw_traffic(runs, network):
     return draw_bars(runs, [r.get("traffic_mb_per_s") for r in runs],
-                     f"{network}: parameter-server traffic", "traffic (MB / second)", "{:.2f}",
+                     f"{network}: traffic through the workers' links", "sent + received (MB / second)", "{:.2f}",
                      missing_note="model size unknown (no meta.json; summarize with --num-params)")
 
 

@@ -116,6 +116,7 @@ def summarize_device(records):
     points = [[i, t, a] for i, t, a in zip(iterations, elapsed, accuracy) if a is not None]
     last_time = max(elapsed, default=0.0)
     compute_share = ratio(sum(aggregate), last_time)
+    sent, received = (logged_total(ordered, field) for field in runlog.TRAFFIC_FIELDS)
     return {
         "iterations": iterations,
         "missing_iterations": missing_iterations(iterations),
@@ -131,18 +132,34 @@ def summarize_device(records):
         "elapsed_time": last_time,
         "throughput": ratio(sum(samples), last_time),
         "compute_ratio": None if compute_share is None else 1.0 - compute_share,
+        "sent_bytes": sent,
+        "received_bytes": received,
+        "bytes_per_round": None if None in (sent, received) else ratio(sent + received, len(ordered)),
     }
+
+
+def logged_total(records, field):
+    """The sum of a field every record logs; None when one does not (a log from before it was counted)."""
+    values = [r.get(field) for r in records]
+    return sum(values) if values and None not in values else None
 
 
 # ----------------------------------------------------------------------------------------------
 # Cluster math
 
 
-def traffic_mb_per_s(param_bytes, num_workers, rounds, elapsed):
-    """Parameter-server traffic: every worker pushes and pulls all parameters once per round."""
-    if param_bytes is None or elapsed <= 0:
-        return None
-    return 2.0 * param_bytes * num_workers * rounds / elapsed / 1e6
+def traffic_mb_per_s(stats, param_bytes, num_workers, rounds, elapsed):
+    """(MB/s through the workers' links, sent plus received, whether measured): the bytes every worker logged,
+    else, for logs without them, an estimate: every worker pushes and pulls all parameters once per round."""
+    if elapsed <= 0:
+        return None, False
+    logged = [s["sent_bytes"] + s["received_bytes"] for s in stats
+              if None not in (s.get("sent_bytes"), s.get("received_bytes"))]
+    if stats and len(logged) == len(stats):
+        return sum(logged) / elapsed / 1e6, True
+    if param_bytes is None:
+        return None, False
+    return 2.0 * param_bytes * num_workers * rounds / elapsed / 1e6, False
 
 
 def iter_devices(devices):
@@ -174,22 +191,25 @@ def evaluator_points(summary):
     return (summary.get("evaluator") or {}).get("points", [])
 
 
-def summarize_cluster(devices, num_workers, param_bytes, target, standalone=False):
-    """Cluster-level numbers from {node: {device: summarize_device(...)}}."""
+def summarize_cluster(devices, num_workers, param_bytes, target, standalone=False, validators=()):
+    """Cluster-level numbers from {node: {device: summarize_device(...)}}; the validators' summaries (Zeno) count
+    in the traffic only."""
     stats = [s for _, _, s in iter_devices(devices)]
     elapsed = max((s["elapsed_time"] for s in stats), default=0.0)
     rounds = max((s["num_rounds"] for s in stats), default=0)
     summary = {"accuracy_device": pick_accuracy_device(devices), "devices": devices}
     points = accuracy_points(summary)
     accuracies = [p[2] for p in points]
-    # A standalone run talks to no parameter server.
-    traffic = 0.0 if standalone else traffic_mb_per_s(param_bytes, num_workers, rounds, elapsed)
+    # A standalone run talks to nobody.
+    traffic, measured = (0.0, True) if standalone else traffic_mb_per_s(stats + list(validators), param_bytes,
+                                                                         num_workers, rounds, elapsed)
     summary.update({
         "cluster_throughput": sum(s["throughput"] or 0.0 for s in stats),
         "elapsed_time": elapsed,
         "num_rounds": rounds,
         "rounds_per_second": ratio(rounds, elapsed),
         "traffic_mb_per_s": traffic,
+        "traffic_measured": measured,
         "target_accuracy": target,
         "time_to_accuracy": time_to_reach(points, target),
         "final_accuracy": accuracies[-1] if accuracies else None,
@@ -339,7 +359,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
     mode_dir = os.path.join(network_dir, mode)
     if not os.path.isdir(mode_dir):
         raise SummaryError(f"no such log folder: {mode_dir}")
-    devices, metas, validators = {}, [], []
+    devices, metas, validators, validator_names = {}, [], [], []
     for node, device, path in runlog.device_folders(mode_dir):
         device_log = runlog.DeviceLog(path)
         records, meta = device_log.rounds, device_log.meta
@@ -347,7 +367,8 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
             log.warning("skipping %s: no usable iter-<N>.txt files", path)
             continue
         if meta.get("role") == "validator":  # it trains on held-out data: not part of the cluster's throughput
-            validators.append(f"{node}/{device}")
+            validators.append(summarize_device(device_log.rounds))
+            validator_names.append(f"{node}/{device}")
             continue
         stats = describe_device(device, records, meta)
         report_gaps(node, device, stats)
@@ -361,14 +382,14 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         log.warning("%s: %s", mode_dir, notes[-1])
     num_workers = first_count(metas, "num_workers") or sum(len(d) for d in devices.values())
     cluster = summarize_cluster(devices, num_workers, param_bytes, target,
-                                standalone=not catalog_entry(mode).cluster)
+                                standalone=not catalog_entry(mode).cluster, validators=validators)
     header = {
         "mode": mode,
         "algorithm": algorithm,
         "non_iid": split_mode(mode)[1],
         "attacked": is_attacked(mode),
         "byzantine_workers": sum(1 for m in metas if m.get("byzantine")),
-        "validators": validators,
+        "validators": validator_names,
         "network": os.path.basename(os.path.normpath(network_dir)),
         "dataset": first_known(metas, "dataset"),
         "num_workers": num_workers,

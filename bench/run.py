@@ -13,7 +13,7 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections:
      own slowdown, measured while all run at once (the fair limit when processes share few cores);
   3. time to accuracy and accuracy after a fixed budget, lenet on mnist-5k, slowdown 1,1,4;
   4. state server cost: /apply/ latency with N concurrent clients, and its share of a worker's step time;
-  5. traffic: bytes per second each worker pushes and pulls;
+  5. traffic: bytes per second each worker sends, as its logs count them;
   6. Byzantine workers: accuracy with one sign-flipping worker of 4, plain sync averaging vs Zeno;
   7. network: sync, async and esync across network namespaces with rate-limited links (launch.py --hosts netns),
      lenet and resnet18-v1, 1 and 2 servers; skipped with a note where namespaces cannot be made (needs root).
@@ -233,8 +233,8 @@ def accuracy_at(summary, budget):
 
 
 def traffic_per_worker(summary):
-    """Bytes/s each worker pushes (and pulls: the same amount in every scheme here)."""
-    return statistics.mean(summary["param_bytes"] * d["num_rounds"] / d["elapsed_time"] for d in devices_of(summary))
+    """Bytes/s each worker sends, as it logged them."""
+    return statistics.mean(d["sent_bytes"] / d["elapsed_time"] for d in devices_of(summary))
 
 
 def heterogeneity(cfg, workdir, earlier):
@@ -259,7 +259,7 @@ def heterogeneity(cfg, workdir, earlier):
                 "time_to_85": curve.get("time_to_accuracy") if curve.get("target_accuracy") == 0.85 else None,
                 "accuracy_at_budget": accuracy_at(curve, cfg["accuracy_budget"]) if curve else None,
                 "final_accuracy": curve.get("final_accuracy", run["final_accuracy"]),
-                "bytes_per_s_per_worker": traffic_per_worker(run) if run.get("param_bytes") else None,
+                "bytes_per_s_per_worker": traffic_per_worker(run),
                 "busy": statistics.mean(w["busy"] for w in run["step_times"]),
                 "whole_step_bound": whole_step_bound(run["step_times"]) if mode.startswith("esync") else None,
                 "check_ready": statistics.mean(w["check_ready"] for w in run["step_times"]),

@@ -416,3 +416,24 @@ def test_all_reports_an_unusable_mode_and_summarizes_the_others(tmp_path):
     assert result.returncode == 0
     assert broken in result.stderr
     assert os.path.exists(os.path.join(tmp_path, NETWORK, "sync", "Sync.json"))
+
+
+def test_traffic_is_what_the_workers_logged_when_every_one_did():
+    stats = [{"sent_bytes": 3e6, "received_bytes": 1e6}, {"sent_bytes": 2e6, "received_bytes": 2e6}]
+    assert summary.traffic_mb_per_s(stats, param_bytes=10, num_workers=2, rounds=5, elapsed=2.0) == (4.0, True)
+
+    stats[1]["sent_bytes"] = None  # a log from before the counts: every worker is estimated
+    traffic, measured = summary.traffic_mb_per_s(stats, param_bytes=1e6, num_workers=2, rounds=5, elapsed=2.0)
+    assert traffic == pytest.approx(10.0) and not measured
+
+
+def test_a_device_sums_the_bytes_of_its_rounds_only_when_every_round_logged_them():
+    step = {"0": {runlog.FORWARD_BACKWARD: 0.1}}
+    records = {n: {"num_samples": 64, "total_time": 0.1 * n, "time": step, runlog.SENT_BYTES: 100 * n,
+                   runlog.RECEIVED_BYTES: 50} for n in (1, 2, 3)}
+
+    device = summary.summarize_device(records)
+    assert (device["sent_bytes"], device["received_bytes"], device["bytes_per_round"]) == (600, 150, 250)
+
+    del records[2][runlog.RECEIVED_BYTES]
+    assert summary.summarize_device(records)["received_bytes"] is None

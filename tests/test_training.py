@@ -91,7 +91,7 @@ def sync_job(tmp_path_factory):
     args = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "2", "-s", "1", "--max-iters", "60",
             "-e", "20", "--digest-weights"]
     with ProcessGroup(str(tmp_path / "processes")) as group:
-        yield run_job(group, str(tmp_path / "logs"), "sync", args)
+        yield run_job(group, str(tmp_path / "lenet" / "sync"), "sync", args)
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +114,24 @@ def test_dist_sync_workers_over_two_servers_stop_together_with_identical_weights
     for r in runs[0]:
         assert runlog.local_steps(r) == 1 and STEP_KEYS | {runlog.GLOBAL_AGGREGATE} <= set(r["time"]["0"])
     assert accuracies(sync_job[0])[-1] > 0.5
+
+
+def test_each_worker_logs_the_bytes_it_pushes_and_pulls_each_round(sync_job):
+    """One array per key each way, whatever the servers and device copies: the parameters and the stop vote; in the
+    first round also rank 0's initial values and every worker's pull of them (the stop vote is not pulled)."""
+    param_bytes = meta(sync_job[0])["param_bytes"]
+    round_bytes = param_bytes + 4
+    for rank, folder in sync_job.items():
+        runs = iter_records(folder)
+        first = {field: runs[0][field] for field in runlog.TRAFFIC_FIELDS}
+        assert first == {runlog.SENT_BYTES: round_bytes * (2 if rank == 0 else 1),
+                         runlog.RECEIVED_BYTES: round_bytes + param_bytes}
+        assert all(r[runlog.SENT_BYTES] == r[runlog.RECEIVED_BYTES] == round_bytes for r in runs[1:])
+
+    network_dir = os.path.dirname(os.path.dirname(os.path.dirname(sync_job[0])))  # <network>/sync/node/<device>
+    run = summary.summarize_mode(network_dir, "sync")
+    logged = sum(d["sent_bytes"] + d["received_bytes"] for d in run["devices"]["node"].values())
+    assert run["traffic_measured"] and run["traffic_mb_per_s"] == pytest.approx(logged / run["elapsed_time"] / 1e6)
 
 
 def test_several_cpu_contexts_in_one_worker_log_as_one_device(sync_job):
@@ -142,6 +160,9 @@ def test_dist_async_improves_accuracy(processes, tmp_path, dcasgd):
     # judged by the best accuracy it reaches and by ending well above where it started.
     curve = accuracies(rank0(worker_folders(log_dir)))
     assert curve[0] < 0.6 and max(curve) > 0.85 and curve[-1] > 0.7, curve
+    for folder in worker_folders(log_dir):  # each round pushes the gradients and pulls the weights, once each
+        round_bytes = meta(folder)["param_bytes"] + 4  # and the stop vote
+        assert all(r[runlog.SENT_BYTES] == r[runlog.RECEIVED_BYTES] == round_bytes for r in iter_records(folder)[1:])
 
 
 def test_batchnorm_statistics_are_identical_across_sync_workers(processes, tmp_path):

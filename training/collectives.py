@@ -10,6 +10,10 @@ arrays, each entry one array or the list of its copies on the worker's devices (
 The schemes that aggregate synchronously call only these, so one scheme runs over either transport; the ps one
 makes exactly the kvstore calls the schemes made before.
 
+Every transport counts the payload bytes its worker sends and receives (`traffic`, which the training loop logs
+each round): on the parameter server one array per key pushed, pulled or initialised, whatever the number of
+servers; over MPI the bytes MPICH's algorithm moves for this rank (training/traffic.py).
+
 MPI waits without spinning. A rank blocked in an MPI call spins its core, stealing it from the workers that still
 compute on machines where they share cores. So every operation first waits at a nonblocking barrier, polled with a
 short and growing sleep (bounded by --sync-timeout), and only then makes the blocking call, which then finds every
@@ -21,6 +25,8 @@ import sys
 import time
 
 import numpy as np
+
+from training import runlog, traffic
 
 PS = "ps"
 # --collective: MPICH's allreduce algorithm (MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM). MPICH falls back silently to
@@ -48,6 +54,7 @@ def mpi_environment(collective):
         ALGORITHM_VARIABLE: MPI_ALGORITHMS[collective],
         # Without this, a netmod's own collectives may take the call and ignore the algorithm.
         "MPIR_CVAR_DEVICE_COLLECTIVES": "none",
+        **traffic.BCAST_ENVIRONMENT,  # one broadcast algorithm whatever the size, so its bytes are known
     }
 
 
@@ -76,11 +83,73 @@ def connect(collective, kvstore_type, timeout, on_timeout):
     return MpiAllreduce(collective, timeout, on_timeout)
 
 
+class ByteCounter:
+    """The payload bytes one worker sent and received since the last take()."""
+
+    def __init__(self):
+        self.sent = self.received = 0
+
+    def add(self, sent, received):
+        self.sent += sent
+        self.received += received
+
+    def take(self):
+        """The counts as run-log fields; counting starts again from zero."""
+        fields = {runlog.SENT_BYTES: self.sent, runlog.RECEIVED_BYTES: self.received}
+        self.sent = self.received = 0
+        return fields
+
+
+class CountingKVStore:
+    """A ps-lite kvstore that counts what its worker's push, pull, pushpull and init carry: one array per key (the
+    kvstore sums a worker's device copies before it pushes and pulls one copy for all of them). Everything else
+    is the kvstore's own."""
+
+    def __init__(self, kv):
+        self._kv = kv
+        self.traffic = ByteCounter()
+        self._key_bytes = {}
+
+    def __getattr__(self, name):
+        return getattr(self._kv, name)
+
+    def init(self, keys, values):
+        self._kv.init(keys, values)
+        if self._kv.rank == 0:  # rank 0's values are the servers' first; the others only wait
+            self.traffic.add(self._bytes(keys, values), 0)
+
+    def push(self, keys, values, priority=0):
+        self._kv.push(keys, values, priority=priority)
+        self.traffic.add(self._bytes(keys, values), 0)
+
+    def pull(self, keys, out=None, priority=0, ignore_sparse=True):
+        self._kv.pull(keys, out=out, priority=priority, ignore_sparse=ignore_sparse)
+        self.traffic.add(0, self._bytes(keys, out))
+
+    def pushpull(self, keys, values, out=None, priority=0):
+        self._kv.pushpull(keys, values, out=out, priority=priority)
+        size = self._bytes(keys, values)
+        self.traffic.add(size, size)
+
+    def _bytes(self, keys, values):
+        if not isinstance(keys, (list, tuple)):
+            keys, values = [keys], [values]
+        total = 0
+        for key, value in zip(keys, values):
+            size = self._key_bytes.get(key)
+            if size is None:  # a key keeps its array's shape: measured once
+                first = copies_of(value)[0]
+                size = self._key_bytes[key] = first.size * np.dtype(first.dtype).itemsize
+            total += size
+        return total
+
+
 class ParameterServer:
     """The ps-lite kvstore: the servers sum what the workers push."""
 
     def __init__(self, kv):
-        self.kv = kv
+        self.kv = CountingKVStore(kv)
+        self.traffic = self.kv.traffic
         self.rank = kv.rank
         self.num_workers = kv.num_workers
 
@@ -112,6 +181,8 @@ class MpiAllreduce:
         self.num_workers = self.comm.Get_size()
         self.timeout = timeout
         self.on_timeout = on_timeout
+        self.traffic = ByteCounter()
+        self._bytes = {}  # (operation, elements) -> (sent, received)
 
     def during(self, phase):
         return f"{phase} over MPI ({self.collective} allreduce)"
@@ -126,13 +197,26 @@ class MpiAllreduce:
             flat = np.empty(sum(copies_of(entry)[0].size for entry in outs), dtype=np.float32)
         self.barrier()
         self.comm.Bcast(flat, root=0)
+        self.count("bcast", flat.size)
         unpack(flat, outs)
 
     def sum(self, keys, arrays):
         flat = pack([local_sum(entry) for entry in arrays])
         self.barrier()
         self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
+        self.count("allreduce", flat.size)
         unpack(flat, arrays)
+
+    def count(self, operation, elements):
+        """Add what this rank moved in one float32 operation to its traffic."""
+        moved = self._bytes.get((operation, elements))
+        if moved is None:
+            if operation == "bcast":
+                moved = traffic.bcast_bytes(self.rank, self.num_workers, elements)
+            else:
+                moved = traffic.allreduce_bytes(self.collective, self.rank, self.num_workers, elements)
+            self._bytes[(operation, elements)] = moved
+        self.traffic.add(*moved)
 
     def barrier(self):
         wait_sleeping(self.comm.Ibarrier(), self.timeout, self.on_timeout)

@@ -170,6 +170,8 @@ class Rounds:
         elapsed = time.time() - self.started
         self.save_checkpoint(n, steps[-1], stopping, elapsed)
         extra = {"weights_digest": self.model.digest()} if self.args.digest_weights else {}
+        if scheme.transport:
+            extra.update(scheme.transport.traffic.take())
         extra.update(scheme.round_record())
         self.run_log.write(n, steps, round_samples, elapsed, evaluated, **extra)
         self.report_progress(n, elapsed, stopping)

@@ -8,8 +8,9 @@ is the device's name alone on a standalone run, <device>-rank<R> for worker R of
 
 A round's file is one JSON object: `num_iters` (N), `time` (per local step "0", "1", ...: the seconds of each
 phase; the round's local steps are len(time)), `num_samples`, `total_time` (seconds since the worker started
-training; a resumed job continues from its checkpoint's), `accuracy` when this worker evaluated, and what a
-scheme adds (a weights digest, Zeno's counts). The aggregation is timed in the last local step: ESync's as
+training; a resumed job continues from its checkpoint's), `accuracy` when this worker evaluated, `sent_bytes` and
+`received_bytes` (the payload its worker exchanged during the round) in a cluster, and what a scheme adds (a
+weights digest, Zeno's counts). The aggregation is timed in the last local step: ESync's as
 `global update`, every other scheme's as `global aggregate`.
 
 Three generations of logs are read, told apart by meta.json:
@@ -42,6 +43,9 @@ GLOBAL_AGGREGATE = "global aggregate"   # every other scheme's aggregation
 EVALUATION = "evaluation"
 CHECKPOINT = "checkpoint"
 AGGREGATION_PHASES = (GLOBAL_UPDATE, GLOBAL_AGGREGATE)
+SENT_BYTES = "sent_bytes"             # a cluster worker's payload of the round, by its transport's count
+RECEIVED_BYTES = "received_bytes"
+TRAFFIC_FIELDS = (SENT_BYTES, RECEIVED_BYTES)
 OWN_STEP_PHASES = (GET_BATCH, FORWARD_BACKWARD, LOCAL_UPDATE, EMULATED_SLOWDOWN)  # a worker's own work
 
 META_FILE = "meta.json"
@@ -164,7 +168,7 @@ def round_problem(record):
         return "missing or malformed 'time'"
     if any(not is_number(seconds) for s in steps.values() for seconds in s.values()):
         return "non-numeric phase time"
-    for key in ("num_iters", "accuracy"):
+    for key in ("num_iters", "accuracy", *TRAFFIC_FIELDS):
         if key in record and not is_number(record[key]):
             return f"non-numeric '{key}'"
     return None
