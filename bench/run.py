@@ -1,6 +1,6 @@
 """Benchmarks of every scheme on this machine, measured side by side within one run.
 
-    python -m bench.run                 # the full table (about 15 minutes on 2 cores)
+    python -m bench.run                 # the full table (about 25 minutes on 2 cores)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
                                         # network), written to its own results-<section>.json/md
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
@@ -15,8 +15,10 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections:
   4. state server cost: /apply/ latency with N concurrent clients, and its share of a worker's step time;
   5. traffic: bytes per second each worker sends, as its logs count them;
   6. Byzantine workers: accuracy with one sign-flipping worker of 4, plain sync averaging vs Zeno;
-  7. network: sync, async and esync across network namespaces with rate-limited links (launch.py --hosts netns),
-     lenet and resnet18-v1, 1 and 2 servers; skipped with a note where namespaces cannot be made (needs root).
+  7. network: sync and esync (and async) across network namespaces with rate-limited links (launch.py --hosts
+     netns), lenet and resnet18-v1, 3 and 4 workers, over the parameter server with 1 and 2 servers and over MPI's
+     ring, butterfly and binary blocks: throughput, bytes per worker per round beside the textbook's figure, the
+     busiest link's load; skipped with a note where namespaces cannot be made (needs root).
 """
 import argparse
 import glob
@@ -33,7 +35,7 @@ import time
 from analysis import summary
 from launcher import netns
 from launcher.cluster import ROOT, ProcessGroup, start_ps_job, start_state_server, tail
-from training import modes, runlog
+from training import collectives, modes, runlog, traffic
 from training.files import write_json
 from training.state_client import StateClient
 
@@ -42,11 +44,24 @@ log = logging.getLogger("bench")
 PY = sys.executable
 DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
 
-# network: (network, rate per link, servers, modes) per launcher run. Left out to keep the whole benchmark near
-# 15 minutes (each mode costs about 10 s of start-up on top of its training time): lenet with 2 servers at 1 Gbit/s
-# (MXNet puts all of lenet's big keys on one server, as the 100 Mbit/s row shows), resnet18-v1 at 1 Gbit/s, and
-# async for resnet18-v1 (each step pushes and pulls 45 MB per worker: about 10 samples/s at 100 Mbit/s).
 ALL_MODES = ("sync", "async", "esync")
+TRANSPORTS = (("ps", 1), ("ps", 2), ("ring", 1), ("butterfly", 1), ("binary-blocks", 1))  # (collective, servers)
+
+
+def network_matrix():
+    """(network, rate per link, workers, collective, servers, modes) of each launcher run of the network section.
+    lenet: both rates, 4 workers, sync and esync over every transport (and async over one server), and 3 workers
+    at 100 Mbit/s; resnet18-v1 (45 MB a round): sync at 100 Mbit/s with 4 workers. Left out to keep the section
+    near 10 minutes (each mode costs about 10 s of start-up on top of its training): resnet18-v1 at 1 Gbit/s, with 3
+    workers, and its esync and async."""
+    runs = []
+    for rate in ("1gbit", "100mbit"):
+        for collective, servers in TRANSPORTS:
+            extra = ("async",) if (collective, servers) == ("ps", 1) else ()
+            runs.append(("lenet", rate, 4, collective, servers, ("sync", "esync") + extra))
+    runs += [("lenet", "100mbit", 3, collective, servers, ("sync",)) for collective, servers in TRANSPORTS]
+    runs += [("resnet18-v1", "100mbit", 4, collective, servers, ("sync",)) for collective, servers in TRANSPORTS]
+    return runs
 EVAL_EVERY = 5          # rank 0 evaluates every 5 global iterations in the runs that time accuracy
 ACCURACY_PROFILE = "1,1,4"
 
@@ -56,15 +71,12 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             profiles=["1,1,4", "1,2,4,8"], seconds=12, accuracy_budget=15, latency_calls=300,
             modes=["esync", "sync", "async"], accuracy_profile_modes=["dcasgd", "nbsync"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)],
-            network_runs=[("lenet", "1gbit", 1, ALL_MODES), ("lenet", "100mbit", 1, ALL_MODES),
-                          ("lenet", "100mbit", 2, ALL_MODES), ("resnet18-v1", "100mbit", 1, ("sync", "esync")),
-                          ("resnet18-v1", "100mbit", 2, ("sync", "esync"))],
-            network_seconds={"lenet": 6, "resnet18-v1": 15})
+            network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15})
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              profiles=["1,1,4"], seconds=2, accuracy_budget=0, latency_calls=30,
              modes=["esync"], accuracy_profile_modes=[], byzantine_runs=[("zeno", True)],
-             network_runs=[("lenet", "100mbit", 1, ("esync",))], network_seconds={"lenet": 3})
+             network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 3})
 
 
 def unknown_modes(cfg):
@@ -310,12 +322,11 @@ def _share_accepted(devices):
 # 7. Network: hosts as namespaces, rate-limited links
 
 
-NETWORK_PROFILE = "1,1,4"
-
-
 def network_dimension(cfg, workdir, earlier):
-    """Each mode's throughput and its parameter-server links' load, per network, link rate and server count;
-    {"skipped": reason} when this machine or user cannot make namespaces."""
+    """Per network, link rate, number of workers and transport (the parameter server with 1 or 2 servers, or an MPI
+    collective): each mode's throughput, the bytes each worker logged per round against the textbook's figure, and
+    the load of the links that carry the aggregation; {"skipped": reason} when this machine or user cannot make
+    namespaces."""
     prefix = netns.unique_prefix()
     try:
         netns.check_available(prefix)
@@ -323,14 +334,16 @@ def network_dimension(cfg, workdir, earlier):
         log.warning("network section skipped: %s", error)
         return {"skipped": str(error)}
     rows = []
-    for network, rate, servers, run_modes in cfg["network_runs"]:
-        run_dir = os.path.join(workdir, f"net-{network}-{rate}-{servers}")
-        options = ["--hosts", "netns", "--bandwidth", rate, "-s", str(servers), "--netns-prefix", prefix]
-        summaries = launch(list(run_modes), NETWORK_PROFILE, cfg["network_seconds"][network], run_dir, options, network)
+    for network, rate, workers, collective, servers, run_modes in cfg["network_runs"]:
+        run_dir = os.path.join(workdir, f"net-{network}-{rate}-{workers}-{collective}-{servers}")
+        options = ["--hosts", "netns", "--bandwidth", rate, "-s", str(servers), "--collective", collective,
+                   "--netns-prefix", prefix]
+        summaries = launch(list(run_modes), ",".join(["1"] * workers), cfg["network_seconds"][network], run_dir,
+                           options, network, eval_every=0)
         for mode, run in summaries.items():
-            rows.append(network_row(network, rate, servers, mode, run,
-                                    read_links(os.path.join(run_dir, "logs", network, mode))))
-    return {"rows": rows, "profile": NETWORK_PROFILE}
+            links = read_links(os.path.join(run_dir, "logs", network, mode))
+            rows.append(network_row(network, rate, workers, collective, servers, mode, run, links))
+    return {"rows": rows}
 
 
 def read_links(mode_dir):
@@ -338,17 +351,35 @@ def read_links(mode_dir):
         return json.load(f)
 
 
-def network_row(network, rate, servers, mode, run, links):
-    ps_links = [link for name, link in links["links"].items() if name.startswith("ps")]
+def transport_label(collective, servers):
+    return f"ps ×{servers}" if collective == collectives.PS else collective
+
+
+def textbook_bytes(collective, workers, model_bytes):
+    """What each worker sends per aggregation as textbooks count it: the parameter server's M, or the collective's."""
+    if collective == collectives.PS:
+        return model_bytes
+    return traffic.textbook(collective, workers, model_bytes)
+
+
+def network_row(network, rate, workers, collective, servers, mode, run, links):
+    # The links that carry the aggregation: the parameter servers', or over MPI the workers' own.
+    prefix = "w" if collectives.uses_mpi(collective) else "ps"
+    carriers = [link for name, link in links["links"].items() if name.startswith(prefix)]
     busiest = max(max(link["peak_rx_bytes_per_s"], link["peak_tx_bytes_per_s"]) * 8 / link["rate_bps"]
-                  for link in ps_links)
-    row = {"network": network, "rate": rate, "servers": servers, "mode": mode,
-           "samples_per_s": run["cluster_throughput"], "rounds": run.get("num_rounds"),
-           "rounds_per_s": run.get("rounds_per_second"),
-           "final_accuracy": run["final_accuracy"], "ps_link_peak_utilisation": busiest,
-           "ps_bytes": [link["rx_bytes"] + link["tx_bytes"] for link in ps_links]}
-    log.info("%s at %s, %d server(s), %s: %.0f samples/s, busiest PS link at %.0f%% of its rate", network, rate,
-             servers, mode, row["samples_per_s"], 100 * busiest)
+                  for link in carriers)
+    devices = devices_of(run)
+    row = {"network": network, "rate": rate, "workers": workers, "collective": collective, "servers": servers,
+           "mode": mode, "samples_per_s": run["cluster_throughput"], "rounds": run.get("num_rounds"),
+           "rounds_per_s": run.get("rounds_per_second"), "final_accuracy": run["final_accuracy"],
+           "sent_per_round": statistics.mean(d["sent_bytes"] / d["num_rounds"] for d in devices),
+           "textbook_per_round": textbook_bytes(collective, workers, run["param_bytes"]),
+           "busiest_link_utilisation": busiest,
+           "ps_bytes": [link["rx_bytes"] + link["tx_bytes"] for name, link in links["links"].items()
+                        if name.startswith("ps")]}
+    log.info("%s at %s, %d workers, %s, %s: %.0f samples/s, %.2f rounds/s, busiest link at %.0f%% of its rate",
+             network, rate, workers, transport_label(collective, servers), mode, row["samples_per_s"],
+             row["rounds_per_s"] or 0, 100 * busiest)
     return row
 
 
@@ -470,19 +501,26 @@ def state_server_markdown(results):
 
 def network_markdown(results):
     section = results["network"]
-    lines = ["### Network: hosts as namespaces, every link limited to the rate (tc tbf), 3 workers", ""]
+    lines = ["### Network: hosts as namespaces, every link limited to the rate (tc tbf)", ""]
     if "skipped" in section:
         return lines + [f"Skipped: {section['skipped']}.", ""]
-    lines += [f"Workers' slowdowns {section['profile']}. Busiest PS link: the highest rate any parameter-server "
-              "link reached in a 2 s window, in either direction, as a share of its limit; traffic split: each "
-              "server's share of the bytes.", "",
-              "| network | link | servers | mode | samples/s | rounds | rounds/s | busiest PS link | traffic split "
-              "| final accuracy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["Workers at the same speed. Sent per round: the bytes each worker logged sending per round (mean over "
+              "workers and rounds), beside the textbook's figure for one aggregation of the model (parameter "
+              "server M; ring and binary blocks 2(N−1)/N·M; butterfly log2(N)·M). Busiest link: the highest rate "
+              "any link carrying the aggregation (the parameter servers', or over MPI the workers') reached in a "
+              "2 s window, in either direction, as a share of its limit. Split: each server's share of the bytes.",
+              "",
+              "| network | link | workers | transport | mode | samples/s | rounds/s | sent per round (MB) "
+              "| textbook (MB) | busiest link | split | final accuracy |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in section["rows"]:
-        split = " / ".join(f"{b / sum(r['ps_bytes']):.0%}" for b in r["ps_bytes"]) if sum(r["ps_bytes"]) else "–"
-        lines.append(f"| {r['network']} | {r['rate']} | {r['servers']} | {r['mode']} | {r['samples_per_s']:.0f} | "
-                     f"{fmt(r['rounds'], 'd')} | {fmt(r['rounds_per_s'], '.2f')} | "
-                     f"{r['ps_link_peak_utilisation']:.0%} | {split} | {fmt(r['final_accuracy'], '.3f')} |")
+        total = sum(r["ps_bytes"])
+        split = " / ".join(f"{b / total:.0%}" for b in r["ps_bytes"]) if r["servers"] > 1 and total else "–"
+        lines.append(f"| {r['network']} | {r['rate']} | {r['workers']} | "
+                     f"{transport_label(r['collective'], r['servers'])} | {r['mode']} | {r['samples_per_s']:.0f} | "
+                     f"{fmt(r['rounds_per_s'], '.2f')} | {r['sent_per_round'] / 1e6:.3f} | "
+                     f"{r['textbook_per_round'] / 1e6:.3f} | {r['busiest_link_utilisation']:.0%} | {split} | "
+                     f"{fmt(r['final_accuracy'], '.3f')} |")
     return lines + [""]
 
 

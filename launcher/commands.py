@@ -10,7 +10,7 @@ import shlex
 import sys
 
 from launcher.cluster import ROOT
-from training import modes
+from training import collectives, modes
 from training.checks import UsageError
 
 MAIN_PY = os.path.join(ROOT, "main.py")
@@ -45,6 +45,8 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
         command += ["-ip", address, "-port", str(port)]
     if mode == "esync":
         command += ["--esync-policy", e.esync_policy]
+    if collectives.uses_mpi(e.collective):
+        command += ["--collective", e.collective]
     if e.byzantine:
         command += ["--byzantine", str(e.byzantine), "--attack", e.attack, "--attack-scale", str(e.attack_scale)]
     for flag, value in (("--max-time", e.max_time), ("--max-iters", e.max_iters),

@@ -8,6 +8,8 @@ import importlib
 import logging
 import os
 import re
+import shlex
+import subprocess
 import sys
 import threading
 
@@ -38,6 +40,8 @@ def submit(argv):
 
     dmlc_args = opts.get_opts(argv)
     adapt_dmlc_tracker(dmlc_args.host_ip)
+    if dmlc_args.cluster == "mpi":
+        adapt_mpi_launcher()
     importlib.import_module(f"dmlc_tracker.{dmlc_args.cluster}").submit(dmlc_args)
     return 0
 
@@ -55,6 +59,25 @@ def adapt_dmlc_tracker(host_ip):
     # The tracker runs each task in a thread that raises when the task fails, and then waits for the scheduler
     # forever: a failed task must end the submission, so that the launcher sees it and stops the job.
     threading.excepthook = exit_when_a_task_fails
+
+
+def adapt_mpi_launcher():
+    """dmlc_tracker's mpi launcher runs `mpirun` and knows its variables' syntax from `mpirun --version`: Open MPI,
+    or an answer containing "mpich". MPICH 4 and 5 answer "HYDRA build details" and are refused ("Unknown MPI
+    Version"); Hydra takes `-env NAME VALUE` as the older MPICH did. The mpirun of requirements.txt's mpich lives
+    beside this interpreter, which need not be on PATH."""
+    from dmlc_tracker import mpi
+
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    original = mpi.get_mpi_env
+
+    def get_mpi_env(envs):
+        answer = subprocess.run(["mpirun", "--version"], capture_output=True).stdout
+        if b"HYDRA" in answer and b"mpich" not in answer:
+            return "".join(f" -env {name} {shlex.quote(str(value))}" for name, value in envs.items())
+        return original(envs)
+
+    mpi.get_mpi_env = get_mpi_env
 
 
 def ps_tracker_on_a_free_port(ps_tracker):

@@ -12,7 +12,7 @@ from launcher import netns
 from launcher.commands import device_flags
 from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
 from launcher.hosts import LOOPBACK
-from training import modes, runlog
+from training import collectives, modes, runlog
 from training.checks import UsageError
 
 # A mode's folder holds the workers' node folders and this one, with each process's output, PID_FILE and, with
@@ -26,7 +26,7 @@ RESERVED_WORKER_FLAGS = {
     "-m", "--mode", "-dcasgd", "--use-dcasgd", "--zeno-flavour", "-ld", "--log-dir", "--node-name", "-c", "--cpu",
     "-g", "--gpu", "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class",
     "-n", "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
-    "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator",
+    "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator", "--collective",
 }
 
 HELP_EPILOG = f"""
@@ -69,6 +69,7 @@ class Experiment:
     devices: tuple                  # one --devices entry per worker
     slowdowns: tuple                # one factor per worker, as given ("1", "4")
     num_servers: int
+    collective: str                 # ps, or the MPI allreduce of the synchronous modes (training/collectives.py)
     max_time: float | None
     max_iters: int | None
     target_accuracy: float | None
@@ -136,6 +137,9 @@ def build_parser():
     p.add_argument("--slowdown",
                    help="emulated slowdown per worker, a comma list of factors >= 1 or one for all (default 1)")
     p.add_argument("-s", "--num-servers", type=int, default=1, help="ps-lite servers (default 1)")
+    p.add_argument("--collective", choices=collectives.NAMES, default=collectives.PS,
+                   help="how the synchronous modes aggregate: ps (ps-lite servers, default), or ring, butterfly, "
+                        "binary-blocks (MPI's allreduce among the workers, started by mpiexec; see below)")
     p.add_argument("--max-time", type=float, help="each mode trains this many seconds")
     p.add_argument("--max-iters", type=int, help="each mode trains this many global iterations")
     p.add_argument("--target-accuracy", type=float,
@@ -186,12 +190,14 @@ def parse(argv):
     check_limits(ns, len(devices))
     check_tracker(ns, devices, slowdowns)
     check_validators(ns.tracker, chosen)
+    check_collective(ns, chosen)
     check_worker_args(worker_args)
     worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen))
     netns_on = ns.hosts == "netns"
     return Experiment(
         modes=chosen, network=ns.network, dataset=ns.dataset, data_dir=os.path.abspath(ns.data_dir),
-        devices=devices, slowdowns=slowdowns, num_servers=ns.num_servers, max_time=ns.max_time,
+        devices=devices, slowdowns=slowdowns, num_servers=ns.num_servers, collective=ns.collective,
+        max_time=ns.max_time,
         max_iters=ns.max_iters, target_accuracy=ns.target_accuracy, seed=ns.seed, non_iid=ns.non_iid,
         esync_policy=ns.esync_policy, byzantine=ns.byzantine, attack=ns.attack, attack_scale=ns.attack_scale,
         validator_device=ns.validator_device, log_dir=os.path.abspath(ns.log_dir), node_name=node_name(ns),
@@ -283,6 +289,19 @@ def check_validators(tracker, chosen):
     if tracker and validated:
         raise UsageError(f"--modes {validated[0]} needs its validator process, which --tracker does not start: "
                          f"run {validated[0]} without --tracker, or start its processes by hand (README)")
+
+
+def check_collective(ns, chosen):
+    if not collectives.uses_mpi(ns.collective):
+        return
+    unable = [mode for mode in chosen if not modes.MODES[mode].synchronous]
+    if unable:
+        raise UsageError(f"--collective {ns.collective} sums the updates of a synchronous mode; --modes {unable[0]} "
+                         f"has no such aggregation (synchronous: {', '.join(modes.synchronous_names())})")
+    if ns.tracker:
+        raise UsageError(f"--collective {ns.collective} starts the workers under mpiexec: leave out --tracker")
+    if ns.num_servers != 1:
+        raise UsageError(f"-s {ns.num_servers}: --collective {ns.collective} has no servers")
 
 
 def check_worker_args(worker_args):

@@ -10,10 +10,10 @@ import sys
 from dataclasses import dataclass
 
 from analysis import summary
-from launcher import commands, netns
+from launcher import commands, mpi, netns
 from launcher.cluster import JobFailed, ProcessGroup, start_ps_job, start_state_server
 from launcher.experiment import NETWORK_FILE, PROCESSES_FOLDER
-from launcher.hosts import Host, Placement
+from launcher.hosts import LOOPBACK, Host, Placement
 from launcher.results import summarize_and_draw
 from launcher.supervision import (
     INTERRUPTS,
@@ -24,7 +24,7 @@ from launcher.supervision import (
     wait_for_group_to_drain,
     write_pid_file,
 )
-from training import modes
+from training import collectives, modes
 from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 from training.files import write_json
 
@@ -96,7 +96,7 @@ def run_mode(experiment, mode, position, hosts):
     clear_earlier_run(log_dir, summary.summary_file_name(os.path.basename(log_dir)))
     with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER)) as group:
         print(f"[{label}] {experiment.num_workers} workers ({describe_workers(experiment)}), "
-              f"{experiment.num_servers} server(s); logs in {log_dir}, process outputs and PIDs in {group.out_dir}",
+              f"{describe_aggregation(experiment)}; logs in {log_dir}, process outputs and PIDs in {group.out_dir}",
               flush=True)
         meter = netns.LinkMeter(hosts.network) if hosts.network else None
         try:
@@ -113,7 +113,7 @@ def run_mode(experiment, mode, position, hosts):
                 meter.stop()
         print(progress.finished_line(), flush=True)
         if meter:
-            report_links(label, meter, group.out_dir)
+            report_links(label, meter, group.out_dir, experiment.collective)
         let_parameter_servers_exit(experiment, group, finishers)
     return 0
 
@@ -128,12 +128,17 @@ def start_mode_state_server(group, host, mode):
 
 
 def start_processes(experiment, mode, group, log_dir, state_server, hosts, label):
-    """Scheduler, servers and workers of one mode; returns the workers."""
+    """Scheduler, servers and workers of one mode (or its workers under mpiexec); returns what ends with the
+    workers: the workers, or mpiexec."""
     def record_and_check():
         write_pid_file(group, mode)
         INTERRUPTS.check()
 
     workers_argv = commands.workers_argv(experiment, mode, log_dir, state_server)
+    if collectives.uses_mpi(experiment.collective):
+        job = mpi.start_job(group, workers_argv, hosts.placement)
+        record_and_check()
+        return [job]
     return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.num_servers,
                         record_and_check, hosts.placement)
 
@@ -142,7 +147,10 @@ def start_tracker(experiment, mode, group, log_dir, state_server, hosts, label):
     """dmlc_tracker's submission, which starts the scheduler, servers and workers; returns it."""
     argv = commands.tracker_argv(experiment, mode, log_dir, state_server)
     print(f"[{label}] dmlc_tracker command: {shlex.join([sys.executable] + argv)}", flush=True)
-    env = {"DMLC_NODE_HOST": experiment.host_ip, "DMLC_INTERFACE": "lo"} if experiment.tracker == "local" else {}
+    # A job on loopback alone (the local launcher's, or another's with --host-ip 127.0.0.1): every ps-lite node on
+    # lo, where ps-lite would look for another interface.
+    on_loopback = experiment.tracker == "local" or experiment.host_ip == LOOPBACK
+    env = {"DMLC_NODE_HOST": experiment.host_ip, "DMLC_INTERFACE": "lo"} if on_loopback else {}
     tracker = group.start_python("tracker", argv, env, role="tracker")
     write_pid_file(group, mode)
     return [tracker]
@@ -161,17 +169,25 @@ def clear_earlier_run(mode_dir, summary_name):
         log.info("removed %d files of an earlier run from %s", len(stale), mode_dir)
 
 
+def describe_aggregation(experiment):
+    if collectives.uses_mpi(experiment.collective):
+        return f"no servers: MPI's {experiment.collective} allreduce"
+    return f"{experiment.num_servers} server(s)"
+
+
 def describe_workers(experiment):
     return ", ".join(d if float(f) == 1 else f"{d} x{f}" for d, f in zip(experiment.devices, experiment.slowdowns))
 
 
-def report_links(label, meter, out_dir):
-    """The bytes each link carried during the mode, into processes/network.json and one line."""
+def report_links(label, meter, out_dir, collective):
+    """The bytes each link carried during the mode, into processes/network.json and one line: the parameter
+    servers' links, or over MPI the workers'."""
     report = meter.report()
     write_json(os.path.join(out_dir, NETWORK_FILE), report)
-    servers = [name for name in report["links"] if name.startswith("ps")]
-    print(f"[{label}] parameter-server links over {report['seconds']:.1f} s: "
-          f"{netns.describe_links(report, servers)}", flush=True)
+    kind, prefix = ("worker", "w") if collectives.uses_mpi(collective) else ("parameter-server", "ps")
+    names = [name for name in report["links"] if name.startswith(prefix)]
+    print(f"[{label}] {kind} links over {report['seconds']:.1f} s: {netns.describe_links(report, names)}",
+          flush=True)
 
 
 def let_parameter_servers_exit(experiment, group, finishers):

@@ -36,9 +36,10 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     assert {(r["mode"], r["attacker"]) for r in results["byzantine"]} == {tuple(run) for run in config["byzantine_runs"]}
     network = results["network"]
     if "skipped" not in network:  # namespaces need root
-        expected = {(network, mode) for network, _, _, modes in config["network_runs"] for mode in modes}
-        assert {(r["network"], r["mode"]) for r in network["rows"]} == expected
-        assert all(r["samples_per_s"] > 0 and 0 < r["ps_link_peak_utilisation"] < 1.05 for r in network["rows"])
+        expected = {(run[0], run[3], mode) for run in config["network_runs"] for mode in run[-1]}
+        assert {(r["network"], r["collective"], r["mode"]) for r in network["rows"]} == expected
+        assert all(r["samples_per_s"] > 0 and 0 < r["busiest_link_utilisation"] < 1.05 for r in network["rows"])
+        assert all(r["sent_per_round"] > 0 and r["textbook_per_round"] > 0 for r in network["rows"])
     table = (tmp_path / "results.md").read_text()
     for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network"):
         assert heading in table

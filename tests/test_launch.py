@@ -273,6 +273,12 @@ def test_a_worker_exiting_0_must_have_reached_a_stop_condition(tmp_path, last_li
     (["--devices", "cpu,cpu", "--hosts", "netns", "--bandwidth", "10MB"], "rate '10MB' is not like 1gbit"),
     (["--devices", "cpu,cpu", "--hosts", "netns", "--netns-subnet", "10.213.0.0/30"], "no room for 3 hosts"),
     (["--devices", "cpu,cpu", "--hosts", "netns", "--tracker", "local"], "leave out --tracker"),
+    (["--modes", "esync,async", "--devices", "cpu,cpu", "--collective", "ring"],
+     "--collective ring sums the updates of a synchronous mode; --modes async has no such aggregation"),
+    (["--modes", "sync", "--devices", "cpu,cpu", "--collective", "butterfly", "--tracker", "local"],
+     "--collective butterfly starts the workers under mpiexec: leave out --tracker"),
+    (["--modes", "sync", "--devices", "cpu,cpu", "--collective", "ring", "-s", "2"],
+     "-s 2: --collective ring has no servers"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     argv = [sys.executable, LAUNCH_PY, "-n", "lenet", "--dataset", "mnist-5k", "--max-time", "5",
@@ -286,13 +292,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 
 @pytest.mark.slow
-def test_zeno_with_an_attacker_starts_a_validator_and_logs_to_an_attack_folder(tmp_path):
+def test_zeno_with_an_attacker_over_mpi_starts_a_validator_and_logs_to_an_attack_folder(tmp_path):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "zeno", "--devices", "cpu,cpu", "--byzantine", "1", "--max-iters", "20", *LENET, *WORKER_ARGS]
+    args = ["--modes", "zeno", "--devices", "cpu,cpu", "--byzantine", "1", "--max-iters", "20", "--collective", "ring",
+            *LENET, *WORKER_ARGS]
 
     code, output = run_launcher(args, logs, timeout=300)
 
     assert code == 0, output
+    assert "no servers: MPI's ring allreduce" in output
+    assert not still_running(recorded_pids(logs))
+    assert processes_in_group(pid_of(logs, "zeno-attack", "mpiexec")) == []  # the ranks are mpiexec's group
     run = json.load(open(os.path.join(logs, "lenet", "zeno-attack", "Zeno-Attack.json")))
     assert run["attacked"] and run["byzantine_workers"] == 1 and run["num_workers"] == 2
     assert [v.split("/")[1].endswith("-validator") for v in run["validators"]] == [True]
@@ -319,6 +329,15 @@ def test_the_local_tracker_trains_a_two_worker_job_and_exits_cleanly(tmp_path):
     metas = [json.load(open(p)) for p in glob.glob(os.path.join(logs, "lenet", "sync", NODE, "*", "meta.json"))]
     assert sorted(m["slowdown"] for m in metas) == [1.0, 2.0]  # each task got its own --devices entry
     assert json.load(open(os.path.join(logs, "lenet", "sync", "Sync.json")))["num_workers"] == 2
+
+
+def test_the_mpi_tracker_passes_variables_to_mpich_5s_mpirun_as_it_takes_them():
+    from dmlc_tracker import mpi
+
+    dmlc.adapt_mpi_launcher()  # this test's process only: dmlc_tracker's module is patched in place
+
+    assert mpi.get_mpi_env({"DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1"}) == \
+        " -env DMLC_ROLE worker -env DMLC_PS_ROOT_URI 127.0.0.1"
 
 
 def test_the_tracker_gets_every_worker_argument_in_order():

@@ -1,0 +1,53 @@
+"""Start the workers of a synchronous mode under MPICH's mpiexec (--collective ring, butterfly, binary-blocks): no
+scheduler and no servers, each worker's rank from MPI.
+
+On this machine's loopback, mpiexec.gforker forks every rank here (one process group for the whole job) and
+listens nowhere; the ranks talk over shared memory and libfabric's tcp provider on lo. With --hosts netns, Hydra's
+mpiexec runs in the first worker's namespace and starts a proxy in every worker's namespace through
+`launcher/in-namespace` (its ssh stand-in); each namespace is a host of its own, so every byte crosses the shaped
+links (the namespaces share one host name, which would otherwise let MPICH pick shared memory).
+"""
+import os
+import sys
+
+from launcher.cluster import ROOT
+
+BIN = os.path.dirname(sys.executable)  # the mpich wheel installs its programs beside the interpreter
+GFORKER = os.path.join(BIN, "mpiexec.gforker")
+HYDRA = os.path.join(BIN, "mpiexec.hydra")
+IN_NAMESPACE = os.path.join(ROOT, "launcher", "in-namespace")
+
+# One compute thread per rank, as for ps-lite workers: the ranks share this machine's cores like separate devices.
+RANK_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "OMP_NUM_THREADS": "1"}
+LOOPBACK_ENV = {**RANK_ENV, "FI_TCP_IFACE": "lo"}
+
+
+def namespaces_env(interface):
+    return {**RANK_ENV, "FI_TCP_IFACE": interface, "MPIR_CVAR_NOLOCAL": "1"}
+
+
+def mpmd(blocks):
+    """mpiexec's MPMD arguments for `blocks` of (ranks, argv of a python program), ranks numbered in order."""
+    argv = []
+    for ranks, args in blocks:
+        argv += ([":"] if argv else []) + ["-n", str(ranks), sys.executable, *args]
+    return argv
+
+
+def one_rank_each(argvs):
+    return [(1, argv) for argv in argvs]
+
+
+def start_job(group, argvs, placement=None, env=None, name="mpiexec"):
+    """One rank per argv (a python program's arguments), rank i running argvs[i]; on the workers' hosts of
+    `placement` when they are namespaces, else here on loopback. Returns mpiexec's process, which exits once every
+    rank has (non-zero when one failed)."""
+    workers = placement.workers[:len(argvs)] if placement else []
+    if workers and workers[0].namespace:
+        argv = [*workers[0].command_prefix, HYDRA, "-launcher", "ssh", "-launcher-exec", IN_NAMESPACE,
+                "-iface", workers[0].interface, "-hosts", ",".join(host.namespace for host in workers),
+                *mpmd(one_rank_each(argvs))]
+        return group.start(name, argv, {**namespaces_env(workers[0].interface), **(env or {})}, role="mpiexec",
+                           host=workers[0].name)
+    return group.start(name, [GFORKER, *mpmd(one_rank_each(argvs))], {**LOOPBACK_ENV, **(env or {})},
+                       role="mpiexec")
