@@ -76,7 +76,7 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              profiles=["1,1,4"], seconds=2, accuracy_budget=0, latency_calls=30,
              modes=["esync"], accuracy_profile_modes=[], byzantine_runs=[("zeno", True)],
-             network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 3})
+             network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 2})
 
 
 def unknown_modes(cfg):

@@ -140,9 +140,9 @@ def test_clean_removes_what_a_killed_run_left(prefix):
 
 
 @pytest.mark.slow
-def test_esync_and_sync_train_across_namespaces_within_the_link_limit(tmp_path, prefix):
+def test_esync_and_sync_train_across_namespaces_within_the_link_limit_each_server_carrying_half(tmp_path, prefix):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "--max-time", "3", *LENET,
+    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "-s", "2", "--max-time", "3", *LENET,
             *netns_args(prefix), *WORKER_ARGS]
 
     with launcher(args, logs) as proc:
@@ -153,33 +153,22 @@ def test_esync_and_sync_train_across_namespaces_within_the_link_limit(tmp_path, 
     for mode in ("esync", "sync"):
         run = json.load(open(os.path.join(logs, "lenet", mode, f"{'ESync' if mode == 'esync' else 'Sync'}.json")))
         assert run["num_workers"] == 3 and run["final_accuracy"] > 0.3, mode
-        ps = network_report(logs, mode)["links"]["ps"]
-        assert ps["rx_bytes"] > 1e6 and ps["tx_bytes"] > 1e6, ps  # the job's traffic crossed the PS link
-        for direction in ("rx", "tx"):
-            assert ps[f"{direction}_bytes_per_s"] <= LIMIT_BYTES_PER_S, ps
-            assert ps[f"peak_{direction}_bytes_per_s"] <= WINDOW_TOLERANCE * LIMIT_BYTES_PER_S, ps
+        links = network_report(logs, mode)["links"]
+        carried = {name: links[name]["rx_bytes"] + links[name]["tx_bytes"] for name in ("ps", "ps1")}
+        for name in carried:
+            link = links[name]
+            assert link["rx_bytes"] > 5e5 and link["tx_bytes"] > 5e5, (mode, name, link)  # the job crossed it
+            for direction in ("rx", "tx"):
+                assert link[f"{direction}_bytes_per_s"] <= LIMIT_BYTES_PER_S, (mode, name, link)
+                assert link[f"peak_{direction}_bytes_per_s"] <= WINDOW_TOLERANCE * LIMIT_BYTES_PER_S, (mode, link)
+            # Every layer but the biases is split evenly over both servers (esync's ps link also carries the
+            # state server's requests).
+            if mode == "sync":
+                assert 0.45 <= carried[name] / sum(carried.values()) <= 0.55, carried
     with open(os.path.join(logs, "lenet", "esync", "processes", "state-server.log")) as f:
         assert "http://10.213.91.1:" in f.read()  # bound on the parameter-server host's address
     assert leftovers(prefix) == []
     assert still_running(recorded_pids(logs)) == []
-
-
-@pytest.mark.slow
-def test_two_servers_each_carry_about_half_the_traffic(tmp_path, prefix):
-    logs = str(tmp_path / "logs")
-    args = ["--modes", "sync", "--devices", "cpu,cpu,cpu", "-s", "2", "--max-iters", "60", *LENET,
-            *netns_args(prefix, "10.213.94.0/24"), *WORKER_ARGS]
-
-    with launcher(args, logs) as proc:
-        proc.wait(timeout=300)
-        output = read_output(proc)
-
-    assert proc.returncode == 0, output
-    links = network_report(logs, "sync")["links"]
-    carried = {name: links[name]["rx_bytes"] + links[name]["tx_bytes"] for name in ("ps", "ps1")}
-    for name, share in carried.items():  # every layer but the biases is split evenly over both servers
-        assert 0.45 <= share / sum(carried.values()) <= 0.55, carried
-    assert leftovers(prefix) == []
 
 
 @pytest.mark.slow

@@ -47,10 +47,11 @@ def rank0(folders):
 
 def test_local_lenet_reaches_90_percent_and_says_so(tmp_path):
     result = run_main(["-m", "local", "-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "1",
-                       "--max-iters", "600", "-e", "0", "-ld", str(tmp_path)], timeout=300)
+                       "--max-iters", "400", "-e", "0", "-ld", str(tmp_path)], timeout=300)
 
+    # Measured every 50 steps: 0.909 at 150, then 0.92-0.958.
     assert result.returncode == 0, result.stderr
-    final = re.search(r"finished: 600 global iterations .* final test accuracy ([0-9.]+)", result.stderr)
+    final = re.search(r"finished: 400 global iterations .* final test accuracy ([0-9.]+)", result.stderr)
     assert final, result.stderr[-2000:]
     assert float(final.group(1)) >= 0.90
 
