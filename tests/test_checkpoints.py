@@ -19,6 +19,8 @@ from training.evaluator import EVALUATOR_LOG, EvaluationLog, Evaluator, pending_
 from training.files import atomic_write
 from training.loop import StopCondition
 from training.model import Model
+from training.schemes.base import _updaters
+from training.schemes.esync import ESync
 from training.schemes.local import Local
 
 BASE = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", SAMPLE_DATA, "-c", "1"]
@@ -122,6 +124,72 @@ def test_the_local_optimizer_state_survives_a_checkpoint(tmp_path):
 
     assert restarted.local_optimizer_states() == trained.local_optimizer_states()
     assert pickle.loads(trained.local_optimizer_states())  # momentum of every trained parameter
+
+
+def esync_worker(*flags, model=None):
+    """An ESync worker's local optimizer on lenet, without its cluster (setup() would join one)."""
+    scheme = ESync(ESync.Options.from_args(args_for("-m", "esync", *flags)), model or lenet(), None)
+    scheme.local_trainer(scheme.options.local_lr, scheme.options.local_optimizer)
+    return scheme
+
+
+def local_steps(scheme, data, count):
+    for _ in range(count):
+        scheme.model.forward_backward(data.train_images[:64], data.train_labels[:64])
+        scheme.local_step()
+
+
+def resumed(tmp_path, trained, *flags):
+    """A new worker of `flags` resumed from a checkpoint of `trained`."""
+    CheckpointWriter(str(tmp_path), 1, DESCRIPTION).save(1, 0.5, 0.0, trained.model, trained.local_optimizer_states())
+    model = lenet(seed=7)
+    model.load(str(tmp_path / "ckpt-1.params"))
+    restarted = esync_worker(*flags, model=model)
+    checkpoints.load_optimizer_state(checkpoints.ResumePoint(1, 0.5, 0.0, None, str(tmp_path / "ckpt-1.states")),
+                                     restarted)
+    return restarted
+
+
+def test_a_resumed_adam_takes_the_step_the_uninterrupted_one_takes(tmp_path):
+    data = load_dataset(SAMPLE_DATA, "mnist-5k")
+    trained = esync_worker("--local-optimizer", "adam", "--wd", "0.001")
+    local_steps(trained, data, 2)
+    restarted = resumed(tmp_path, trained, "--local-optimizer", "adam", "--wd", "0.001")
+    fresh = esync_worker("--local-optimizer", "adam", "--wd", "0.001", model=lenet(seed=7))
+    fresh.model.load(str(tmp_path / "ckpt-1.params"))
+
+    for scheme in (trained, restarted, fresh):
+        local_steps(scheme, data, 1)
+
+    # Adam's moments and its step count (bias correction) came back; without them the step differs.
+    assert restarted.model.digest() == trained.model.digest()
+    assert fresh.model.digest() != trained.model.digest()
+
+
+def test_a_checkpoint_of_another_optimizer_leaves_this_one_fresh_with_a_warning(tmp_path, caplog):
+    data = load_dataset(SAMPLE_DATA, "mnist-5k")
+    trained = esync_worker("--local-optimizer", "momentum")
+    local_steps(trained, data, 1)
+
+    restarted = resumed(tmp_path, trained, "--local-optimizer", "adam")
+    local_steps(restarted, data, 1)
+
+    assert "holds the state of a momentum optimizer, this run's is adam" in caplog.text
+    assert pickle.loads(restarted.local_optimizer_states())["update_counts"][0] == 1
+
+
+def test_an_optimizer_state_saved_before_the_rule_was_recorded_still_loads(tmp_path):
+    data = load_dataset(SAMPLE_DATA, "mnist-5k")
+    trained = Local(Local.Options.from_args(args_for("--momentum", "0.9")), lenet(), None)
+    trained.setup()
+    local_steps(trained, data, 1)
+    old_states = _updaters(trained.trainer)[0].get_states(dump_optimizer=False)  # the format of earlier releases
+    restarted = Local(Local.Options.from_args(args_for("--momentum", "0.9")), lenet(), None)
+    restarted.setup()
+
+    restarted.load_local_optimizer_states(old_states)
+
+    assert pickle.loads(restarted.local_optimizer_states())["states"] == old_states
 
 
 # ----------------------------------------------------------------------------------------------

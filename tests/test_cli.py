@@ -30,6 +30,14 @@ def worker_env():
     (["-m", "zeno", *BASE, "--validation-size", "10"], "--validation-size 10 is smaller than the batch size 64"),
     (["-m", "zeno", *BASE, "--attack", "bribe"], "invalid choice: 'bribe'"),
     (["-m", "local", *BASE], "-m local trains without a cluster"),
+    (["-m", "sync", *BASE, "-s", "maybe"], "-s/--split-by-class: expected True, False, 1 or 0, got 'maybe'"),
+    (["-m", "sync", "-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "yes"],
+     "-c/--cpu: expected True, False or a number of CPU contexts, got 'yes'"),
+    (["-m", "sync", *BASE, "--local-optimizer", "adam"], "--local-optimizer chooses the optimizer of the local steps"),
+    (["-m", "esync", *BASE, "--local-optimizer", "adam", "--momentum", "0.9"], "--momentum is SGD's"),
+    (["-m", "esync", *BASE, "--local-optimizer", "momentum", "--momentum", "0"], "needs --momentum > 0"),
+    (["-m", "esync", *BASE, "--local-optimizer", "nesterov"], "invalid choice: 'nesterov'"),
+    (["-m", "sync", *BASE, "--wd", "-0.1"], "--wd: expected a number >= 0"),
 ])
 def test_bad_worker_input_is_one_line_and_exits_before_the_network(args, message):
     result = run_main(args, worker_env(), timeout=30)

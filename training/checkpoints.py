@@ -2,7 +2,8 @@
 
 Rank 0 writes, every --save-freq global steps and once more when training ends:
   <train-dir>/ckpt-<S>.params   the weights after S global steps (MXNet's save_parameters format)
-  <train-dir>/ckpt-<S>.states   rank 0's local optimizer state (momentum), for modes with a local optimizer
+  <train-dir>/ckpt-<S>.states   rank 0's local optimizer state (momentum; Adam's moments and step counts), for
+                                modes with a local optimizer
   <train-dir>/ckpt-<S>.json     step, time, mode, network, dataset, the size and CRC-32 of each file above
                                 ("files"): written last, so a checkpoint exists exactly when its .json does
   <train-dir>/final.json        the marker written after the last checkpoint: {"step": S}
@@ -11,8 +12,8 @@ checkpoints only. Checkpoints are kept (none is deleted). A file damaged later (
 sector) no longer matches its checksum: --resume and the evaluator skip that checkpoint with a warning.
 
 Resuming restores the global step, the training time, the weights, the local optimizer state (the same state
-for every worker: exact for sync, rank 0's for every ESync worker) and rank 0's count of passes over its
-shard. Not restored: the servers' optimizer state in async / DC-ASGD modes (momentum, DC-ASGD's backup
+for every worker: exact for sync, rank 0's for every ESync worker; a run whose local optimizer differs from the
+checkpoint's starts its optimizer afresh) and rank 0's count of passes over its shard. Not restored: the servers' optimizer state in async / DC-ASGD modes (momentum, DC-ASGD's backup
 weights), the position in each worker's data order, the ESync state server's step times, and the work done
 after the last checkpoint.
 """

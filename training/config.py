@@ -13,20 +13,25 @@ from training.attacks import ATTACKS
 
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan")
+LOCAL_OPTIMIZERS = ("sgd", "momentum", "adam")  # the original ESync's choices for its local steps (-ll)
+LOCAL_OPTIMIZER_MODES = ("esync",)  # the modes whose local steps --local-optimizer chooses
+MOMENTUM_OPTIMIZER_DEFAULT = 0.9  # --momentum of --local-optimizer momentum when not given
 EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its checkpoints (training/evaluator.py)
 
 DEFAULTS = dict(
     learning_rate=0.001,    # of the loss summed over a batch, as the original scripts use it
     local_lr=0.001,         # ESync's local optimizer
     global_lr=1.0,          # ESync: weights = start + global_lr * mean of the workers' deltas
-    momentum=0.0,
+    momentum=None,          # SGD momentum: 0, or 0.9 with --local-optimizer momentum
+    local_optimizer="sgd",  # ESync's local steps: sgd, momentum or adam
+    wd=0.0,                 # weight decay of the workers' optimizers (Gluon's wd: lr x wd x weight per step)
     batch_size=64,
     data_dir="data",
     dataset="fashion-mnist",
     network="resnet18-v1",
     mode="local",
     gpu=None,               # list of GPU ids, e.g. [0, 1]
-    cpu=0,
+    cpu=0,                  # -c True is 1, -c False is 0 (the original scripts' spelling)
     log_dir="logs",
     eval_duration=1,        # evaluate every N global iterations (0 turns evaluation off)
     use_dcasgd=0,           # -dcasgd 1: an alias of -m dcasgd
@@ -86,6 +91,29 @@ def _number(kind, zero_allowed):
     return parse
 
 
+BOOL_WORDS = {"true": 1, "false": 0}  # the original scripts wrote -c True, -s False
+
+
+def _cpu_count(text):
+    """-c: a number of CPU contexts, or True (1) / False (0)."""
+    word = text.strip().lower()
+    if word in BOOL_WORDS:
+        return BOOL_WORDS[word]
+    try:
+        return _non_negative(int)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected True, False or a number of CPU contexts, got {text!r}")
+
+
+def _switch(text):
+    """A 0/1 flag: 1 or True, 0 or False."""
+    word = text.strip().lower()
+    value = BOOL_WORDS.get(word, {"1": 1, "0": 0}.get(word))
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected True, False, 1 or 0, got {text!r}")
+    return value
+
+
 def _positive(kind):
     return _number(kind, zero_allowed=False)
 
@@ -126,13 +154,21 @@ def build_parser():
     p.add_argument("-l", "--learning-rate", type=_positive(float), help="SGD learning rate (sync, async, local)")
     p.add_argument("-ll", "--local-lr", type=_positive(float), help="ESync's local learning rate")
     p.add_argument("-gl", "--global-lr", type=_positive(float), help="ESync's global learning rate")
-    p.add_argument("--momentum", type=_non_negative(float), help="SGD momentum")
+    p.add_argument("--momentum", type=_non_negative(float),
+                   help=f"SGD momentum (default 0; {MOMENTUM_OPTIMIZER_DEFAULT} with --local-optimizer momentum)")
+    p.add_argument("--local-optimizer", choices=LOCAL_OPTIMIZERS,
+                   help="the optimizer of ESync's local steps (learning rate -ll): sgd (with --momentum if given), "
+                        "momentum (SGD with --momentum), adam (Adam's default betas; no --momentum)")
+    p.add_argument("--wd", type=_non_negative(float),
+                   help="weight decay of the workers' optimizers and of the async and dcasgd servers' (Gluon's wd: "
+                        "each step adds lr x wd x weight)")
     p.add_argument("-b", "--batch-size", type=_positive(int), help="samples per step and device set")
     p.add_argument("-dd", "--data-dir", help="folder holding <dataset>/ (or cifar-10-batches-bin/)")
     p.add_argument("--dataset", choices=DATASETS)
     p.add_argument("-g", "--gpu", type=_int_list, help="GPU id, or a comma list to split each batch over GPUs")
-    p.add_argument("-c", "--cpu", type=_non_negative(int),
-                   help="1: train on the CPU; N > 1: split each batch over N CPU contexts")
+    p.add_argument("-c", "--cpu", type=_cpu_count,
+                   help="True or 1: train on the CPU; N > 1: split each batch over N CPU contexts; "
+                        "False or 0: the CPU unless -g")
     p.add_argument("-n", "--network", choices=sorted(NETWORKS))
     p.add_argument("-ld", "--log-dir", help="iteration logs go to <log-dir>/<node>/<device>-rank<R>/")
     p.add_argument("-e", "--eval-duration", "--eval-freq", type=_non_negative(int),
@@ -142,7 +178,7 @@ def build_parser():
                    + f"; {EVALUATE_MODE}: evaluate the checkpoints of --train-dir as they appear (no cluster)")
     p.add_argument("-dcasgd", "--use-dcasgd", type=int, choices=(0, 1),
                    help="-m async -dcasgd 1 is -m dcasgd (the original scripts' way to ask for DC-ASGD)")
-    p.add_argument("-s", "--split-by-class", type=int, choices=(0, 1), help="1: non-i.i.d. data partition")
+    p.add_argument("-s", "--split-by-class", type=_switch, help="True or 1: non-i.i.d. data partition; False or 0: i.i.d.")
     p.add_argument("-ip", "--state-server-ip", help="ESync state server address")
     p.add_argument("-port", "--state-server-port", type=_positive(int), help="ESync state server port")
     p.add_argument("--esync-policy", choices=ESYNC_POLICIES,
@@ -217,10 +253,32 @@ def resolve_mode_aliases(parser, args):
         args.mode = variant
 
 
+def resolve_local_optimizer(parser, args):
+    """--local-optimizer belongs to the modes with ESync's local steps; its momentum is SGD's."""
+    if args.local_optimizer != DEFAULTS["local_optimizer"] and args.mode not in LOCAL_OPTIMIZER_MODES:
+        parser.error(f"--local-optimizer chooses the optimizer of the local steps of -m "
+                     f"{', '.join(LOCAL_OPTIMIZER_MODES)}, not of -m {args.mode}")
+    if args.local_optimizer == "adam" and args.momentum is not None:
+        parser.error("--momentum is SGD's; --local-optimizer adam keeps its own moments")
+    if args.local_optimizer == "momentum" and args.momentum == 0:
+        parser.error("--local-optimizer momentum needs --momentum > 0 (or leave it out: "
+                     f"{MOMENTUM_OPTIMIZER_DEFAULT})")
+    if args.momentum is None:
+        args.momentum = MOMENTUM_OPTIMIZER_DEFAULT if args.local_optimizer == "momentum" else 0.0
+
+
+def local_update_rule(optimizer, momentum):
+    """The local optimizer's rule as its state shows it: adam (two moments per weight), momentum (one), sgd."""
+    if optimizer == "adam":
+        return "adam"
+    return "momentum" if momentum > 0 else "sgd"
+
+
 def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     resolve_mode_aliases(parser, args)
+    resolve_local_optimizer(parser, args)
     if args.node_name is None:
         args.node_name = socket.gethostname()
     if args.rho is None:

@@ -16,7 +16,8 @@ class Async(Scheme):
 
     def server_rule(self):
         """Plain SGD on the gradient of the loss summed over a batch."""
-        return mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum)
+        return mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
+                                wd=self.options.wd)
 
     def setup(self):
         self.broadcast_initial_weights()
@@ -46,4 +47,4 @@ class DCASGD(Async):
 
     def server_rule(self):
         return mx.optimizer.DCASGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
-                                    lamda=0.04)
+                                    wd=self.options.wd, lamda=0.04)

@@ -9,6 +9,8 @@ ones only declare, broadcast and sum, so they run over the ps-lite servers or MP
 also use the kvstore itself (`self.kv`), which only the parameter server has.
 """
 import dataclasses
+import logging
+import pickle
 from dataclasses import dataclass
 
 import mxnet as mx
@@ -17,6 +19,9 @@ from mxnet import gluon
 from data import partition
 from training import runlog
 from training.attacks import attack_for, flatten_arrays
+from training.config import local_update_rule
+
+log = logging.getLogger("scheme")
 
 
 class PackedStatistics:
@@ -57,6 +62,7 @@ class Options:
     batch_size: int
     learning_rate: float
     momentum: float
+    wd: float
     split_by_class: int
     seed: int
     byzantine: int
@@ -85,6 +91,7 @@ class Scheme:
     coordinated = False               # round_done() asks the state server (its time: runlog.CHECK_READY)
     updates_locally = False           # local_step() updates the weights (its time: runlog.LOCAL_UPDATE)
     trainer = None                    # the local gluon.Trainer, where the workers update the weights
+    update_rule = None                # its rule: config.local_update_rule
 
     def __init__(self, options, model, transport):
         self.options = options
@@ -166,11 +173,14 @@ class Scheme:
         self.transport.broadcast(self.keys[:-1], self.exchanged(p.list_data() for p in self.model.trainable)[:-1])
         self.stats.scatter()
 
-    def local_trainer(self, learning_rate):
-        """Gluon's Trainer for the update step only; gradient reduction stays with the scheme. Checkpoints save
-        its state (local_optimizer_states)."""
-        self.trainer = gluon.Trainer(self.model.trainable, "sgd",
-                                     {"learning_rate": learning_rate, "momentum": self.options.momentum},
+    def local_trainer(self, learning_rate, optimizer="sgd"):
+        """Gluon's Trainer for the update step only (`optimizer`: one of config.LOCAL_OPTIMIZERS); gradient reduction
+        stays with the scheme. Checkpoints save its state (local_optimizer_states)."""
+        self.update_rule = local_update_rule(optimizer, self.options.momentum)
+        params = {"learning_rate": learning_rate, "wd": self.options.wd}
+        if self.update_rule != "adam":
+            params["momentum"] = self.options.momentum
+        self.trainer = gluon.Trainer(self.model.trainable, "adam" if self.update_rule == "adam" else "sgd", params,
                                      kvstore=None)
         return self.trainer
 
@@ -179,14 +189,30 @@ class Scheme:
         return self.trainer is not None
 
     def local_optimizer_states(self):
-        """The local optimizer's state (momentum) as bytes, without the optimizer itself; None when the weights
-        are updated on the servers."""
-        return _updaters(self.trainer)[0].get_states(dump_optimizer=False) if self.has_local_optimizer else None
+        """The local optimizer's state as bytes, without the optimizer itself: its rule, the first device's state of
+        each weight (momentum; Adam's two moments) and how often each weight was updated (Adam's bias correction
+        counts them). None when the weights are updated on the servers."""
+        if not self.has_local_optimizer:
+            return None
+        return pickle.dumps({"rule": self.update_rule,
+                             "states": _updaters(self.trainer)[0].get_states(dump_optimizer=False),
+                             "update_counts": dict(_update_counts(self.trainer, self.model.ctxs[0]))})
 
-    def load_local_optimizer_states(self, states):
-        """Restore what local_optimizer_states() returned; this run's learning rate and momentum stay."""
+    def load_local_optimizer_states(self, saved):
+        """Restore what local_optimizer_states() returned; this run's learning rate, momentum and weight decay stay.
+        The state of another rule (the optimizer or the momentum changed since) is left out: this optimizer starts
+        afresh."""
+        saved = _saved_optimizer_state(saved)
+        if saved["rule"] != self.update_rule:
+            log.warning("the checkpoint holds the state of a %s optimizer, this run's is %s: its local optimizer "
+                        "starts afresh", saved["rule"], self.update_rule)
+            return
         for updater in _updaters(self.trainer):
-            updater.set_states(states)
+            updater.set_states(saved["states"])
+        for ctx in self.model.ctxs:
+            counts = _update_counts(self.trainer, ctx)
+            counts.clear()
+            counts.update(saved["update_counts"])
 
     def stop_requested(self):
         return self.control[0].asscalar() > 0
@@ -196,3 +222,20 @@ def _updaters(trainer):
     """The per-device updaters of a gluon.Trainer. Its public save_states/load_states carry the pickled optimizer,
     which would bring back an earlier run's learning rate and momentum: the states alone are reached here."""
     return trainer._updaters
+
+
+def _update_counts(trainer, ctx):
+    """{weight index: updates so far} of the Trainer's optimizer on `ctx` (the dict the optimizer itself counts in,
+    one per device). They live on the optimizer, not in the updaters' states, and Adam's step size depends on them."""
+    counts = trainer._optimizer._all_index_update_counts
+    return counts.setdefault(ctx.device_id, {})
+
+
+def _saved_optimizer_state(data):
+    """What local_optimizer_states() wrote; a checkpoint from before it recorded the rule holds an SGD updater's
+    states alone (None per weight without momentum)."""
+    saved = pickle.loads(data)
+    if isinstance(saved, dict) and "rule" in saved:
+        return saved
+    rule = "momentum" if any(state is not None for state in saved.values()) else "sgd"
+    return {"rule": rule, "states": data, "update_counts": {}}

@@ -1,8 +1,9 @@
 """ESync ("An Efficient Synchronous Parallel Algorithm for Distributed ML in Heterogeneous Clusters").
 
-Each worker runs local SGD steps (learning rate -ll) for as long as the state server says the slowest worker is
-still busy, then all aggregate synchronously over dist_sync: push the round's model delta, pull the sum, and set
-weights = start-of-round weights + global_lr * sum / num_workers. BatchNorm statistics are averaged.
+Each worker runs local steps (learning rate -ll; SGD, momentum or Adam, --local-optimizer) for as long as the state
+server says the slowest worker is still busy, then all aggregate synchronously over dist_sync: push the round's model
+delta, pull the sum, and set weights = start-of-round weights + global_lr * sum / num_workers. BatchNorm statistics
+are averaged. The local optimizer's state (momentum, Adam's moments) carries over from round to round.
 
 Two policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
 how many local steps to do, from the per-step times the workers reported. The request that opens a round (the
@@ -33,6 +34,7 @@ STEP_TIME_SMOOTHING = 0.2
 @dataclass(frozen=True)
 class ESyncOptions(CoordinatedOptions):
     local_lr: float
+    local_optimizer: str
     global_lr: float
     esync_policy: str
     epsilon: Optional[float]
@@ -54,7 +56,7 @@ class ESync(Scheme):
             self.set_up_job()
         # broadcast_initial_weights ends in a barrier, so /init/ above precedes every worker's first request.
         self.broadcast_initial_weights()
-        self.local_trainer(options.local_lr)
+        self.local_trainer(options.local_lr, options.local_optimizer)
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.delta = [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
         self.buffers = self.exchanged(self.delta)
