@@ -341,8 +341,9 @@ def network_dimension(cfg, workdir, earlier):
         summaries = launch(list(run_modes), ",".join(["1"] * workers), cfg["network_seconds"][network], run_dir,
                            options, network, eval_every=0)
         for mode, run in summaries.items():
-            links = read_links(os.path.join(run_dir, "logs", network, mode))
-            rows.append(network_row(network, rate, workers, collective, servers, mode, run, links))
+            mode_folder = os.path.join(run_dir, "logs", network, mode)
+            rows.append(network_row(network, rate, workers, collective, servers, mode, run, read_links(mode_folder),
+                                    sent_per_round(mode_folder)))
     return {"rows": rows}
 
 
@@ -362,17 +363,27 @@ def textbook_bytes(collective, workers, model_bytes):
     return traffic.textbook(collective, workers, model_bytes)
 
 
-def network_row(network, rate, workers, collective, servers, mode, run, links):
+def sent_per_round(mode_folder):
+    """The bytes a worker sends in a round, as the workers logged them: the mean over workers and rounds, leaving
+    out each worker's first round (rank 0 also initialises the servers or broadcasts then) where there are more."""
+    per_worker = []
+    for _, _, folder in runlog.device_folders(mode_folder):
+        records = runlog.DeviceLog(folder).ordered()
+        steady = records[1:] or records
+        per_worker.append(statistics.mean(r[runlog.SENT_BYTES] for r in steady))
+    return statistics.mean(per_worker)
+
+
+def network_row(network, rate, workers, collective, servers, mode, run, links, sent):
     # The links that carry the aggregation: the parameter servers', or over MPI the workers' own.
     prefix = "w" if collectives.uses_mpi(collective) else "ps"
     carriers = [link for name, link in links["links"].items() if name.startswith(prefix)]
     busiest = max(max(link["peak_rx_bytes_per_s"], link["peak_tx_bytes_per_s"]) * 8 / link["rate_bps"]
                   for link in carriers)
-    devices = devices_of(run)
     row = {"network": network, "rate": rate, "workers": workers, "collective": collective, "servers": servers,
            "mode": mode, "samples_per_s": run["cluster_throughput"], "rounds": run.get("num_rounds"),
            "rounds_per_s": run.get("rounds_per_second"), "final_accuracy": run["final_accuracy"],
-           "sent_per_round": statistics.mean(d["sent_bytes"] / d["num_rounds"] for d in devices),
+           "sent_per_round": sent,
            "textbook_per_round": textbook_bytes(collective, workers, run["param_bytes"]),
            "busiest_link_utilisation": busiest,
            "ps_bytes": [link["rx_bytes"] + link["tx_bytes"] for name, link in links["links"].items()
@@ -505,7 +516,7 @@ def network_markdown(results):
     if "skipped" in section:
         return lines + [f"Skipped: {section['skipped']}.", ""]
     lines += ["Workers at the same speed. Sent per round: the bytes each worker logged sending per round (mean over "
-              "workers and rounds), beside the textbook's figure for one aggregation of the model (parameter "
+              "workers and rounds, each worker's first round left out), beside the textbook's figure for one aggregation of the model (parameter "
               "server M; ring and binary blocks 2(N−1)/N·M; butterfly log2(N)·M). Busiest link: the highest rate "
               "any link carrying the aggregation (the parameter servers', or over MPI the workers') reached in a "
               "2 s window, in either direction, as a share of its limit. Split: each server's share of the bytes.",
