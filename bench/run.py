@@ -35,7 +35,7 @@ import time
 from analysis import summary
 from launcher import netns
 from launcher.cluster import ROOT, ProcessGroup, start_ps_job, start_state_server, tail
-from training import collectives, modes, runlog, traffic
+from training import collectives, config, modes, runlog, traffic
 from training.files import write_json
 from training.state_client import StateClient
 
@@ -65,17 +65,18 @@ def network_matrix():
 EVAL_EVERY = 5          # rank 0 evaluates every 5 global iterations in the runs that time accuracy
 ACCURACY_PROFILE = "1,1,4"
 
-# Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on ACCURACY_PROFILE; the Byzantine
-# section runs (mode, with the attacker) pairs.
+# Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on ACCURACY_PROFILE, and ESync once more
+# with each of `esync_policies` besides the default one; the Byzantine section runs (mode, with the attacker) pairs.
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], seconds=12, accuracy_budget=15, latency_calls=300,
             modes=["esync", "sync", "async"], accuracy_profile_modes=["dcasgd", "nbsync"],
+            esync_policies=["plan", "nonblocking"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)],
             network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15})
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              profiles=["1,1,4"], seconds=2, accuracy_budget=0, latency_calls=30,
-             modes=["esync"], accuracy_profile_modes=[], byzantine_runs=[("zeno", True)],
+             modes=["esync"], accuracy_profile_modes=[], esync_policies=["plan"], byzantine_runs=[("zeno", True)],
              network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 2})
 
 
@@ -226,11 +227,17 @@ def whole_step_bound(step_times):
     return sum(int(slowest / c + 1e-9) for c in steps) / slowest / sum(1 / c for c in steps)
 
 
-def runs_with_plan_policy(modes, profile, seconds, workdir, eval_every=EVAL_EVERY):
-    """The modes' summaries, plus 'esync-plan': ESync with the plan policy."""
+def policy_row(policy):
+    """The heterogeneity table's row of an ESync policy: 'esync' for the default one, 'esync-plan', ..."""
+    return "esync" if policy == config.DEFAULTS["esync_policy"] else f"esync-{policy}"
+
+
+def runs_with_policies(modes, policies, profile, seconds, workdir, eval_every=EVAL_EVERY):
+    """The modes' summaries, plus one row per further ESync policy ('esync-plan', ...)."""
     summaries = launch(modes, profile, seconds, workdir, eval_every=eval_every)
-    summaries["esync-plan"] = launch(["esync"], profile, seconds, os.path.join(workdir, "plan"),
-                                     ["--esync-policy", "plan"], eval_every=eval_every)["esync"]
+    for policy in policies:
+        summaries[policy_row(policy)] = launch(["esync"], profile, seconds, os.path.join(workdir, policy),
+                                               ["--esync-policy", policy], eval_every=eval_every)["esync"]
     return summaries
 
 
@@ -258,7 +265,7 @@ def heterogeneity(cfg, workdir, earlier):
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
         # Throughput runs evaluate only at the end, like the standalone runs they are compared with: on a machine
         # with fewer cores than processes, inline evaluation would take the cores from training.
-        summaries = runs_with_plan_policy(modes, profile, cfg["seconds"], run_dir, eval_every=0)
+        summaries = runs_with_policies(modes, cfg["esync_policies"], profile, cfg["seconds"], run_dir, eval_every=0)
         accuracy = (launch(modes, profile, cfg["accuracy_budget"], os.path.join(run_dir, "accuracy"))
                     if profile == ACCURACY_PROFILE and cfg["accuracy_budget"] else {})
         ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
@@ -430,20 +437,18 @@ def _timed_applies(port, rank, calls, start, results):
     results.put(latencies)
 
 
-POLICY_ROWS = {"apply": "esync", "plan": "esync-plan"}  # heterogeneity's row of each ESync policy
-
-
 def check_ready_shares(cfg, workdir, earlier):
     """The state server's share of an ESync worker's time, per policy, on the accuracy profile: read from the
     heterogeneity section's runs when it ran, else from runs of its own."""
+    policies = [config.DEFAULTS["esync_policy"], *cfg["esync_policies"]]
     rows = [r for r in earlier.get("heterogeneity", []) if r["profile"] == ACCURACY_PROFILE]
     if not rows:
-        runs = runs_with_plan_policy(["esync"], ACCURACY_PROFILE, cfg["seconds"], os.path.join(workdir, "policies"),
-                                     eval_every=0)
+        runs = runs_with_policies(["esync"], cfg["esync_policies"], ACCURACY_PROFILE, cfg["seconds"],
+                                  os.path.join(workdir, "policies"), eval_every=0)
         rows = [{"mode": mode, "check_ready": statistics.mean(w["check_ready"] for w in run["step_times"])}
                 for mode, run in runs.items()]
     share = {r["mode"]: r["check_ready"] for r in rows}
-    return {policy: share[mode] for policy, mode in POLICY_ROWS.items()}
+    return {policy: share[policy_row(policy)] for policy in policies}
 
 
 def state_server_cost(cfg, workdir, earlier):
@@ -516,7 +521,8 @@ def network_markdown(results):
     if "skipped" in section:
         return lines + [f"Skipped: {section['skipped']}.", ""]
     lines += ["Workers at the same speed. Sent per round: the bytes each worker logged sending per round (mean over "
-              "workers and rounds, each worker's first round left out), beside the textbook's figure for one aggregation of the model (parameter "
+              "workers and rounds, each worker's first round left out), beside the textbook's figure for one "
+              "aggregation of the model (parameter "
               "server M; ring and binary blocks 2(N−1)/N·M; butterfly log2(N)·M). Busiest link: the highest rate "
               "any link carrying the aggregation (the parameter servers', or over MPI the workers') reached in a "
               "2 s window, in either direction, as a share of its limit. Split: each server's share of the bytes.",

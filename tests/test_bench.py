@@ -27,12 +27,12 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     assert all(r["ours"] > 0 and r["trainer"] > 0 for r in results["sync_overhead"])
     config = results["config"]
     assert {r["mode"] for r in results["heterogeneity"]} == {*config["modes"], *config["accuracy_profile_modes"],
-                                                             "esync-plan"}
+                                                             *(f"esync-{p}" for p in config["esync_policies"])}
     assert all(0 < r["efficiency"] and r["bytes_per_s_per_worker"] > 0 for r in results["heterogeneity"])
     assert all(0 < r["busy"] <= 1 for r in results["heterogeneity"])
     assert all(0 < r["whole_step_bound"] <= 1 for r in results["heterogeneity"] if r["mode"].startswith("esync"))
     assert results["state_server"]["p99_ms"] >= results["state_server"]["p50_ms"] > 0
-    assert set(results["state_server"]["share"]) == {"apply", "plan"}
+    assert set(results["state_server"]["share"]) == {"apply", *config["esync_policies"]}
     assert {(r["mode"], r["attacker"]) for r in results["byzantine"]} == {tuple(run) for run in config["byzantine_runs"]}
     network = results["network"]
     if "skipped" not in network:  # namespaces need root

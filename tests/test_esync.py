@@ -84,3 +84,24 @@ def test_the_state_server_round_trip_is_recorded_per_local_step(apply_run):
             steps = record["time"].values()
             assert all(step[runlog.CHECK_READY] > 0 for step in steps)
             assert runlog.GLOBAL_UPDATE in record["time"][str(runlog.local_steps(record) - 1)]
+
+
+def test_nonblocking_policy_drops_the_step_that_ready_interrupts_and_keeps_every_worker_identical(processes,
+                                                                                                  tmp_path):
+    """The paper's delayed ACK: the questions travel while the workers step on, and the step during which READY
+    arrives is left out (not applied, not counted, its time logged beside the round's last step)."""
+    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "nonblocking").items()}
+
+    rounds = min(len(r) for r in runs.values())
+    assert rounds > 10
+    steps = {}
+    for rank, records in runs.items():
+        assert [r["weights_digest"] for r in records[:rounds]] == [r["weights_digest"] for r in runs[0][:rounds]]
+        for r in records:
+            assert r["num_samples"] == 64 * runlog.local_steps(r)
+            abandoned = [n for n, step in r["time"].items() if runlog.ABANDONED_STEP in step]
+            assert abandoned in ([], [str(runlog.local_steps(r) - 1)])
+        assert any(runlog.ABANDONED_STEP in step for r in records for step in r["time"].values())
+        steps[rank] = sum(runlog.local_steps(r) for r in records)
+    slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
+    assert all(steps[rank] > steps[slow] for rank in runs if rank != slow), steps

@@ -12,7 +12,7 @@ from training import collectives, modes
 from training.attacks import ATTACKS
 
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
-ESYNC_POLICIES = ("apply", "plan")
+ESYNC_POLICIES = ("apply", "plan", "nonblocking")
 LOCAL_OPTIMIZERS = ("sgd", "momentum", "adam")  # the original ESync's choices for its local steps (-ll)
 LOCAL_OPTIMIZER_MODES = ("esync",)  # the modes whose local steps --local-optimizer chooses
 MOMENTUM_OPTIMIZER_DEFAULT = 0.9  # --momentum of --local-optimizer momentum when not given
@@ -183,7 +183,8 @@ def build_parser():
     p.add_argument("-port", "--state-server-port", type=_positive(int), help="ESync state server port")
     p.add_argument("--esync-policy", choices=ESYNC_POLICIES,
                    help="apply: ask the state server after every local step; "
-                        "plan: ask once per round for the number of local steps")
+                        "plan: ask once per round for the number of local steps; nonblocking: ask after every "
+                        "local step without waiting for the answer, and stop at the READY (the paper's delayed ACK)")
     p.add_argument("--epsilon", type=_non_negative(float),
                    help="ESync readiness margin in seconds (default: fitted to the measured step times); "
                         "zeno-async: the rule's tolerance epsilon (default 0)")

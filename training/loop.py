@@ -192,6 +192,9 @@ class Rounds:
                 images, labels = self.stream.next()
             with Timer(t, runlog.FORWARD_BACKWARD):
                 model.forward_backward(images, labels)
+            if scheme.coordinated and steps and scheme.abandons_step():
+                steps[-1][runlog.ABANDONED_STEP] = time.perf_counter() - step_start
+                return steps
             if scheme.updates_locally:
                 with Timer(t, runlog.LOCAL_UPDATE):
                     scheme.local_step()

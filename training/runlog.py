@@ -40,6 +40,7 @@ EMULATED_SLOWDOWN = "emulated slowdown"
 CHECK_READY = "check ready"             # asking the state server whether the round is over
 GLOBAL_UPDATE = "global update"         # ESync's aggregation
 GLOBAL_AGGREGATE = "global aggregate"   # every other scheme's aggregation
+ABANDONED_STEP = "abandoned step"       # ESync's nonblocking policy: a step cut short by READY, not applied
 EVALUATION = "evaluation"
 CHECKPOINT = "checkpoint"
 AGGREGATION_PHASES = (GLOBAL_UPDATE, GLOBAL_AGGREGATE)

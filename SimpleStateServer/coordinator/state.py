@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-POLICIES = ("apply", "plan", "nbsync")
+POLICIES = ("apply", "plan", "nonblocking", "nbsync")  # nonblocking: the apply rule, asked without waiting
 MAX_WORKERS = 4096
 # Without an explicit epsilon the margin follows the measured step times: a fixed margin
 # larger than a step would make every worker stop after one step (plain synchronous SGD).

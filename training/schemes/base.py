@@ -151,6 +151,11 @@ class Scheme:
     def round_done(self, steps, step_seconds):
         return True
 
+    def abandons_step(self):
+        """Asked by a coordinated scheme's loop once a step's gradient is computed, before it is applied: whether
+        to drop that step and end the round with the steps before it."""
+        return False
+
     def aggregate(self, stop_vote):
         """End the round; return True when any worker voted to stop (all workers then stop together)."""
         return stop_vote

@@ -5,8 +5,12 @@ server says the slowest worker is still busy, then all aggregate synchronously o
 delta, pull the sum, and set weights = start-of-round weights + global_lr * sum / num_workers. BatchNorm statistics
 are averaged. The local optimizer's state (momentum, Adam's moments) carries over from round to round.
 
-Two policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
-how many local steps to do, from the per-step times the workers reported. The request that opens a round (the
+Three policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
+how many local steps to do, from the per-step times the workers reported; "nonblocking" is the paper's non-blocking
+mode with delayed ACK (section 4.2): after every local step it sends the apply policy's question and goes on
+training without waiting for the answer, reporting as its step time the step plus the questions' round trip; when
+READY arrives during a step, that step is abandoned (its gradient is not applied) and the round ends with the steps
+before it. The request that opens a round (the
 plan, or the apply policy's /reset/) travels while the round's first step runs: nothing needs its answer before
 that step is done, and round_done() waits for it before asking anything else, so requests stay in order.
 
@@ -63,6 +67,8 @@ class ESync(Scheme):
         self.step_seconds = None
         self.planned_steps = 1
         self.opening = None  # the request that opened this round
+        self.questions = []  # the nonblocking policy's questions in flight: (answer future, when it was sent)
+        self.round_trip = 0.0
         self.requests = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-state")
 
     def set_up_job(self):
@@ -95,7 +101,39 @@ class ESync(Scheme):
         if self.options.esync_policy == "plan":
             self.planned_steps = opened or self.planned_steps
             return steps >= self.planned_steps
+        if self.options.esync_policy == "nonblocking":
+            return self.answered_ready() or self.ask_without_waiting(steps)
         return self.ready(steps)
+
+    def abandons_step(self):
+        """Whether READY arrived during the step whose gradient was just computed (nonblocking policy): the step is
+        then dropped and the round ends with the steps before it."""
+        return self.options.esync_policy == "nonblocking" and self.answered_ready()
+
+    def answered_ready(self):
+        """Whether an answer that has come says READY (False while they travel, or when they said go on). The
+        questions still in flight after a READY are dropped: they ask about the same round, and the /reset/ that
+        opens the next one goes after them."""
+        while self.questions and self.questions[0][0].done():
+            answer, sent = self.questions.pop(0)
+            self.round_trip += STEP_TIME_SMOOTHING * (time.perf_counter() - sent - self.round_trip)
+            try:
+                ready = answer.result()
+            except StateServerUnavailable as err:
+                log.warning("%s: ending this round here", err)
+                ready = True
+            if ready:
+                self.questions = []
+                return True
+        return False
+
+    def ask_without_waiting(self, steps):
+        """Send the question for `steps` and go on: never ready at once. The step time it reports counts the round
+        trip, since the answer comes that much later."""
+        self.questions.append((self.requests.submit(self.client.apply, self.rank, steps,
+                                                    self.step_seconds + self.round_trip, time.time(), retry_for=0),
+                               time.perf_counter()))
+        return False
 
     def round_record(self):
         """The plan policy logs the local steps the state server planned for this worker's round."""
