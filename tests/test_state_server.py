@@ -243,6 +243,21 @@ def test_coordinator_init_starts_a_fresh_job():
     assert snapshot["requests"] == {"apply": 0, "reset": 0, "plan": 0, "arrive": 0, "watch": 0}
 
 
+def test_a_resumed_job_makes_every_worker_ready_after_a_step_until_each_has_opened_a_round():
+    """After a restart the server cannot know that the slow worker already waits in the aggregation: a fast worker
+    told to step on would never stop, and the slow one would wait for it until --sync-timeout."""
+    coordinator = Coordinator(clock=FakeClock())
+    coordinator.init(2, resumed=True)
+    coordinator.apply(0, k=1, c=4.0, te=0.0)  # the slow worker's last question; from now on it waits
+    coordinator.reset(1, t=13, te=0.0)         # the fast worker's round opened after the restart
+
+    assert coordinator.apply(1, k=1, c=1.0, te=0.0)
+
+    coordinator.reset(0, t=14, te=0.0)
+    coordinator.reset(1, t=14, te=0.0)
+    assert not coordinator.apply(1, k=1, c=1.0, te=0.0)  # every round known: the rule (the slowest 4 s away)
+
+
 def test_coordinator_counts_stay_consistent_under_many_threads():
     coordinator = Coordinator()
     coordinator.init(4, epsilon=0.01)

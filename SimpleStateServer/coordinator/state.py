@@ -56,7 +56,7 @@ class WorkerRecord:
     c: float | None = None  # seconds per local step, None until first reported
     k: int = 0
     ready: bool = False
-    t: int = 0
+    t: int | None = 0  # the round its last /reset/ opened; None: not known (a resumed job, before its /reset/)
     te: float | None = None  # worker clock, kept for display only
     applies: int = 0
     resets: int = 0
@@ -88,9 +88,9 @@ def is_ready(workers, rank, epsilon, now):
     if worker.k == 0:
         return False
     slowest = slowest_worker(workers)
-    if slowest is None:
-        # Someone's step time is unknown (the job's first round, or a server that restarted while that worker
-        # waited in the aggregation): one step each, as synchronous SGD; waiting for it could wait forever.
+    if slowest is None or any(other.t is None for other in workers):
+        # Someone's step time or round is unknown (the job's first round, or a server that restarted while that
+        # worker waited in the aggregation): one step each, as synchronous SGD; waiting for it could wait forever.
         return True
     if slowest.rank == rank:
         return True
@@ -169,7 +169,9 @@ class Coordinator:
         _check_job_settings(num_workers, epsilon, policy)
         with self._lock:
             now = self._clock()
-            workers = [WorkerRecord(rank=rank, step_start=now) for rank in range(num_workers)]
+            # A resumed job does not know in which round each worker is: some may wait in an aggregation.
+            round_known = None if resumed else 0
+            workers = [WorkerRecord(rank=rank, step_start=now, t=round_known) for rank in range(num_workers)]
             self._job = Job(num_workers, epsilon, policy, workers, resumed=resumed)
             self._changed.notify_all()
             return self._describe_settings(self._job)
