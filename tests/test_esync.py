@@ -10,12 +10,12 @@ from training import runlog
 pytestmark = pytest.mark.slow  # real processes
 
 
-def run_esync(processes, tmp_path, policy):
+def run_esync(processes, tmp_path, policy, seconds=5):
     # Rank 0 evaluates only at the end (-e 0): an evaluation inside the round delays rank 0's next step, and when
     # rank 0 is the slow worker the others fill that delay with extra local steps.
     state_port = start_state_server(processes)
     log_dir = str(tmp_path / "logs")
-    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", "5", "-e", "0",
+    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", str(seconds), "-e", "0",
                          "--digest-weights"]
     workers = start_job(processes, "esync", args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir)
     finish(processes, workers, timeout=180)
@@ -68,7 +68,7 @@ def test_plan_policy_workers_do_the_steps_the_state_server_plans_and_the_slow_on
     """The plan fills the slowest worker's step (plus the margin) with whole steps of each faster worker, from the
     step times the workers report (the rule itself: tests/test_state_server.py). Here: every worker does exactly
     the steps it was planned, the emulated 4x slower worker one per round, the others several."""
-    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "plan").items()}
+    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "plan", seconds=3).items()}
 
     slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
     for rank, records in runs.items():
@@ -90,7 +90,7 @@ def test_nonblocking_policy_drops_the_step_that_ready_interrupts_and_keeps_every
                                                                                                   tmp_path):
     """The paper's delayed ACK: the questions travel while the workers step on, and the step during which READY
     arrives is left out (not applied, not counted, its time logged beside the round's last step)."""
-    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "nonblocking").items()}
+    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "nonblocking", seconds=3).items()}
 
     rounds = min(len(r) for r in runs.values())
     assert rounds > 10

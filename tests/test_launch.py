@@ -104,10 +104,10 @@ def read_output(proc):
 
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory):
-    """esync, sync and nbsync, 3 CPU workers, the third 4x slower, 4 s each, progress every second."""
+    """esync, sync and nbsync, 3 CPU workers, the third 4x slower, 3 s each, progress every half second."""
     logs = str(tmp_path_factory.mktemp("comparison") / "logs")
-    args = ["--modes", "esync,sync,nbsync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "4",
-            "--progress-every", "1", *LENET, *WORKER_ARGS]
+    args = ["--modes", "esync,sync,nbsync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "3",
+            "--progress-every", "0.5", *LENET, *WORKER_ARGS]
     started = time.monotonic()
     code, output = run_launcher(args, logs, timeout=300)
     return logs, code, output, time.monotonic() - started
