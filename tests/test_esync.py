@@ -1,4 +1,4 @@
-"""A real ESync job: scheduler, server, the Django state server and 3 workers, one emulated 4x slower."""
+"""A real ESync job: scheduler, server, the Django state server and 2 workers, one emulated 4x slower."""
 import statistics
 
 import pytest
@@ -17,7 +17,7 @@ def run_esync(processes, tmp_path, policy, seconds=5):
     log_dir = str(tmp_path / "logs")
     args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--max-time", str(seconds), "-e", "0",
                          "--digest-weights"]
-    workers = start_job(processes, "esync", args, num_workers=3, slowdowns=[1, 1, 4], log_dir=log_dir)
+    workers = start_job(processes, "esync", args, num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
     finish(processes, workers, timeout=180)
     return {meta(f)["rank"]: f for f in worker_folders(log_dir)}
 

@@ -23,9 +23,6 @@ def run_nbsync(processes, tmp_path, seconds):
     return {rank: iter_records(f) for rank, f in folders.items()}, {rank: meta(f) for rank, f in folders.items()}
 
 
-
-
-
 def waiting_shares(runs, rank):
     """Per round, the seconds `rank` spent waiting for the others over the round's seconds. The last worker to
     push waits for nobody, so its aggregation time is the transfer alone; the rest of a worker's aggregation
