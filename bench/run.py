@@ -75,10 +75,10 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15})
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
-             profiles=["1,1,4"], seconds=2, accuracy_budget=0, latency_calls=30,
+             profiles=["1,1,4"], seconds=1, accuracy_budget=0, latency_calls=30,
              modes=["esync"], accuracy_profile_modes=[], esync_policies=[], byzantine_runs=[("zeno", True)],
              byzantine_profile="1,1,1",
-             network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 2})
+             network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 1})
 
 
 def unknown_modes(cfg):

@@ -54,6 +54,10 @@ CASES = [
     # first: the state client's retries take the longest to give up, the other cases start meanwhile
     Case("state-server", "training", "sigkill", ("state-server",), mode="esync", max_iters=10 ** 6,
          survivors_say="state server at http://127.0.0.1:{port} did not answer"),
+    # next: the cases whose jobs run longest after they join; last, those that end soonest
+    Case("worker", "leaving", "raise", ("worker-1",), max_iters=5),
+    Case("server", "training", "raise", ("server-0",), after=100, mode="async", workers=1),
+    Case("server", "training", "kill", ("server-0",), after=100, mode="async", workers=1),
     Case("scheduler", "start", "raise", ("scheduler",), workers=1),
     Case("server", "start", "raise", ("server-0",), workers=1),
     Case("worker", "start", "raise", ("worker-1",)),
@@ -67,9 +71,6 @@ CASES = [
     Case("server", "training", "sigkill", ("server-0",), workers=1),
     Case("scheduler", "training", "sigkill", ("scheduler",), workers=1),
     Case("worker", "checkpoint", "raise", ALL_WORKERS, after=2, rank=0),
-    Case("worker", "leaving", "raise", ("worker-1",), max_iters=5),
-    Case("server", "training", "raise", ("server-0",), after=100, mode="async", workers=1),
-    Case("server", "training", "kill", ("server-0",), after=100, mode="async", workers=1),
     Case("server", "leaving", "raise", ("server-0",), max_iters=5, workers=1),
     Case("scheduler", "leaving", "raise", ("scheduler",), max_iters=5, workers=1),
 ]
