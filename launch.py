@@ -5,6 +5,7 @@ draw the comparison.
     python launch.py --modes esync,sync --devices gpu0,gpu1,gpu0+gpu1 -n resnet18-v1 --max-iters 2000 -- -b 32 -e 10
     python launch.py --tracker ssh -H hosts --host-ip 10.0.0.1 --modes sync --devices gpu0,gpu0 --max-time 600
     python launch.py clean-netns [PREFIX]    # network namespaces a killed `--hosts netns` run left behind
+    python launch.py paper [--repeats R]     # the ESync paper's experiment: Table 1, Figures 3-5 (launcher/paper.py)
 
 Without --tracker every process runs on this machine on 127.0.0.1: the state server (esync and nbsync only), the
 ps-lite scheduler, -s servers and one worker per --devices entry. Per mode, the iteration logs go to
@@ -17,12 +18,12 @@ itself lives in launcher/.
 import logging
 import sys
 
-from launcher import dmlc, netns, preflight, runner
+from launcher import dmlc, netns, paper, preflight, runner
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
-SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command}
+SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run}
 
 
 def main(argv=None):

@@ -45,7 +45,7 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
         command += ["-ip", address, "-port", str(port)]
     if mode == "esync":
         command += ["--esync-policy", e.esync_policy]
-    if collectives.uses_mpi(e.collective):
+    if collectives.uses_mpi(e.collective) and modes.MODES[mode].cluster:
         command += ["--collective", e.collective]
     if e.byzantine:
         command += ["--byzantine", str(e.byzantine), "--attack", e.attack, "--attack-scale", str(e.attack_scale)]
@@ -65,6 +65,13 @@ def worker_argv(experiment, mode, index, log_dir, state_server=None):
 def validator_argv(experiment, mode, log_dir, state_server=None):
     return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, state_server)
             + device_flags(experiment.validator_device) + ["--validator"])
+
+
+def standalone_argv(experiment, mode, log_dir):
+    """The main.py command line of a mode without a cluster: the fastest worker's device and slowdown."""
+    fastest = experiment.fastest_worker
+    return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, None)
+            + device_flags(experiment.devices[fastest]) + ["--slowdown", experiment.slowdowns[fastest]])
 
 
 def workers_argv(experiment, mode, log_dir, state_server=None):

@@ -29,6 +29,9 @@ RESERVED_WORKER_FLAGS = {
     "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator", "--collective",
 }
 
+STANDALONE_HELP = ("a mode without a cluster (local) trains one process alone on the fastest worker's device "
+                   "and slowdown: the sequential baseline")
+
 HELP_EPILOG = f"""
 devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N), gpuK (-g K), gpu0+gpu1
   (one worker splitting each batch over GPUs 0 and 1, -g 0,1). Without --devices, one cpu worker per --slowdown
@@ -102,6 +105,12 @@ class Experiment:
         return len(self.devices)
 
     @property
+    def fastest_worker(self):
+        """The index of the worker whose device the standalone mode trains on: the first of the least slowed."""
+        factors = [float(f) for f in self.slowdowns]
+        return factors.index(min(factors))
+
+    @property
     def validator_hosts(self):
         """1 when a mode of the experiment has a validator: it runs as one more worker, on a host of its own."""
         return validator_hosts(self.modes)
@@ -128,7 +137,8 @@ def build_parser():
                     "then write each mode's summary JSON, the comparison figures and a table. Arguments after "
                     "`--` are appended to every worker's main.py command line.")
     p.add_argument("--modes", default="esync,sync,async",
-                   help=f"comma list of {', '.join(modes.cluster_names())} (default: esync,sync,async)")
+                   help=f"comma list of {', '.join(modes.names())} (default: esync,sync,async); "
+                        f"{STANDALONE_HELP}")
     p.add_argument("-n", "--network", default=config.DEFAULTS["network"], help="network (see main.py --help)")
     p.add_argument("--dataset", default=config.DEFAULTS["dataset"], choices=config.DATASETS)
     p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"], help="folder holding the dataset")
@@ -190,6 +200,7 @@ def parse(argv):
     check_limits(ns, len(devices))
     check_tracker(ns, devices, slowdowns)
     check_validators(ns.tracker, chosen)
+    check_standalone(ns, chosen)
     check_collective(ns, chosen)
     check_worker_args(worker_args)
     worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen))
@@ -215,7 +226,7 @@ def parse(argv):
 
 def parse_modes(text):
     chosen = tuple(m.strip() for m in text.split(",") if m.strip())
-    known = modes.cluster_names()
+    known = modes.names()
     unknown = [m for m in chosen if m not in known]
     if unknown or not chosen:
         raise UsageError(f"unknown mode {','.join(unknown) or repr(text)} in --modes (known: {', '.join(known)})")
@@ -291,10 +302,19 @@ def check_validators(tracker, chosen):
                          f"run {validated[0]} without --tracker, or start its processes by hand (README)")
 
 
+def check_standalone(ns, chosen):
+    alone = [mode for mode in chosen if not modes.MODES[mode].cluster]
+    if alone and ns.tracker:
+        raise UsageError(f"--modes {alone[0]} trains one process on this machine, which --tracker does not start: "
+                         "leave out --tracker or that mode")
+    if alone and ns.byzantine:
+        raise UsageError(f"--modes {alone[0]} has no other worker to attack: leave out --byzantine or that mode")
+
+
 def check_collective(ns, chosen):
     if not collectives.uses_mpi(ns.collective):
         return
-    unable = [mode for mode in chosen if not modes.MODES[mode].synchronous]
+    unable = [mode for mode in chosen if modes.MODES[mode].cluster and not modes.MODES[mode].synchronous]
     if unable:
         raise UsageError(f"--collective {ns.collective} sums the updates of a synchronous mode; --modes {unable[0]} "
                          f"has no such aggregation (synchronous: {', '.join(modes.synchronous_names())})")

@@ -95,8 +95,8 @@ def run_mode(experiment, mode, position, hosts):
     os.makedirs(log_dir, exist_ok=True)
     clear_earlier_run(log_dir, summary.summary_file_name(os.path.basename(log_dir)))
     with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER)) as group:
-        print(f"[{label}] {experiment.num_workers} workers ({describe_workers(experiment)}), "
-              f"{describe_aggregation(experiment)}; logs in {log_dir}, process outputs and PIDs in {group.out_dir}",
+        print(f"[{label}] {describe_workers(experiment, mode)}, "
+              f"{describe_aggregation(experiment, mode)}; logs in {log_dir}, process outputs and PIDs in {group.out_dir}",
               flush=True)
         meter = netns.LinkMeter(hosts.network) if hosts.network else None
         try:
@@ -134,6 +134,8 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
         write_pid_file(group, mode)
         INTERRUPTS.check()
 
+    if not modes.MODES[mode].cluster:
+        return [start_standalone(experiment, mode, group, log_dir, hosts.placement.worker(0), record_and_check)]
     workers_argv = commands.workers_argv(experiment, mode, log_dir, state_server)
     if collectives.uses_mpi(experiment.collective):
         job = mpi.start_job(group, workers_argv, hosts.placement)
@@ -141,6 +143,15 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
         return [job]
     return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.num_servers,
                         record_and_check, hosts.placement)
+
+
+def start_standalone(experiment, mode, group, log_dir, host, after_start):
+    """The one process of a mode without a cluster; one compute thread, as each worker of the cluster modes."""
+    proc = group.start_python("standalone", commands.standalone_argv(experiment, mode, log_dir),
+                              {"OMP_NUM_THREADS": "1"}, role="worker", command_prefix=host.command_prefix,
+                              host=host.name)
+    after_start()
+    return proc
 
 
 def start_tracker(experiment, mode, group, log_dir, state_server, hosts, label):
@@ -169,14 +180,24 @@ def clear_earlier_run(mode_dir, summary_name):
         log.info("removed %d files of an earlier run from %s", len(stale), mode_dir)
 
 
-def describe_aggregation(experiment):
+def describe_aggregation(experiment, mode):
+    if not modes.MODES[mode].cluster:
+        return "no cluster"
     if collectives.uses_mpi(experiment.collective):
         return f"no servers: MPI's {experiment.collective} allreduce"
     return f"{experiment.num_servers} server(s)"
 
 
-def describe_workers(experiment):
-    return ", ".join(d if float(f) == 1 else f"{d} x{f}" for d, f in zip(experiment.devices, experiment.slowdowns))
+def describe_workers(experiment, mode):
+    if not modes.MODES[mode].cluster:
+        return f"1 worker ({describe_device(experiment, experiment.fastest_worker)})"
+    described = ", ".join(describe_device(experiment, w) for w in range(experiment.num_workers))
+    return f"{experiment.num_workers} workers ({described})"
+
+
+def describe_device(experiment, index):
+    device, factor = experiment.devices[index], experiment.slowdowns[index]
+    return device if float(factor) == 1 else f"{device} x{factor}"
 
 
 def report_links(label, meter, out_dir, collective):

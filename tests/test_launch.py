@@ -32,11 +32,13 @@ def launcher_env():
 
 
 @contextmanager
-def launcher(args, logs, env=None):
-    """A running launch.py with output in <logs>.out; on the way out, nothing it started is left running."""
+def launcher(args, logs, env=None, subprogram=()):
+    """A running launch.py [subprogram] with output in <logs>.out; on the way out, nothing it started is left
+    running."""
     output = logs + ".out"
     with open(output, "w") as out:
-        proc = subprocess.Popen([sys.executable, LAUNCH_PY, "--logs", logs] + args, cwd=ROOT, env=env or launcher_env(),
+        proc = subprocess.Popen([sys.executable, LAUNCH_PY, *subprogram, "--logs", logs] + args, cwd=ROOT,
+                                env=env or launcher_env(),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     proc.output = output
     try:
@@ -59,7 +61,7 @@ def kill_group(pgid):
 def recorded_pids(logs):
     """PIDs of every process the launcher recorded in a pids.json under `logs`."""
     pids = []
-    for path in glob.glob(os.path.join(logs, "*", "*", experiment.PROCESSES_FOLDER, experiment.PID_FILE)):
+    for path in glob.glob(os.path.join(logs, "**", experiment.PROCESSES_FOLDER, experiment.PID_FILE), recursive=True):
         with open(path) as f:
             pids += [p["pid"] for p in json.load(f)["processes"]]
     return pids
@@ -99,18 +101,7 @@ def read_output(proc):
 
 
 # ----------------------------------------------------------------------------------------------
-# A comparison run
-
-
-@pytest.fixture(scope="module")
-def comparison(tmp_path_factory):
-    """esync, sync and nbsync, 3 CPU workers, the third 4x slower, 3 s each, progress every half second."""
-    logs = str(tmp_path_factory.mktemp("comparison") / "logs")
-    args = ["--modes", "esync,sync,nbsync", "--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4", "--max-time", "3",
-            "--progress-every", "0.5", *LENET, *WORKER_ARGS]
-    started = time.monotonic()
-    code, output = run_launcher(args, logs, timeout=300)
-    return logs, code, output, time.monotonic() - started
+# Output (a whole comparison run with its progress, table and process outputs: tests/test_paper.py)
 
 
 def table_rows(output):
@@ -124,74 +115,13 @@ def table_rows(output):
     return rows
 
 
-@pytest.mark.slow
-def test_a_comparison_run_exits_0(comparison):
-    _, code, output, _ = comparison
-
-    assert code == 0, output
-
-
-@pytest.mark.slow
-def test_it_writes_a_summary_per_mode(comparison):
-    logs, _, output, _ = comparison
-
-    summaries = {name: json.load(open(os.path.join(logs, "lenet", mode, name)))
-                 for mode, name in (("esync", "ESync.json"), ("sync", "Sync.json"), ("nbsync", "NBSSGD.json"))}
-
-    for name, summary in summaries.items():
-        assert summary["cluster_throughput"] > 0, name
-        assert summary["num_workers"] == 3, name
-        assert list(summary["devices"]) == [NODE], f"{name}: the processes folder was read as a node"
-
-
-@pytest.mark.slow
-def test_it_draws_the_figures(comparison):
-    logs, _, output, _ = comparison
-
+def assert_figures_drawn(logs, output, expected):
     figures = glob.glob(os.path.join(logs, "lenet", "figures", "*.png"))
-
-    assert {os.path.basename(f) for f in figures} >= {"accuracy_vs_time.png", "throughput.png"}, output
+    assert {os.path.basename(f) for f in figures} >= expected, output
     for figure in figures:
         with open(figure, "rb") as f:
             assert f.read(8) == PNG_SIGNATURE, figure
         assert figure in output
-
-
-@pytest.mark.slow
-def test_its_table_has_a_row_per_mode(comparison):
-    _, _, output, _ = comparison
-
-    rows = table_rows(output)
-
-    assert [row[0] for row in rows] == ["esync", "sync", "nbsync"], output
-    assert all(float(row[1]) > 0 for row in rows), output
-
-
-@pytest.mark.slow
-def test_it_prints_progress_every_few_seconds(comparison):
-    _, _, output, _ = comparison
-
-    progress = [line for line in output.splitlines() if line.startswith("[sync 2/3]") and "samples/s" in line]
-
-    assert len(progress) >= 3, output
-    assert "test accuracy 0." in progress[-1]
-
-
-@pytest.mark.slow
-def test_it_leaves_no_process_behind(comparison):
-    logs, _, _, _ = comparison
-
-    assert still_running(recorded_pids(logs)) == []
-
-
-@pytest.mark.slow
-def test_each_process_has_its_own_output_file(comparison):
-    logs, _, _, _ = comparison
-
-    outputs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(logs, "lenet", "esync", "processes", "*.log")))
-
-    assert outputs == ["scheduler.log", "server-0.log", "state-server.log", "worker-0.log", "worker-1.log",
-                       "worker-2.log"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -308,6 +238,7 @@ def test_zeno_with_an_attacker_over_mpi_starts_a_validator_and_logs_to_an_attack
     assert [v.split("/")[1].endswith("-validator") for v in run["validators"]] == [True]
     assert sorted(d["byzantine"] or "-" for d in run["devices"][NODE].values()) == ["-", "signflip"]
     assert [row[0] for row in table_rows(output)] == ["zeno-attack"], output
+    assert_figures_drawn(logs, output, {"accuracy_vs_time.png", "throughput.png", "traffic.png"})
 
 
 # ----------------------------------------------------------------------------------------------

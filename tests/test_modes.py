@@ -56,10 +56,13 @@ def test_config_offers_every_mode_and_the_evaluator():
     assert tuple(mode_choices()) == modes.names() + (config.EVALUATE_MODE,)
 
 
-def test_launch_runs_every_cluster_mode_and_refuses_the_standalone_one():
-    assert experiment.parse_modes(",".join(modes.cluster_names())) == modes.cluster_names()
-    with pytest.raises(checks.UsageError, match="unknown mode local"):
-        experiment.parse_modes("sync,local")
+def test_launch_runs_every_mode_the_standalone_one_on_the_fastest_worker():
+    assert experiment.parse_modes(",".join(modes.names())) == modes.names()
+    described = experiment.parse(["--modes", "sync,local", *LAUNCH_ARGS, "--slowdown", "4,1"])
+
+    assert described.fastest_worker == 1
+    with pytest.raises(checks.UsageError, match="--modes local trains one process on this machine"):
+        experiment.parse(["--modes", "sync,local", *LAUNCH_ARGS, "--slowdown", "4,1", "--tracker", "local"])
 
 
 @pytest.mark.parametrize("name", FIGURE_ORDER[:-1])

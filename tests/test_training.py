@@ -182,3 +182,20 @@ def assert_trained_identical_batchnorm(folders):
     weights = final_weights(folders[0])
     running_means = [weights[name].asnumpy() for name in weights if "running_mean" in name]
     assert running_means and any(mean.any() for mean in running_means)  # trained, not the zeros they start at
+
+
+@pytest.mark.parametrize("eval_seconds, eval_every, since_last, iteration, due", [
+    (None, 5, 0.0, 10, True), (None, 5, 99.0, 11, False), (None, 0, 99.0, 10, False),
+    (2.0, 5, 2.5, 11, True), (2.0, 5, 1.0, 10, False),
+])
+def test_rank_0_evaluates_every_e_iterations_or_once_eval_seconds_have_passed(eval_seconds, eval_every, since_last,
+                                                                           iteration, due):
+    import time
+    from types import SimpleNamespace
+
+    from training.loop import Rounds
+
+    loop = SimpleNamespace(args=SimpleNamespace(eval_seconds=eval_seconds, eval_duration=eval_every),
+                           last_evaluation=time.time() - since_last)
+
+    assert Rounds.evaluation_due(loop, iteration) is due

@@ -34,6 +34,7 @@ DEFAULTS = dict(
     cpu=0,                  # -c True is 1, -c False is 0 (the original scripts' spelling)
     log_dir="logs",
     eval_duration=1,        # evaluate every N global iterations (0 turns evaluation off)
+    eval_seconds=None,      # evaluate once this many seconds have passed since the last evaluation (instead of -e)
     use_dcasgd=0,           # -dcasgd 1: an alias of -m dcasgd
     split_by_class=0,       # 1: non-i.i.d. partition, each worker gets a contiguous block of classes
     state_server_ip="127.0.0.1",
@@ -173,6 +174,10 @@ def build_parser():
     p.add_argument("-ld", "--log-dir", help="iteration logs go to <log-dir>/<node>/<device>-rank<R>/")
     p.add_argument("-e", "--eval-duration", "--eval-freq", type=_non_negative(int),
                    help="rank 0 evaluates every N global iterations (0: only at the end)")
+    p.add_argument("--eval-seconds", type=_positive(float),
+                   help="rank 0 evaluates at the end of the first global iteration that ends this many seconds "
+                        "after its last evaluation, instead of every -e iterations: the same number of accuracy "
+                        "points per second in modes whose iterations last very differently")
     p.add_argument("-m", "--mode", choices=modes.names() + (EVALUATE_MODE,),
                    help="; ".join(f"{mode.name}: {mode.description}" for mode in modes.MODES.values())
                    + f"; {EVALUATE_MODE}: evaluate the checkpoints of --train-dir as they appear (no cluster)")

@@ -141,6 +141,7 @@ class Rounds:
         self.samples = 0
         self.accuracy = None
         self.last_progress = self.resume.elapsed
+        self.last_evaluation = time.time()
         n = self.resume.step
         while True:
             n += 1
@@ -224,13 +225,19 @@ class Rounds:
         return stopping
 
     def evaluate(self, n, last_step, stopping):
-        """Rank 0's test accuracy when due (-e), else None."""
-        every = self.args.eval_duration
-        if not self.scheme.evaluates or not (stopping or (every and n % every == 0)):
+        """Rank 0's test accuracy when due (-e or --eval-seconds), else None."""
+        if not self.scheme.evaluates or not (stopping or self.evaluation_due(n)):
             return None
         with Timer(last_step, runlog.EVALUATION):
             self.accuracy = self.model.accuracy(self.data.test_images, self.data.test_labels)
+        self.last_evaluation = time.time()
         return self.accuracy
+
+    def evaluation_due(self, n):
+        if self.args.eval_seconds:
+            return time.time() - self.last_evaluation >= self.args.eval_seconds
+        every = self.args.eval_duration
+        return bool(every) and n % every == 0
 
     def save_checkpoint(self, n, last_step, stopping, elapsed):
         writer = self.checkpoints

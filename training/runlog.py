@@ -287,7 +287,7 @@ class RunFollower:
         return self.samples / self.training_time if self.training_time > 0 else 0.0
 
     def update(self):
-        for folder in glob.glob(os.path.join(self.mode_dir, "*", "*-rank*")):
+        for _, _, folder in device_folders(self.mode_dir):
             if not is_validator_folder(folder):
                 self._read_new_rounds(folder)
         return self

@@ -1,0 +1,250 @@
+"""Table 1 of the ESync paper from the logs of repeated runs: per network and data split, each mode's time to the
+target accuracy, its speedup against SSGD, samples/s, traffic and final accuracy as mean ± stddev over the
+repeats, beside the standalone baseline (sequential SGD on one fast device).
+
+The runs lie at <log-dir>/repeat-<r>/<network>/<mode>[-niid]/ with their summary JSON (launch.py paper writes
+them); the standalone baseline runs once per repeat, on i.i.d. data, and serves both splits. A ratio between two
+modes (a speedup, a throughput or traffic ratio) is taken within each repeat, whose runs share a seed, and then
+averaged over the repeats.
+"""
+import glob
+import os
+import re
+import statistics
+
+from analysis import summary as summaries
+from training import modes, runlog
+from training.files import write_json, write_text
+
+PAPER_TARGET = 0.8          # the paper's speedup is the ratio of the times to reach test accuracy 0.8
+SPLITS = ("iid", "niid")
+SPLIT_NAMES = {"iid": "i.i.d.", "niid": "non-i.i.d."}
+REPEAT_FOLDER = "repeat-{}"
+BASELINE = "sync"           # speedups are against SSGD, as in the paper
+TRAFFIC_BASELINE = "async"  # the paper compares ESync's traffic with ASGD's
+TABLE_FILE = "table1.md"
+RESULTS_FILE = "paper.json"
+# (key, column title, format) of Table 1's cells, in order.
+COLUMNS = (
+    ("time_to_target", "time to {target:g} (s)", ".1f"),
+    ("speedup", "speedup vs SSGD", ".1f"),
+    ("samples_per_s", "samples/s", ".0f"),
+    ("traffic_mb_per_s", "traffic (MB/s)", ".2f"),
+    ("final_accuracy", "final accuracy", ".3f"),
+)
+
+
+class PaperError(Exception):
+    """The logs cannot give the table: a folder or summary is missing."""
+
+
+def standalone_mode():
+    return next(name for name, mode in modes.MODES.items() if not mode.cluster)
+
+
+def repeat_dir(log_dir, repeat):
+    return os.path.join(log_dir, REPEAT_FOLDER.format(repeat))
+
+
+def repeats_in(log_dir):
+    """The repeat numbers whose folders an earlier run left under log_dir, in order."""
+    found = [re.fullmatch(REPEAT_FOLDER.format(r"(\d+)"), os.path.basename(p))
+             for p in glob.glob(os.path.join(log_dir, REPEAT_FOLDER.format("*")))]
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def folder_of(mode, split):
+    return runlog.run_folder(mode, non_iid=split == "niid")
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the repeats
+
+
+def load_grid(log_dir, network, cluster_modes, repeats):
+    """{split: {mode: [summary of each repeat]}}, the standalone mode under both splits; PaperError when a run's
+    summary is missing."""
+    baseline = standalone_mode()
+    grid = {split: {mode: [] for mode in cluster_modes + (baseline,)} for split in SPLITS}
+    for repeat in repeats:
+        network_dir = os.path.join(repeat_dir(log_dir, repeat), network)
+        for split in SPLITS:
+            for mode in cluster_modes:
+                grid[split][mode].append(read_summary(network_dir, folder_of(mode, split)))
+        standalone = read_summary(network_dir, folder_of(baseline, "iid"))
+        for split in SPLITS:
+            grid[split][baseline].append(standalone)
+    return grid
+
+
+def read_summary(network_dir, folder):
+    found = summaries.load_summary(network_dir, folder)
+    if found is None:
+        raise PaperError(f"no summary of {os.path.join(network_dir, folder)}: that run did not finish")
+    return found
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-repeat numbers and their statistics
+
+
+def time_to_target(run, target):
+    return summaries.time_to_reach(summaries.accuracy_points(run), target)
+
+
+def per_repeat(runs_by_mode, mode, target):
+    """{key: [value of each repeat or None]} of one mode; ratios are against the same repeat's baselines."""
+    runs = runs_by_mode[mode]
+    times = [time_to_target(run, target) for run in runs]
+    values = {
+        "time_to_target": times,
+        "samples_per_s": [run.get("cluster_throughput") for run in runs],
+        "traffic_mb_per_s": [run.get("traffic_mb_per_s") for run in runs],
+        "final_accuracy": [run.get("final_accuracy") for run in runs],
+    }
+    if BASELINE in runs_by_mode:
+        baseline_times = [time_to_target(run, target) for run in runs_by_mode[BASELINE]]
+        values["speedup"] = [ratio(base, own) for base, own in zip(baseline_times, times)]
+    return values
+
+
+def ratio(numerator, denominator):
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def statistics_of(values):
+    """{mean, std, n, values}: the mean and sample stddev of the repeats that have a value (std None below 2)."""
+    known = [v for v in values if v is not None]
+    return {
+        "mean": statistics.fmean(known) if known else None,
+        "std": statistics.stdev(known) if len(known) >= 2 else None,
+        "n": len(known),
+        "values": list(values),
+    }
+
+
+def speedup_lower_bound(runs_by_mode, mode, target):
+    """Where SSGD never reached the target, its training time over the mode's time to it: the speedup is at least
+    this. None when no repeat gives a bound."""
+    bounds = [ratio(base["elapsed_time"], time_to_target(own, target))
+              for base, own in zip(runs_by_mode[BASELINE], runs_by_mode[mode])
+              if time_to_target(base, target) is None]
+    bounds = [b for b in bounds if b is not None]
+    return min(bounds) if bounds else None
+
+
+def cells(runs_by_mode, target):
+    """{mode: {key: statistics}} of one split."""
+    table = {}
+    for mode in runs_by_mode:
+        table[mode] = {key: statistics_of(values) for key, values in per_repeat(runs_by_mode, mode, target).items()}
+        if BASELINE in runs_by_mode and mode != standalone_mode():
+            table[mode]["speedup"]["at_least"] = speedup_lower_bound(runs_by_mode, mode, target)
+    return table
+
+
+def headline(runs_by_mode, target):
+    """The paper's claims for ESync in one split, each as statistics over the repeats (None where a mode is
+    missing): speedup to the target and samples/s against SSGD, traffic against ASGD, final accuracy minus
+    sequential SGD's."""
+    if "esync" not in runs_by_mode:
+        return {}
+    own = per_repeat(runs_by_mode, "esync", target)
+    claims = {}
+    if BASELINE in runs_by_mode:
+        base = per_repeat(runs_by_mode, BASELINE, target)
+        claims["speedup_vs_ssgd"] = statistics_of(own["speedup"])
+        claims["samples_per_s_vs_ssgd"] = statistics_of(paired(ratio, own["samples_per_s"], base["samples_per_s"]))
+    if TRAFFIC_BASELINE in runs_by_mode:
+        base = per_repeat(runs_by_mode, TRAFFIC_BASELINE, target)
+        claims["traffic_vs_asgd"] = statistics_of(paired(ratio, own["traffic_mb_per_s"], base["traffic_mb_per_s"]))
+    sequential = per_repeat(runs_by_mode, standalone_mode(), target)["final_accuracy"]
+    claims["accuracy_minus_sequential"] = statistics_of(paired(difference, own["final_accuracy"], sequential))
+    return claims
+
+
+def paired(function, values, others):
+    return [function(v, o) for v, o in zip(values, others)]
+
+
+def difference(value, other):
+    return None if value is None or other is None else value - other
+
+
+# ----------------------------------------------------------------------------------------------
+# The table
+
+
+def format_statistic(stat, spec):
+    if stat["mean"] is None:
+        bound = stat.get("at_least")
+        return "-" if bound is None else f"> {bound:{spec}}"
+    text = format(stat["mean"], spec)
+    if stat["std"] is not None:
+        text += f" ± {stat['std']:{spec.replace('+', '')}}"
+    missing = len(stat["values"]) - stat["n"]
+    return text + (f" ({stat['n']} of {len(stat['values'])})" if missing else "")
+
+
+def markdown_table(headers, rows):
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def split_table(table, target):
+    headers = ["mode"] + [title.format(target=target) for _, title, _ in COLUMNS]
+    rows = []
+    for mode, stats in table.items():
+        name = modes.MODES[mode].display if mode in modes.MODES else mode
+        rows.append([name] + [format_statistic(stats[key], spec) if key in stats else "-"
+                              for key, _, spec in COLUMNS])
+    return markdown_table(headers, rows)
+
+
+def describe_headline(claims, target):
+    parts = []
+    described = (("speedup_vs_ssgd", "{}× SSGD's speed to " + f"{target:g}", ".1f"),
+                 ("samples_per_s_vs_ssgd", "{}× SSGD's samples/s", ".1f"),
+                 ("traffic_vs_asgd", "{} of ASGD's traffic", ".2f"),
+                 ("accuracy_minus_sequential", "final accuracy {} against sequential SGD's", "+.3f"))
+    for key, text, spec in described:
+        if key in claims:
+            parts.append(text.format(format_statistic(claims[key], spec)))
+    return "ESync: " + ", ".join(parts) if parts else ""
+
+
+def format_report(report):
+    target = report["target"]
+    lines = [f"# Table 1: {report['network']} on {report['dataset']}, {len(report['repeats'])} repeats "
+             f"(seeds {', '.join(map(str, report['seeds']))}), mean ± stddev", ""]
+    for split in SPLITS:
+        lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target), ""]
+        claim = describe_headline(report["headline"][split], target)
+        if claim:
+            lines += [claim, ""]
+    return "\n".join(lines)
+
+
+def build_report(log_dir, network, cluster_modes, repeats, target, description):
+    """Table 1's numbers for one network as a dict (written to paper.json); `description` names the job."""
+    grid = load_grid(log_dir, network, tuple(cluster_modes), repeats)
+    return {
+        **description,
+        "network": network,
+        "target": target,
+        "repeats": list(repeats),
+        "cells": {split: cells(grid[split], target) for split in SPLITS},
+        "headline": {split: headline(grid[split], target) for split in SPLITS},
+    }, grid
+
+
+def write_report(report, out_dir):
+    """paper.json and table1.md under out_dir; returns the table's text and the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    text = format_report(report)
+    paths = [os.path.join(out_dir, RESULTS_FILE), os.path.join(out_dir, TABLE_FILE)]
+    write_json(paths[0], report, indent=1)
+    write_text(paths[1], text + "\n")
+    return text, paths

@@ -1,0 +1,141 @@
+"""`launch.py paper`: the ESync paper's experiment as one command. The paper's cluster shape (4 fast devices, 2 about
+20x slower), its modes (ESync, SSGD, ASGD, DC-ASGD), i.i.d. and non-i.i.d. data, repeats with different seeds, and
+the standalone baseline (sequential SGD on the fastest device); then Table 1 and Figures 3-5.
+
+    python launch.py paper                                  # lenet on mnist-5k, 6 CPU workers at 1,1,1,1,20,20
+    python launch.py paper --repeats 2 --max-time 5         # a quick look
+    python launch.py paper -n resnet18-v1 --dataset fashion-mnist -dd ~/data --devices gpu0,gpu1,gpu2,gpu3,cpu,cpu \\
+        --slowdown 1 --max-time 900                         # real devices: no emulated slowdown
+    python launch.py paper --report-only                    # the table and figures again from the logs
+
+Repeat r trains every mode on i.i.d. data, then on non-i.i.d. data (the launcher's --non-iid), with seed S+r-1,
+one launch.py run each, logging under <log-dir>/repeat-<r>/<network>/. Table 1 (table1.md, paper.json) and the
+figures go to <log-dir>/<network>/. Every mode trains --max-time seconds; rank 0 evaluates every
+--eval-seconds, so that a mode with short global iterations (async) does not spend its time evaluating.
+"""
+import argparse
+import logging
+import os
+import sys
+
+from analysis import paper
+from launcher import experiment, runner
+from launcher.dmlc import split_at_double_dash
+from training import config, modes
+from training.checks import UsageError
+from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+
+PAPER_SLOWDOWN = "1,1,1,1,20,20"   # 4 fast devices, 2 slow ones (the paper's GPU and CPU steps differ ~100x)
+PAPER_MODES = ("esync", "sync", "async", "dcasgd")
+DEFAULT_LOG_DIR = os.path.join("logs", "paper")
+
+
+def build_parser():
+    p = config.OneLineErrorParser(
+        prog="launch.py paper", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
+        usage="%(prog)s [options] [-- extra worker args]")
+    p.add_argument("-n", "--networks", default="lenet", help="comma list of networks, a Table 1 each (default lenet)")
+    p.add_argument("--dataset", default="mnist-5k", choices=config.DATASETS, help="(default mnist-5k)")
+    p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"])
+    p.add_argument("--devices", help="one entry per worker, as launch.py's (default: one cpu per --slowdown factor)")
+    p.add_argument("--slowdown", default=PAPER_SLOWDOWN, help=f"as launch.py's (default {PAPER_SLOWDOWN})")
+    p.add_argument("--modes", default=",".join(PAPER_MODES),
+                   help=f"the cluster modes to compare (default {','.join(PAPER_MODES)}); the standalone baseline "
+                        "always runs")
+    p.add_argument("--repeats", type=int, default=5, help="runs of every mode and split (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
+    p.add_argument("--max-time", type=float, default=40.0, help="seconds each mode trains (default 40)")
+    p.add_argument("--target", type=float, default=paper.PAPER_TARGET,
+                   help=f"the accuracy the speedups are timed to (default {paper.PAPER_TARGET:g}, the paper's)")
+    p.add_argument("--eval-seconds", type=float, default=0.5, help="rank 0 evaluates this often (default 0.5)")
+    p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
+                   help=f"(default {DEFAULT_LOG_DIR})")
+    p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: the table and figures from the repeats an earlier run left in --log-dir")
+    return p
+
+
+def parse(argv):
+    """(options, [(network, repeat, launcher Experiment)], cluster modes); UsageError for bad input, found before
+    anything runs."""
+    own, worker_args = split_at_double_dash(list(argv))
+    ns = build_parser().parse_args(own)
+    if ns.repeats < 1 or ns.max_time <= 0 or ns.eval_seconds <= 0:
+        raise UsageError("--repeats, --max-time and --eval-seconds must be positive")
+    if not 0 < ns.target <= 1:
+        raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
+    cluster_modes = experiment.parse_modes(ns.modes)
+    alone = [mode for mode in cluster_modes if not modes.MODES[mode].cluster]
+    if alone:
+        raise UsageError(f"--modes {alone[0]}: the standalone baseline always runs; list cluster modes only")
+    networks = tuple(n.strip() for n in ns.networks.split(",") if n.strip())
+    runs = [] if ns.report_only else [(network, repeat, experiment.parse(launcher_argv(ns, network, repeat, split,
+                                                                                       cluster_modes, worker_args)))
+                                      for network in networks for repeat in range(1, ns.repeats + 1)
+                                      for split in paper.SPLITS]
+    return ns, networks, runs, cluster_modes
+
+
+def launcher_argv(ns, network, repeat, split, cluster_modes, worker_args):
+    """launch.py's command line of one repeat and split: the standalone baseline runs with the i.i.d. modes."""
+    chosen = cluster_modes + ((paper.standalone_mode(),) if split == "iid" else ())
+    argv = ["--modes", ",".join(chosen), "-n", network, "--dataset", ns.dataset, "-dd", ns.data_dir,
+            "--slowdown", ns.slowdown, "--max-time", str(ns.max_time), "--seed", str(ns.seed + repeat - 1),
+            "-ld", paper.repeat_dir(ns.log_dir, repeat), "--progress-every", str(ns.progress_every), "--no-figures"]
+    if ns.devices:
+        argv += ["--devices", ns.devices]
+    if split == "niid":
+        argv.append("--non-iid")
+    return argv + ["--", "--eval-seconds", str(ns.eval_seconds)] + list(worker_args)
+
+
+def main(argv):
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        ns, networks, runs, cluster_modes = parse(argv)
+    except UsageError as error:
+        print(f"launch.py paper: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    for index, (network, repeat, run) in enumerate(runs):
+        split = "non-i.i.d." if run.non_iid else "i.i.d."
+        print(f"[paper {index + 1}/{len(runs)}] {network}, repeat {repeat} (seed {run.seed}), {split} data: "
+              f"{', '.join(run.modes)}", flush=True)
+        code = runner.run(run)
+        if code:
+            what = "was interrupted" if code == EXIT_INTERRUPTED else f"failed (exit {code})"
+            print(f"launch.py paper: stopped: repeat {repeat} of {network} {what}; the runs before it are in "
+                  f"{ns.log_dir}", file=sys.stderr)
+            return code
+    return report(ns, networks, cluster_modes)
+
+
+def report(ns, networks, cluster_modes):
+    from analysis import paper_figures  # matplotlib: only when drawing
+
+    repeats = list(range(1, ns.repeats + 1)) if not ns.report_only else paper.repeats_in(ns.log_dir)
+    if not repeats:
+        print(f"launch.py paper: error: no repeat-<r> folders under {ns.log_dir}", file=sys.stderr)
+        return EXIT_USAGE
+    description = {"dataset": ns.dataset, "seeds": [ns.seed + r - 1 for r in repeats], "max_time": ns.max_time,
+                   "slowdown": ns.slowdown, "devices": ns.devices, "modes": list(cluster_modes)}
+    for network in networks:
+        try:
+            result, grid = paper.build_report(ns.log_dir, network, cluster_modes, repeats, ns.target, description)
+        except paper.PaperError as error:
+            print(f"launch.py paper: error: {error}", file=sys.stderr)
+            return EXIT_FAILURE
+        out_dir = os.path.join(ns.log_dir, network)
+        text, paths = paper.write_report(result, out_dir)
+        paths += paper_figures.draw_all(result, grid, cluster_modes, os.path.join(out_dir, "figures"))
+        print("\n" + text)
+        print("written:\n" + "\n".join(f"  {path}" for path in paths), flush=True)
+    return 0
+
+
+def run(argv):
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

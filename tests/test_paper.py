@@ -1,0 +1,216 @@
+"""`launch.py paper`: the ESync paper's experiment. Table 1's statistics on made-up repeats, the command lines of
+its launcher runs, and its quick form run for real: every cell and figure comes from the repeats' logs."""
+import glob
+import json
+import os
+import statistics
+
+import pytest
+
+from analysis import paper
+from launcher import paper as paper_command
+from launcher.cluster import ROOT
+from tests.test_launch import PNG_SIGNATURE, launcher, recorded_pids, still_running
+from training import runlog
+from training.checks import UsageError
+
+TARGET = 0.8
+
+
+def run(times, accuracies, samples_per_s=100.0, traffic=1.0, elapsed=None):
+    """A summary whose evaluating device logged `accuracies` at `times`."""
+    points = [[i + 1, t, a] for i, (t, a) in enumerate(zip(times, accuracies))]
+    return {"accuracy_device": "n/cpu-rank0", "devices": {"n": {"cpu-rank0": {"accuracy_points": points}}},
+            "cluster_throughput": samples_per_s, "traffic_mb_per_s": traffic, "final_accuracy": accuracies[-1],
+            "elapsed_time": elapsed or times[-1]}
+
+
+def grid_of(**runs):
+    return {mode: list(repeats) for mode, repeats in runs.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Table 1's numbers
+
+
+def test_statistics_are_the_mean_and_sample_stddev_of_the_repeats_that_have_a_value():
+    stats = paper.statistics_of([2.0, None, 4.0])
+
+    assert stats == {"mean": 3.0, "std": statistics.stdev([2.0, 4.0]), "n": 2, "values": [2.0, None, 4.0]}
+    assert paper.statistics_of([5.0])["std"] is None
+    assert paper.statistics_of([None])["mean"] is None
+
+
+def test_a_speedup_is_ssgds_time_to_the_target_over_the_modes_within_each_repeat():
+    runs = grid_of(sync=[run([10, 20], [0.5, 0.8]), run([30, 40], [0.7, 0.9])],
+                   esync=[run([1, 2], [0.85, 0.9]), run([4, 8], [0.6, 0.81])],
+                   local=[run([1], [0.9]), run([1], [0.9])])
+
+    table = paper.cells(runs, TARGET)
+
+    assert table["esync"]["speedup"]["values"] == [20 / 1, 40 / 8]
+    assert table["sync"]["speedup"]["values"] == [1.0, 1.0]
+    assert table["esync"]["time_to_target"]["values"] == [1, 8]
+    assert "speedup" not in paper.cells(grid_of(esync=runs["esync"], local=runs["local"]), TARGET)["esync"]
+
+
+def test_where_ssgd_never_reaches_the_target_the_speedup_is_a_lower_bound():
+    runs = grid_of(sync=[run([10, 50], [0.3, 0.6]), run([10, 30], [0.3, 0.85])],
+                   esync=[run([5], [0.9]), run([2], [0.9])], local=[run([1], [0.9])] * 2)
+
+    speedup = paper.cells(runs, TARGET)["esync"]["speedup"]
+
+    assert speedup["values"] == [None, 15.0] and speedup["at_least"] == 50 / 5
+    assert paper.format_statistic(speedup, ".1f") == "15.0 (1 of 2)"
+    assert paper.format_statistic({**speedup, "mean": None, "n": 0}, ".1f") == "> 10.0"
+
+
+def test_the_headline_pairs_esync_with_ssgd_asgd_and_sequential_sgd_repeat_by_repeat():
+    runs = grid_of(esync=[run([1], [0.9], 1000, 2.0), run([2], [0.92], 1200, 3.0)],
+                   sync=[run([10], [0.85], 100, 4.0), run([10], [0.88], 200, 4.0)],
+                   **{"async": [run([1], [0.9], 900, 20.0), run([1], [0.9], 800, 30.0)]},
+                   local=[run([1], [0.91], 500, 0.0), run([1], [0.9], 500, 0.0)])
+
+    claims = paper.headline(runs, TARGET)
+
+    assert claims["speedup_vs_ssgd"]["values"] == [10.0, 5.0]
+    assert claims["samples_per_s_vs_ssgd"]["values"] == [10.0, 6.0]
+    assert claims["traffic_vs_asgd"]["values"] == [0.1, 0.1]
+    assert claims["accuracy_minus_sequential"]["values"] == pytest.approx([-0.01, 0.02])
+    assert "-0.01" not in paper.describe_headline(claims, TARGET).split("±")[1]  # no sign on the spread
+
+
+def test_a_missing_run_names_its_folder(tmp_path):
+    with pytest.raises(paper.PaperError, match="repeat-1.lenet.esync: that run did not finish"):
+        paper.load_grid(str(tmp_path), "lenet", ("esync",), [1])
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line
+
+
+def parse(*argv):
+    return paper_command.parse(["-ld", "runs", *argv])
+
+
+def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_the_iid_modes():
+    ns, networks, runs, cluster_modes = parse("--repeats", "2", "--seed", "7", "--max-time", "3", "--", "-b", "32")
+
+    assert networks == ("lenet",) and cluster_modes == paper_command.PAPER_MODES
+    assert [(r, e.seed, e.non_iid) for _, r, e in runs] == [(1, 7, False), (1, 7, True), (2, 8, False), (2, 8, True)]
+    assert [e.modes for _, _, e in runs[:2]] == [paper_command.PAPER_MODES + ("local",), paper_command.PAPER_MODES]
+    first = runs[0][2]
+    assert first.slowdowns == ("1", "1", "1", "1", "20", "20") and first.max_time == 3.0
+    assert first.log_dir == os.path.abspath(os.path.join("runs", "repeat-1"))
+    assert first.worker_args == ("--eval-seconds", "0.5", "-b", "32") and not first.figures
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--modes", "esync,local"], "the standalone baseline always runs"),
+    (["--repeats", "0"], "must be positive"),
+    (["--target", "80"], "not an accuracy"),
+    (["--slowdown", "1,0.5"], "must be >= 1"),
+    (["--", "-m", "sync"], "set by the launcher"),
+])
+def test_bad_input_is_refused_before_anything_runs(argv, message):
+    with pytest.raises(UsageError, match=message):
+        parse(*argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# The quick form, for real
+
+
+@pytest.fixture(scope="module")
+def quick_form(tmp_path_factory):
+    """2 repeats of esync and sync on a fast and a 20x slower worker, 1 s each, and the standalone baseline."""
+    logs = str(tmp_path_factory.mktemp("paper") / "logs")
+    args = ["--repeats", "2", "--max-time", "1", "--slowdown", "1,20", "--modes", "esync,sync",
+            "-dd", os.path.join(ROOT, "data"), "--progress-every", "0.5"]
+    with launcher(args, logs, subprogram=["paper"]) as proc:
+        proc.wait(timeout=300)
+        with open(proc.output) as f:
+            output = f.read()
+    return logs, proc.returncode, output
+
+
+def repeat_folder(logs, repeat, folder):
+    return os.path.join(logs, f"repeat-{repeat}", "lenet", folder)
+
+
+def logged_accuracies(mode_dir):
+    """The test accuracies the evaluating worker logged, read from its iteration files."""
+    for _, _, folder in runlog.device_folders(mode_dir):
+        log = runlog.DeviceLog(folder)
+        accuracies = [r["accuracy"] for _, r in sorted(log.rounds.items()) if r.get("accuracy") is not None]
+        if accuracies:
+            return accuracies
+    return []
+
+
+@pytest.mark.slow
+def test_the_quick_form_exits_0_and_leaves_no_process_behind(quick_form):
+    logs, code, output = quick_form
+
+    assert code == 0, output
+    assert still_running(recorded_pids(os.path.join(logs, "repeat-1"))) == []
+    assert still_running(recorded_pids(os.path.join(logs, "repeat-2"))) == []
+
+
+@pytest.mark.slow
+def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
+    logs, _, output = quick_form
+    report = json.load(open(os.path.join(logs, "lenet", paper.RESULTS_FILE)))
+
+    assert report["repeats"] == [1, 2] and report["seeds"] == [0, 1]
+    for split in paper.SPLITS:
+        assert list(report["cells"][split]) == ["esync", "sync", "local"]
+        for mode, cells in report["cells"][split].items():
+            folder = runlog.run_folder(mode, non_iid=split == "niid" and mode != "local")
+            finals = [logged_accuracies(repeat_folder(logs, r, folder))[-1] for r in (1, 2)]
+            assert cells["final_accuracy"]["values"] == finals, (split, mode)
+            assert cells["final_accuracy"]["n"] == 2 and cells["samples_per_s"]["n"] == 2, (split, mode)
+            assert all(v > 0 for v in cells["samples_per_s"]["values"]), (split, mode)
+        assert report["cells"][split]["sync"]["traffic_mb_per_s"]["n"] == 2
+    table = open(os.path.join(logs, "lenet", paper.TABLE_FILE)).read()
+    assert table.count("| ESync |") == table.count("| Sync |") == table.count("| Standalone |") == 2
+    assert table in output + "\n"
+
+
+@pytest.mark.slow
+def test_the_standalone_baseline_runs_once_per_repeat_on_the_fastest_device_with_each_repeats_seed(quick_form):
+    logs, _, _ = quick_form
+
+    for repeat, seed in ((1, 0), (2, 1)):
+        assert not os.path.exists(repeat_folder(logs, repeat, "local-niid"))
+        metas = [runlog.read_meta(f) for _, _, f in runlog.device_folders(repeat_folder(logs, repeat, "local"))]
+        assert [(m["slowdown"], m["config"]["seed"]) for m in metas] == [(1.0, seed)]
+        workers = glob.glob(os.path.join(repeat_folder(logs, repeat, "sync-niid"), "*", "*", "meta.json"))
+        assert {json.load(open(p))["config"]["seed"] for p in workers} == {seed}
+
+
+@pytest.mark.slow
+def test_figures_3_to_5_are_drawn(quick_form):
+    logs, _, output = quick_form
+
+    figures = sorted(glob.glob(os.path.join(logs, "lenet", "figures", "*.png")))
+
+    assert [os.path.basename(f) for f in figures] == ["figure3_accuracy.png", "figure4_throughput_traffic.png",
+                                                     "figure5_compute_ratio.png"]
+    for figure in figures:
+        with open(figure, "rb") as f:
+            assert f.read(8) == PNG_SIGNATURE
+        assert figure in output
+
+
+@pytest.mark.slow
+def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
+    logs, _, output = quick_form
+
+    progress = [line for line in output.splitlines() if line.startswith("[sync 2/3]") and "samples/s" in line]
+    assert len(progress) >= 2 and "finished:" in progress[-1], output
+    assert "[local 3/3] 1 worker (cpu), no cluster" in output
+    outputs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(repeat_folder(logs, 1, "esync"),
+                                                                          "processes", "*.log")))
+    assert outputs == ["scheduler.log", "server-0.log", "state-server.log", "worker-0.log", "worker-1.log"]
+    assert output.count("[paper ") == 4
