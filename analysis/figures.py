@@ -22,7 +22,7 @@ from training import modes, runlog  # noqa: E402
 
 log = logging.getLogger("drawer")
 
-SPARE_COLOURS = ["tab:olive", "tab:cyan", "black"]  # for runs of a mode the catalog no longer holds
+SPARE_COLOURS = ["black", "darkgoldenrod", "navy"]  # for runs of a mode the catalog no longer holds
 NON_IID_HATCH = "//"
 FIGURE_SIZE = (8, 5)
 DPI = 120

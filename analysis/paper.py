@@ -177,15 +177,16 @@ def difference(value, other):
 # The table
 
 
-def format_statistic(stat, spec):
+def format_statistic(stat, spec, unit=""):
+    """'mean ± std', with the number of repeats that have a value when some lack one; '> bound' when none has."""
     if stat["mean"] is None:
         bound = stat.get("at_least")
-        return "-" if bound is None else f"> {bound:{spec}}"
+        return "-" if bound is None else f"> {bound:{spec}}{unit}"
     text = format(stat["mean"], spec)
     if stat["std"] is not None:
         text += f" ± {stat['std']:{spec.replace('+', '')}}"
     missing = len(stat["values"]) - stat["n"]
-    return text + (f" ({stat['n']} of {len(stat['values'])})" if missing else "")
+    return text + unit + (f" ({stat['n']} of {len(stat['values'])} repeats)" if missing else "")
 
 
 def markdown_table(headers, rows):
@@ -205,13 +206,13 @@ def split_table(table, target):
 
 def describe_headline(claims, target):
     parts = []
-    described = (("speedup_vs_ssgd", "{}× SSGD's speed to " + f"{target:g}", ".1f"),
-                 ("samples_per_s_vs_ssgd", "{}× SSGD's samples/s", ".1f"),
-                 ("traffic_vs_asgd", "{} of ASGD's traffic", ".2f"),
-                 ("accuracy_minus_sequential", "final accuracy {} against sequential SGD's", "+.3f"))
-    for key, text, spec in described:
+    described = (("speedup_vs_ssgd", "{} SSGD's speed to " + f"{target:g}", ".1f", "×"),
+                 ("samples_per_s_vs_ssgd", "{} SSGD's samples/s", ".1f", "×"),
+                 ("traffic_vs_asgd", "{} of ASGD's traffic", ".2f", ""),
+                 ("accuracy_minus_sequential", "final accuracy {} against sequential SGD's", "+.3f", ""))
+    for key, text, spec, unit in described:
         if key in claims:
-            parts.append(text.format(format_statistic(claims[key], spec)))
+            parts.append(text.format(format_statistic(claims[key], spec, unit)))
     return "ESync: " + ", ".join(parts) if parts else ""
 
 

@@ -69,7 +69,8 @@ ACCURACY_PROFILE = "1,1,4"
 # with each of `esync_policies` besides the default one; the Byzantine section runs (mode, with the attacker) pairs.
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], seconds=12, accuracy_budget=15, latency_calls=300,
-            modes=["esync", "sync", "async"], accuracy_profile_modes=["dcasgd", "nbsync"],
+            modes=["esync", "sync", "async"],
+            accuracy_profile_modes=["dcasgd", "dcasgd-paper", "nbsync", "fedavg", "fedasync"],
             esync_policies=["plan", "nonblocking"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",
             network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15})

@@ -1,6 +1,16 @@
+import compileall
+import os
+import re
+
 import pytest
 
-from launcher.cluster import ProcessGroup
+from launcher.cluster import ROOT, ProcessGroup
+
+
+def pytest_sessionstart(session):
+    """Byte-compile the repository once: with PYTHONDONTWRITEBYTECODE set no process caches what it compiles, and
+    the hundreds of processes the tests start would each compile the same modules again."""
+    compileall.compile_dir(ROOT, quiet=1, rx=re.compile(re.escape(os.sep) + r"\.venv" + re.escape(os.sep)))
 
 
 @pytest.fixture

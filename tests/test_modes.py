@@ -17,9 +17,9 @@ from launcher.cluster import ROOT
 from tests import logfactory
 from training import checks, modes
 
-FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "nbsync", "zeno", "zeno-async", "local")
+FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "dcasgd-paper", "downpour", "nbsync", "zeno", "zeno-async", "fedavg", "fedasync", "local")
 LAUNCH_ARGS = ["--devices", "cpu,cpu", "--max-iters", "5", "-n", "lenet", "--dataset", "mnist-5k"]
-GOSSIP = modes.Mode("gossip", "Gossip", "Gossip", "tab:cyan", "training.schemes.sync:Sync",
+GOSSIP = modes.Mode("gossip", "Gossip", "Gossip", "darkslategray", "training.schemes.sync:Sync",
                     "a mode added at run time", state_server=True)
 
 
@@ -169,8 +169,8 @@ def test_the_launcher_sets_the_mode_itself():
     (["-m", "nbsync", "-b", "100"], 2, "1", "-b 100 is not a multiple of --mini-batches 8"),
     (["-m", "zeno"], 1, "1", "-m zeno needs DMLC_NUM_WORKER >= 2"),
     (["-m", "zeno-async", "--validation-size", "10"], 3, "1", "--validation-size 10 is smaller than the batch size"),
-    (["-m", "zeno-async"], 3, "2", "-m zeno-async validates whole gradients on one server: set DMLC_NUM_SERVER=1"),
-    (["-m", "zeno", "--zeno-flavour", "async"], 3, "2", "-m zeno-async validates whole gradients on one server"),
+    (["-m", "zeno-async"], 3, "2", "-m zeno-async needs each worker's whole push on one server: set DMLC_NUM_SERVER=1"),
+    (["-m", "zeno", "--zeno-flavour", "async"], 3, "2", "-m zeno-async needs each worker's whole push on one server"),
 ])
 def test_main_reports_a_mode_check_as_a_usage_error(argv, num_workers, servers, message, monkeypatch):
     monkeypatch.setenv("DMLC_NUM_SERVER", servers)
@@ -205,5 +205,5 @@ def test_a_mode_added_to_the_catalog_reaches_every_script(monkeypatch, tmp_path)
     assert run["algorithm"] == "Gossip"
     runs = drawer.load_runs(str(tmp_path / logfactory.NETWORK), 0.85)
     assert [r["mode"] for r in runs] == ["local", "gossip"]  # the catalog's order: appended last
-    assert drawer.colour_for(runs[1]) == "tab:cyan"
+    assert drawer.colour_for(runs[1]) == "darkslategray"
     assert modes.scheme_class("gossip").__name__ == "Sync"

@@ -61,8 +61,8 @@ def test_where_ssgd_never_reaches_the_target_the_speedup_is_a_lower_bound():
     speedup = paper.cells(runs, TARGET)["esync"]["speedup"]
 
     assert speedup["values"] == [None, 15.0] and speedup["at_least"] == 50 / 5
-    assert paper.format_statistic(speedup, ".1f") == "15.0 (1 of 2)"
-    assert paper.format_statistic({**speedup, "mean": None, "n": 0}, ".1f") == "> 10.0"
+    assert paper.format_statistic(speedup, ".1f", "×") == "15.0× (1 of 2 repeats)"
+    assert paper.format_statistic({**speedup, "mean": None, "n": 0}, ".1f", "×") == "> 10.0×"
 
 
 def test_the_headline_pairs_esync_with_ssgd_asgd_and_sequential_sgd_repeat_by_repeat():

@@ -344,7 +344,7 @@ def test_mode_folder_without_iter_files_exits_2(tmp_path):
 def test_unknown_mode_exits_2(tmp_path):
     logfactory.write_run(str(tmp_path), "sync", nodes=("host1",), devices=("cpu",))
 
-    result = run_summary("-b", str(tmp_path), "-n", NETWORK, "-m", "fedavg")
+    result = run_summary("-b", str(tmp_path), "-n", NETWORK, "-m", "gossip")
 
     assert result.returncode == 2
     assert "unknown mode" in result.stderr

@@ -14,8 +14,10 @@ from training.attacks import ATTACKS
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan", "nonblocking")
 LOCAL_OPTIMIZERS = ("sgd", "momentum", "adam")  # the original ESync's choices for its local steps (-ll)
-LOCAL_OPTIMIZER_MODES = ("esync",)  # the modes whose local steps --local-optimizer chooses
+LOCAL_OPTIMIZER_MODES = ("esync", "fedavg", "fedasync")  # the modes whose local steps --local-optimizer chooses
 MOMENTUM_OPTIMIZER_DEFAULT = 0.9  # --momentum of --local-optimizer momentum when not given
+STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # FedAsync's s(t - tau): training/fedasync_server.py
+STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper's experiments
 EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its checkpoints (training/evaluator.py)
 
 DEFAULTS = dict(
@@ -56,7 +58,13 @@ DEFAULTS = dict(
     sync_timeout=300.0,
     validator=False,        # zeno: this process is the trusted validator
     validation_size=1000,   # zeno: training samples held out for the validator
-    sync_interval=4,        # zeno: local steps between aggregations
+    sync_interval=4,        # zeno, fedavg, fedasync: local steps between aggregations
+    n_push=4,               # downpour: local steps between pushes of the summed gradients
+    n_fetch=4,              # downpour: local steps between fetches of the server's weights
+    alpha=0.6,              # fedasync: the server's mixing weight
+    staleness="polynomial",  # fedasync: how the mixing weight shrinks with staleness
+    staleness_a=None,       # fedasync: a of the staleness function (0.5 polynomial, 10 hinge)
+    staleness_b=4.0,        # fedasync: b of the hinge function
     zeno_flavour="sync",    # --zeno-flavour async: an alias of -m zeno-async
     rho=None,               # zeno 0.6; zeno-async 0.02 x -l (see --help)
     eta=-0.001,             # zeno: a delta is rejected unless mean(u.v) > eta mean(v^2)
@@ -137,6 +145,13 @@ def _accuracy(text):
     return value
 
 
+def _mixing_weight(text):
+    value = _positive(float)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"--alpha is a weight in (0, 1], got {text!r}")
+    return value
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """Reports a bad argument in one line instead of the whole usage text."""
 
@@ -153,8 +168,10 @@ def build_parser():
                     "or trains on one device when DMLC_ROLE is unset.")
     p.set_defaults(**DEFAULTS)
     p.add_argument("-l", "--learning-rate", type=_positive(float), help="SGD learning rate (sync, async, local)")
-    p.add_argument("-ll", "--local-lr", type=_positive(float), help="ESync's local learning rate")
-    p.add_argument("-gl", "--global-lr", type=_positive(float), help="ESync's global learning rate")
+    p.add_argument("-ll", "--local-lr", type=_positive(float),
+                   help="the learning rate of local steps (esync, zeno, fedavg, fedasync)")
+    p.add_argument("-gl", "--global-lr", type=_positive(float),
+                   help="esync, zeno, fedavg: weights = start + global_lr x the mean delta")
     p.add_argument("--momentum", type=_non_negative(float),
                    help=f"SGD momentum (default 0; {MOMENTUM_OPTIMIZER_DEFAULT} with --local-optimizer momentum)")
     p.add_argument("--local-optimizer", choices=LOCAL_OPTIMIZERS,
@@ -197,7 +214,17 @@ def build_parser():
                    help="zeno: this worker is the trusted validator (exactly one per job; it trains on "
                         "--validation-size held-out samples and scores every worker's update)")
     p.add_argument("--validation-size", type=_positive(int), help="zeno: training samples held out for the validator")
-    p.add_argument("--sync-interval", type=_positive(int), help="zeno: local steps between aggregations")
+    p.add_argument("--sync-interval", type=_positive(int),
+                   help="zeno, fedavg, fedasync: local steps between aggregations")
+    p.add_argument("--n-push", type=_positive(int), help="downpour: local steps between pushes of their gradients")
+    p.add_argument("--n-fetch", type=_positive(int), help="downpour: local steps between fetches of the weights")
+    p.add_argument("--alpha", type=_mixing_weight, help="fedasync: the server's mixing weight alpha in (0, 1]")
+    p.add_argument("--staleness", choices=STALENESS_FUNCTIONS,
+                   help="fedasync: s(t - tau), the factor of alpha for a model t - tau updates old: constant 1, "
+                        "polynomial (t - tau + 1)^-a, hinge 1 up to b then 1 / (a (t - tau - b) + 1)")
+    p.add_argument("--staleness-a", type=_non_negative(float),
+                   help="fedasync: a of --staleness (default 0.5 polynomial, 10 hinge)")
+    p.add_argument("--staleness-b", type=_non_negative(float), help="fedasync: b of the hinge function")
     p.add_argument("--zeno-flavour", choices=("sync", "async"),
                    help="-m zeno --zeno-flavour async is -m zeno-async (Zeno++)")
     p.add_argument("--rho", type=_non_negative(float),
@@ -289,4 +316,6 @@ def parse_args(argv=None):
         args.node_name = socket.gethostname()
     if args.rho is None:
         args.rho = 0.02 * args.learning_rate if args.mode == "zeno-async" else 0.6
+    if args.staleness_a is None:
+        args.staleness_a = STALENESS_A_DEFAULTS.get(args.staleness, 0.0)
     return args

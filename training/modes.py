@@ -36,10 +36,14 @@ def check_validator_job(args, num_workers):
         raise ModeError(f"--validation-size {args.validation_size} is smaller than the batch size {args.batch_size}")
 
 
+def check_one_server(args, num_workers):
+    if os.environ.get("DMLC_NUM_SERVER", "1") != "1":
+        raise ModeError(f"-m {args.mode} needs each worker's whole push on one server: set DMLC_NUM_SERVER=1")
+
+
 def check_zeno_async(args, num_workers):
     check_validator_job(args, num_workers)
-    if os.environ.get("DMLC_NUM_SERVER", "1") != "1":
-        raise ModeError(f"-m {args.mode} validates whole gradients on one server: set DMLC_NUM_SERVER=1")
+    check_one_server(args, num_workers)
 
 
 def check_nbsync(args, num_workers):
@@ -58,6 +62,13 @@ MODES = {mode.name: mode for mode in (
          "ASGD, one step per round: push the gradient, the server applies SGD, pull the newest weights (dist_async)"),
     Mode("dcasgd", "DCASGD", "DCASGD", "tab:orange", "training.schemes.asynchronous:DCASGD",
          "DC-ASGD, as async with MXNet's delay-compensated DCASGD on the server (dist_async)"),
+    Mode("dcasgd-paper", "DC-ASGD (per worker)", "DCASGD-PerWorker", "sienna",
+         "training.schemes.asynchronous:DCASGDPerWorker",
+         "DC-ASGD as its paper defines it, the one server keeping a backup of the weights per worker (dist_async)",
+         check=check_one_server),
+    Mode("downpour", "Downpour", "Downpour", "darkkhaki", "training.schemes.downpour:Downpour",
+         "Downpour SGD, local SGD steps, the summed gradients pushed every --n-push steps and the weights fetched "
+         "every --n-fetch (dist_async)"),
     Mode("nbsync", "NBSSGD", "NBSSGD", "tab:purple", "training.schemes.nbsync:NonBlockingSync",
          "NBSSGD, parts of a batch until everyone has arrived, then one weighted gradient sum (dist_sync)",
          state_server=True, synchronous=True, check=check_nbsync),
@@ -67,6 +78,12 @@ MODES = {mode.name: mode for mode in (
     Mode("zeno-async", "Zeno++", "ZenoAsync", "tab:pink", "training.schemes.zeno:ZenoAsync",
          "Zeno++, the one server scores each gradient against the validator's before applying it (dist_async)",
          validator=True, check=check_zeno_async),
+    Mode("fedavg", "FedAvg", "FedAvg", "tab:olive", "training.schemes.fedavg:FedAvg",
+         "FedAvg, --sync-interval local steps, then the synchronous average of the models (dist_sync)",
+         synchronous=True),
+    Mode("fedasync", "FedAsync", "FedAsync", "tab:cyan", "training.schemes.fedasync:FedAsync",
+         "FedAsync, --sync-interval local steps, then the one server mixes the model in by its staleness "
+         "(dist_async)", check=check_one_server),
     Mode("local", "Standalone", "Standalone", "tab:gray", "training.schemes.local:Local",
          "standalone, one device and no cluster: the baseline of the figures", cluster=False),
 )}

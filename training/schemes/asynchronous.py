@@ -2,12 +2,15 @@
 
 A round is one local step: push the gradient (device copies summed) and the BatchNorm statistics, let the
 servers apply their rule (training/server_optimizer.py) to this push alone, pull the newest weights and
-statistics.
+statistics. DC-ASGD comes twice: MXNet's (one backup of the weights per key) and the paper's (one per worker,
+through per-worker key ranges on one server).
 """
 import mxnet as mx
 
 from training.schemes.base import Scheme
 from training.server_optimizer import ServerOptimizer
+
+LAMBDA = 0.04  # DC-ASGD's variance control (MXNet's default lamda)
 
 
 class Async(Scheme):
@@ -47,4 +50,35 @@ class DCASGD(Async):
 
     def server_rule(self):
         return mx.optimizer.DCASGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
-                                    wd=self.options.wd, lamda=0.04)
+                                    wd=self.options.wd, lamda=LAMBDA)
+
+
+class DCASGDPerWorker(Scheme):
+    """DC-ASGD as the paper defines it: the one server keeps a backup of the weights per worker
+    (training/dcasgd_server.py). Each worker pushes its gradient to, and pulls the weights from, its own key range.
+    BatchNorm statistics stay local to each worker."""
+    name = "dcasgd-paper"
+    kvstore = "dist_async"
+
+    def setup(self):
+        from training.dcasgd_server import DelayCompensatedPerWorker
+
+        num_arrays = len(self.model.trainable)
+        ctx0 = self.model.ctxs[0]
+        weights = [p.data(ctx0).copy() for p in self.model.trainable]
+        control_key = self.num_workers * num_arrays
+        self.kv.init(list(range(control_key + 1)), weights * self.num_workers + [self.control])
+        if self.rank == 0:
+            self.kv.set_optimizer(DelayCompensatedPerWorker(self.num_workers, num_arrays, self.options.learning_rate,
+                                                            LAMBDA, wd=self.options.wd))
+        self.kv._barrier()  # no push before the server holds the rule
+        self.keys = list(range(self.rank * num_arrays, (self.rank + 1) * num_arrays)) + [control_key]
+        self.kv.pull(self.keys[:-1], out=[p.list_data() for p in self.model.trainable])
+
+    def aggregate(self, stop_vote):
+        self.model.reduce_gradients()
+        self.corrupt(p.list_grad() for p in self.model.trainable)
+        self.control[:] = float(stop_vote)
+        self.kv.push(self.keys, [p.list_grad()[0] for p in self.model.trainable] + [self.control])
+        self.kv.pull(self.keys, out=[p.list_data() for p in self.model.trainable] + [self.control])
+        return stop_vote or self.stop_requested()

@@ -24,10 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-import mxnet as mx
-
 from training import runlog
-from training.schemes.base import CoordinatedOptions, Scheme
+from training.schemes.base import CoordinatedOptions
+from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
 from training.state_client import StateClient, StateServerUnavailable
 
 log = logging.getLogger("esync")
@@ -36,20 +35,15 @@ STEP_TIME_SMOOTHING = 0.2
 
 
 @dataclass(frozen=True)
-class ESyncOptions(CoordinatedOptions):
-    local_lr: float
-    local_optimizer: str
-    global_lr: float
+class ESyncOptions(CoordinatedOptions, LocalSGDOptions):
     esync_policy: str
     epsilon: Optional[float]
 
 
-class ESync(Scheme):
+class ESync(DeltaAveraging):
     name = "esync"
     Options = ESyncOptions
-    kvstore = "dist_sync"
     aggregation_phase = runlog.GLOBAL_UPDATE  # as the original ESync scripts log it
-    updates_locally = True
     coordinated = True
 
     def setup(self):
@@ -58,12 +52,8 @@ class ESync(Scheme):
                                   on_not_initialised=self.set_up_job_again)
         if self.rank == 0:
             self.set_up_job()
-        # broadcast_initial_weights ends in a barrier, so /init/ above precedes every worker's first request.
-        self.broadcast_initial_weights()
-        self.local_trainer(options.local_lr, options.local_optimizer)
-        self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
-        self.delta = [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
-        self.buffers = self.exchanged(self.delta)
+        # Setting up the weights ends in a barrier, so /init/ above precedes every worker's first request.
+        super().setup()
         self.step_seconds = None
         self.planned_steps = 1
         self.opening = None  # the request that opened this round
@@ -86,10 +76,6 @@ class ESync(Scheme):
                 self.opening = self.requests.submit(self.client.plan, self.rank, self.step_seconds)
         elif completed > 0:
             self.opening = self.requests.submit(self.client.reset, self.rank, completed, time.time())
-
-    def local_step(self):
-        self.model.reduce_gradients()
-        self.trainer.update(1)
 
     def round_done(self, steps, step_seconds):
         # A smoothed step time: one step's time is noisy when workers share cores.
@@ -151,22 +137,6 @@ class ESync(Scheme):
         except StateServerUnavailable as err:
             log.warning("%s: ending this round here", err)
             return True
-
-    def aggregate(self, stop_vote):
-        ctx0 = self.model.ctxs[0]
-        for p, delta, start in zip(self.model.trainable, self.delta, self.start):
-            mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
-        self.corrupt(self.delta)
-        self.control[:] = float(stop_vote)
-        self.stats.gather()
-        self.transport.sum(self.keys, self.buffers)
-        scale = self.options.global_lr / self.num_workers
-        for p, delta, starts in zip(self.model.trainable, self.delta, self.start):
-            for data, start in zip(p.list_data(), starts):
-                start += scale * delta.as_in_context(start.context)
-                start.copyto(data)
-        self.stats.scatter(1.0 / self.num_workers)
-        return stop_vote or self.stop_requested()
 
     def finish(self):
         self.requests.shutdown()

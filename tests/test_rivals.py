@@ -1,0 +1,139 @@
+"""The rivals beside ESync: the federated baselines of its journal version, FedAvg (fixed local steps, then the
+synchronous average) and FedAsync (the server mixes each arriving model by its staleness), and DC-ASGD as its paper
+defines it (a backup of the weights per worker). Each rule on its own, then each in a real job."""
+import statistics
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
+from training.dcasgd_server import DelayCompensatedPerWorker
+from training.fedasync_server import FedAsyncLayout, FedAsyncMixer, staleness_weight
+
+ALPHA = 0.6
+
+
+@pytest.mark.parametrize("function, staleness, a, b, expected", [
+    ("constant", 7, 0.5, 4, 1.0),
+    ("polynomial", 0, 0.5, 4, 1.0),
+    ("polynomial", 3, 0.5, 4, 0.5),
+    ("hinge", 4, 10, 4, 1.0),
+    ("hinge", 6, 10, 4, 1 / 21),
+])
+def test_the_staleness_functions_are_the_papers(function, staleness, a, b, expected):
+    assert staleness_weight(function, staleness, a, b) == pytest.approx(expected)
+
+
+def push(mixer, layout, rank, stored, model):
+    """What the server does with a worker's push: one update per array of its range, in order."""
+    for index, new in zip(layout.model_keys(rank), model):
+        mixer.update(index, stored[index], mx.nd.array(new), None)
+
+
+def test_the_server_mixes_each_model_by_how_many_updates_it_missed():
+    layout = FedAsyncLayout(num_workers=2, num_arrays=2)
+    mixer = FedAsyncMixer(layout, ALPHA, "polynomial", 0.5, 4)
+    x0 = [np.array([1.0, 1.0]), np.array([2.0])]
+    stored = {k: mx.nd.array(x0[k % 2]) for k in range(4)}  # every range starts from the initial model
+
+    push(mixer, layout, 0, stored, [[3.0, 3.0], [4.0]])   # fresh: a_t = alpha
+    x1 = [(1 - ALPHA) * x + ALPHA * n for x, n in zip(x0, [np.array([3.0, 3.0]), np.array([4.0])])]
+    push(mixer, layout, 0, stored, [[5.0, 5.0], [6.0]])   # fresh again
+    x2 = [(1 - ALPHA) * x + ALPHA * n for x, n in zip(x1, [np.array([5.0, 5.0]), np.array([6.0])])]
+    push(mixer, layout, 1, stored, [[0.0, 0.0], [0.0]])   # started from x0: 2 updates old
+    mixing = ALPHA * 3 ** -0.5
+    x3 = [(1 - mixing) * x for x in x2]
+
+    for rank in (0, 1):
+        for index, expected in zip(layout.model_keys(rank), x2 if rank == 0 else x3):
+            np.testing.assert_allclose(stored[index].asnumpy(), expected, rtol=1e-6)
+    assert mixer.last == {0: [0.0, ALPHA], 1: [2.0, pytest.approx(mixing)]}
+    assert mixer.started == {0: 2, 1: 3}
+
+
+@pytest.mark.slow
+def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(processes, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    workers = start_job(processes, "fedavg", LENET_ARGS + ["--sync-interval", "5", "--max-iters", "30", "-e", "10",
+                                                           "--digest-weights"],
+                        num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+
+    folders = worker_folders(log_dir)
+    records = [iter_records(folder) for folder in folders]
+    assert all(len(r["time"]) == 5 for worker in records for r in worker)  # the slow worker too: FedAvg waits
+    assert [r["weights_digest"] for r in records[0]] == [r["weights_digest"] for r in records[1]]
+    best = max(r["accuracy"] for worker in records for r in worker if "accuracy" in r)
+    assert best >= 0.85
+
+
+@pytest.mark.slow
+def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learns(processes, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    workers = start_job(processes, "fedasync", LENET_ARGS + ["--sync-interval", "4", "--max-iters", "60",
+                                                             "-e", "10"],
+                        num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+
+    by_speed = {meta(folder)["slowdown"]: iter_records(folder) for folder in worker_folders(log_dir)}
+    fast, slow = by_speed[1.0], by_speed[4.0]
+    mixed = [r for r in fast + slow if r["mixing_weight"] > 0]  # [0, 0] until the server has mixed a push in
+    assert len(mixed) >= len(fast + slow) - 4
+    for record in mixed:  # each logged weight is the rule's for its logged staleness
+        assert record["mixing_weight"] == pytest.approx(ALPHA * (record["staleness"] + 1) ** -0.5, rel=1e-5)
+    assert statistics.median(r["staleness"] for r in slow[2:]) >= 2
+    assert statistics.median(r["staleness"] for r in fast[2:]) <= 1
+    best = max(r["accuracy"] for r in fast + slow if "accuracy" in r)
+    assert best >= 0.85
+
+
+def test_dc_asgd_compensates_each_gradient_with_the_backup_of_the_worker_that_sent_it():
+    lr, lamda = 0.1, 0.5
+    rule = DelayCompensatedPerWorker(num_workers=2, num_arrays=1, lr=lr, lamda=lamda)
+    stored = {0: mx.nd.array([1.0]), 1: mx.nd.array([1.0])}
+
+    rule.update(0, stored[0], mx.nd.array([2.0]), None)   # worker 0's backup is the initial 1.0: no compensation
+    w1 = 1.0 - lr * 2.0
+    rule.update(0, stored[0], mx.nd.array([1.0]), None)   # its backup is now w1, the weights it pulled
+    w2 = w1 - lr * 1.0
+    rule.update(1, stored[1], mx.nd.array([2.0]), None)   # worker 1 pulled 1.0 and missed two updates
+    w3 = w2 - lr * (2.0 + lamda * 4.0 * (w2 - 1.0))
+
+    assert stored[0].asscalar() == pytest.approx(w2) and stored[1].asscalar() == pytest.approx(w3)
+    assert rule.backups[(1, 0)].asscalar() == pytest.approx(w3)
+
+
+@pytest.mark.slow
+def test_dc_asgd_with_a_backup_per_worker_learns(processes, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    workers = start_job(processes, "dcasgd-paper", LENET_ARGS + ["--max-iters", "150", "-e", "10"],
+                        num_workers=2, log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+
+    curve = [r["accuracy"] for folder in worker_folders(log_dir) for r in iter_records(folder) if "accuracy" in r]
+    assert curve[0] < 0.6 and max(curve) > 0.85, curve
+
+
+@pytest.mark.slow
+def test_downpour_pushes_and_fetches_on_its_own_schedule_and_learns(processes, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    workers = start_job(processes, "downpour", LENET_ARGS + ["--n-push", "2", "--n-fetch", "3", "--max-iters", "100",
+                                                             "-e", "10"],
+                        num_workers=2, log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+
+    for folder in worker_folders(log_dir):
+        records = iter_records(folder)
+        # Rounds end at steps 2, 3, 4, 6, 8, 9, ...: a push of every weight at 2, 4, 6, 8, a fetch at 3, 6, 9 (the
+        # first round's bytes also hold the initial broadcast).
+        assert [len(r["time"]) for r in records[:6]] == [2, 1, 1, 2, 2, 1]
+        weights = meta(folder)["param_bytes"]
+        assert [r["sent_bytes"] > weights for r in records[1:6]] == [False, True, True, True, False]
+        assert [r["received_bytes"] > weights for r in records[1:6]] == [True, False, True, False, True]
+    curve = [r["accuracy"] for folder in worker_folders(log_dir) for r in iter_records(folder) if "accuracy" in r]
+    assert max(curve) > 0.85, curve

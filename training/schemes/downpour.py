@@ -1,0 +1,72 @@
+"""Downpour SGD (Dean et al., "Large Scale Distributed Deep Networks", 2012), a baseline of NBSSGD's paper, over
+dist_async: each worker trains its replica with SGD on its own gradients, adds them up, pushes the sum every
+--n-push steps (the server applies SGD to it, as in ASGD) and replaces its replica with the server's weights every
+--n-fetch steps. A round ends at each push or fetch. BatchNorm statistics stay local to each worker.
+
+The paper leaves open what a replica does with its gradients between fetches; here it applies them (lr -l), as the
+server will, so a replica does not compute n_fetch gradients at one stale point.
+"""
+from dataclasses import dataclass
+
+import mxnet as mx
+
+from training.schemes.base import Options, Scheme
+from training.server_optimizer import ServerOptimizer
+
+
+@dataclass(frozen=True)
+class DownpourOptions(Options):
+    n_push: int
+    n_fetch: int
+
+
+class Downpour(Scheme):
+    name = "downpour"
+    Options = DownpourOptions
+    kvstore = "dist_async"
+    updates_locally = True
+
+    def setup(self):
+        self.broadcast_initial_weights()
+        rule = mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
+                                wd=self.options.wd)
+        self.kv.set_optimizer(ServerOptimizer(inner=rule, control_key=self.control_key))
+        self.kv._barrier()  # no worker pushes before every server holds the rule
+        self.local_trainer(self.options.learning_rate)
+        ctx0 = self.model.ctxs[0]
+        self.sums = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
+        self.weight_keys = list(range(len(self.sums)))
+        self.steps = 0
+
+    def local_step(self):
+        self.model.reduce_gradients()
+        for total, p in zip(self.sums, self.model.trainable):
+            total += p.list_grad()[0]
+        self.trainer.update(1)
+        self.steps += 1
+
+    def round_done(self, steps, step_seconds):
+        return self.push_due or self.fetch_due
+
+    @property
+    def push_due(self):
+        return self.steps % self.options.n_push == 0
+
+    @property
+    def fetch_due(self):
+        return self.steps % self.options.n_fetch == 0
+
+    def aggregate(self, stop_vote):
+        self.control[:] = float(stop_vote)
+        if self.push_due:
+            self.corrupt(self.sums)
+            self.kv.push(self.weight_keys + [self.control_key], self.sums + [self.control])
+        else:
+            self.kv.push(self.control_key, self.control)
+        if self.fetch_due:
+            self.kv.pull(self.weight_keys, out=[p.list_data() for p in self.model.trainable])
+        self.kv.pull(self.control_key, out=self.control)
+        if self.push_due:
+            for total in self.sums:
+                total[:] = 0
+        return stop_vote or self.stop_requested()
