@@ -59,7 +59,7 @@ def start_esync(processes, log_dir, sync_timeout, max_time, policy="apply", mode
 def test_training_goes_on_when_the_state_server_restarts(processes, tmp_path, mode, policy):
     base = str(tmp_path / "logs")
     log_dir = os.path.join(base, "lenet", mode)
-    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=30, max_time=5, policy=policy,
+    workers, state_server, port = start_esync(processes, log_dir, sync_timeout=30, max_time=4, policy=policy,
                                               mode=mode)
     time.sleep(1)
 

@@ -123,9 +123,10 @@ def test_bad_input_is_refused_before_anything_runs(argv, message):
 
 @pytest.fixture(scope="module")
 def quick_form(tmp_path_factory):
-    """2 repeats of esync and sync on a fast and a 20x slower worker, 1 s each, and the standalone baseline."""
+    """2 repeats of esync and sync on a fast and a 20x slower worker, half a second each, and the standalone
+    baseline."""
     logs = str(tmp_path_factory.mktemp("paper") / "logs")
-    args = ["--repeats", "2", "--max-time", "1", "--slowdown", "1,20", "--modes", "esync,sync",
+    args = ["--repeats", "2", "--max-time", "0.5", "--slowdown", "1,20", "--modes", "esync,sync",
             "-dd", os.path.join(ROOT, "data"), "--progress-every", "0.5"]
     with launcher(args, logs, subprogram=["paper"]) as proc:
         proc.wait(timeout=300)

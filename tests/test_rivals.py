@@ -57,7 +57,7 @@ def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(
     log_dir = str(tmp_path / "logs")
     workers = start_job(processes, "fedavg", LENET_ARGS + ["--sync-interval", "5", "--max-iters", "30", "-e", "10",
                                                            "--digest-weights"],
-                        num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
+                        num_workers=2, slowdowns=[1, 2], log_dir=log_dir)
 
     finish(processes, workers, timeout=180)
 
@@ -123,7 +123,7 @@ def test_downpour_pushes_and_fetches_on_its_own_schedule_and_learns(processes, t
     log_dir = str(tmp_path / "logs")
     workers = start_job(processes, "downpour", LENET_ARGS + ["--n-push", "2", "--n-fetch", "3", "--max-iters", "100",
                                                              "-e", "10"],
-                        num_workers=2, log_dir=log_dir)
+                        num_workers=1, log_dir=log_dir)
 
     finish(processes, workers, timeout=180)
 

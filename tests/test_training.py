@@ -149,10 +149,9 @@ def test_non_iid_training_gives_each_worker_a_block_of_classes(request, job):
     assert "accuracy" in iter_records(folders[0])[-1]
 
 
-@pytest.mark.parametrize("dcasgd", ["0", "1"])
-def test_dist_async_improves_accuracy(processes, tmp_path, dcasgd):
+def test_dist_async_improves_accuracy(processes, tmp_path):
     log_dir = str(tmp_path / "logs")
-    workers = start_job(processes, "async", LENET_ARGS + ["-dcasgd", dcasgd, "--max-iters", "150", "-e", "10"],
+    workers = start_job(processes, "async", LENET_ARGS + ["--max-iters", "150", "-e", "10"],
                         num_workers=2, log_dir=log_dir)
 
     finish(processes, workers, timeout=180)
