@@ -50,7 +50,7 @@ def colour_for(run):
 
 def standalone_mode():
     """The mode that trains without a cluster: the baseline line of the accuracy figures."""
-    return next(mode for mode in modes.MODES.values() if not mode.cluster)
+    return modes.MODES[modes.STANDALONE]
 
 
 def curve_label(run):
@@ -65,8 +65,7 @@ def run_label(run):
 
 
 def is_standalone(run):
-    mode = catalog_entry(run)
-    return mode is not None and not mode.cluster
+    return catalog_entry(run) is standalone_mode()
 
 
 def obtain_summary(network_dir, mode, target, num_params, refresh):

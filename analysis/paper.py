@@ -39,7 +39,7 @@ class PaperError(Exception):
 
 
 def standalone_mode():
-    return next(name for name, mode in modes.MODES.items() if not mode.cluster)
+    return modes.STANDALONE
 
 
 def repeat_dir(log_dir, repeat):

@@ -19,7 +19,7 @@ import os
 import sys
 
 from analysis import paper
-from launcher import experiment, runner
+from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
 from training.checks import UsageError
@@ -58,8 +58,8 @@ def build_parser():
 
 
 def parse(argv):
-    """(options, [(network, repeat, launcher Experiment)], cluster modes); UsageError for bad input, found before
-    anything runs."""
+    """(options, networks, [(network, repeat, launcher Experiment)], cluster modes); UsageError for bad input, found
+    before anything runs."""
     own, worker_args = split_at_double_dash(list(argv))
     ns = build_parser().parse_args(own)
     if ns.repeats < 1 or ns.max_time <= 0 or ns.eval_seconds <= 0:
@@ -71,11 +71,14 @@ def parse(argv):
     if alone:
         raise UsageError(f"--modes {alone[0]}: the standalone baseline always runs; list cluster modes only")
     networks = tuple(n.strip() for n in ns.networks.split(",") if n.strip())
-    runs = [] if ns.report_only else [(network, repeat, experiment.parse(launcher_argv(ns, network, repeat, split,
-                                                                                       cluster_modes, worker_args)))
-                                      for network in networks for repeat in range(1, ns.repeats + 1)
-                                      for split in paper.SPLITS]
+    runs = [] if ns.report_only else planned_runs(ns, networks, cluster_modes, worker_args)
     return ns, networks, runs, cluster_modes
+
+
+def planned_runs(ns, networks, cluster_modes, worker_args):
+    """Every launcher run, in order: per network and repeat, the i.i.d. run, then the non-i.i.d. one."""
+    return [(network, repeat, experiment.parse(launcher_argv(ns, network, repeat, split, cluster_modes, worker_args)))
+            for network in networks for repeat in range(1, ns.repeats + 1) for split in paper.SPLITS]
 
 
 def launcher_argv(ns, network, repeat, split, cluster_modes, worker_args):
@@ -96,6 +99,11 @@ def main(argv):
                         datefmt="%H:%M:%S")
     try:
         ns, networks, runs, cluster_modes = parse(argv)
+        first_runs = {}
+        for network, _, run in runs:
+            first_runs.setdefault(network, run)
+        for run in first_runs.values():  # every run of a network has the same workers, data and folders
+            preflight.check_machine(run)
     except UsageError as error:
         print(f"launch.py paper: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -215,3 +215,18 @@ def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
                                                                           "processes", "*.log")))
     assert outputs == ["scheduler.log", "server-0.log", "state-server.log", "worker-0.log", "worker-1.log"]
     assert output.count("[paper ") == 4
+
+
+def test_missing_data_ends_the_command_in_one_line_before_any_run(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.test_launch import LAUNCH_PY, launcher_env
+
+    result = subprocess.run([sys.executable, LAUNCH_PY, "paper", "-ld", str(tmp_path / "logs"),
+                             "-dd", str(tmp_path / "nowhere")], cwd=ROOT, env=launcher_env(), capture_output=True,
+                            text=True, timeout=60)
+
+    assert result.returncode == 2
+    assert result.stderr.startswith("launch.py paper: error:") and len(result.stderr.splitlines()) == 1
+    assert "not found" in result.stderr and not os.path.exists(tmp_path / "logs" / "repeat-2")

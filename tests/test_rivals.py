@@ -1,13 +1,16 @@
 """The rivals beside ESync: the federated baselines of its journal version, FedAvg (fixed local steps, then the
-synchronous average) and FedAsync (the server mixes each arriving model by its staleness), and DC-ASGD as its paper
-defines it (a backup of the weights per worker). Each rule on its own, then each in a real job."""
+synchronous average) and FedAsync (the server mixes each arriving model by its staleness), DC-ASGD as its paper
+defines it (a backup of the weights per worker), Downpour SGD and ZenoPS's validation-only baseline. Each rule on
+its own, then each in a real job."""
+import os
 import statistics
 
 import mxnet as mx
 import numpy as np
 import pytest
 
-from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
+from training import runlog
 from training.dcasgd_server import DelayCompensatedPerWorker
 from training.fedasync_server import FedAsyncLayout, FedAsyncMixer, staleness_weight
 
@@ -137,3 +140,61 @@ def test_downpour_pushes_and_fetches_on_its_own_schedule_and_learns(processes, t
         assert [r["received_bytes"] > weights for r in records[1:6]] == [True, False, True, False, True]
     curve = [r["accuracy"] for folder in worker_folders(log_dir) for r in iter_records(folder) if "accuracy" in r]
     assert max(curve) > 0.85, curve
+
+
+@pytest.mark.slow
+def test_validation_only_trains_alone_on_the_validators_held_out_samples(tmp_path):
+    result = run_main(["-m", "validation-only", *LENET_ARGS, "--validation-size", "800", "--max-iters", "150",
+                       "-e", "50", "-ld", str(tmp_path), "--node-name", "node"])
+
+    assert result.returncode == 0, result.stderr
+    ((_, _, folder),) = runlog.device_folders(str(tmp_path))
+    assert meta(folder)["train_samples"] == 800
+    assert max(r["accuracy"] for r in iter_records(folder) if "accuracy" in r) >= 0.8
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_the_experiment_once_per_value_and_plots_final_accuracy_against_it(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from launcher.cluster import ROOT
+    from tests.test_launch import LAUNCH_PY, PNG_SIGNATURE, launcher_env
+
+    logs = tmp_path / "logs"
+    result = subprocess.run([sys.executable, LAUNCH_PY, "sweep", "-l", "0.0001,0.002", "--modes", "local",
+                             "--slowdown", "1", "-n", "lenet", "--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data"),
+                             "--max-iters", "40", "--no-figures", "-ld", str(logs), "--", "-e", "0"],
+                            cwd=ROOT, env=launcher_env(), capture_output=True, text=True, timeout=120)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    points = json.load(open(logs / "lenet" / "sweep-l.json"))["points"]
+    assert [p["value"] for p in points] == ["0.0001", "0.002"]
+    for point in points:
+        run = json.load(open(logs / f"l-{point['value']}" / "lenet" / "local" / "Standalone.json"))
+        assert point["final_accuracy"] == {"local": run["final_accuracy"]}
+        assert run["devices"] and json.load(open(glob_meta(logs / f"l-{point['value']}")))["config"]["learning_rate"] \
+            == float(point["value"])
+    assert points[0]["final_accuracy"]["local"] < points[1]["final_accuracy"]["local"]  # 40 steps at lr 1e-4 learn little
+    with open(logs / "lenet" / "sweep-l.png", "rb") as f:
+        assert f.read(8) == PNG_SIGNATURE
+
+
+def glob_meta(folder):
+    import glob
+
+    (path,) = glob.glob(os.path.join(folder, "lenet", "local", "*", "*", "meta.json"))
+    return path
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-m", "0,1"], "set by the launcher"),
+    (["--rho", "0.5"], "at least two distinct values"),
+])
+def test_a_sweep_of_a_flag_the_launcher_sets_or_of_one_value_is_refused(argv, message):
+    from launcher import sweep
+    from training.checks import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        sweep.parse(argv + ["--modes", "zeno", "--devices", "cpu,cpu", "--max-time", "5"])

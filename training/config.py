@@ -213,7 +213,8 @@ def build_parser():
     p.add_argument("--validator", action="store_true",
                    help="zeno: this worker is the trusted validator (exactly one per job; it trains on "
                         "--validation-size held-out samples and scores every worker's update)")
-    p.add_argument("--validation-size", type=_positive(int), help="zeno: training samples held out for the validator")
+    p.add_argument("--validation-size", type=_positive(int),
+                   help="zeno: training samples held out for the validator; validation-only: the samples it trains on")
     p.add_argument("--sync-interval", type=_positive(int),
                    help="zeno, fedavg, fedasync: local steps between aggregations")
     p.add_argument("--n-push", type=_positive(int), help="downpour: local steps between pushes of their gradients")

@@ -86,7 +86,11 @@ MODES = {mode.name: mode for mode in (
          "(dist_async)", check=check_one_server),
     Mode("local", "Standalone", "Standalone", "tab:gray", "training.schemes.local:Local",
          "standalone, one device and no cluster: the baseline of the figures", cluster=False),
+    Mode("validation-only", "Validation only", "ValidationOnly", "slategray", "training.schemes.local:ValidationOnly",
+         "ZenoPS's baseline: SGD on the --validation-size samples a validator holds out, alone, no cluster",
+         cluster=False),
 )}
+STANDALONE = "local"  # the sequential baseline: the figures' dotted line, the paper's Table 1
 
 
 def names():

@@ -1,5 +1,8 @@
-"""Single-device (or single-machine, several devices) SGD: the standalone baseline of the paper's figures."""
-from training.schemes.base import Scheme
+"""Single-device (or single-machine, several devices) SGD: the standalone baseline of the paper's figures, and
+ZenoPS's "validation only" baseline, SGD on the validator's data alone."""
+from dataclasses import dataclass
+
+from training.schemes.base import Options, Scheme
 
 
 class Local(Scheme):
@@ -13,3 +16,20 @@ class Local(Scheme):
     def local_step(self):
         self.model.reduce_gradients()
         self.trainer.update(1)
+
+
+@dataclass(frozen=True)
+class ValidationOnlyOptions(Options):
+    validation_size: int
+
+
+class ValidationOnly(Local):
+    """SGD on the --validation-size samples a Zeno validator holds out of the training set (the same seeded draw),
+    alone: what the trusted data would give without the workers (ZenoPS's Figure 7)."""
+    name = "validation-only"
+    Options = ValidationOnlyOptions
+
+    def training_share(self, labels):
+        from training.schemes.zeno import split_validation
+
+        return split_validation(len(labels), self.options.validation_size, self.options.seed)[0]
