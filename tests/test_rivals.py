@@ -58,7 +58,7 @@ def test_the_server_mixes_each_model_by_how_many_updates_it_missed():
 @pytest.mark.slow
 def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(processes, tmp_path):
     log_dir = str(tmp_path / "logs")
-    workers = start_job(processes, "fedavg", LENET_ARGS + ["--sync-interval", "5", "--max-iters", "30", "-e", "10",
+    workers = start_job(processes, "fedavg", LENET_ARGS + ["--sync-interval", "5", "--max-iters", "40", "-e", "5",
                                                            "--digest-weights"],
                         num_workers=2, slowdowns=[1, 2], log_dir=log_dir)
 
@@ -69,14 +69,14 @@ def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(
     assert all(len(r["time"]) == 5 for worker in records for r in worker)  # the slow worker too: FedAvg waits
     assert [r["weights_digest"] for r in records[0]] == [r["weights_digest"] for r in records[1]]
     best = max(r["accuracy"] for worker in records for r in worker if "accuracy" in r)
-    assert best >= 0.85
+    assert best >= 0.8
 
 
 @pytest.mark.slow
 def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learns(processes, tmp_path):
     log_dir = str(tmp_path / "logs")
     workers = start_job(processes, "fedasync", LENET_ARGS + ["--sync-interval", "4", "--max-iters", "60",
-                                                             "-e", "10"],
+                                                             "-e", "5"],
                         num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
 
     finish(processes, workers, timeout=180)
@@ -90,7 +90,7 @@ def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learn
     assert statistics.median(r["staleness"] for r in slow[2:]) >= 2
     assert statistics.median(r["staleness"] for r in fast[2:]) <= 1
     best = max(r["accuracy"] for r in fast + slow if "accuracy" in r)
-    assert best >= 0.85
+    assert best >= 0.8
 
 
 def test_dc_asgd_compensates_each_gradient_with_the_backup_of_the_worker_that_sent_it():

@@ -13,26 +13,20 @@ still running, so it imports mxnet's submodules by name (see training/server_opt
 from mxnet import ndarray as nd
 from mxnet import optimizer
 
+from training.server_optimizer import OwnStateRule, WorkerRanges
+
 
 @optimizer.register
-class DelayCompensatedPerWorker(optimizer.Optimizer):
+class DelayCompensatedPerWorker(OwnStateRule):
     def __init__(self, num_workers, num_arrays, lr, lamda, wd=0.0, **kwargs):
         super().__init__(**kwargs)
-        self.num_workers, self.num_arrays = num_workers, num_arrays
-        self.control_key = num_workers * num_arrays
+        self.layout = WorkerRanges(num_workers, num_arrays)
+        self.num_arrays = num_arrays
+        self.control_key = self.layout.after_ranges
         self.step, self.lamda, self.decay = lr, lamda, wd
         self.weights = {}   # array index -> the global weights
         self.initial = {}   # array index -> the weights every worker pulled at the start
         self.backups = {}   # (rank, array index) -> the weights that worker pulled last
-
-    def create_state(self, index, weight):
-        return None
-
-    def create_state_multi_precision(self, index, weight):
-        return None
-
-    def update_multi_precision(self, index, weight, grad, state):
-        self.update(index, weight, grad, state)
 
     def update(self, index, weight, grad, state):
         if index == self.control_key:

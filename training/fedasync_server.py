@@ -15,6 +15,8 @@ before the first), and the stop vote (the largest value pushed). One server only
 from mxnet import ndarray as nd
 from mxnet import optimizer
 
+from training.server_optimizer import OwnStateRule, WorkerRanges
+
 def staleness_weight(function, staleness, a, b):
     """s(t - tau) of the FedAsync paper: constant 1; polynomial (t - tau + 1)^-a; hinge 1 while t - tau <= b, then
     1 / (a (t - tau - b) + 1)."""
@@ -27,19 +29,15 @@ def staleness_weight(function, staleness, a, b):
     raise ValueError(f"unknown staleness function {function!r}")
 
 
-class FedAsyncLayout:
+class FedAsyncLayout(WorkerRanges):
     def __init__(self, num_workers, num_arrays):
-        self.num_workers = num_workers
-        self.num_arrays = num_arrays
-        self.info_base = num_workers * num_arrays
+        super().__init__(num_workers, num_arrays)
+        self.info_base = self.after_ranges
         self.control_key = self.info_base + num_workers
-
-    def model_keys(self, rank):
-        return list(range(rank * self.num_arrays, (rank + 1) * self.num_arrays))
 
 
 @optimizer.register
-class FedAsyncMixer(optimizer.Optimizer):
+class FedAsyncMixer(OwnStateRule):
     def __init__(self, layout, alpha, staleness, a, b, **kwargs):
         super().__init__(**kwargs)
         self.layout = layout
@@ -51,15 +49,6 @@ class FedAsyncMixer(optimizer.Optimizer):
         self.pending = {}    # rank -> {array index: its model} until all arrays of its push are in
         self.ranges = {}     # rank -> {array index: the server's stored array of that key}
         self.infos = {}      # rank -> the server's stored array of its info key
-
-    def create_state(self, index, weight):
-        return None
-
-    def create_state_multi_precision(self, index, weight):
-        return None
-
-    def update_multi_precision(self, index, weight, grad, state):
-        self.update(index, weight, grad, state)
 
     def update(self, index, weight, grad, state):
         layout = self.layout

@@ -41,3 +41,31 @@ class ServerOptimizer(optimizer.Optimizer):
 
     def update_multi_precision(self, index, weight, grad, state):
         self.update(index, weight, grad, state)
+
+
+class WorkerRanges:
+    """Key numbers of a job in which every worker pushes to and pulls from its own range of the one server's keys
+    (R workers, P arrays: worker r owns r*P .. r*P+P-1), so the server knows who sent what; the keys after the
+    ranges start at `after_ranges`."""
+
+    def __init__(self, num_workers, num_arrays):
+        self.num_workers = num_workers
+        self.num_arrays = num_arrays
+        self.after_ranges = num_workers * num_arrays
+
+    def model_keys(self, rank):
+        return list(range(rank * self.num_arrays, (rank + 1) * self.num_arrays))
+
+
+class OwnStateRule(optimizer.Optimizer):
+    """A server rule that keeps its state itself (the global model, per-worker records): MXNet's per-key optimizer
+    state is not used, and the multi-precision path is the plain one."""
+
+    def create_state(self, index, weight):
+        return None
+
+    def create_state_multi_precision(self, index, weight):
+        return None
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self.update(index, weight, grad, state)

@@ -19,23 +19,21 @@ import math
 from mxnet import ndarray as nd
 from mxnet import optimizer
 
+from training.server_optimizer import OwnStateRule, WorkerRanges
 
-class ZenoLayout:
+
+class ZenoLayout(WorkerRanges):
     """Key numbers of a Zeno++ job."""
 
     def __init__(self, num_workers, num_arrays):
-        self.num_workers = num_workers
-        self.num_arrays = num_arrays
-        self.role_base = num_workers * num_arrays
+        super().__init__(num_workers, num_arrays)
+        self.role_base = self.after_ranges
         self.verdict_base = self.role_base + num_workers
         self.control_key = self.verdict_base + num_workers
 
-    def model_keys(self, rank):
-        return list(range(rank * self.num_arrays, (rank + 1) * self.num_arrays))
-
 
 @optimizer.register
-class ZenoPlusPlus(optimizer.Optimizer):
+class ZenoPlusPlus(OwnStateRule):
     def __init__(self, layout, lr, rho, epsilon, refresh, **kwargs):
         super().__init__(**kwargs)
         self.layout = layout
@@ -47,15 +45,6 @@ class ZenoPlusPlus(optimizer.Optimizer):
         self.pending = {}    # rank -> {array index: gradient} until all arrays of its push are in
         self.ranges = {}     # rank -> {array index: the server's stored array of that key}
         self.counts = {}     # rank -> [accepted, rejected, unjudged]
-
-    def create_state(self, index, weight):
-        return None
-
-    def create_state_multi_precision(self, index, weight):
-        return None
-
-    def update_multi_precision(self, index, weight, grad, state):
-        self.update(index, weight, grad, state)
 
     def update(self, index, weight, grad, state):
         layout = self.layout

@@ -63,16 +63,15 @@ class DCASGDPerWorker(Scheme):
     def setup(self):
         from training.dcasgd_server import DelayCompensatedPerWorker
 
-        num_arrays = len(self.model.trainable)
+        rule = DelayCompensatedPerWorker(self.num_workers, len(self.model.trainable), self.options.learning_rate,
+                                         LAMBDA, wd=self.options.wd)
         ctx0 = self.model.ctxs[0]
         weights = [p.data(ctx0).copy() for p in self.model.trainable]
-        control_key = self.num_workers * num_arrays
-        self.kv.init(list(range(control_key + 1)), weights * self.num_workers + [self.control])
+        self.kv.init(list(range(rule.control_key + 1)), weights * self.num_workers + [self.control])
         if self.rank == 0:
-            self.kv.set_optimizer(DelayCompensatedPerWorker(self.num_workers, num_arrays, self.options.learning_rate,
-                                                            LAMBDA, wd=self.options.wd))
+            self.kv.set_optimizer(rule)
         self.kv._barrier()  # no push before the server holds the rule
-        self.keys = list(range(self.rank * num_arrays, (self.rank + 1) * num_arrays)) + [control_key]
+        self.keys = rule.layout.model_keys(self.rank) + [rule.control_key]
         self.kv.pull(self.keys[:-1], out=[p.list_data() for p in self.model.trainable])
 
     def aggregate(self, stop_vote):
