@@ -62,13 +62,11 @@ CASES = [
     Case("worker", "start", "raise", ("worker-1",)),
     Case("worker", "setup", "raise", ALL_WORKERS, rank=0),   # rank 0 fails before the servers are initialised
     Case("worker", "training", "raise", ("worker-1",), after=3),
-    Case("worker", "aggregation", "raise", ("worker-1",), after=3),
     Case("worker", "aggregation", "kill", ("worker-1",), after=3),
     Case("worker", "training", "sigkill", ("worker-1",),
          survivors_say=f"no answer for {SYNC_TIMEOUT} s during the aggregation of global iteration"),
     Case("server", "training", "sigkill", ("server-0",), workers=1),
     Case("scheduler", "training", "sigkill", ("scheduler",), workers=1),
-    Case("worker", "checkpoint", "raise", ALL_WORKERS, after=2, rank=0),
     Case("server", "leaving", "raise", ("server-0",), max_iters=5, workers=1),
     Case("scheduler", "leaving", "raise", ("scheduler",), max_iters=5, workers=1),
 ]

@@ -55,7 +55,9 @@ def start_esync(processes, log_dir, sync_timeout, max_time, policy="apply", mode
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, policy", [("esync", "apply"), ("esync", "plan"), ("nbsync", None)])
+# The plan policy's requests go through the same client; a resumed job's readiness rule has its unit test
+# (test_state_server.py).
+@pytest.mark.parametrize("mode, policy", [("esync", "apply"), ("nbsync", None)])
 def test_training_goes_on_when_the_state_server_restarts(processes, tmp_path, mode, policy):
     base = str(tmp_path / "logs")
     log_dir = os.path.join(base, "lenet", mode)
