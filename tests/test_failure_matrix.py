@@ -67,8 +67,6 @@ CASES = [
          survivors_say=f"no answer for {SYNC_TIMEOUT} s during the aggregation of global iteration"),
     Case("server", "training", "sigkill", ("server-0",), workers=1),
     Case("scheduler", "training", "sigkill", ("scheduler",), workers=1),
-    Case("server", "leaving", "raise", ("server-0",), max_iters=5, workers=1),
-    Case("scheduler", "leaving", "raise", ("scheduler",), max_iters=5, workers=1),
 ]
 
 

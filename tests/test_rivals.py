@@ -58,7 +58,7 @@ def test_the_server_mixes_each_model_by_how_many_updates_it_missed():
 @pytest.mark.slow
 def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(processes, tmp_path):
     log_dir = str(tmp_path / "logs")
-    workers = start_job(processes, "fedavg", LENET_ARGS + ["--sync-interval", "5", "--max-iters", "40", "-e", "5",
+    workers = start_job(processes, "fedavg", LENET_ARGS + ["--sync-interval", "5", "--max-iters", "30", "-e", "5",
                                                            "--digest-weights"],
                         num_workers=2, slowdowns=[1, 2], log_dir=log_dir)
 
