@@ -37,7 +37,7 @@ def waiting_shares(runs, rank):
 
 
 def test_nbsync_fast_workers_barely_wait_and_all_hold_the_same_weights(processes, tmp_path):
-    runs, meta_of = run_nbsync(processes, tmp_path, seconds=6)
+    runs, meta_of = run_nbsync(processes, tmp_path, seconds=10)
 
     rounds = min(len(records) for records in runs.values())
     assert rounds > 20
