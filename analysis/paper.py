@@ -38,10 +38,6 @@ class PaperError(Exception):
     """The logs cannot give the table: a folder or summary is missing."""
 
 
-def standalone_mode():
-    return modes.STANDALONE
-
-
 def repeat_dir(log_dir, repeat):
     return os.path.join(log_dir, REPEAT_FOLDER.format(repeat))
 
@@ -64,7 +60,7 @@ def folder_of(mode, split):
 def load_grid(log_dir, network, cluster_modes, repeats):
     """{split: {mode: [summary of each repeat]}}, the standalone mode under both splits; PaperError when a run's
     summary is missing."""
-    baseline = standalone_mode()
+    baseline = modes.STANDALONE
     grid = {split: {mode: [] for mode in cluster_modes + (baseline,)} for split in SPLITS}
     for repeat in repeats:
         network_dir = os.path.join(repeat_dir(log_dir, repeat), network)
@@ -140,7 +136,7 @@ def cells(runs_by_mode, target):
     table = {}
     for mode in runs_by_mode:
         table[mode] = {key: statistics_of(values) for key, values in per_repeat(runs_by_mode, mode, target).items()}
-        if BASELINE in runs_by_mode and mode != standalone_mode():
+        if BASELINE in runs_by_mode and mode != modes.STANDALONE:
             table[mode]["speedup"]["at_least"] = speedup_lower_bound(runs_by_mode, mode, target)
     return table
 
@@ -160,7 +156,7 @@ def headline(runs_by_mode, target):
     if TRAFFIC_BASELINE in runs_by_mode:
         base = per_repeat(runs_by_mode, TRAFFIC_BASELINE, target)
         claims["traffic_vs_asgd"] = statistics_of(paired(ratio, own["traffic_mb_per_s"], base["traffic_mb_per_s"]))
-    sequential = per_repeat(runs_by_mode, standalone_mode(), target)["final_accuracy"]
+    sequential = per_repeat(runs_by_mode, modes.STANDALONE, target)["final_accuracy"]
     claims["accuracy_minus_sequential"] = statistics_of(paired(difference, own["final_accuracy"], sequential))
     return claims
 

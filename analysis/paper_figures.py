@@ -46,7 +46,7 @@ def repeat_curves(runs, grid):
 
 
 def draw_accuracy_panel(ax, runs_by_mode, split, target, grid):
-    baseline = paper.standalone_mode()
+    baseline = modes.STANDALONE
     for mode, runs in runs_by_mode.items():
         curves = repeat_curves(runs, grid)
         if curves is None:

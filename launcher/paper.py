@@ -23,7 +23,7 @@ from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
 from training.checks import UsageError
-from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from training.failures import EXIT_FAILURE, EXIT_USAGE
 
 PAPER_SLOWDOWN = "1,1,1,1,20,20"   # 4 fast devices, 2 slow ones (the paper's GPU and CPU steps differ ~100x)
 PAPER_MODES = ("esync", "sync", "async", "dcasgd")
@@ -83,7 +83,7 @@ def planned_runs(ns, networks, cluster_modes, worker_args):
 
 def launcher_argv(ns, network, repeat, split, cluster_modes, worker_args):
     """launch.py's command line of one repeat and split: the standalone baseline runs with the i.i.d. modes."""
-    chosen = cluster_modes + ((paper.standalone_mode(),) if split == "iid" else ())
+    chosen = cluster_modes + ((modes.STANDALONE,) if split == "iid" else ())
     argv = ["--modes", ",".join(chosen), "-n", network, "--dataset", ns.dataset, "-dd", ns.data_dir,
             "--slowdown", ns.slowdown, "--max-time", str(ns.max_time), "--seed", str(ns.seed + repeat - 1),
             "-ld", paper.repeat_dir(ns.log_dir, repeat), "--progress-every", str(ns.progress_every), "--no-figures"]
@@ -107,17 +107,9 @@ def main(argv):
     except UsageError as error:
         print(f"launch.py paper: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    for index, (network, repeat, run) in enumerate(runs):
-        split = "non-i.i.d." if run.non_iid else "i.i.d."
-        print(f"[paper {index + 1}/{len(runs)}] {network}, repeat {repeat} (seed {run.seed}), {split} data: "
-              f"{', '.join(run.modes)}", flush=True)
-        code = runner.run(run)
-        if code:
-            what = "was interrupted" if code == EXIT_INTERRUPTED else f"failed (exit {code})"
-            print(f"launch.py paper: stopped: repeat {repeat} of {network} {what}; the runs before it are in "
-                  f"{ns.log_dir}", file=sys.stderr)
-            return code
-    return report(ns, networks, cluster_modes)
+    labelled = [(f"{network}, repeat {repeat} (seed {run.seed}), {'non-i.i.d.' if run.non_iid else 'i.i.d.'} data: "
+                 f"{', '.join(run.modes)}", run) for network, repeat, run in runs]
+    return runner.run_in_turn(labelled, "paper") or report(ns, networks, cluster_modes)
 
 
 def report(ns, networks, cluster_modes):
@@ -144,7 +136,4 @@ def report(ns, networks, cluster_modes):
 
 
 def run(argv):
-    try:
-        return main(argv)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return runner.run_subprogram(main, argv)

@@ -54,6 +54,27 @@ def run(experiment):
         return EXIT_FAILURE
 
 
+def run_in_turn(labelled, prog):
+    """Run [(label, experiment)] one after another, each announced by its label; 0, or the first failing run's exit
+    code after one line naming it (the runs before it keep their logs)."""
+    for index, (label, experiment) in enumerate(labelled):
+        print(f"[{prog} {index + 1}/{len(labelled)}] {label}", flush=True)
+        code = run(experiment)
+        if code:
+            what = "was interrupted" if code == EXIT_INTERRUPTED else f"failed (exit {code})"
+            print(f"launch.py {prog}: stopped: {label} {what}; the runs before it kept their logs", file=sys.stderr)
+            return code
+    return 0
+
+
+def run_subprogram(main, argv):
+    """A launch.py sub-program's exit code; Ctrl-C between its runs ends it with EXIT_INTERRUPTED."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
 def run_experiment(experiment):
     with hosts_of_the_job(experiment) as hosts:
         for position, mode in enumerate(experiment.modes):

@@ -19,7 +19,7 @@ from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
 from training.checks import UsageError
-from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from training.failures import EXIT_FAILURE, EXIT_USAGE
 from training.files import write_json
 
 
@@ -94,12 +94,9 @@ def main(argv):
     except UsageError as error:
         print(f"launch.py sweep: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    for index, (value, run) in enumerate(runs):
-        print(f"[sweep {index + 1}/{len(runs)}] {flag} {value}", flush=True)
-        code = runner.run(run)
-        if code:
-            print(f"launch.py sweep: stopped at {flag} {value} (exit {code})", file=sys.stderr)
-            return code
+    code = runner.run_in_turn([(f"{flag} {value}", run) for value, run in runs], "sweep")
+    if code:
+        return code
     points = [(value, final_accuracies(run)) for value, run in runs]
     first = runs[0][1]
     out_dir = os.path.join(os.path.dirname(first.log_dir), first.network)
@@ -118,7 +115,4 @@ def main(argv):
 
 
 def run(argv):
-    try:
-        return main(argv)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return runner.run_subprogram(main, argv)

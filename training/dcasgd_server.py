@@ -21,7 +21,6 @@ class DelayCompensatedPerWorker(OwnStateRule):
     def __init__(self, num_workers, num_arrays, lr, lamda, wd=0.0, **kwargs):
         super().__init__(**kwargs)
         self.layout = WorkerRanges(num_workers, num_arrays)
-        self.num_arrays = num_arrays
         self.control_key = self.layout.after_ranges
         self.step, self.lamda, self.decay = lr, lamda, wd
         self.weights = {}   # array index -> the global weights
@@ -32,7 +31,7 @@ class DelayCompensatedPerWorker(OwnStateRule):
         if index == self.control_key:
             weight[:] = nd.maximum(weight, grad)
             return
-        rank, i = divmod(index, self.num_arrays)
+        rank, i = divmod(index, self.layout.num_arrays)
         if i not in self.weights:
             self.weights[i] = weight.copy()  # every range starts from the same initial weights
             self.initial[i] = self.weights[i]

@@ -67,10 +67,7 @@ class DCASGDPerWorker(Scheme):
                                          LAMBDA, wd=self.options.wd)
         ctx0 = self.model.ctxs[0]
         weights = [p.data(ctx0).copy() for p in self.model.trainable]
-        self.kv.init(list(range(rule.control_key + 1)), weights * self.num_workers + [self.control])
-        if self.rank == 0:
-            self.kv.set_optimizer(rule)
-        self.kv._barrier()  # no push before the server holds the rule
+        self.start_server_rule(list(range(rule.control_key + 1)), weights * self.num_workers + [self.control], rule)
         self.keys = rule.layout.model_keys(self.rank) + [rule.control_key]
         self.kv.pull(self.keys[:-1], out=[p.list_data() for p in self.model.trainable])
 

@@ -219,6 +219,14 @@ class Scheme:
             counts.clear()
             counts.update(saved["update_counts"])
 
+    def start_server_rule(self, keys, values, rule):
+        """Initialise `keys` on the servers with `values`, have rank 0 hand them the update rule, and wait until it
+        has: no worker may push before the servers hold the rule."""
+        self.kv.init(keys, values)
+        if self.rank == 0:
+            self.kv.set_optimizer(rule)
+        self.kv._barrier()
+
     def stop_requested(self):
         return self.control[0].asscalar() > 0
 

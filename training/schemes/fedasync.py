@@ -39,11 +39,9 @@ class FedAsync(Scheme):
         ctx0 = self.model.ctxs[0]
         weights = [p.data(ctx0).copy() for p in self.model.trainable]
         infos = [mx.nd.zeros((2,)) for _ in range(self.num_workers)]
-        self.kv.init(list(range(layout.control_key + 1)), weights * self.num_workers + infos + [self.control])
-        if self.rank == 0:
-            self.kv.set_optimizer(FedAsyncMixer(layout, options.alpha, options.staleness, options.staleness_a,
-                                                options.staleness_b))
-        self.kv._barrier()  # no push before the server holds the rule
+        rule = FedAsyncMixer(layout, options.alpha, options.staleness, options.staleness_a, options.staleness_b)
+        self.start_server_rule(list(range(layout.control_key + 1)), weights * self.num_workers + infos + [self.control],
+                               rule)
         self.model_keys = layout.model_keys(self.rank)
         self.info_key = layout.info_base + self.rank
         self.info = mx.nd.zeros((2,))

@@ -190,15 +190,11 @@ class ZenoAsync(WithValidator):
         self.layout = layout = ZenoLayout(self.num_workers, len(self.model.trainable))
         ctx0 = self.model.ctxs[0]
         weights = [p.data(ctx0).copy() for p in self.model.trainable]
-        keys = [k for r in range(self.num_workers) for k in layout.model_keys(r)]
         small = [mx.nd.zeros((1,)) for _ in range(self.num_workers)] + \
                 [mx.nd.zeros((3,)) for _ in range(self.num_workers)] + [self.control]
-        self.kv.init(keys + list(range(layout.role_base, layout.control_key + 1)),
-                     weights * self.num_workers + small)
-        if self.rank == 0:
-            self.kv.set_optimizer(ZenoPlusPlus(layout, self.options.learning_rate, self.options.rho,
-                                               self.options.epsilon or 0.0, refresh=self.training_workers))
-        self.kv._barrier()  # no push before the server holds the rule
+        rule = ZenoPlusPlus(layout, self.options.learning_rate, self.options.rho, self.options.epsilon or 0.0,
+                            refresh=self.training_workers)
+        self.start_server_rule(list(range(layout.control_key + 1)), weights * self.num_workers + small, rule)
         self.set_roles(self._find_validator())
         self.model_keys = layout.model_keys(self.rank)
         self.verdict_key = layout.verdict_base + self.rank
