@@ -36,13 +36,15 @@ log = logging.getLogger("main")
 
 
 def run_evaluator(args, test_set):
+    from data import normalisation
     from training.checkpoints import CheckpointError
     from training.devices import contexts
     from training.evaluator import Evaluator
     from training.model import Model
 
     images, labels = test_set
-    model = Model(args.network, contexts(args.gpu, args.cpu)[:1], images.shape[1:], args.seed)
+    model = Model(args.network, contexts(args.gpu, args.cpu)[:1], images.shape[1:], args.seed,
+                  normalisation(args.dataset), args.eval_batch_size)
     try:
         Evaluator(args, model, images, labels).run()
     except CheckpointError as err:
@@ -122,6 +124,10 @@ def main(argv=None):
         return run_guarded(role, args, lambda: run_ps_role(args, role), in_cluster=True, peers=watch_peers(args, role))
     if args.mode == config.EVALUATE_MODE:
         return run_guarded("evaluator", args, lambda: run_evaluator(args, test_set), in_cluster=False)
+    if args.mode == modes.HOGWILD and args.hogwild_rank is None:
+        from training.hogwild import run_coordinator
+
+        return run_coordinator(args, list(sys.argv[1:] if argv is None else argv), data)
     return run_guarded("worker", args, lambda: run_training(args, data, resume),
                        in_cluster=role is not None or collectives.uses_mpi(args.collective),
                        peers=watch_peers(args, role) if role else None)

@@ -121,6 +121,14 @@ def statistics_of(values):
     }
 
 
+def times_to_thresholds(runs_by_mode, thresholds):
+    """{mode: {threshold: statistics of each repeat's time to it}} (NBSSGD's measure: several accuracies, the
+    repeats' mean and spread)."""
+    return {mode: {f"{threshold:g}": statistics_of([time_to_target(run, threshold) for run in runs])
+                   for threshold in thresholds}
+            for mode, runs in runs_by_mode.items()}
+
+
 def speedup_lower_bound(runs_by_mode, mode, target):
     """Where SSGD never reached the target, its training time over the mode's time to it: the speedup is at least
     this. None when no repeat gives a bound."""
@@ -221,11 +229,22 @@ def format_report(report):
         claim = describe_headline(report["headline"][split], target)
         if claim:
             lines += [claim, ""]
+        if report.get("thresholds"):
+            lines += [f"Time to each accuracy (s), {SPLIT_NAMES[split]}:", "",
+                      thresholds_table(report["thresholds"][split]), ""]
     return "\n".join(lines)
 
 
-def build_report(log_dir, network, cluster_modes, repeats, target, description):
-    """Table 1's numbers for one network as a dict (written to paper.json); `description` names the job."""
+def thresholds_table(times):
+    thresholds = list(next(iter(times.values())))
+    rows = [[modes.MODES[mode].display if mode in modes.MODES else mode]
+            + [format_statistic(by_threshold[t], ".1f") for t in thresholds] for mode, by_threshold in times.items()]
+    return markdown_table(["mode"] + [f"to {t}" for t in thresholds], rows)
+
+
+def build_report(log_dir, network, cluster_modes, repeats, target, description, thresholds=()):
+    """Table 1's numbers for one network as a dict (written to paper.json), and the time to each of `thresholds`;
+    `description` names the job."""
     grid = load_grid(log_dir, network, tuple(cluster_modes), repeats)
     return {
         **description,
@@ -234,6 +253,7 @@ def build_report(log_dir, network, cluster_modes, repeats, target, description):
         "repeats": list(repeats),
         "cells": {split: cells(grid[split], target) for split in SPLITS},
         "headline": {split: headline(grid[split], target) for split in SPLITS},
+        "thresholds": {split: times_to_thresholds(grid[split], thresholds) for split in SPLITS} if thresholds else {},
     }, grid
 
 

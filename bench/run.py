@@ -18,7 +18,9 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections:
   7. network: sync and esync (and async) across network namespaces with rate-limited links (launch.py --hosts
      netns), lenet and resnet18-v1, 3 and 4 workers, over the parameter server with 1 and 2 servers and over MPI's
      ring, butterfly and binary blocks: throughput, bytes per worker per round beside the textbook's figure, the
-     busiest link's load; skipped with a note where namespaces cannot be made (needs root).
+     busiest link's load; skipped with a note where namespaces cannot be made (needs root);
+  8. input pipeline: a training step on CIFAR-10-shaped batches (3x32x32, normalised) without augmentation, with
+     CIFAR-10's crops and flips made in the step, and with them made one batch ahead (what --augment does).
 """
 import argparse
 import glob
@@ -73,13 +75,15 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             accuracy_profile_modes=["dcasgd", "dcasgd-paper", "nbsync", "fedavg", "fedasync"],
             esync_policies=["plan", "nonblocking"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",
-            network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15})
+            network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15},
+            pipeline_networks={"lenet": 300, "resnet20": 15}, pipeline_batch=128)
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              profiles=["1,1,4"], seconds=1, accuracy_budget=0, latency_calls=30,
              modes=["esync"], accuracy_profile_modes=[], esync_policies=[], byzantine_runs=[("zeno", True)],
              byzantine_profile="1,1,1",
-             network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 1})
+             network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 1},
+             pipeline_networks={"lenet": 6}, pipeline_batch=32)
 
 
 def unknown_modes(cfg):
@@ -458,6 +462,62 @@ def state_server_cost(cfg, workdir, earlier):
 
 
 # ------------------------------------------------------------------------------------------------
+# 8. The input pipeline
+
+
+PIPELINES = ("plain", "augmented in the step", "augmented ahead")
+
+
+def pipeline_streams(images, labels, batch):
+    from data import Augmented, BatchStream, Prefetched
+
+    return {"plain": BatchStream(images, labels, batch, seed=1),
+            "augmented in the step": Augmented(BatchStream(images, labels, batch, seed=1), seed=2),
+            "augmented ahead": Prefetched(Augmented(BatchStream(images, labels, batch, seed=1), seed=2))}
+
+
+def timed_steps(model, trainer, stream, steps):
+    """Seconds per step (the batch, forward and backward, the update) over `steps` steps."""
+    import mxnet as mx
+
+    start = time.perf_counter()
+    for _ in range(steps):
+        images, labels = stream.next()
+        model.forward_backward(images, labels)
+        trainer.step(1)
+    mx.nd.waitall()
+    return (time.perf_counter() - start) / steps
+
+
+def input_pipeline(cfg, workdir, earlier):
+    """Per network, the median over 3 interleaved blocks of each pipeline's seconds per step, in one process."""
+    import mxnet as mx
+    import numpy as np
+    from mxnet import gluon
+
+    from data import CIFAR10_MEAN, CIFAR10_STD
+    from training.model import Model
+
+    batch = cfg["pipeline_batch"]
+    rows = []
+    for network, steps in cfg["pipeline_networks"].items():
+        images = np.random.RandomState(0).randint(0, 256, size=(4 * batch, 3, 32, 32)).astype(np.uint8)
+        labels = np.arange(len(images)) % 10
+        model = Model(network, [mx.cpu()], (3, 32, 32), normalise=(CIFAR10_MEAN, CIFAR10_STD))
+        trainer = gluon.Trainer(model.trainable, "sgd", {"learning_rate": 1e-4, "momentum": 0.9}, kvstore=None)
+        streams = pipeline_streams(images, labels, batch)
+        timed_steps(model, trainer, streams["plain"], 2)  # warm-up
+        blocks = {name: [] for name in PIPELINES}
+        for _ in range(3):
+            for name in PIPELINES:
+                blocks[name].append(timed_steps(model, trainer, streams[name], steps))
+        step = {name: statistics.median(times) for name, times in blocks.items()}
+        rows.append({"network": network, "batch": batch, "steps": steps, "seconds": step,
+                     "ratio": {name: step[name] / step["plain"] for name in PIPELINES}})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
 # Output
 
 
@@ -467,7 +527,8 @@ def fmt(value, spec=".2f"):
 
 def markdown(results):
     parts = {"sync_overhead": sync_overhead_markdown, "heterogeneity": heterogeneity_markdown,
-             "byzantine": byzantine_markdown, "state_server": state_server_markdown, "network": network_markdown}
+             "byzantine": byzantine_markdown, "state_server": state_server_markdown, "network": network_markdown,
+             "input_pipeline": input_pipeline_markdown}
     return "\n".join(line for key, part in parts.items() if key in results for line in part(results)) + "\n"
 
 
@@ -510,6 +571,15 @@ def byzantine_markdown(results):
     return lines + [""]
 
 
+def input_pipeline_markdown(results):
+    lines = ["### Input pipeline: a step on CIFAR-10-shaped batches (ms; ratio to no augmentation)", "",
+             "| network | batch | " + " | ".join(PIPELINES) + " |", "|---|---|" + "---|" * len(PIPELINES)]
+    for row in results["input_pipeline"]:
+        cells = [f"{1000 * row['seconds'][p]:.1f} ({row['ratio'][p]:.2f})" for p in PIPELINES]
+        lines.append(f"| {row['network']} | {row['batch']} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def state_server_markdown(results):
     cost = results["state_server"]
     return [f"### State server: /apply/ with {cost['workers']} concurrent clients", "",
@@ -545,7 +615,7 @@ def network_markdown(results):
 
 # Each section is f(cfg, workdir, earlier) -> its results; `earlier` holds the sections that ran before it.
 SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server_cost,
-            "byzantine": byzantine, "network": network_dimension}
+            "byzantine": byzantine, "network": network_dimension, "input_pipeline": input_pipeline}
 
 
 def main(argv=None):

@@ -6,7 +6,9 @@ Layouts read (nothing is downloaded):
 """
 import gzip
 import os
+import queue
 import struct
+import threading
 from collections import namedtuple
 
 import numpy as np
@@ -18,6 +20,10 @@ IDX_LABELS_MAGIC = 2049
 CIFAR_SIDE = 32
 CIFAR_RECORD = 1 + 3 * CIFAR_SIDE * CIFAR_SIDE
 NUM_CLASSES = 10  # every dataset here has ten classes, labelled 0-9
+# Per-channel mean and standard deviation of CIFAR-10's training images in [0, 1]: both splits are normalised by them.
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+CROP_PADDING = 4  # --augment: crops of the image padded by 4 pixels on each side
 
 WHERE_TO_GET = {
     "fashion-mnist": "https://github.com/zalandoresearch/fashion-mnist (the four *-ubyte.gz files)",
@@ -185,3 +191,70 @@ class BatchStream:
 def to_float(images):
     """uint8 images to float32 in [0, 1]."""
     return images.astype(np.float32) / 255.0
+
+
+def normalisation(dataset):
+    """(per-channel mean, per-channel std) the dataset's images in [0, 1] are normalised by, or None."""
+    return (CIFAR10_MEAN, CIFAR10_STD) if dataset == "cifar10" else None
+
+
+def random_crop_and_flip(images, rng, padding=CROP_PADDING):
+    """Each image of an (N, C, H, W) uint8 batch: a random HxW crop of it padded by `padding` zeros on each side,
+    flipped left-right with probability 1/2. A new array; the batch is left as it was."""
+    n, _, height, width = images.shape
+    padded = np.pad(images, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    top = rng.randint(0, 2 * padding + 1, size=n)
+    left = rng.randint(0, 2 * padding + 1, size=n)
+    out = np.empty_like(images)
+    for i in range(n):
+        out[i] = padded[i, :, top[i]:top[i] + height, left[i]:left[i] + width]
+    flip = rng.rand(n) < 0.5
+    out[flip] = out[flip, :, :, ::-1]
+    return out
+
+
+class Augmented:
+    """The training batches of a stream, randomly cropped and flipped (--augment); test images never are."""
+
+    def __init__(self, stream, seed=0):
+        self.stream = stream
+        self.rng = np.random.RandomState(seed + 104729)
+
+    def next(self):
+        images, labels = self.stream.next()
+        return random_crop_and_flip(images, self.rng), labels
+
+    @property
+    def passes(self):
+        return self.stream.passes
+
+
+class Prefetched:
+    """Makes the next batch of a stream in a background thread while the current step runs, so that it is ready when
+    the step ends. `passes` counts the batches handed out, not the one in the making."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.ready = queue.Queue(maxsize=1)
+        self._passes = stream.passes
+        threading.Thread(target=self._fill, name="prefetch", daemon=True).start()
+
+    def _fill(self):
+        while True:
+            try:
+                item = (self.stream.next(), self.stream.passes)
+            except Exception as err:  # handed to the training thread, which would otherwise wait forever
+                self.ready.put((err, None))
+                return
+            self.ready.put(item)
+
+    def next(self):
+        batch, passes = self.ready.get()
+        if isinstance(batch, Exception):
+            raise batch
+        self._passes = passes
+        return batch
+
+    @property
+    def passes(self):
+        return self._passes

@@ -75,10 +75,10 @@ def standalone_argv(experiment, mode, log_dir):
 
 
 def workers_argv(experiment, mode, log_dir, state_server=None):
-    """Every worker's command line, the validator's last in the modes that have one."""
+    """Every worker's command line, the validators' last in the modes that have them."""
     argvs = [worker_argv(experiment, mode, w, log_dir, state_server) for w in range(experiment.num_workers)]
     if modes.MODES[mode].validator:
-        argvs.append(validator_argv(experiment, mode, log_dir, state_server))
+        argvs += [validator_argv(experiment, mode, log_dir, state_server)] * experiment.validators
     return argvs
 
 

@@ -83,6 +83,7 @@ class Experiment:
     attack: str
     attack_scale: float
     validator_device: str
+    validators: int                 # modes with a validator: how many
     log_dir: str                    # absolute: the root of <network>/<mode>/
     node_name: str | None           # the workers' log folder; None with --tracker (each worker's host name)
     wall_limit: float               # seconds after which a mode is stopped as hung
@@ -112,16 +113,17 @@ class Experiment:
 
     @property
     def validator_hosts(self):
-        """1 when a mode of the experiment has a validator: it runs as one more worker, on a host of its own."""
-        return validator_hosts(self.modes)
+        """--validators when a mode of the experiment has validators: each runs as one more worker, on a host of its
+        own; else 0."""
+        return validator_hosts(self.modes, self.validators)
 
     def mode_folder(self, mode):
         """<log-dir>/<network>/<mode>[-attack][-niid]: one mode's logs, summary and processes/ folder."""
         return os.path.join(self.log_dir, self.network, runlog.run_folder(mode, bool(self.byzantine), self.non_iid))
 
 
-def validator_hosts(mode_names):
-    return int(any(modes.MODES[mode].validator for mode in mode_names))
+def validator_hosts(mode_names, validators):
+    return validators if any(modes.MODES[mode].validator for mode in mode_names) else 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,6 +167,9 @@ def build_parser():
     p.add_argument("--validator-device", default="cpu",
                    help="modes with a validator (zeno, zeno-async): its device; it runs as an extra worker "
                         "(default cpu)")
+    p.add_argument("--validators", type=int, default=1,
+                   help="modes with a validator: how many; each judges its share of the workers (training/schemes/"
+                        "zeno.py says how their results combine; default 1)")
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default="logs",
                    help="root of the logs (default: logs)")
     p.add_argument("--node-name", help="the workers' log folder under <mode>/ (default: each worker's host name)")
@@ -203,7 +208,9 @@ def parse(argv):
     check_standalone(ns, chosen)
     check_collective(ns, chosen)
     check_worker_args(worker_args)
-    worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen))
+    if ns.validators < 1 or ns.validators > len(devices):
+        raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
+    worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))
     netns_on = ns.hosts == "netns"
     return Experiment(
         modes=chosen, network=ns.network, dataset=ns.dataset, data_dir=os.path.abspath(ns.data_dir),
@@ -211,7 +218,8 @@ def parse(argv):
         max_time=ns.max_time,
         max_iters=ns.max_iters, target_accuracy=ns.target_accuracy, seed=ns.seed, non_iid=ns.non_iid,
         esync_policy=ns.esync_policy, byzantine=ns.byzantine, attack=ns.attack, attack_scale=ns.attack_scale,
-        validator_device=ns.validator_device, log_dir=os.path.abspath(ns.log_dir), node_name=node_name(ns),
+        validator_device=ns.validator_device, validators=ns.validators, log_dir=os.path.abspath(ns.log_dir),
+        node_name=node_name(ns),
         wall_limit=wall_limit(ns), progress_every=ns.progress_every, figures=ns.figures, worker_args=tuple(worker_args),
         tracker=ns.tracker, hostfile=ns.hostfile and os.path.abspath(ns.hostfile), host_ip=host_ip(ns),
         hosts=ns.hosts, bandwidth=ns.bandwidth, ps_bandwidth=ns.ps_bandwidth or ns.bandwidth,

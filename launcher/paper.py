@@ -48,6 +48,9 @@ def build_parser():
                    help="seconds each mode trains (default 75: SSGD on the default profile reaches 0.8 in 40-60 s)")
     p.add_argument("--target", type=float, default=paper.PAPER_TARGET,
                    help=f"the accuracy the speedups are timed to (default {paper.PAPER_TARGET:g}, the paper's)")
+    p.add_argument("--thresholds", default="0.7,0.8,0.9",
+                   help="accuracies whose time to reach each mode's repeats report as mean ± stddev beside Table 1 "
+                        "(NBSSGD's measure; default 0.7,0.8,0.9; '' for none)")
     p.add_argument("--eval-seconds", type=float, default=0.5, help="rank 0 evaluates this often (default 0.5)")
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
                    help=f"(default {DEFAULT_LOG_DIR})")
@@ -55,6 +58,16 @@ def build_parser():
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: the table and figures from the repeats an earlier run left in --log-dir")
     return p
+
+
+def parse_thresholds(text):
+    try:
+        thresholds = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--thresholds {text!r}: give accuracies, e.g. 0.7,0.8,0.9")
+    if any(not 0 < t <= 1 for t in thresholds):
+        raise UsageError(f"--thresholds {text!r}: every accuracy must be in (0, 1]")
+    return thresholds
 
 
 def parse(argv):
@@ -66,6 +79,7 @@ def parse(argv):
         raise UsageError("--repeats, --max-time and --eval-seconds must be positive")
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
+    ns.thresholds = parse_thresholds(ns.thresholds)
     cluster_modes = experiment.parse_modes(ns.modes)
     alone = [mode for mode in cluster_modes if not modes.MODES[mode].cluster]
     if alone:
@@ -123,7 +137,8 @@ def report(ns, networks, cluster_modes):
                    "slowdown": ns.slowdown, "devices": ns.devices, "modes": list(cluster_modes)}
     for network in networks:
         try:
-            result, grid = paper.build_report(ns.log_dir, network, cluster_modes, repeats, ns.target, description)
+            result, grid = paper.build_report(ns.log_dir, network, cluster_modes, repeats, ns.target, description,
+                                              ns.thresholds)
         except paper.PaperError as error:
             print(f"launch.py paper: error: {error}", file=sys.stderr)
             return EXIT_FAILURE

@@ -1,8 +1,8 @@
 """`launch.py sweep`: one launcher experiment per value of a worker flag, then one figure of each mode's final
-accuracy against the value (ZenoPS's Figure 7 is a sweep of rho).
+accuracy against the value (ZenoPS's Figure 7 is a sweep of its paper's rho, the bound here called --eta).
 
-    python launch.py sweep --rho 0.2,0.6,1.0,2.0 --modes zeno --byzantine 1 -n lenet --dataset mnist-5k \\
-        --devices cpu,cpu,cpu,cpu --max-time 30
+    python launch.py sweep --eta -0.1,-0.01,-0.001,0,0.001,0.01,0.1 --modes zeno --byzantine 1 --attack random \\
+        -n lenet --dataset mnist-5k --devices cpu,cpu,cpu,cpu --max-time 30
     python launch.py sweep -l 0.0005,0.001,0.002 --modes esync,sync --slowdown 1,1,4 -n lenet --dataset mnist-5k \\
         --max-time 20 -- -b 32
 

@@ -1,4 +1,6 @@
-"""Networks by name: Gluon's model zoo for the paper's networks, two small CPU-friendly ones written here.
+"""Networks by name: Gluon's model zoo for the paper's networks, two small CPU-friendly ones written here, and
+CIFAR-style ResNets and VGGs for 32 px input written in models/cifar.py (d2l's ResNet-18, He et al.'s
+ResNet-20/32/56/110, VGG-11/16 with BatchNorm).
 
 Every network takes 1- or 3-channel images and has 10 classes. `input_size` is the side length the network
 expects; None means it takes the dataset's own size (28 for MNIST-like data, 32 for CIFAR-10).
@@ -11,6 +13,7 @@ NETWORKS = {
     "resnet18-v1": NetworkSpec("resnet18_v1", None),
     "resnet50-v1": NetworkSpec("resnet50_v1", None),
     "resnet50-v2": NetworkSpec("resnet50_v2", None),
+    "resnet152-v1": NetworkSpec("resnet152_v1", None),
     "alexnet": NetworkSpec("alexnet", 224),
     "mobilenet-v1": NetworkSpec("mobilenet1.0", None),
     "mobilenet-v2": NetworkSpec("mobilenetv2_1.0", None),
@@ -19,6 +22,14 @@ NETWORKS = {
     "vgg16": NetworkSpec("vgg16", 224),
     "lenet": NetworkSpec(None, None),
     "mlp": NetworkSpec(None, None),
+    # models/cifar.py: 32 px even for 28 px MNIST (VGG's five max-pools need it).
+    "resnet18-cifar": NetworkSpec(None, 32),
+    "resnet20": NetworkSpec(None, 32),
+    "resnet32": NetworkSpec(None, 32),
+    "resnet56": NetworkSpec(None, 32),
+    "resnet110": NetworkSpec(None, 32),
+    "vgg11-cifar": NetworkSpec(None, 32),
+    "vgg16-cifar": NetworkSpec(None, 32),
 }
 
 NUM_CLASSES = 10
@@ -30,13 +41,17 @@ def input_size(name):
 
 def get_network(name, classes=NUM_CLASSES):
     """A fresh, uninitialised Gluon network."""
-    from mxnet.gluon.model_zoo import vision
-
     spec = NETWORKS[name]
     if name == "lenet":
         return _lenet(classes)
     if name == "mlp":
         return _mlp(classes)
+    if spec.zoo_name is None:
+        from models import cifar
+
+        return cifar.build(name, classes)
+    from mxnet.gluon.model_zoo import vision
+
     return vision.get_model(spec.zoo_name, classes=classes)
 
 

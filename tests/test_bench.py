@@ -40,6 +40,8 @@ def test_quick_benchmark_writes_every_section(tmp_path):
         assert {(r["network"], r["collective"], r["mode"]) for r in network["rows"]} == expected
         assert all(r["samples_per_s"] > 0 and 0 < r["busiest_link_utilisation"] < 1.05 for r in network["rows"])
         assert all(r["sent_per_round"] > 0 and r["textbook_per_round"] > 0 for r in network["rows"])
+    (pipeline,) = results["input_pipeline"]
+    assert pipeline["network"] == "lenet" and all(seconds > 0 for seconds in pipeline["seconds"].values())
     table = (tmp_path / "results.md").read_text()
-    for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network"):
+    for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network", "Input pipeline"):
         assert heading in table

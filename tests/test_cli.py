@@ -3,6 +3,7 @@ import pytest
 
 from launcher.cluster import free_port
 from tests.jobs import run_main
+from training import config
 
 BASE = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "1"]
 
@@ -100,3 +101,8 @@ def test_esync_without_a_state_server_names_its_address():
 
     assert result.returncode == 2
     assert f"http://127.0.0.1:{port}" in result.stderr and "runserver" in result.stderr
+
+
+@pytest.mark.parametrize("batch, parts", [(64, 2), (256, 8), (100, 2), (96, 3), (16, 1), (32, 1)])
+def test_nbsync_splits_a_batch_into_parts_of_at_least_32_samples_by_default(batch, parts):
+    assert config.parse_args(["-m", "nbsync", "-b", str(batch)]).mini_batches == parts

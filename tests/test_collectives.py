@@ -123,8 +123,8 @@ def rank_pids(log_dir, ranks, timeout=60):
         if len(folders) == ranks:
             try:
                 return {meta(f)["rank"]: meta(f)["pid"] for f in folders}
-            except (OSError, ValueError):
-                pass  # a description being written
+            except (OSError, ValueError, KeyError):
+                pass  # a folder made before its description, or a description being written
         time.sleep(0.2)
     raise AssertionError(f"{ranks} ranks did not start within {timeout} s")
 

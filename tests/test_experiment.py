@@ -113,6 +113,20 @@ def test_the_wall_limit_follows_max_time(argv, wall_limit):
     assert described.wall_limit == wall_limit
 
 
+def test_validators_run_as_extra_workers_of_the_modes_that_have_them():
+    from launcher import commands
+
+    described = experiment.parse(["--modes", "zeno,sync", *LENET, "--devices", "cpu,cpu,cpu", "--validators", "2"])
+
+    assert described.validator_hosts == 2
+    assert [argv.count("--validator") for argv in commands.workers_argv(described, "zeno", "logs")] == [0, 0, 0, 1, 1]
+    assert not any("--validator" in argv for argv in commands.workers_argv(described, "sync", "logs"))
+    assert parse("--devices", "cpu,cpu", "--validators", "2").validator_hosts == 0  # no mode of it validates
+    for bad in ("0", "4"):
+        with pytest.raises(UsageError, match=f"--validators {bad}: give 1 to 3"):
+            experiment.parse(["--modes", "zeno", *LENET, "--devices", "cpu,cpu,cpu", "--validators", bad])
+
+
 def test_worker_arguments_after_the_double_dash_are_kept_in_order():
     assert parse("--devices", "cpu", "--", "-b", "32", "-e", "5").worker_args == ("-b", "32", "-e", "5")
 

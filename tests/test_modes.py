@@ -17,7 +17,7 @@ from launcher.cluster import ROOT
 from tests import logfactory
 from training import checks, modes
 
-FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "dcasgd-paper", "downpour", "nbsync", "zeno", "zeno-async", "fedavg", "fedasync", "local", "validation-only")
+FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "dcasgd-paper", "downpour", "nbsync", "zeno", "zeno-async", "fedavg", "fedasync", "hogwild", "local", "validation-only")
 LAUNCH_ARGS = ["--devices", "cpu,cpu", "--max-iters", "5", "-n", "lenet", "--dataset", "mnist-5k"]
 GOSSIP = modes.Mode("gossip", "Gossip", "Gossip", "darkslategray", "training.schemes.sync:Sync",
                     "a mode added at run time", state_server=True)
@@ -39,7 +39,7 @@ def test_the_catalog_lists_the_modes_in_the_figures_order_with_distinct_names_an
     entries = list(modes.MODES.values())
 
     assert modes.names() == FIGURE_ORDER
-    assert modes.cluster_names() == FIGURE_ORDER[:-2]
+    assert modes.cluster_names() == FIGURE_ORDER[:-3]
     for field in ("display", "summary_name", "colour"):
         assert len({getattr(mode, field) for mode in entries}) == len(entries), field
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -166,7 +166,7 @@ def test_the_launcher_sets_the_mode_itself():
 
 
 @pytest.mark.parametrize("argv, num_workers, servers, message", [
-    (["-m", "nbsync", "-b", "100"], 2, "1", "-b 100 is not a multiple of --mini-batches 8"),
+    (["-m", "nbsync", "-b", "100", "--mini-batches", "8"], 2, "1", "-b 100 is not a multiple of --mini-batches 8"),
     (["-m", "zeno"], 1, "1", "-m zeno needs DMLC_NUM_WORKER >= 2"),
     (["-m", "zeno-async", "--validation-size", "10"], 3, "1", "--validation-size 10 is smaller than the batch size"),
     (["-m", "zeno-async"], 3, "2", "-m zeno-async needs each worker's whole push on one server: set DMLC_NUM_SERVER=1"),

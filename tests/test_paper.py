@@ -54,6 +54,17 @@ def test_a_speedup_is_ssgds_time_to_the_target_over_the_modes_within_each_repeat
     assert "speedup" not in paper.cells(grid_of(esync=runs["esync"], local=runs["local"]), TARGET)["esync"]
 
 
+def test_the_time_to_each_threshold_is_averaged_over_the_repeats_that_reached_it():
+    runs = grid_of(nbsync=[run([1, 2, 3], [0.6, 0.75, 0.85]), run([2, 4, 6], [0.7, 0.8, 0.82])])
+
+    times = paper.times_to_thresholds(runs, [0.7, 0.8, 0.9])["nbsync"]
+
+    assert [times[t]["values"] for t in ("0.7", "0.8", "0.9")] == [[2, 2], [3, 4], [None, None]]
+    assert times["0.8"]["mean"] == 3.5 and times["0.9"]["n"] == 0
+    assert paper.thresholds_table(paper.times_to_thresholds(runs, [0.8])) == (
+        "| mode | to 0.8 |\n|---|---|\n| NBSSGD | 3.5 ± 0.7 |")
+
+
 def test_where_ssgd_never_reaches_the_target_the_speedup_is_a_lower_bound():
     runs = grid_of(sync=[run([10, 50], [0.3, 0.6]), run([10, 30], [0.3, 0.85])],
                    esync=[run([5], [0.9]), run([2], [0.9])], local=[run([1], [0.9])] * 2)
@@ -109,6 +120,8 @@ def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_
     (["--modes", "esync,local"], "the standalone baseline always runs"),
     (["--repeats", "0"], "must be positive"),
     (["--target", "80"], "not an accuracy"),
+    (["--thresholds", "0.8,90"], "must be in \\(0, 1\\]"),
+    (["--thresholds", "high"], "give accuracies"),
     (["--slowdown", "1,0.5"], "must be >= 1"),
     (["--", "-m", "sync"], "set by the launcher"),
 ])
@@ -173,8 +186,11 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
             assert cells["final_accuracy"]["n"] == 2 and cells["samples_per_s"]["n"] == 2, (split, mode)
             assert all(v > 0 for v in cells["samples_per_s"]["values"]), (split, mode)
         assert report["cells"][split]["sync"]["traffic_mb_per_s"]["n"] == 2
+    for split in paper.SPLITS:  # the time to each of the default thresholds, per repeat
+        assert list(report["thresholds"][split]["sync"]) == ["0.7", "0.8", "0.9"]
+        assert all(len(t["values"]) == 2 for t in report["thresholds"][split]["sync"].values())
     table = open(os.path.join(logs, "lenet", paper.TABLE_FILE)).read()
-    assert table.count("| Sync |") == table.count("| Standalone |") == 2
+    assert table.count("| Sync |") == table.count("| Standalone |") == 4  # Table 1 and the thresholds, per split
     assert table in output + "\n"
 
 

@@ -2,6 +2,7 @@
 3 training workers (4 for Zeno++) and the validator, lenet on the shipped MNIST sample, the first worker flipping its
 update's sign and scaling it by 10."""
 import os
+from collections import Counter
 
 import mxnet as mx
 import numpy as np
@@ -9,26 +10,38 @@ import pytest
 
 from analysis import summary
 from launcher.cluster import ROOT, start_ps_job
-from tests.jobs import LENET_ARGS, finish
+from tests.jobs import LENET_ARGS, finish, iter_records, meta
+from training import runlog
 from training.attacks import Attack
+from training.schemes.zeno import zeno_layer_step
+from training.zeno_server import judges
 
 MAIN = os.path.join(ROOT, "main.py")
 ATTACK = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
 BUDGET = ["--max-iters", "60", "-e", "0"]
 
 
-def start_run(group, network_dir, mode, extra, num_workers=3):
-    """num_workers training workers (+ the validator for zeno) logging to <network_dir>/<mode>; its workers."""
+def start_run(group, network_dir, mode, extra, num_workers=3, validators=1):
+    """num_workers training workers (+ the validators for zeno) logging to <network_dir>/<mode>; its workers."""
     log_dir = os.path.join(network_dir, mode)
     worker = [MAIN, "-m", mode.split("-")[0], "-ld", log_dir, "--node-name", "node", *LENET_ARGS, *BUDGET, *extra]
-    argvs = [worker] * num_workers + ([worker + ["--validator"]] if mode.startswith("zeno") else [])
+    argvs = [worker] * num_workers + ([worker + ["--validator"]] * validators if mode.startswith("zeno") else [])
     return start_ps_job(group, [MAIN, "-m", "sync"], argvs)
 
 
-def run_job(group, network_dir, mode, extra, num_workers=3):
+def run_job(group, network_dir, mode, extra, num_workers=3, validators=1):
     """One run to its end; its summary."""
-    finish(group, start_run(group, network_dir, mode, extra, num_workers), timeout=240)
+    finish(group, start_run(group, network_dir, mode, extra, num_workers, validators), timeout=240)
     return summary.summarize_mode(network_dir, mode)
+
+
+def judges_of(mode_dir):
+    """{training worker's rank: the rank of the validator that judged every one of its rounds}."""
+    judges = {}
+    for _, _, path in runlog.device_folders(mode_dir):
+        if meta(path)["role"] == "worker":
+            (judges[meta(path)["rank"]],) = {r["zeno_validator_rank"] for r in iter_records(path)}
+    return judges
 
 
 def workers_of(run):
@@ -44,16 +57,20 @@ def test_one_sign_flipping_worker_wrecks_plain_sync_averaging(processes, tmp_pat
 
 
 @pytest.mark.slow
-def test_zeno_rejects_the_sign_flipper_and_keeps_the_accuracy_of_a_clean_run(processes, tmp_path):
+def test_zeno_with_two_validators_rejects_the_sign_flipper_and_keeps_the_accuracy_of_a_clean_run(processes,
+                                                                                                   tmp_path):
     network_dir = str(tmp_path / "lenet")
     # Side by side: synchronous rounds of a fixed number come out the same however the two jobs share the cores.
-    workers = start_run(processes, network_dir, "zeno", []) + start_run(processes, network_dir, "zeno-attack", ATTACK)
+    # The clean run has one validator; the attacked one two (ZenoPS's Figure 4), each judging its share.
+    workers = start_run(processes, network_dir, "zeno", []) + start_run(processes, network_dir, "zeno-attack", ATTACK,
+                                                                        validators=2)
     finish(processes, workers, timeout=240)
     clean, attacked = (summary.summarize_mode(network_dir, mode) for mode in ("zeno", "zeno-attack"))
 
     assert clean["final_accuracy"] >= 0.85
     assert attacked["final_accuracy"] >= clean["final_accuracy"] - 0.03
-    assert len(attacked["validators"]) == 1 and len(workers_of(attacked)) == 3
+    assert len(attacked["validators"]) == 2 and len(workers_of(attacked)) == 3
+    assert len(set(judges_of(os.path.join(network_dir, "zeno-attack")).values())) == 2
     for worker in workers_of(attacked):
         judged = worker["accepted_layers"] + worker["rejected_layers"]
         assert judged == 60 * 10  # every round judges lenet's 10 parameter arrays
@@ -71,13 +88,16 @@ ASYNC = ["--zeno-flavour", "async", "-l", "0.00025", "--max-iters", "150", "-e",
 
 
 @pytest.mark.slow
-def test_zeno_plus_plus_drops_most_of_the_sign_flippers_gradients_where_plain_async_collapses(processes, tmp_path):
+def test_zeno_plus_plus_with_two_validators_drops_most_of_the_sign_flippers_gradients_where_plain_async_collapses(
+        processes, tmp_path):
     network_dir = str(tmp_path / "lenet")
     plain = run_job(processes, network_dir, "async-attack", ATTACK + ASYNC[2:], num_workers=4)
-    zeno = run_job(processes, network_dir, "zeno-attack", ATTACK + ASYNC, num_workers=4)
+    zeno = run_job(processes, network_dir, "zeno-attack", ATTACK + ASYNC, num_workers=4, validators=2)
 
     assert plain["best_accuracy"] < 0.5
     assert zeno["best_accuracy"] >= 0.7
+    judges = judges_of(os.path.join(network_dir, "zeno-attack"))  # ZenoPS's Figure 6 setup: each judges a half
+    assert sorted(Counter(judges.values()).values()) == [2, 2], judges
     for worker in workers_of(zeno):
         judged = worker["accepted_updates"] + worker["rejected_updates"]
         assert judged >= 50
@@ -94,7 +114,36 @@ def test_a_zeno_job_without_a_validator_stops_with_a_clear_message(processes, tm
     assert processes.wait(workers, 120)
     for proc in workers:
         assert proc.poll() == 1
-        assert "needs exactly one process started with --validator" in open(proc.output).read()
+        assert "needs one or more processes started with --validator" in open(proc.output).read()
+
+
+def test_each_validator_judges_its_share_of_the_workers_and_the_layer_moves_by_the_mean_of_their_results():
+    # Ranks 0 and 3 validate; training workers 1, 2, 4, 5 are judged by 0, 3, 0, 3 (worker j by validator j mod 2).
+    judge_of = judges([1, 2, 4, 5], [0, 3])
+    assert judge_of == {1: 0, 2: 3, 4: 0, 5: 3}
+    deltas = np.array([[1.0, 0.0],     # validator 0's v
+                       [1.0, 0.2],     # judged by 0: along v, accepted
+                       [0.0, -1.0],    # judged by 3: against its v, rejected
+                       [0.0, 1.0],     # validator 3's v
+                       [3.0, 0.0],     # judged by 0: along v but c = 4.5 >= (1 + rho) b = 0.8: rejected
+                       [0.1, 0.9]])    # judged by 3: accepted
+    judged_by = [(v, mx.nd.array([judge_of.get(r) == v for r in range(6)])) for v in (0, 3)]
+
+    step, accepted = zeno_layer_step(mx.nd.array(deltas), judged_by, eta=-0.001, rho=0.6)
+
+    assert accepted.asnumpy().tolist() == [0, 1, 0, 0, 0, 1]
+    # Validator 0's result: worker 1's delta; validator 3's: worker 5's; the layer moves by their mean.
+    np.testing.assert_allclose(step.asnumpy(), [(deltas[1] + deltas[5]) / 2], rtol=1e-6)
+
+
+def test_a_validator_that_accepts_nothing_still_counts_in_the_mean():
+    deltas = mx.nd.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.0, -1.0]])  # validators 0 and 2
+    judged_by = [(0, mx.nd.array([0, 1, 0, 0])), (2, mx.nd.array([0, 0, 0, 1]))]
+
+    step, accepted = zeno_layer_step(deltas, judged_by, eta=-0.001, rho=0.6)
+
+    assert accepted.asnumpy().tolist() == [0, 1, 0, 0]
+    np.testing.assert_allclose(step.asnumpy(), [[0.5, 0.05]], rtol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["signflip", "random", "randomscale"])

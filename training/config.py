@@ -18,6 +18,8 @@ LOCAL_OPTIMIZER_MODES = ("esync", "fedavg", "fedasync")  # the modes whose local
 MOMENTUM_OPTIMIZER_DEFAULT = 0.9  # --momentum of --local-optimizer momentum when not given
 STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # FedAsync's s(t - tau): training/fedasync_server.py
 STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper's experiments
+SCHEDULES = ("constant", "step", "cosine")  # --lr-schedule: training/schedule.py
+NBSYNC_PART_SIZE = 32  # NBSSGD's seed splits its batches of 256 into parts of 32; parts of 8 cost more than they save
 EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its checkpoints (training/evaluator.py)
 
 DEFAULTS = dict(
@@ -26,7 +28,8 @@ DEFAULTS = dict(
     global_lr=1.0,          # ESync: weights = start + global_lr * mean of the workers' deltas
     momentum=None,          # SGD momentum: 0, or 0.9 with --local-optimizer momentum
     local_optimizer="sgd",  # ESync's local steps: sgd, momentum or adam
-    wd=0.0,                 # weight decay of the workers' optimizers (Gluon's wd: lr x wd x weight per step)
+    wd=None,                # weight decay of the workers' optimizers (Gluon's wd: lr x wd x weight per step): 0,
+                            # or the dataset's recipe
     batch_size=64,
     data_dir="data",
     dataset="fashion-mnist",
@@ -71,9 +74,24 @@ DEFAULTS = dict(
     byzantine=0,            # the first K workers misbehave (experiments)
     attack="signflip",
     attack_scale=10.0,
-    mini_batches=8,         # NBSSGD: parts of a batch; a worker can join the aggregation after any part
+    mini_batches=None,      # NBSSGD: parts of a batch (a worker can join the aggregation after any part): parts of
+                            # at least NBSYNC_PART_SIZE samples, as many as divide -b
     collective=collectives.PS,  # how a synchronous mode's workers sum their arrays
+    hogwild_workers=2,      # hogwild: worker processes sharing the weights
+    hogwild_rank=None,      # hogwild: set by the coordinator for each worker it starts
+    hogwild_memory=None,    # hogwild: the shared-memory block's name, set by the coordinator
+    lr_schedule=None,       # constant, or the dataset's recipe
+    lr_steps=None,          # epochs at which --lr-schedule step multiplies every learning rate by --lr-factor
+    lr_factor=0.1,
+    augment=None,           # random crops and flips of the training batches (1 for cifar10's recipe)
+    eval_batch_size=None,   # test samples per forward pass of an evaluation (model.py's default when None)
 )
+
+# CIFAR-10 trained the way its papers train it, where the command line leaves a flag out: random 32 px crops of the
+# image padded by 4 and horizontal flips, momentum 0.9, weight decay 5e-4 of the mean loss (d2l's; He et al. 1e-4),
+# every learning rate x0.1 at epochs 100 and 150 (ZenoPS's schedule; He et al. at 82 and 123 of 164).
+# Per-channel normalisation is part of reading cifar10 (data.CIFAR10_MEAN/STD).
+CIFAR10_RECIPE = dict(augment=1, momentum=0.9, wd_of_mean_loss=5e-4, lr_schedule="step", lr_steps=(100.0, 150.0))
 
 
 def _int_list(text):
@@ -211,8 +229,8 @@ def build_parser():
                    help="ESync readiness margin in seconds (default: fitted to the measured step times); "
                         "zeno-async: the rule's tolerance epsilon (default 0)")
     p.add_argument("--validator", action="store_true",
-                   help="zeno: this worker is the trusted validator (exactly one per job; it trains on "
-                        "--validation-size held-out samples and scores every worker's update)")
+                   help="zeno: this worker is a trusted validator (one or more per job; each trains on the same "
+                        "--validation-size held-out samples and scores the updates of its share of the workers)")
     p.add_argument("--validation-size", type=_positive(int),
                    help="zeno: training samples held out for the validator; validation-only: the samples it trains on")
     p.add_argument("--sync-interval", type=_positive(int),
@@ -237,7 +255,8 @@ def build_parser():
     p.add_argument("--attack", choices=ATTACKS, help="what a Byzantine worker does")
     p.add_argument("--attack-scale", type=_positive(float), help="S of the attack (see training/attacks.py)")
     p.add_argument("--mini-batches", type=_positive(int),
-                   help="nbsync: split each batch into this many parts (-b must be a multiple)")
+                   help=f"nbsync: split each batch into this many parts (-b must be a multiple; default: the most "
+                        f"parts of at least {NBSYNC_PART_SIZE} samples that divide -b, e.g. 2 at -b 64, 8 at -b 256)")
     p.add_argument("--collective", choices=collectives.NAMES,
                    help=f"how the workers of -m {', '.join(modes.synchronous_names())} sum their updates: ps through "
                         "the ps-lite servers (DMLC_ROLE); ring, butterfly or binary-blocks with MPI's allreduce among "
@@ -253,6 +272,21 @@ def build_parser():
     p.add_argument("--sync-timeout", type=_positive(float),
                    help="seconds a worker waits on the cluster or the state server before it exits with an error "
                         "(a dead process would otherwise block a synchronous job forever)")
+    p.add_argument("--hogwild-workers", type=_positive(int),
+                   help="hogwild: worker processes on this machine sharing one copy of the weights (default 2)")
+    p.add_argument("--hogwild-rank", type=_non_negative(int), help=argparse.SUPPRESS)
+    p.add_argument("--hogwild-memory", help=argparse.SUPPRESS)
+    p.add_argument("--lr-schedule", choices=SCHEDULES,
+                   help="every learning rate x a factor of the epoch: step (x --lr-factor at each of --lr-steps), "
+                        "cosine (to 0 over --epochs), constant (default; cifar10: step at 100,150)")
+    p.add_argument("--lr-steps", type=_epochs_list, help="--lr-schedule step: the epochs, e.g. 100,150")
+    p.add_argument("--lr-factor", type=_positive(float), help="--lr-schedule step: the factor (default 0.1)")
+    p.add_argument("--augment", type=_switch,
+                   help="1: random crops (padding 4) and horizontal flips of the training batches (default 1 for "
+                        "cifar10, 0 otherwise)")
+    p.add_argument("--eval-batch-size", type=_positive(int),
+                   help="test samples per forward pass of an evaluation (default 500; 50 for networks of 224 px "
+                        "input and more)")
     p.add_argument("--digest-weights", action="store_true",
                    help="record a fingerprint of the weights after each aggregation (to verify that all "
                         "workers hold identical weights; costs a copy of the model per round)")
@@ -287,6 +321,44 @@ def resolve_mode_aliases(parser, args):
         args.mode = variant
 
 
+def _epochs_list(text):
+    try:
+        epochs = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of epochs, got {text!r}")
+    if not epochs or any(not e > 0 for e in epochs) or list(epochs) != sorted(set(epochs)):
+        raise argparse.ArgumentTypeError(f"expected increasing positive epochs, got {text!r}")
+    return epochs
+
+
+def resolve_recipe(parser, args):
+    """The dataset's recipe fills the flags the command line left out; then the schedule must be complete."""
+    recipe = CIFAR10_RECIPE if args.dataset == "cifar10" else {}
+    if args.augment is None:
+        args.augment = recipe.get("augment", 0)
+    if recipe and args.momentum is None and args.local_optimizer != "adam":
+        args.momentum = recipe["momentum"]
+    if args.wd is None:  # the loss here is summed over the batch: lr x wd equals the mean loss's at wd x batch
+        args.wd = recipe["wd_of_mean_loss"] * args.batch_size if recipe else 0.0
+    if args.lr_schedule is None:
+        args.lr_schedule = recipe.get("lr_schedule", "constant")
+        if args.lr_steps is None:
+            args.lr_steps = recipe.get("lr_steps", ())
+    if args.lr_schedule == "step" and not args.lr_steps:
+        parser.error("--lr-schedule step needs --lr-steps (the epochs, e.g. 100,150)")
+    if args.lr_schedule == "cosine" and args.epochs is None:
+        parser.error("--lr-schedule cosine decays to 0 over --epochs: give --epochs")
+    args.lr_steps = tuple(args.lr_steps or ())
+
+
+def nbsync_parts(batch_size, part_size=NBSYNC_PART_SIZE):
+    """--mini-batches when not given: the most parts of at least `part_size` samples that divide the batch (1 when
+    the batch is smaller)."""
+    if batch_size < part_size:
+        return 1
+    return max(p for p in range(1, batch_size // part_size + 1) if batch_size % p == 0)
+
+
 def resolve_local_optimizer(parser, args):
     """--local-optimizer belongs to the modes with ESync's local steps; its momentum is SGD's."""
     if args.local_optimizer != DEFAULTS["local_optimizer"] and args.mode not in LOCAL_OPTIMIZER_MODES:
@@ -312,6 +384,9 @@ def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     resolve_mode_aliases(parser, args)
+    resolve_recipe(parser, args)
+    if args.mini_batches is None:
+        args.mini_batches = nbsync_parts(args.batch_size)
     resolve_local_optimizer(parser, args)
     if args.node_name is None:
         args.node_name = socket.gethostname()

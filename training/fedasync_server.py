@@ -17,6 +17,7 @@ from mxnet import optimizer
 
 from training.server_optimizer import OwnStateRule, WorkerRanges
 
+
 def staleness_weight(function, staleness, a, b):
     """s(t - tau) of the FedAsync paper: constant 1; polynomial (t - tau + 1)^-a; hinge 1 while t - tau <= b, then
     1 / (a (t - tau - b) + 1)."""

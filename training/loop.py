@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
-from data import BatchStream
+from data import Augmented, BatchStream, Prefetched, normalisation
 from training import checkpoints, collectives, fault_injection, runlog
 from training.devices import contexts, device_name
 from training.files import atomic_write
@@ -71,8 +71,10 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
         transport = collectives.connect(args.collective, scheme_cls.kvstore, args.sync_timeout, watchdog.expire)
     rank = transport.rank if transport else 0
-    model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed)
+    model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed, normalisation(args.dataset),
+                  args.eval_batch_size)
     scheme = scheme_cls(scheme_cls.Options.from_args(args), model, transport)
+    scheme.train_samples = len(data.train_labels)
     stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy, args.epochs)
     if stop.unbounded:
         log.warning("no stop condition (--max-iters, --max-time, --target-accuracy, --epochs): "
@@ -86,11 +88,13 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     share = scheme.training_share(data.train_labels)
     stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size,
                          args.seed + rank)
+    if args.augment:
+        stream = Prefetched(Augmented(stream, args.seed + rank))
     if scheme.attack:
         stream = scheme.attack.poison(stream)
     device = device_name(args.gpu, args.cpu)
     run_log = runlog.RunLogWriter(args.log_dir, args.node_name,
-                                  runlog.device_folder(device, rank if transport else None, scheme.role),
+                                  runlog.device_folder(device, _folder_rank(scheme), scheme.role),
                                   _meta(args, scheme, model, device, len(share)), completed_rounds=resume.step)
     log.info("%s %s rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
              scheme.name, scheme.role, rank, scheme.num_workers, device, os.getpid(), args.network, len(share),
@@ -113,6 +117,11 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
         scheme.kv = scheme.transport = transport = None
         gc.collect()  # the kvstore's destructor waits for every other node at a barrier
     return accuracy
+
+
+def _folder_rank(scheme):
+    """The rank in the log folder's name: every cluster worker's, and each process of a job without one (Hogwild!)."""
+    return scheme.rank if scheme.transport or scheme.num_workers > 1 else None
 
 
 def during(transport, phase):
@@ -157,6 +166,8 @@ class Rounds:
         Returns (whether every worker stops now, this worker's reason to stop or None)."""
         scheme = self.scheme
         fault_injection.point("worker", "training", scheme.rank)
+        if not scheme.schedule.constant:
+            scheme.scale_learning_rates(scheme.schedule.factor_at(self.epochs))
         opening = {}
         with Timer(opening, runlog.CHECK_READY):
             scheme.begin_round(n - 1)
@@ -171,6 +182,8 @@ class Rounds:
         elapsed = time.time() - self.started
         self.save_checkpoint(n, steps[-1], stopping, elapsed)
         extra = {"weights_digest": self.model.digest()} if self.args.digest_weights else {}
+        if not scheme.schedule.constant:
+            extra["lr_factor"] = scheme.lr_factor
         if scheme.transport:
             extra.update(scheme.transport.traffic.take())
         extra.update(scheme.round_record())

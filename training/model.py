@@ -6,17 +6,22 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import models
-from data import to_float
+from data import CIFAR_SIDE, to_float
 
 EVAL_BATCH = 500
+EVAL_BATCH_LARGE_INPUT = 50  # networks whose input is resized up (224 px and more) hold far larger activations
 
 
 class Model:
     """A Gluon network replicated on one or more devices of one worker."""
 
-    def __init__(self, network, ctxs, sample_shape, seed=0):
+    def __init__(self, network, ctxs, sample_shape, seed=0, normalise=None, eval_batch_size=None):
+        """`normalise`: (per-channel mean, per-channel std) of images in [0, 1], or None."""
         self.ctxs = ctxs
         self.side = models.input_size(network)
+        self.eval_batch = eval_batch_size or (EVAL_BATCH_LARGE_INPUT if (self.side or 0) > CIFAR_SIDE else EVAL_BATCH)
+        self.normalise = {ctx: tuple(mx.nd.array(v, ctx=ctx).reshape((1, -1, 1, 1)) for v in normalise)
+                          for ctx in ctxs} if normalise else None
         mx.random.seed(seed)
         self.net = models.get_network(network)
         self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
@@ -42,6 +47,9 @@ class Model:
 
     def _prepare(self, images, ctx):
         x = mx.nd.array(to_float(images), ctx=ctx)
+        if self.normalise:
+            mean, std = self.normalise[ctx]
+            x = mx.nd.broadcast_div(mx.nd.broadcast_sub(x, mean), std)
         if self.side and x.shape[-1] != self.side:
             x = mx.nd.contrib.BilinearResize2D(x, height=self.side, width=self.side)
         return x
@@ -71,7 +79,7 @@ class Model:
     def accuracy(self, images, labels):
         """Correct predictions over all test samples (not a mean of per-batch accuracies)."""
         ctx = self.ctxs[0]
-        batch = EVAL_BATCH if not self.side else 50
+        batch = self.eval_batch
         correct = mx.nd.zeros((1,), ctx=ctx)
         for start in range(0, len(labels), batch):
             out = self.net(self._prepare(images[start:start + batch], ctx))

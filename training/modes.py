@@ -31,7 +31,8 @@ class Mode:
 
 def check_validator_job(args, num_workers):
     if num_workers < 2:
-        raise ModeError(f"-m {args.mode} needs DMLC_NUM_WORKER >= 2: the training workers and one --validator")
+        raise ModeError(f"-m {args.mode} needs DMLC_NUM_WORKER >= 2: the training workers and the --validator "
+                        "processes")
     if args.validation_size < args.batch_size:
         raise ModeError(f"--validation-size {args.validation_size} is smaller than the batch size {args.batch_size}")
 
@@ -41,9 +42,22 @@ def check_one_server(args, num_workers):
         raise ModeError(f"-m {args.mode} needs each worker's whole push on one server: set DMLC_NUM_SERVER=1")
 
 
+def check_constant_lr(args):
+    """The rules written for the one server (Zeno++, the paper's DC-ASGD) keep their learning rate."""
+    if args.lr_schedule != "constant":
+        raise ModeError(f"-m {args.mode}'s rule on the server keeps -l constant: leave out --lr-schedule "
+                        f"{args.lr_schedule}")
+
+
 def check_zeno_async(args, num_workers):
     check_validator_job(args, num_workers)
     check_one_server(args, num_workers)
+    check_constant_lr(args)
+
+
+def check_dcasgd_per_worker(args, num_workers):
+    check_one_server(args, num_workers)
+    check_constant_lr(args)
 
 
 def check_nbsync(args, num_workers):
@@ -65,7 +79,7 @@ MODES = {mode.name: mode for mode in (
     Mode("dcasgd-paper", "DC-ASGD (per worker)", "DCASGD-PerWorker", "sienna",
          "training.schemes.asynchronous:DCASGDPerWorker",
          "DC-ASGD as its paper defines it, the one server keeping a backup of the weights per worker (dist_async)",
-         check=check_one_server),
+         check=check_dcasgd_per_worker),
     Mode("downpour", "Downpour", "Downpour", "darkkhaki", "training.schemes.downpour:Downpour",
          "Downpour SGD, local SGD steps, the summed gradients pushed every --n-push steps and the weights fetched "
          "every --n-fetch (dist_async)"),
@@ -84,6 +98,9 @@ MODES = {mode.name: mode for mode in (
     Mode("fedasync", "FedAsync", "FedAsync", "tab:cyan", "training.schemes.fedasync:FedAsync",
          "FedAsync, --sync-interval local steps, then the one server mixes the model in by its staleness "
          "(dist_async)", check=check_one_server),
+    Mode("hogwild", "Hogwild!", "Hogwild", "indigo", "training.schemes.hogwild:Hogwild",
+         "Hogwild!, --hogwild-workers processes on this machine update one shared copy of the weights without "
+         "locks, no cluster", cluster=False),
     Mode("local", "Standalone", "Standalone", "tab:gray", "training.schemes.local:Local",
          "standalone, one device and no cluster: the baseline of the figures", cluster=False),
     Mode("validation-only", "Validation only", "ValidationOnly", "slategray", "training.schemes.local:ValidationOnly",
@@ -91,6 +108,7 @@ MODES = {mode.name: mode for mode in (
          cluster=False),
 )}
 STANDALONE = "local"  # the sequential baseline: the figures' dotted line, the paper's Table 1
+HOGWILD = "hogwild"   # one command starts its worker processes (training/hogwild.py)
 
 
 def names():

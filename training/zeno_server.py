@@ -4,22 +4,30 @@ kv.set_optimizer pickles this object to the server, which unpickles it by module
 still running, so it imports mxnet's submodules by name (see training/server_optimizer.py).
 
 Key layout (R kvstore workers, P trainable arrays): each worker r pushes and pulls its own range r*P .. r*P+P-1,
-so the server knows who sent what; the validator's range carries its validation gradient v instead. The server
-keeps the one global model itself and hands it out through every range. When all P arrays of a worker's push
-have arrived, the gradient g is rescaled to v's norm, g' = g |v| / |g|, and applied (w -= lr g') when
-lr <g', v> - rho |g'|^2 + lr epsilon >= 0; otherwise it is dropped. A v serves for at most `refresh` accepted
-updates: after that, gradients are dropped unjudged until the validator sends a v of a newer model (the trusted
-side keeps its v fresh; a validator starved of CPU would otherwise judge a model that has moved on). Then the
-worker's whole range is refreshed, so its next pull reads one consistent model. After the ranges: one key per
-worker that tells it whether it is the validator (pushed once), one that hands it its [accepted, rejected,
-unjudged] counts, and the stop vote (the largest value pushed).
+so the server knows who sent what; a validator's range carries its validation gradient v instead. The server
+keeps the one global model itself and hands it out through every range. Training worker j (0-based) is judged by
+validator j mod V, against that validator's latest v. When all P arrays of a worker's push have arrived, the
+gradient g is rescaled to v's norm, g' = g |v| / |g|, and applied (w -= lr g') when
+lr <g', v> - rho |g'|^2 + lr epsilon >= 0; otherwise it is dropped. A v serves for at most as many accepted updates
+as its validator judges workers: after that, gradients are dropped unjudged until that validator sends a v of a
+newer model (the trusted side keeps its v fresh; a validator starved of CPU would otherwise judge a model that has
+moved on). Then the worker's whole range is refreshed, so its next pull reads one consistent model. After the
+ranges: one key per worker that tells whether it is a validator (pushed once, before any gradient), one that
+hands it its [accepted, rejected, unjudged] counts, and the stop vote (the largest value pushed).
 """
 import math
+from collections import Counter
 
 from mxnet import ndarray as nd
 from mxnet import optimizer
 
 from training.server_optimizer import OwnStateRule, WorkerRanges
+
+
+def judges(training_ranks, validator_ranks):
+    """{training worker's rank: the rank of the validator that judges it}: worker j (0-based) goes to validator j mod V
+    (the rule of training/schemes/zeno.py, sync and async)."""
+    return {rank: validator_ranks[j % len(validator_ranks)] for j, rank in enumerate(training_ranks)}
 
 
 class ZenoLayout(WorkerRanges):
@@ -34,14 +42,16 @@ class ZenoLayout(WorkerRanges):
 
 @optimizer.register
 class ZenoPlusPlus(OwnStateRule):
-    def __init__(self, layout, lr, rho, epsilon, refresh, **kwargs):
+    def __init__(self, layout, lr, rho, epsilon, **kwargs):
         super().__init__(**kwargs)
         self.layout = layout
-        self.lr, self.rho, self.epsilon, self.refresh = lr, rho, epsilon, refresh
-        self.uses_of_v = 0
-        self.validator = None
+        self.lr, self.rho, self.epsilon = lr, rho, epsilon
+        self.validators = set()
+        self.judge_of = None  # training rank -> its validator's rank, once every role is in
+        self.share = None     # validator rank -> how many training workers it judges
+        self.uses_of_v = {}  # validator rank -> accepted updates its latest v judged
         self.weights = {}    # array index -> the global model
-        self.v = {}          # array index -> the validator's latest gradient
+        self.v = {}          # validator rank -> {array index: its latest gradient}
         self.pending = {}    # rank -> {array index: gradient} until all arrays of its push are in
         self.ranges = {}     # rank -> {array index: the server's stored array of that key}
         self.counts = {}     # rank -> [accepted, rejected, unjudged]
@@ -55,7 +65,7 @@ class ZenoPlusPlus(OwnStateRule):
         elif index >= layout.role_base:
             weight[:] = grad
             if grad.asscalar() > 0:
-                self.validator = index - layout.role_base
+                self.validators.add(index - layout.role_base)
         else:
             self._array(*divmod(index, layout.num_arrays), weight, grad)
 
@@ -64,10 +74,10 @@ class ZenoPlusPlus(OwnStateRule):
             self.weights[i] = weight.copy()  # every range starts from the same initial weights
         self.ranges.setdefault(rank, {})[i] = weight
         weight[:] = self.weights[i]
-        if rank == self.validator:
-            self.v[i] = grad.copy()
+        if rank in self.validators:
+            self.v.setdefault(rank, {})[i] = grad.copy()
             if i == self.layout.num_arrays - 1:
-                self.uses_of_v = 0
+                self.uses_of_v[rank] = 0
             return
         received = self.pending.setdefault(rank, {})
         received[i] = grad.copy()
@@ -77,15 +87,24 @@ class ZenoPlusPlus(OwnStateRule):
             for index, stored in self.ranges[rank].items():
                 stored[:] = self.weights[index]
 
+    def _validator_of(self, rank):
+        if self.judge_of is None:  # every role was pushed before the first gradient (ZenoAsync._roles)
+            training = [r for r in range(self.layout.num_workers) if r not in self.validators]
+            self.judge_of = judges(training, sorted(self.validators))
+            self.share = Counter(self.judge_of.values())
+        return self.judge_of[rank]
+
     def _judge(self, rank, gradient):
         counts = self.counts.setdefault(rank, [0, 0, 0])
         indices = sorted(gradient)
-        if len(self.v) < len(indices) or self.uses_of_v >= self.refresh:
+        validator = self._validator_of(rank)
+        v = self.v.get(validator, {})
+        if len(v) < len(indices) or self.uses_of_v[validator] >= self.share[validator]:
             counts[2] += 1  # nothing (fresh enough) to validate against
             return
         g_norm2 = _total(nd.sum(gradient[i] * gradient[i]) for i in indices)
-        v_norm2 = _total(nd.sum(self.v[i] * self.v[i]) for i in indices)
-        g_dot_v = _total(nd.sum(gradient[i] * self.v[i]) for i in indices)
+        v_norm2 = _total(nd.sum(v[i] * v[i]) for i in indices)
+        g_dot_v = _total(nd.sum(gradient[i] * v[i]) for i in indices)
         if not (g_norm2 > 0 and math.isfinite(g_norm2) and math.isfinite(v_norm2)):
             counts[1] += 1
             return
@@ -95,7 +114,7 @@ class ZenoPlusPlus(OwnStateRule):
             counts[1] += 1
             return
         counts[0] += 1
-        self.uses_of_v += 1
+        self.uses_of_v[validator] += 1
         for i in indices:
             self.weights[i] -= (self.lr * scale) * gradient[i]
 

@@ -20,7 +20,7 @@ class Async(Scheme):
     def server_rule(self):
         """Plain SGD on the gradient of the loss summed over a batch."""
         return mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
-                                wd=self.options.wd)
+                                wd=self.options.wd, lr_scheduler=self.server_scheduler())
 
     def setup(self):
         self.broadcast_initial_weights()
@@ -50,7 +50,7 @@ class DCASGD(Async):
 
     def server_rule(self):
         return mx.optimizer.DCASGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
-                                    wd=self.options.wd, lamda=LAMBDA)
+                                    wd=self.options.wd, lamda=LAMBDA, lr_scheduler=self.server_scheduler())
 
 
 class DCASGDPerWorker(Scheme):

@@ -20,6 +20,7 @@ from data import partition
 from training import runlog
 from training.attacks import attack_for, flatten_arrays
 from training.config import local_update_rule
+from training.schedule import Schedule
 
 log = logging.getLogger("scheme")
 
@@ -69,6 +70,10 @@ class Options:
     attack: str
     attack_scale: float
     sync_timeout: float
+    lr_schedule: str
+    lr_steps: tuple
+    lr_factor: float
+    epochs: float
 
     @classmethod
     def from_args(cls, args):
@@ -92,6 +97,8 @@ class Scheme:
     updates_locally = False           # local_step() updates the weights (its time: runlog.LOCAL_UPDATE)
     trainer = None                    # the local gluon.Trainer, where the workers update the weights
     update_rule = None                # its rule: config.local_update_rule
+    lr_factor = 1.0                   # the learning-rate schedule's factor this round (training/schedule.py)
+    train_samples = None              # the training set's size (the loop sets it before setup)
 
     def __init__(self, options, model, transport):
         self.options = options
@@ -106,6 +113,7 @@ class Scheme:
         self.keys = list(range(self.stats_key)) + ([self.stats_key] if self.stats else []) + [self.control_key]
         self.control = mx.nd.zeros((1,))
         self.attack = attack_for(options, self.rank) if transport else None
+        self.schedule = Schedule.from_args(options)
 
     @property
     def training_workers(self):
@@ -182,12 +190,26 @@ class Scheme:
         """Gluon's Trainer for the update step only (`optimizer`: one of config.LOCAL_OPTIMIZERS); gradient reduction
         stays with the scheme. Checkpoints save its state (local_optimizer_states)."""
         self.update_rule = local_update_rule(optimizer, self.options.momentum)
+        self.base_lr = learning_rate
         params = {"learning_rate": learning_rate, "wd": self.options.wd}
         if self.update_rule != "adam":
             params["momentum"] = self.options.momentum
         self.trainer = gluon.Trainer(self.model.trainable, "adam" if self.update_rule == "adam" else "sgd", params,
                                      kvstore=None)
         return self.trainer
+
+    def scale_learning_rates(self, factor):
+        """The schedule's factor for the coming round: the local optimizer's learning rate, and `lr_factor` for a
+        scheme's global learning rate."""
+        self.lr_factor = factor
+        if self.trainer is not None:
+            self.trainer.set_learning_rate(self.base_lr * factor)
+
+    def server_scheduler(self, steps_per_update=1):
+        """The schedule for MXNet's optimizer on the servers, each of whose updates applies `steps_per_update`
+        local steps of one worker."""
+        return self.schedule.server_scheduler(self.options.learning_rate,
+                                              self.train_samples / (self.options.batch_size * steps_per_update))
 
     @property
     def has_local_optimizer(self):

@@ -29,7 +29,7 @@ class Downpour(Scheme):
     def setup(self):
         self.broadcast_initial_weights()
         rule = mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
-                                wd=self.options.wd)
+                                wd=self.options.wd, lr_scheduler=self.server_scheduler(self.options.n_push))
         self.kv.set_optimizer(ServerOptimizer(inner=rule, control_key=self.control_key))
         self.kv._barrier()  # no worker pushes before every server holds the rule
         self.local_trainer(self.options.learning_rate)

@@ -41,7 +41,7 @@ class DeltaAveraging(Scheme):
         self.control[:] = float(stop_vote)
         self.stats.gather()
         self.transport.sum(self.keys, self.buffers)
-        scale = self.options.global_lr / self.num_workers
+        scale = self.options.global_lr * self.lr_factor / self.num_workers
         for p, delta, starts in zip(self.model.trainable, self.delta, self.start):
             for data, start in zip(p.list_data(), starts):
                 start += scale * delta.as_in_context(start.context)

@@ -1,18 +1,26 @@
-"""Byzantine-tolerant synchronous training with a trusted validator: the ZenoPS rule (Xie, Koyejo, Gupta).
+"""Byzantine-tolerant synchronous training with trusted validators: the ZenoPS rule (Xie, Koyejo, Gupta).
 
-The job's kvstore workers are N training workers and one validator (the process started with --validator).
+The job's kvstore workers are N training workers and V >= 1 validators (the processes started with --validator).
 Every round each training worker does --sync-interval local SGD steps (lr -ll) from the round's start weights W
-and sends its delta u = W_local - W; the validator does the same steps on its validation data (held out from the
-training set, disjoint from every worker's shard) and sends its delta v. One pushpull all-gathers the deltas:
-parameter i travels in a (processes x shape_i) array in which each process fills its own row, and the servers'
-sum hands every process all rows. Then, per layer, with a = mean(u.v), b = mean(v^2), c = mean(u^2), a delta is
-accepted when a > eta.b and c < (1 + rho).b; the layer moves by global_lr x the mean of its accepted deltas (not at
-all when none is). Every process applies this deterministic rule to the same numbers, so all hold the same weights.
+and sends its delta u = W_local - W; each validator does the same steps on its validation data and sends its
+delta v. The validation data are --validation-size samples held out from the training set (disjoint from every
+worker's shard); with several validators each holds the same samples in an order of its own, as ZenoPS's
+validators do. One pushpull all-gathers the deltas: parameter i travels in a (processes x shape_i) array in which
+each process fills its own row, and the servers' sum hands every process all rows.
 
-Trust assumptions: the validator, its data, the servers and the scheduler are honest. A Byzantine worker may send
-any values as its own delta but does not write another process's row: ZenoPS relies on the transport to attribute
-each message to its sender; ps-lite does not authenticate senders, so here it is an assumption of the emulation.
-BatchNorm statistics come from the validator alone.
+The rule, per layer: training worker j (0-based) is judged by validator j mod V, against that validator's v. With
+a = mean(u.v), b = mean(v^2), c = mean(u^2), a delta is accepted when a > eta.b and c < (1 + rho).b. Each
+validator's result is the mean of the deltas it accepted (zero when it accepted none), and the layer moves by
+global_lr x the mean of the V results. This is how ZenoPS combines several validators: each takes a share of the
+workers' updates, and its servers average what the validators send (a validator that accepts nothing still
+counts in the 1/V); validators never vote on the same update. ZenoPS hands each update to whichever validator asks
+first; here the split is fixed (j mod V), so every process can apply the rule to the same numbers and all hold the
+same weights. With one validator the rule is ZenoPS's single-validator one.
+
+Trust assumptions: the validators, their data, the servers and the scheduler are honest. A Byzantine worker may
+send any values as its own delta but does not write another process's row: ZenoPS relies on the transport to
+attribute each message to its sender; ps-lite does not authenticate senders, so here it is an assumption of the
+emulation. BatchNorm statistics are the validators' mean.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -24,6 +32,7 @@ from data import partition
 from training.attacks import attack_for
 from training.failures import JobSetupError
 from training.schemes.base import Options, Scheme
+from training.zeno_server import ZenoLayout, ZenoPlusPlus, judges
 
 
 def split_validation(num_samples, validation_size, seed):
@@ -44,23 +53,45 @@ class ZenoOptions(Options):
     epsilon: Optional[float]
 
 
+def zeno_layer_step(flat, judged_by, eta, rho):
+    """One layer of the rule. flat: the (processes x size) deltas; judged_by: [(validator rank, 0/1 vector of the
+    ranks it judges)]. Returns (the mean over validators of the mean of each one's accepted deltas, as (1 x size),
+    the 0/1 vector of accepted ranks)."""
+    c = mx.nd.mean(flat * flat, axis=1)
+    step = mx.nd.zeros((1, flat.shape[1]), ctx=flat.context)
+    accepted = mx.nd.zeros((flat.shape[0],), ctx=flat.context)
+    for validator, members in judged_by:
+        v = flat[validator].reshape((1, -1))
+        b = mx.nd.mean(v * v)
+        a = mx.nd.mean(mx.nd.broadcast_mul(flat, v), axis=1)
+        accept = mx.nd.broadcast_greater(a, eta * b) * mx.nd.broadcast_lesser(c, (1 + rho) * b) * members
+        step += mx.nd.dot(accept.reshape((1, -1)), flat) / mx.nd.maximum(accept.sum(), 1)
+        accepted += accept
+    return step / len(judged_by), accepted
+
+
 class WithValidator(Scheme):
-    """Roles shared by zeno and zeno-async: one process validates, the others train on what the validation set left."""
-    validator_rank = None
+    """Roles shared by zeno and zeno-async: the validators check updates, the others train on what the validation
+    set left."""
+    validator_ranks = ()
     Options = ZenoOptions
 
     @property
     def is_validator(self):
-        return self.rank == self.validator_rank
+        return self.rank in self.validator_ranks
+
+    @property
+    def training_ranks(self):
+        return [r for r in range(self.num_workers) if r not in self.validator_ranks]
 
     @property
     def worker_index(self):
-        """0-based among the training workers; None for the validator."""
-        return None if self.is_validator else self.rank - (self.rank > self.validator_rank)
+        """0-based among the training workers; None for a validator."""
+        return None if self.is_validator else self.training_ranks.index(self.rank)
 
     @property
     def training_workers(self):
-        return self.num_workers - 1
+        return self.num_workers - len(self.validator_ranks)
 
     @property
     def role(self):
@@ -77,9 +108,16 @@ class WithValidator(Scheme):
         return rest[partition(labels[rest], self.worker_index, self.training_workers,
                               bool(self.options.split_by_class), self.options.seed)]
 
-    def set_roles(self, validator_rank):
-        self.validator_rank = validator_rank
+    def set_roles(self, roles):
+        """`roles`: per rank, whether that process was started with --validator."""
+        validators = [rank for rank, is_validator in enumerate(roles) if is_validator]
+        if not validators or len(validators) == self.num_workers:
+            raise JobSetupError(f"-m {self.name} needs one or more processes started with --validator and at least "
+                                f"one training worker among the {self.num_workers} workers of the job; found "
+                                f"{len(validators)} validators")
+        self.validator_ranks = validators
         self.attack = None if self.is_validator else attack_for(self.options, self.worker_index)  # by training index
+        self.judge_of = judges(self.training_ranks, validators)
 
 
 class ZenoSync(WithValidator):
@@ -89,7 +127,7 @@ class ZenoSync(WithValidator):
 
     def setup(self):
         self.broadcast_initial_weights()
-        self.set_roles(self._find_validator())
+        self.set_roles(self._roles())
         self.local_trainer(self.options.local_lr)
         ctx0 = self.model.ctxs[0]
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
@@ -98,20 +136,18 @@ class ZenoSync(WithValidator):
         self.transport.declare(row_keys, self.rows)
         self.round_keys = row_keys + self.keys[len(self.model.trainable):]
         self.buffers = self.rows + ([self.stats.buffer] if self.stats else []) + [self.control]
+        self.judged_by = [(v, mx.nd.array([self.judge_of.get(r) == v for r in range(self.num_workers)], ctx=ctx0))
+                          for v in self.validator_ranks]
         self.accepted = None
 
-    def _find_validator(self):
-        """Rank of the one process started with --validator: each marks its row of a shared vector."""
+    def _roles(self):
+        """Per rank, whether it was started with --validator: each process marks its row of a shared vector."""
         key = self.control_key + 1
         roles = mx.nd.zeros((self.num_workers,))
         self.transport.declare([key], [roles])
         roles[self.rank] = float(bool(self.options.validator))
         self.transport.sum([key], [roles])
-        validators = np.flatnonzero(roles.asnumpy())
-        if len(validators) != 1:
-            raise JobSetupError(f"-m {self.name} needs exactly one process started with --validator among the "
-                                f"{self.num_workers} workers of the job; found {len(validators)}")
-        return int(validators[0])
+        return roles.asnumpy() > 0
 
     def local_step(self):
         self.model.reduce_gradients()
@@ -135,26 +171,18 @@ class ZenoSync(WithValidator):
         self.control[:] = float(stop_vote)
         self.transport.sum(self.round_keys, self.buffers)
         self.accepted = self._apply_accepted_deltas()
-        self.stats.scatter()
+        self.stats.scatter(1.0 / len(self.validator_ranks))
         return stop_vote or self.stop_requested()
 
     def _apply_accepted_deltas(self):
-        """Move each layer by the mean of its accepted deltas; return accepted[layer, rank] (validator: 0)."""
+        """Move each layer by the rule's step; return accepted[layer, rank] (validators: 0)."""
         options = self.options
-        not_validator = mx.nd.ones((self.num_workers,), ctx=self.model.ctxs[0])
-        not_validator[self.validator_rank] = 0
         decisions = []
         for row, starts in zip(self.rows, self.start):
-            flat = row.reshape((self.num_workers, -1))
-            v = flat[self.validator_rank].reshape((1, -1))
-            b = mx.nd.mean(v * v)
-            a = mx.nd.mean(mx.nd.broadcast_mul(flat, v), axis=1)
-            c = mx.nd.mean(flat * flat, axis=1)
-            accept = mx.nd.broadcast_greater(a, options.eta * b) * mx.nd.broadcast_lesser(c, (1 + options.rho) * b)
-            accept = accept * not_validator
-            mean_delta = mx.nd.dot(accept.reshape((1, -1)), flat) / mx.nd.maximum(accept.sum(), 1)
+            step, accept = zeno_layer_step(row.reshape((self.num_workers, -1)), self.judged_by, options.eta,
+                                           options.rho)
             for start in starts:
-                start += options.global_lr * mean_delta.reshape(start.shape).as_in_context(start.context)
+                start += options.global_lr * self.lr_factor * step.reshape(start.shape).as_in_context(start.context)
             decisions.append(accept)
         for p, starts in zip(self.model.trainable, self.start):
             for data, start in zip(p.list_data(), starts):
@@ -167,35 +195,36 @@ class ZenoSync(WithValidator):
         per_rank = self.accepted.sum(axis=0)
         layers = self.accepted.shape[0]
         if self.is_validator:
-            workers = [r for r in range(self.num_workers) if r != self.validator_rank]
-            return {"zeno_layers": layers, "zeno_accepted_layers_by_worker": [int(per_rank[r]) for r in workers]}
-        return {"zeno_layers": layers, "zeno_accepted_layers": int(per_rank[self.rank])}
+            judged = [r for r in self.training_ranks if self.judge_of[r] == self.rank]
+            return {"zeno_layers": layers, "zeno_judged_ranks": judged,
+                    "zeno_accepted_layers_by_worker": [int(per_rank[r]) for r in judged]}
+        return {"zeno_layers": layers, "zeno_accepted_layers": int(per_rank[self.rank]),
+                "zeno_validator_rank": self.judge_of[self.rank]}
 
 
 class ZenoAsync(WithValidator):
     """Zeno++ (Xie, Koyejo, Gupta): asynchronous SGD whose servers validate each gradient before applying it.
 
     Every worker pushes its gradient to its own key range and pulls the global model back from it, one step per
-    round; the validator pushes the gradient of one fresh batch of its validation data at the latest model, as
+    round; each validator pushes the gradient of one fresh batch of its validation data at the latest model, as
     often as it can. The rule runs on the server (training/zeno_server.py), which needs the whole model: one
-    server only. Trust: the validator, its data and the server are honest; a Byzantine worker pushes anything
-    into its own range. BatchNorm statistics stay local to each worker.
+    server only. With several validators, training worker j's gradients are judged against validator j mod V's
+    latest v alone (as in ZenoPS, where each update goes to one validator and the accepted ones are added to the
+    model; no combination across validators). Trust: the validators, their data and the server are honest; a
+    Byzantine worker pushes anything into its own range. BatchNorm statistics stay local to each worker.
     """
     name = "zeno-async"
     kvstore = "dist_async"
 
     def setup(self):
-        from training.zeno_server import ZenoLayout, ZenoPlusPlus
-
         self.layout = layout = ZenoLayout(self.num_workers, len(self.model.trainable))
         ctx0 = self.model.ctxs[0]
         weights = [p.data(ctx0).copy() for p in self.model.trainable]
         small = [mx.nd.zeros((1,)) for _ in range(self.num_workers)] + \
                 [mx.nd.zeros((3,)) for _ in range(self.num_workers)] + [self.control]
-        rule = ZenoPlusPlus(layout, self.options.learning_rate, self.options.rho, self.options.epsilon or 0.0,
-                            refresh=self.training_workers)
+        rule = ZenoPlusPlus(layout, self.options.learning_rate, self.options.rho, self.options.epsilon or 0.0)
         self.start_server_rule(list(range(layout.control_key + 1)), weights * self.num_workers + small, rule)
-        self.set_roles(self._find_validator())
+        self.set_roles(self._roles())
         self.model_keys = layout.model_keys(self.rank)
         self.verdict_key = layout.verdict_base + self.rank
         self.verdict = mx.nd.zeros((3,))
@@ -204,19 +233,16 @@ class ZenoAsync(WithValidator):
         self.kv.pull(self.model_keys, out=[p.list_data() for p in self.model.trainable])
         self.first_round = True
 
-    def _find_validator(self):
-        """Each process pushes whether it is the validator to its own key; all then read every key."""
+    def _roles(self):
+        """Per rank, whether it was started with --validator: each process pushes that to its own key, then all
+        read every key."""
         layout = self.layout
         self.kv.push(layout.role_base + self.rank, mx.nd.array([float(bool(self.options.validator))]))
         mx.nd.waitall()  # a push is an engine operation: the barrier alone does not wait for it
         self.kv._barrier()
         roles = [mx.nd.zeros((1,)) for _ in range(self.num_workers)]
         self.kv.pull(list(range(layout.role_base, layout.verdict_base)), out=roles)
-        validators = [r for r, role in enumerate(roles) if role.asscalar() > 0]
-        if len(validators) != 1:
-            raise JobSetupError(f"-m {self.name} needs exactly one process started with --validator among the "
-                                f"{self.num_workers} workers of the job; found {len(validators)}")
-        return validators[0]
+        return [role.asscalar() > 0 for role in roles]
 
     def aggregate(self, stop_vote):
         self.model.reduce_gradients()
@@ -226,7 +252,7 @@ class ZenoAsync(WithValidator):
         self.control[:] = float(stop_vote)
         grads = [p.list_grad()[0] for p in self.model.trainable]
         if self.first_round and not self.is_validator:
-            self.kv._barrier()  # the validator's first gradient is on the server before any worker's
+            self.kv._barrier()  # the validators' first gradients are on the server before any worker's
         self.kv.push(self.model_keys + [self.verdict_key, self.layout.control_key],
                      grads + [self.verdict, self.control])
         if self.first_round and self.is_validator:
@@ -245,4 +271,4 @@ class ZenoAsync(WithValidator):
             return {}
         accepted, rejected, unjudged = self.judged
         return {"zeno_accepted_updates": accepted, "zeno_judged_updates": accepted + rejected,
-                "zeno_unjudged_updates": unjudged}
+                "zeno_unjudged_updates": unjudged, "zeno_validator_rank": self.judge_of[self.rank]}

@@ -1,0 +1,50 @@
+"""Hogwild! (Niu et al. 2011): each worker process computes a gradient at the shared weights as it last read them
+and subtracts lr x it from the shared weights in place, without a lock; then reads them again. No cluster, no
+server: the processes share one machine's memory (training/hogwild.py starts them). BatchNorm statistics stay
+local to each worker. Plain SGD with --wd; rank 0 evaluates its latest read of the shared weights.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+import mxnet as mx
+
+from training.hogwild import SharedWeights, apply_gradient
+from training.schemes.base import Options, Scheme
+
+
+@dataclass(frozen=True)
+class HogwildOptions(Options):
+    hogwild_workers: int
+    hogwild_rank: Optional[int]
+    hogwild_memory: Optional[str]
+
+
+class Hogwild(Scheme):
+    name = "hogwild"
+    Options = HogwildOptions
+    aggregates = False
+    updates_locally = True
+
+    def __init__(self, options, model, transport):
+        super().__init__(options, model, transport)
+        self.rank = options.hogwild_rank
+        self.num_workers = options.hogwild_workers
+
+    def setup(self):
+        self.shared = SharedWeights.attach(self.options.hogwild_memory, [p.shape for p in self.model.trainable])
+        self._read()
+
+    def local_step(self):
+        self.model.reduce_gradients()
+        lr = self.options.learning_rate * self.lr_factor
+        ctx0 = self.model.ctxs[0]
+        for view, p in zip(self.shared.views, self.model.trainable):
+            apply_gradient(view, p.grad(ctx0).asnumpy(), lr, self.options.wd)
+        self._read()
+
+    def _read(self):
+        for view, p in zip(self.shared.views, self.model.trainable):
+            p.set_data(mx.nd.array(view))
+
+    def finish(self):
+        self.shared.close()
