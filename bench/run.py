@@ -20,7 +20,8 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections:
      ring, butterfly and binary blocks: throughput, bytes per worker per round beside the textbook's figure, the
      busiest link's load; skipped with a note where namespaces cannot be made (needs root);
   8. input pipeline: a training step on CIFAR-10-shaped batches (3x32x32, normalised) without augmentation, with
-     CIFAR-10's crops and flips made in the step, and with them made one batch ahead (what --augment does).
+     CIFAR-10's crops and flips made in the step, with them made one batch ahead (--augment crop), and with d2l's
+     resized crops made one batch ahead by Gluon's transforms (--augment resized-crop).
 """
 import argparse
 import glob
@@ -72,7 +73,8 @@ ACCURACY_PROFILE = "1,1,4"
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], seconds=12, accuracy_budget=15, latency_calls=300,
             modes=["esync", "sync", "async"],
-            accuracy_profile_modes=["dcasgd", "dcasgd-paper", "nbsync", "fedavg", "fedasync"],
+            accuracy_profile_modes=["dcasgd", "dcasgd-paper", "downpour", "nbsync", "zeno", "zeno-async", "fedavg",
+                                    "fedasync", "hogwild"],
             esync_policies=["plan", "nonblocking"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",
             network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15},
@@ -87,11 +89,12 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
 
 
 def unknown_modes(cfg):
-    """The modes a configuration runs that are not cluster modes of training/modes.py."""
+    """The modes a configuration runs that do not train on every device of a profile: neither cluster modes of
+    training/modes.py nor Hogwild! (one process per device)."""
     chosen = set(ALL_MODES) | set(cfg["modes"]) | set(cfg["accuracy_profile_modes"])
     chosen |= {mode for mode, _ in cfg["byzantine_runs"]}
     chosen |= {mode for *_, run_modes in cfg["network_runs"] for mode in run_modes}
-    return sorted(chosen - set(modes.cluster_names()))
+    return sorted(chosen - set(modes.cluster_names()) - {modes.HOGWILD})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -465,15 +468,16 @@ def state_server_cost(cfg, workdir, earlier):
 # 8. The input pipeline
 
 
-PIPELINES = ("plain", "augmented in the step", "augmented ahead")
+PIPELINES = ("plain", "augmented in the step", "augmented ahead", "resized crops ahead")
 
 
 def pipeline_streams(images, labels, batch):
-    from data import Augmented, BatchStream, Prefetched
+    from data import Augmented, BatchStream, Prefetched, ResizedCropped
 
     return {"plain": BatchStream(images, labels, batch, seed=1),
             "augmented in the step": Augmented(BatchStream(images, labels, batch, seed=1), seed=2),
-            "augmented ahead": Prefetched(Augmented(BatchStream(images, labels, batch, seed=1), seed=2))}
+            "augmented ahead": Prefetched(Augmented(BatchStream(images, labels, batch, seed=1), seed=2)),
+            "resized crops ahead": Prefetched(ResizedCropped(BatchStream(images, labels, batch, seed=1), seed=2))}
 
 
 def timed_steps(model, trainer, stream, steps):
@@ -628,7 +632,8 @@ def main(argv=None):
     cfg = QUICK if args.quick else FULL
     unknown = unknown_modes(cfg)
     if unknown:
-        print(f"run.py: error: not a cluster mode of training/modes.py: {', '.join(unknown)}", file=sys.stderr)
+        print(f"run.py: error: not a mode that trains on every device of a profile: {', '.join(unknown)}",
+              file=sys.stderr)
         return 2
     started = time.time()
     sections = [args.only] if args.only else list(SECTIONS)

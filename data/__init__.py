@@ -1,6 +1,6 @@
 """Datasets on disk, their partition across workers, and the batch stream a worker trains on.
 
-Layouts read (nothing is downloaded):
+Layouts read (nothing is downloaded; the published files go through Gluon's dataset classes, data/originals.py):
   <data_dir>/<dataset>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]   fashion-mnist, mnist, mnist-5k
   <data_dir>/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin          cifar10
 """
@@ -13,17 +13,23 @@ from collections import namedtuple
 
 import numpy as np
 
+from data import originals
+
 Dataset = namedtuple("Dataset", "train_images train_labels test_images test_labels")
 
 IDX_IMAGES_MAGIC = 2051
 IDX_LABELS_MAGIC = 2049
 CIFAR_SIDE = 32
 CIFAR_RECORD = 1 + 3 * CIFAR_SIDE * CIFAR_SIDE
+CIFAR_TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
+CIFAR_TEST_FILES = ("test_batch.bin",)
 NUM_CLASSES = 10  # every dataset here has ten classes, labelled 0-9
 # Per-channel mean and standard deviation of CIFAR-10's training images in [0, 1]: both splits are normalised by them.
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
-CROP_PADDING = 4  # --augment: crops of the image padded by 4 pixels on each side
+CROP_PADDING = 4  # --augment crop: crops of the image padded by 4 pixels on each side
+RESIZED_CROP_ZOOM = 1.25  # --augment resized-crop (d2l's): 32 px images resized to 40 px,
+RESIZED_CROP_AREA = (0.64, 1.0)  # then a square of this share of the area, resized back to 32 px
 
 WHERE_TO_GET = {
     "fashion-mnist": "https://github.com/zalandoresearch/fashion-mnist (the four *-ubyte.gz files)",
@@ -46,8 +52,8 @@ def check_dataset(data_dir, dataset, splits=("train", "t10k")):
     """Raise DataError naming every missing file, before anything expensive starts."""
     root = dataset_path(data_dir, dataset)
     if dataset == "cifar10":
-        wanted = [os.path.join(root, f"data_batch_{i}.bin") for i in range(1, 6)] if "train" in splits else []
-        wanted += [os.path.join(root, "test_batch.bin")] if "t10k" in splits else []
+        files = {"train": CIFAR_TRAIN_FILES, "t10k": CIFAR_TEST_FILES}
+        wanted = [os.path.join(root, name) for split in splits for name in files[split]]
         missing = [path for path in wanted if not os.path.isfile(path)]
     else:
         missing = [_idx_stem(root, split, kind) + "[.gz]" for split in splits for kind in ("images", "labels")
@@ -59,26 +65,31 @@ def check_dataset(data_dir, dataset, splits=("train", "t10k")):
 def load_dataset(data_dir, dataset):
     check_dataset(data_dir, dataset)
     root = dataset_path(data_dir, dataset)
-    if dataset == "cifar10":
-        train = [_read_cifar(os.path.join(root, f"data_batch_{i}.bin")) for i in range(1, 6)]
-        test_images, test_labels = _read_cifar(os.path.join(root, "test_batch.bin"))
-        return Dataset(np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]),
-                       test_images, test_labels)
-    (train_images, train_labels), (test_images, test_labels) = [_read_idx_pair(root, split)
+    (train_images, train_labels), (test_images, test_labels) = [_read_split(root, dataset, split)
                                                                 for split in ("train", "t10k")]
     if train_images.shape[1:] != test_images.shape[1:]:
-        raise DataError(f"{_idx_file(root, 't10k', 'images')} holds images of {test_images.shape[2:]} pixels, "
-                        f"{_idx_file(root, 'train', 'images')} of {train_images.shape[2:]}")
+        raise DataError(f"{dataset} under {root}: its test images are of {test_images.shape[2:]} pixels, "
+                        f"its training images of {train_images.shape[2:]}")
     return Dataset(train_images, train_labels, test_images, test_labels)
 
 
 def load_test_set(data_dir, dataset):
     """(test images, test labels) alone: all the evaluator process reads."""
     check_dataset(data_dir, dataset, splits=("t10k",))
-    root = dataset_path(data_dir, dataset)
+    return _read_split(dataset_path(data_dir, dataset), dataset, "t10k")
+
+
+def _read_split(root, dataset, split):
+    """(images N x C x H x W uint8, labels int32) of "train" or "t10k": Gluon's dataset class reads the published
+    files (data/originals.py), this module's readers anything else."""
+    published = originals.read_split(root, dataset, train=split == "train")
+    if published is not None:
+        return published
     if dataset == "cifar10":
-        return _read_cifar(os.path.join(root, "test_batch.bin"))
-    return _read_idx_pair(root, "t10k")
+        names = CIFAR_TRAIN_FILES if split == "train" else CIFAR_TEST_FILES
+        parts = [_read_cifar(os.path.join(root, name)) for name in names]
+        return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+    return _read_idx_pair(root, split)
 
 
 def _idx_stem(root, split, kind):
@@ -128,7 +139,8 @@ def _read_idx(path, magic):
         raise DataError(f"{path}: negative size {shape} in its header")
     expected = int(np.prod(shape))
     if len(raw) - header != expected:
-        raise DataError(f"{path}: truncated or padded: header says {expected} bytes of data, file has {len(raw) - header}")
+        raise DataError(f"{path}: truncated or padded: header says {expected} bytes of data, "
+                        f"file has {len(raw) - header}")
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
 
@@ -214,7 +226,7 @@ def random_crop_and_flip(images, rng, padding=CROP_PADDING):
 
 
 class Augmented:
-    """The training batches of a stream, randomly cropped and flipped (--augment); test images never are."""
+    """The training batches of a stream, randomly cropped and flipped (--augment crop); test images never are."""
 
     def __init__(self, stream, seed=0):
         self.stream = stream
@@ -227,6 +239,44 @@ class Augmented:
     @property
     def passes(self):
         return self.stream.passes
+
+
+class ResizedCropped:
+    """d2l's CIFAR-10 augmentation of the training batches (--augment resized-crop), with Gluon's transforms applied
+    image by image: resized to 1.25 x its side, a random square of 64-100 % of that area resized back to the side,
+    flipped left-right with probability 1/2. Gluon's crop draws from Python's `random`, its flip from MXNet's
+    generator: both are seeded here."""
+
+    def __init__(self, stream, seed=0):
+        import random
+
+        import mxnet as mx
+        from mxnet.gluon.data.vision import transforms
+
+        self.stream = stream
+        self.mx = mx
+        side = stream.images.shape[-1]
+        self.transform = transforms.Compose([
+            transforms.Resize(round(side * RESIZED_CROP_ZOOM)),
+            transforms.RandomResizedCrop(side, scale=RESIZED_CROP_AREA, ratio=(1.0, 1.0)),
+            transforms.RandomFlipLeftRight()])
+        random.seed(seed + 104729)
+        mx.random.seed(seed + 104729)
+
+    def next(self):
+        images, labels = self.stream.next()
+        hwc = self.mx.nd.array(images.transpose(0, 2, 3, 1), dtype=np.uint8)
+        out = self.mx.nd.stack(*[self.transform(image) for image in hwc])
+        return out.asnumpy().transpose(0, 3, 1, 2), labels
+
+    @property
+    def passes(self):
+        return self.stream.passes
+
+
+def augmented(stream, kind, seed=0):
+    """The stream of training batches augmented as --augment `kind` says ("crop" or "resized-crop")."""
+    return {"crop": Augmented, "resized-crop": ResizedCropped}[kind](stream, seed)
 
 
 class Prefetched:

@@ -68,10 +68,15 @@ def validator_argv(experiment, mode, log_dir, state_server=None):
 
 
 def standalone_argv(experiment, mode, log_dir):
-    """The main.py command line of a mode without a cluster: the fastest worker's device and slowdown."""
+    """The main.py command line of a mode without a cluster: the fastest worker's device and slowdown; Hogwild!'s
+    coordinator starts one process per --devices entry, each with its slowdown."""
     fastest = experiment.fastest_worker
+    if mode == modes.HOGWILD:
+        per_worker = ["--hogwild-workers", str(experiment.num_workers), "--slowdown", ",".join(experiment.slowdowns)]
+    else:
+        per_worker = ["--slowdown", experiment.slowdowns[fastest]]
     return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, None)
-            + device_flags(experiment.devices[fastest]) + ["--slowdown", experiment.slowdowns[fastest]])
+            + device_flags(experiment.devices[fastest]) + per_worker)
 
 
 def workers_argv(experiment, mode, log_dir, state_server=None):

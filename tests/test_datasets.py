@@ -7,7 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from data import CIFAR_RECORD, DataError, load_dataset, load_test_set
+from data import CIFAR_RECORD, DataError, _read_idx_pair, load_dataset, load_test_set, originals
 from tests.jobs import SAMPLE_DATA
 from training.model import Model
 
@@ -81,3 +81,79 @@ def test_vgg_trains_a_step_on_single_channel_28_pixel_images():
     assert model.side == 224
     first, last = model.trainable[0].grad().asnumpy(), model.trainable[-1].grad().asnumpy()
     assert np.isfinite(first).all() and np.isfinite(last).all() and last.any()
+
+
+# Gluon's dataset classes read the published files; anything else is read here, and nothing is downloaded.
+
+@pytest.fixture
+def no_downloads(monkeypatch):
+    """Gluon's download() fetches with requests.get: make any attempt fail the test."""
+    import mxnet.gluon.utils
+
+    def refuse(url, *args, **kwargs):
+        raise AssertionError(f"a download of {url} was attempted")
+
+    monkeypatch.setattr(mxnet.gluon.utils.requests, "get", refuse)
+
+
+@pytest.fixture
+def files_taken_for_the_published_ones(monkeypatch):
+    """Every file that exists passes Gluon's SHA-1 check, as the published files would."""
+    import mxnet.gluon.data.vision.datasets
+    import mxnet.gluon.utils
+
+    def exists(path, sha1):
+        return os.path.isfile(path)
+
+    monkeypatch.setattr(mxnet.gluon.utils, "check_sha1", exists)
+    monkeypatch.setattr(mxnet.gluon.data.vision.datasets, "check_sha1", exists)
+
+
+def mnist_copy(tmp_path, name):
+    shutil.copytree(os.path.join(SAMPLE_DATA, "mnist-5k"), tmp_path / name)
+    return str(tmp_path / name)
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "fashion-mnist"])
+def test_files_that_are_not_the_published_ones_are_read_here_without_a_download(tmp_path, no_downloads, dataset):
+    root = mnist_copy(tmp_path, dataset)
+    before = sorted(os.listdir(root))
+
+    assert originals.read_split(root, dataset, train=True) is None
+    data = load_dataset(str(tmp_path), dataset)
+
+    assert data.train_images.shape == (4000, 1, 28, 28) and sorted(os.listdir(root)) == before
+
+
+def test_cifar10_batches_that_are_not_the_published_ones_are_read_here_without_a_download(cifar_dir, no_downloads):
+    root = os.path.join(cifar_dir, "cifar-10-batches-bin")
+    before = sorted(os.listdir(root))
+
+    assert originals.read_split(root, "cifar10", train=False) is None
+    assert load_test_set(cifar_dir, "cifar10")[0].shape == (3, 3, 32, 32)
+    assert sorted(os.listdir(root)) == before
+
+
+def test_the_published_mnist_files_are_read_by_gluons_class_into_the_same_arrays(
+        tmp_path, no_downloads, files_taken_for_the_published_ones):
+    root = mnist_copy(tmp_path, "mnist")
+    ours = _read_idx_pair(root, "train")
+
+    images, labels = originals.read_split(root, "mnist", train=True)
+    data = load_dataset(str(tmp_path), "mnist")
+
+    assert images.dtype == np.uint8 and labels.dtype == np.int32
+    np.testing.assert_array_equal(images, ours[0])
+    np.testing.assert_array_equal(labels, ours[1])
+    np.testing.assert_array_equal(data.test_images, _read_idx_pair(root, "t10k")[0])
+
+
+def test_the_published_cifar10_batches_are_read_by_gluons_class_into_the_same_arrays(
+        cifar_dir, no_downloads, files_taken_for_the_published_ones):
+    root = os.path.join(cifar_dir, "cifar-10-batches-bin")
+
+    images, labels = originals.read_split(root, "cifar10", train=True)
+
+    assert images.shape == (10, 3, 32, 32) and images.dtype == np.uint8
+    assert list(labels[:4]) == [1, 2, 2, 3] and (images[9] == 6).all()
+    np.testing.assert_array_equal(load_dataset(cifar_dir, "cifar10").test_labels, [7, 8, 9])

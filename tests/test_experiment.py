@@ -127,6 +127,18 @@ def test_validators_run_as_extra_workers_of_the_modes_that_have_them():
             experiment.parse(["--modes", "zeno", *LENET, "--devices", "cpu,cpu,cpu", "--validators", bad])
 
 
+def test_hogwild_starts_one_process_per_device_each_with_its_slowdown_and_other_standalone_modes_the_fastest():
+    from launcher import commands
+    from training import config
+
+    described = experiment.parse(["--modes", "hogwild,local", *LENET, "--slowdown", "2,1,4"])
+    hogwild = config.parse_args(commands.standalone_argv(described, "hogwild", "logs")[1:])
+    local = config.parse_args(commands.standalone_argv(described, "local", "logs")[1:])
+
+    assert (hogwild.hogwild_workers, hogwild.slowdowns) == (3, (2.0, 1.0, 4.0))
+    assert local.slowdowns == (1.0,)
+
+
 def test_worker_arguments_after_the_double_dash_are_kept_in_order():
     assert parse("--devices", "cpu", "--", "-b", "32", "-e", "5").worker_args == ("-b", "32", "-e", "5")
 

@@ -5,9 +5,14 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from tests.jobs import LENET_ARGS, iter_records, run_main
+from launcher.cluster import ROOT, ProcessGroup, processes_in_group, tail
+from tests.jobs import LENET_ARGS, iter_records, meta, run_main
+from training import config, fault_injection, runlog
+from training.failures import EXIT_FAILURE
 from training.hogwild import SharedWeights, apply_gradient
 from training.model import Model
+
+MAIN = os.path.join(ROOT, "main.py")
 
 
 def test_a_step_subtracts_lr_times_the_gradient_and_the_decay_in_place():
@@ -34,6 +39,27 @@ def test_a_process_attached_to_the_block_sees_and_makes_the_same_numbers_and_onl
     assert not os.path.exists(f"/dev/shm/{owner.name}")
 
 
+def test_each_worker_process_takes_its_own_slowdown_from_the_list():
+    argv = ["-m", "hogwild", "--hogwild-workers", "3", "--slowdown", "1,1,4"]
+
+    coordinator = config.parse_args(argv)
+    workers = [config.parse_args(argv + ["--hogwild-rank", str(rank)]) for rank in range(3)]
+
+    assert coordinator.slowdowns == (1.0, 1.0, 4.0)
+    assert [w.slowdown for w in workers] == [1.0, 1.0, 4.0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-m", "sync", "--slowdown", "1,4"], "a list is for -m hogwild"),
+    (["-m", "hogwild", "--hogwild-workers", "3", "--slowdown", "1,4"], "lists 2 factors for --hogwild-workers 3"),
+])
+def test_a_list_of_slowdowns_elsewhere_is_refused_in_one_line(argv, message):
+    result = run_main(argv, timeout=30)
+
+    assert result.returncode == 2 and message in result.stderr and result.stderr.strip().count("\n") <= 1, \
+        result.stderr
+
+
 def final_weights(folder, file_name):
     return {name: value.asnumpy() for name, value in mx.nd.load(os.path.join(folder, file_name)).items()}
 
@@ -58,3 +84,28 @@ def test_two_workers_train_one_shared_model_and_the_coordinator_removes_it(tmp_p
     largest = max(first, key=lambda k: first[k].size)
     moved = np.abs(first[largest] - initial[largest]).mean()
     assert np.abs(first[largest] - second[largest]).mean() < 0.2 * moved
+
+
+@pytest.mark.slow
+def test_a_killed_worker_ends_the_other_and_the_coordinator_with_an_error_and_the_block_is_removed(tmp_path):
+    """Rank 1, twice slower than rank 0, kills itself in its 20th step."""
+    group = ProcessGroup(str(tmp_path / "processes"))
+    try:
+        job = group.start_python("hogwild", [MAIN, "-m", "hogwild", "--hogwild-workers", "2", "--slowdown", "1,2",
+                                             *LENET_ARGS,
+                                             "--max-iters", "100000", "-ld", str(tmp_path), "--node-name", "node"],
+                                 env={fault_injection.ENV: "worker:training:kill:after=20:rank=1"})
+        assert group.wait([job], timeout=120), tail(job.output, 20)
+
+        assert job.poll() == EXIT_FAILURE, tail(job.output, 20)
+        assert processes_in_group(job.pid) == []  # the workers run in the coordinator's process group
+        name = open(job.output).read().split("/dev/shm/")[1].split()[0]
+        assert not os.path.exists(f"/dev/shm/{name}")
+        folders = [str(tmp_path / "node" / f"cpu-rank{rank}") for rank in (0, 1)]
+        assert len(iter_records(folders[0])) < 100000
+        assert [meta(folder)["slowdown"] for folder in folders] == [1.0, 2.0]
+        padded = [sum(step.get(runlog.EMULATED_SLOWDOWN, 0) for r in iter_records(folder)
+                      for step in r["time"].values()) for folder in folders]
+        assert padded[0] == 0 and padded[1] > 0
+    finally:
+        group.stop()

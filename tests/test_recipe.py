@@ -8,7 +8,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from data import CIFAR10_MEAN, CIFAR10_STD, Augmented, BatchStream, Prefetched, random_crop_and_flip
+from data import (CIFAR10_MEAN, CIFAR10_STD, Augmented, BatchStream, Prefetched, ResizedCropped, augmented,
+                  random_crop_and_flip)
 from tests.jobs import iter_records, run_main
 from tests.test_datasets import write_cifar_batch
 from training import config
@@ -57,6 +58,23 @@ def test_the_prefetched_augmented_stream_hands_out_the_same_batches_and_counts_p
         assert ahead.passes == plain.passes == pytest.approx(step / 5 if step % 5 else step / 5)
 
 
+def test_d2ls_resized_crops_keep_shape_and_dtype_draw_every_pixel_from_the_image_and_repeat_with_the_seed():
+    images, labels = cifar_images(32), np.arange(32) % 10
+    plain = np.repeat(np.arange(32, dtype=np.uint8)[:, None, None, None] * 7, 3, axis=1).repeat(32, 2).repeat(32, 3)
+
+    first = augmented(BatchStream(images, labels, 16, seed=3), "resized-crop", seed=5).next()[0]
+    again = ResizedCropped(BatchStream(images, labels, 16, seed=3), seed=5).next()[0]
+    constant = ResizedCropped(BatchStream(plain, labels, 32, seed=3), seed=5).next()[0]
+
+    assert first.shape == (16, 3, 32, 32) and first.dtype == np.uint8
+    assert np.array_equal(first, again)
+    order = BatchStream(images, labels, 16, seed=3).next()[0]
+    assert not np.array_equal(first, order)
+    # A crop resized and flipped holds only the image's own values: a one-valued image stays that value.
+    assert all(len(np.unique(image)) == 1 for image in constant)
+    assert sorted(np.unique(image)[0] for image in constant) == sorted(plain[:, 0, 0, 0])
+
+
 def test_a_failing_stream_raises_in_the_training_thread_instead_of_leaving_it_waiting():
     class Broken:
         passes = 0.0
@@ -80,14 +98,14 @@ def test_cifar10_images_are_normalised_per_channel_for_training_and_evaluation()
 
 def test_the_cifar10_recipe_fills_what_the_command_line_leaves_out():
     recipe = config.parse_args(["--dataset", "cifar10", "-b", "32"])
-    given = config.parse_args(["--dataset", "cifar10", "--wd", "0", "--momentum", "0", "--augment", "0",
+    given = config.parse_args(["--dataset", "cifar10", "--wd", "0", "--momentum", "0", "--augment", "none",
                                "--lr-schedule", "constant"])
     mnist = config.parse_args(["--dataset", "mnist-5k"])
 
-    assert (recipe.augment, recipe.momentum, recipe.lr_schedule, recipe.lr_steps) == (1, 0.9, "step", (100.0, 150.0))
+    assert (recipe.augment, recipe.momentum, recipe.lr_schedule, recipe.lr_steps) == ("crop", 0.9, "step", (100.0, 150.0))
     assert recipe.wd == pytest.approx(5e-4 * 32)  # lr x wd per step equals the mean loss's 5e-4 at lr x 32
-    assert (given.augment, given.momentum, given.wd, given.lr_schedule) == (0, 0.0, 0.0, "constant")
-    assert (mnist.augment, mnist.momentum, mnist.wd, mnist.lr_schedule) == (0, 0.0, 0.0, "constant")
+    assert (given.augment, given.momentum, given.wd, given.lr_schedule) == ("none", 0.0, 0.0, "constant")
+    assert (mnist.augment, mnist.momentum, mnist.wd, mnist.lr_schedule) == ("none", 0.0, 0.0, "constant")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -165,15 +183,37 @@ def test_a_cifar10_job_trains_with_its_recipe_and_the_schedule_lowers_the_rate_p
     write_cifar_batch(folder / "test_batch.bin", np.arange(20) % 10)
     # 160 images, batches of 16: 10 steps an epoch; the rate falls x0.1 after epoch 1 and again after epoch 2.
     result = run_main(["-m", "local", "-n", "lenet", "--dataset", "cifar10", "-dd", str(tmp_path), "-b", "16",
-                       "--lr-steps", "1,2", "--max-iters", "25", "-e", "0", "-ld", str(tmp_path / "logs"),
+                       "--augment", "resized-crop", "--lr-steps", "1,2", "--max-iters", "25", "-e", "0", "-ld", str(tmp_path / "logs"),
                        "--node-name", "node", "--eval-batch-size", "7"], timeout=120)
 
     assert result.returncode == 0, result.stderr[-2000:]
     (device,) = os.listdir(tmp_path / "logs" / "node")
     path = tmp_path / "logs" / "node" / device
     resolved = json.load(open(path / "meta.json"))["config"]
-    assert (resolved["augment"], resolved["momentum"], resolved["lr_schedule"]) == (1, 0.9, "step")
+    assert (resolved["augment"], resolved["momentum"], resolved["lr_schedule"]) == ("resized-crop", 0.9, "step")
     assert resolved["wd"] == pytest.approx(5e-4 * 16) and resolved["eval_batch_size"] == 7
     records = iter_records(str(path))
     assert len(records) == 25 and 0 <= records[-1]["accuracy"] <= 1
     assert [r["lr_factor"] for r in records] == pytest.approx([1.0] * 10 + [0.1] * 10 + [0.01] * 5)
+
+
+def test_the_readmes_cifar10_commands_parse_down_to_every_workers_command_line():
+    import shlex
+
+    from launcher import commands, experiment
+    from launcher.cluster import ROOT
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    block = text[text.index("the seeds' setups"):text.index("VGG-11 and VGG-16 come from")]
+    lines = [shlex.split(line.strip())[1:] for line in block.splitlines() if line.strip().startswith("python ")]
+
+    parsed = []
+    for script, *argv in lines:
+        if script == "main.py":
+            parsed.append(config.parse_args(argv))
+            continue
+        described = experiment.parse(argv)
+        parsed += [config.parse_args(command[1:]) for mode in described.modes
+                   for command in commands.workers_argv(described, mode, "logs", ("127.0.0.1", 1))]
+    assert len(lines) == 4 and {args.dataset for args in parsed} == {"cifar10"}
+    assert {args.augment for args in parsed} == {"crop", "resized-crop"}

@@ -19,6 +19,7 @@ MOMENTUM_OPTIMIZER_DEFAULT = 0.9  # --momentum of --local-optimizer momentum whe
 STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # FedAsync's s(t - tau): training/fedasync_server.py
 STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper's experiments
 SCHEDULES = ("constant", "step", "cosine")  # --lr-schedule: training/schedule.py
+AUGMENTATIONS = ("none", "crop", "resized-crop")  # --augment: data.augmented
 NBSYNC_PART_SIZE = 32  # NBSSGD's seed splits its batches of 256 into parts of 32; parts of 8 cost more than they save
 EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its checkpoints (training/evaluator.py)
 
@@ -83,7 +84,7 @@ DEFAULTS = dict(
     lr_schedule=None,       # constant, or the dataset's recipe
     lr_steps=None,          # epochs at which --lr-schedule step multiplies every learning rate by --lr-factor
     lr_factor=0.1,
-    augment=None,           # random crops and flips of the training batches (1 for cifar10's recipe)
+    augment=None,           # augmentation of the training batches (AUGMENTATIONS; "crop" in cifar10's recipe)
     eval_batch_size=None,   # test samples per forward pass of an evaluation (model.py's default when None)
 )
 
@@ -91,7 +92,7 @@ DEFAULTS = dict(
 # image padded by 4 and horizontal flips, momentum 0.9, weight decay 5e-4 of the mean loss (d2l's; He et al. 1e-4),
 # every learning rate x0.1 at epochs 100 and 150 (ZenoPS's schedule; He et al. at 82 and 123 of 164).
 # Per-channel normalisation is part of reading cifar10 (data.CIFAR10_MEAN/STD).
-CIFAR10_RECIPE = dict(augment=1, momentum=0.9, wd_of_mean_loss=5e-4, lr_schedule="step", lr_steps=(100.0, 150.0))
+CIFAR10_RECIPE = dict(augment="crop", momentum=0.9, wd_of_mean_loss=5e-4, lr_schedule="step", lr_steps=(100.0, 150.0))
 
 
 def _int_list(text):
@@ -149,11 +150,12 @@ def _non_negative(kind):
     return _number(kind, zero_allowed=True)
 
 
-def _slowdown(text):
-    value = _positive(float)(text)
-    if value < 1:
+def _slowdowns(text):
+    """One factor, or (-m hogwild) one per worker process."""
+    factors = tuple(_positive(float)(part) for part in text.split(","))
+    if any(value < 1 for value in factors):
         raise argparse.ArgumentTypeError(f"--slowdown must be >= 1 (a device F times slower), got {text!r}")
-    return value
+    return factors
 
 
 def _accuracy(text):
@@ -267,8 +269,9 @@ def build_parser():
     p.add_argument("--target-accuracy", type=_accuracy, help="stop once rank 0's test accuracy reaches this")
     p.add_argument("--seed", type=_non_negative(int))
     p.add_argument("--node-name", help="this machine's log folder name (default: the host name)")
-    p.add_argument("--slowdown", type=_slowdown,
-                   help="emulate a device F times slower: pad each local step to F x its typical compute time")
+    p.add_argument("--slowdown", type=_slowdowns,
+                   help="emulate a device F times slower: pad each local step to F x its typical compute time "
+                        "(-m hogwild: one F, or one per worker process, e.g. 1,1,4)")
     p.add_argument("--sync-timeout", type=_positive(float),
                    help="seconds a worker waits on the cluster or the state server before it exits with an error "
                         "(a dead process would otherwise block a synchronous job forever)")
@@ -281,9 +284,10 @@ def build_parser():
                         "cosine (to 0 over --epochs), constant (default; cifar10: step at 100,150)")
     p.add_argument("--lr-steps", type=_epochs_list, help="--lr-schedule step: the epochs, e.g. 100,150")
     p.add_argument("--lr-factor", type=_positive(float), help="--lr-schedule step: the factor (default 0.1)")
-    p.add_argument("--augment", type=_switch,
-                   help="1: random crops (padding 4) and horizontal flips of the training batches (default 1 for "
-                        "cifar10, 0 otherwise)")
+    p.add_argument("--augment", choices=AUGMENTATIONS,
+                   help="augmentation of the training batches: crop, random 32 px crops of the image padded by 4 and "
+                        "left-right flips; resized-crop, d2l's (Gluon's transforms: resized to 40 px, a random "
+                        "square of 64-100%% of it back to 32 px, flips); none (default crop for cifar10, else none)")
     p.add_argument("--eval-batch-size", type=_positive(int),
                    help="test samples per forward pass of an evaluation (default 500; 50 for networks of 224 px "
                         "input and more)")
@@ -335,7 +339,7 @@ def resolve_recipe(parser, args):
     """The dataset's recipe fills the flags the command line left out; then the schedule must be complete."""
     recipe = CIFAR10_RECIPE if args.dataset == "cifar10" else {}
     if args.augment is None:
-        args.augment = recipe.get("augment", 0)
+        args.augment = recipe.get("augment", "none")
     if recipe and args.momentum is None and args.local_optimizer != "adam":
         args.momentum = recipe["momentum"]
     if args.wd is None:  # the loss here is summed over the batch: lr x wd equals the mean loss's at wd x batch
@@ -349,6 +353,19 @@ def resolve_recipe(parser, args):
     if args.lr_schedule == "cosine" and args.epochs is None:
         parser.error("--lr-schedule cosine decays to 0 over --epochs: give --epochs")
     args.lr_steps = tuple(args.lr_steps or ())
+
+
+def resolve_slowdown(parser, args):
+    """args.slowdowns: the factor of each process the command starts; args.slowdown: this process's."""
+    factors = args.slowdown if isinstance(args.slowdown, tuple) else (args.slowdown,)
+    if len(factors) > 1:
+        if args.mode != modes.HOGWILD:
+            parser.error(f"--slowdown {','.join(f'{f:g}' for f in factors)}: one factor per process; a list is for "
+                         "-m hogwild, whose one command starts several")
+        if len(factors) != args.hogwild_workers:
+            parser.error(f"--slowdown lists {len(factors)} factors for --hogwild-workers {args.hogwild_workers}")
+    args.slowdowns = factors
+    args.slowdown = factors[0] if args.hogwild_rank is None else factors[args.hogwild_rank % len(factors)]
 
 
 def nbsync_parts(batch_size, part_size=NBSYNC_PART_SIZE):
@@ -388,6 +405,7 @@ def parse_args(argv=None):
     if args.mini_batches is None:
         args.mini_batches = nbsync_parts(args.batch_size)
     resolve_local_optimizer(parser, args)
+    resolve_slowdown(parser, args)
     if args.node_name is None:
         args.node_name = socket.gethostname()
     if args.rho is None:

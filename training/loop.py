@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
-from data import Augmented, BatchStream, Prefetched, normalisation
+from data import BatchStream, Prefetched, augmented, normalisation
 from training import checkpoints, collectives, fault_injection, runlog
 from training.devices import contexts, device_name
 from training.files import atomic_write
@@ -88,8 +88,8 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     share = scheme.training_share(data.train_labels)
     stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size,
                          args.seed + rank)
-    if args.augment:
-        stream = Prefetched(Augmented(stream, args.seed + rank))
+    if args.augment != "none":
+        stream = Prefetched(augmented(stream, args.augment, args.seed + rank))
     if scheme.attack:
         stream = scheme.attack.poison(stream)
     device = device_name(args.gpu, args.cpu)
