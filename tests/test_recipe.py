@@ -217,3 +217,11 @@ def test_the_readmes_cifar10_commands_parse_down_to_every_workers_command_line()
                    for command in commands.workers_argv(described, mode, "logs", ("127.0.0.1", 1))]
     assert len(lines) == 4 and {args.dataset for args in parsed} == {"cifar10"}
     assert {args.augment for args in parsed} == {"crop", "resized-crop"}
+
+
+def test_ps_pytorchs_spellings_of_its_flags_are_accepted():
+    args = config.parse_args("--lr 0.01 --momentum 0.5 --batch-size 128 --test-batch-size 500 --epochs 100 "
+                             "--max-steps 10000 --eval-freq 50 --seed 1 --dataset cifar10".split())
+
+    assert (args.learning_rate, args.momentum, args.batch_size, args.eval_batch_size) == (0.01, 0.5, 128, 500)
+    assert (args.epochs, args.max_iters, args.eval_duration, args.seed) == (100, 10000, 50, 1)

@@ -187,7 +187,8 @@ def build_parser():
                     "of an MPI job with --collective ring|butterfly|binary-blocks (under mpiexec), "
                     "or trains on one device when DMLC_ROLE is unset.")
     p.set_defaults(**DEFAULTS)
-    p.add_argument("-l", "--learning-rate", type=_positive(float), help="SGD learning rate (sync, async, local)")
+    p.add_argument("-l", "--learning-rate", "--lr", type=_positive(float),
+                   help="SGD learning rate (sync, async, local)")
     p.add_argument("-ll", "--local-lr", type=_positive(float),
                    help="the learning rate of local steps (esync, zeno, fedavg, fedasync)")
     p.add_argument("-gl", "--global-lr", type=_positive(float),
@@ -288,7 +289,7 @@ def build_parser():
                    help="augmentation of the training batches: crop, random 32 px crops of the image padded by 4 and "
                         "left-right flips; resized-crop, d2l's (Gluon's transforms: resized to 40 px, a random "
                         "square of 64-100%% of it back to 32 px, flips); none (default crop for cifar10, else none)")
-    p.add_argument("--eval-batch-size", type=_positive(int),
+    p.add_argument("--eval-batch-size", "--test-batch-size", type=_positive(int),
                    help="test samples per forward pass of an evaluation (default 500; 50 for networks of 224 px "
                         "input and more)")
     p.add_argument("--digest-weights", action="store_true",
