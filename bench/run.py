@@ -261,8 +261,9 @@ def accuracy_at(summary, budget):
 
 
 def traffic_per_worker(summary):
-    """Bytes/s each worker sends, as it logged them."""
-    return statistics.mean(d["sent_bytes"] / d["elapsed_time"] for d in devices_of(summary))
+    """Bytes/s each worker sends, as it logged them; None when the workers send nothing over a network (Hogwild!)."""
+    rates = [d["sent_bytes"] / d["elapsed_time"] for d in devices_of(summary) if d["sent_bytes"] is not None]
+    return statistics.mean(rates) if rates else None
 
 
 def heterogeneity(cfg, workdir, earlier):
