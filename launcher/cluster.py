@@ -31,10 +31,20 @@ class JobFailed(Exception):
         self.reason = reason
 
 
+_handed_out = set()  # (host, port) pairs free_port returned in this process
+
+
 def free_port(host=LOOPBACK):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, and one this process has not handed out before: the kernel may offer a port
+    again as soon as the probe closes it, and two jobs started in a row would then both take it before either's
+    scheduler binds it."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if (host, port) not in _handed_out:
+            _handed_out.add((host, port))
+            return port
 
 
 def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface="lo", root_uri=None):
@@ -145,6 +155,8 @@ class ProcessGroup:
         full_env = {k: v for k, v in os.environ.items() if k not in INHERITED_VARS_TO_DROP}
         full_env.update(env or {})
         full_env["PYTHONUNBUFFERED"] = "1"
+        taken = sum(1 for proc in self.procs if proc.name == name or proc.name.startswith(f"{name}."))
+        name = f"{name}.{taken + 1}" if taken else name  # two jobs of one group keep their outputs apart
         output = os.path.join(self.out_dir, f"{name}.log")
         with open(output, "w") as out:
             popen = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT,

@@ -21,7 +21,7 @@ from training import collectives, config, fault_injection, modes, runlog, traffi
 from training.watchdog import EXIT_SYNC_TIMEOUT
 
 MAIN = os.path.join(ROOT, "main.py")
-TARGET = 0.85  # each sync job trains until rank 0's test accuracy (every 10 rounds) reaches it
+TARGET = 0.8  # each sync job trains until rank 0's test accuracy (every 10 rounds) reaches it
 
 
 # Unit tests: no MPI process.

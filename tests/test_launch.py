@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 
 from launcher import commands, dmlc, experiment
-from launcher.cluster import ROOT, is_running, processes_in_group
+from launcher.cluster import ROOT, ProcessGroup, free_port, is_running, processes_in_group
 from launcher.supervision import ExitWatch
 from training.checks import UsageError
 
@@ -129,6 +129,22 @@ def assert_figures_drawn(logs, output, expected):
 
 
 @pytest.mark.slow
+def test_free_ports_are_never_handed_out_twice_by_one_process():
+    # Two jobs started in a row once got the same scheduler port: the kernel offered it again before either bound it.
+    ports = [free_port() for _ in range(300)]
+
+    assert len(set(ports)) == len(ports)
+
+
+def test_two_jobs_in_one_process_group_keep_their_outputs_apart(tmp_path):
+    with ProcessGroup(str(tmp_path)) as group:
+        first, second = (group.start("worker-0", [sys.executable, "-c", f"print({n})"]) for n in (1, 2))
+        assert group.wait([first, second], timeout=30)
+
+    assert (first.name, second.name) == ("worker-0", "worker-0.2")
+    assert [open(p.output).read() for p in (first, second)] == ["1\n", "2\n"]
+
+
 def test_a_killed_worker_stops_the_run_and_is_named(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *WORKER_ARGS]

@@ -18,7 +18,8 @@ from training.zeno_server import judges
 
 MAIN = os.path.join(ROOT, "main.py")
 ATTACK = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
-BUDGET = ["--max-iters", "60", "-e", "0"]
+ROUNDS = 40
+BUDGET = ["--max-iters", str(ROUNDS), "-e", "0"]
 
 
 def start_run(group, network_dir, mode, extra, num_workers=3, validators=1):
@@ -67,13 +68,13 @@ def test_zeno_with_two_validators_rejects_the_sign_flipper_and_keeps_the_accurac
     finish(processes, workers, timeout=240)
     clean, attacked = (summary.summarize_mode(network_dir, mode) for mode in ("zeno", "zeno-attack"))
 
-    assert clean["final_accuracy"] >= 0.85
+    assert clean["final_accuracy"] >= 0.8  # 0.865 after its 40 rounds
     assert attacked["final_accuracy"] >= clean["final_accuracy"] - 0.03
     assert len(attacked["validators"]) == 2 and len(workers_of(attacked)) == 3
     assert len(set(judges_of(os.path.join(network_dir, "zeno-attack")).values())) == 2
     for worker in workers_of(attacked):
         judged = worker["accepted_layers"] + worker["rejected_layers"]
-        assert judged == 60 * 10  # every round judges lenet's 10 parameter arrays
+        assert judged == ROUNDS * 10  # every round judges lenet's 10 parameter arrays
         if worker["byzantine"]:  # a layer whose honest delta opposes the validator's can pass once flipped
             assert worker["accepted_layers"] <= 0.02 * judged
         else:
@@ -91,7 +92,9 @@ ASYNC = ["--zeno-flavour", "async", "-l", "0.00025", "--max-iters", "150", "-e",
 def test_zeno_plus_plus_with_two_validators_drops_most_of_the_sign_flippers_gradients_where_plain_async_collapses(
         processes, tmp_path):
     network_dir = str(tmp_path / "lenet")
-    plain = run_job(processes, network_dir, "async-attack", ATTACK + ASYNC[2:], num_workers=4)
+    # Plain ASGD stays at chance from its first evaluations on: 50 steps show it.
+    plain = run_job(processes, network_dir, "async-attack", ATTACK + ASYNC[2:4] + ["--max-iters", "50", "-e", "10"],
+                    num_workers=4)
     zeno = run_job(processes, network_dir, "zeno-attack", ATTACK + ASYNC, num_workers=4, validators=2)
 
     assert plain["best_accuracy"] < 0.5
