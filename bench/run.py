@@ -66,12 +66,12 @@ def network_matrix():
     runs += [("resnet18-v1", "100mbit", 4, collective, servers, ("sync",)) for collective, servers in TRANSPORTS]
     return runs
 EVAL_EVERY = 5          # rank 0 evaluates every 5 global iterations in the runs that time accuracy
-ACCURACY_PROFILE = "1,1,4"
 
-# Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on ACCURACY_PROFILE, and ESync once more
+# Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on `accuracy_profile`, and ESync once more
 # with each of `esync_policies` besides the default one; the Byzantine section runs (mode, with the attacker) pairs.
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
-            profiles=["1,1,4", "1,2,4,8"], seconds=12, accuracy_budget=15, latency_calls=300,
+            profiles=["1,1,4", "1,2,4,8"], accuracy_profile="1,1,4", seconds=12, accuracy_budget=15,
+            latency_calls=300,
             modes=["esync", "sync", "async"],
             accuracy_profile_modes=["dcasgd", "dcasgd-paper", "downpour", "nbsync", "zeno", "zeno-async", "fedavg",
                                     "fedasync", "hogwild"],
@@ -79,12 +79,13 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",
             network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15},
             pipeline_networks={"lenet": 300, "resnet20": 15}, pipeline_batch=128)
-# A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs.
+# A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs, two
+# workers where the full benchmark has three or more.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
-             profiles=["1,1,4"], seconds=1, accuracy_budget=0, latency_calls=30,
+             profiles=["1,4"], accuracy_profile="1,4", seconds=1, accuracy_budget=0, latency_calls=30,
              modes=["esync"], accuracy_profile_modes=[], esync_policies=[], byzantine_runs=[("zeno", True)],
-             byzantine_profile="1,1,1",
-             network_runs=[("lenet", "100mbit", 3, "ring", 1, ("esync",))], network_seconds={"lenet": 1},
+             byzantine_profile="1,1",
+             network_runs=[("lenet", "100mbit", 2, "ring", 1, ("esync",))], network_seconds={"lenet": 1},
              pipeline_networks={"lenet": 6}, pipeline_batch=32)
 
 
@@ -270,14 +271,14 @@ def heterogeneity(cfg, workdir, earlier):
     rows = []
     for profile in cfg["profiles"]:
         slowdowns = [float(f) for f in profile.split(",")]
-        modes = cfg["modes"] + (cfg["accuracy_profile_modes"] if profile == ACCURACY_PROFILE else [])
+        modes = cfg["modes"] + (cfg["accuracy_profile_modes"] if profile == cfg["accuracy_profile"] else [])
         run_dir = os.path.join(workdir, "profile-" + profile.replace(",", "-"))
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
         # Throughput runs evaluate only at the end, like the standalone runs they are compared with: on a machine
         # with fewer cores than processes, inline evaluation would take the cores from training.
         summaries = runs_with_policies(modes, cfg["esync_policies"], profile, cfg["seconds"], run_dir, eval_every=0)
         accuracy = (launch(modes, profile, cfg["accuracy_budget"], os.path.join(run_dir, "accuracy"))
-                    if profile == ACCURACY_PROFILE and cfg["accuracy_budget"] else {})
+                    if profile == cfg["accuracy_profile"] and cfg["accuracy_budget"] else {})
         ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
         for mode, run in summaries.items():
             curve = accuracy.get(mode, {})
@@ -450,9 +451,9 @@ def check_ready_shares(cfg, workdir, earlier):
     """The state server's share of an ESync worker's time, per policy, on the accuracy profile: read from the
     heterogeneity section's runs when it ran, else from runs of its own."""
     policies = [config.DEFAULTS["esync_policy"], *cfg["esync_policies"]]
-    rows = [r for r in earlier.get("heterogeneity", []) if r["profile"] == ACCURACY_PROFILE]
+    rows = [r for r in earlier.get("heterogeneity", []) if r["profile"] == cfg["accuracy_profile"]]
     if not rows:
-        runs = runs_with_policies(["esync"], cfg["esync_policies"], ACCURACY_PROFILE, cfg["seconds"],
+        runs = runs_with_policies(["esync"], cfg["esync_policies"], cfg["accuracy_profile"], cfg["seconds"],
                                   os.path.join(workdir, "policies"), eval_every=0)
         rows = [{"mode": mode, "check_ready": statistics.mean(w["check_ready"] for w in run["step_times"])}
                 for mode, run in runs.items()]

@@ -67,9 +67,9 @@ def load_dataset(data_dir, dataset):
     root = dataset_path(data_dir, dataset)
     (train_images, train_labels), (test_images, test_labels) = [_read_split(root, dataset, split)
                                                                 for split in ("train", "t10k")]
-    if train_images.shape[1:] != test_images.shape[1:]:
-        raise DataError(f"{dataset} under {root}: its test images are of {test_images.shape[2:]} pixels, "
-                        f"its training images of {train_images.shape[2:]}")
+    if train_images.shape[1:] != test_images.shape[1:]:  # idx files only: CIFAR-10's batches are all 32 px
+        raise DataError(f"{_idx_file(root, 't10k', 'images')} holds images of {test_images.shape[2:]} pixels, "
+                        f"{_idx_file(root, 'train', 'images')} of {train_images.shape[2:]}")
     return Dataset(train_images, train_labels, test_images, test_labels)
 
 

@@ -107,6 +107,7 @@ def files_taken_for_the_published_ones(monkeypatch):
 
     monkeypatch.setattr(mxnet.gluon.utils, "check_sha1", exists)
     monkeypatch.setattr(mxnet.gluon.data.vision.datasets, "check_sha1", exists)
+    monkeypatch.setattr(originals, "published", lambda root, dataset, train: True)
 
 
 def mnist_copy(tmp_path, name):
@@ -157,3 +158,15 @@ def test_the_published_cifar10_batches_are_read_by_gluons_class_into_the_same_ar
     assert images.shape == (10, 3, 32, 32) and images.dtype == np.uint8
     assert list(labels[:4]) == [1, 2, 2, 3] and (images[9] == 6).all()
     np.testing.assert_array_equal(load_dataset(cifar_dir, "cifar10").test_labels, [7, 8, 9])
+
+
+@pytest.mark.parametrize("dataset", sorted(originals.GLUON_CLASS_NAMES))
+@pytest.mark.parametrize("train", [True, False])
+def test_the_hashes_checked_before_mxnet_loads_are_the_ones_gluons_class_checks(tmp_path, no_downloads, dataset,
+                                                                                  train):
+    gluon_class = originals.offline_class(dataset)
+    split = gluon_class.__new__(gluon_class)
+    with pytest.raises(originals.NotTheOriginals):  # an empty folder: refused, not downloaded
+        split.__init__(root=str(tmp_path), train=train)
+
+    assert dict(split._files_checked()) == originals.PUBLISHED_SHA1[dataset]["train" if train else "t10k"]
