@@ -51,3 +51,38 @@ def start_job(group, argvs, placement=None, env=None, name="mpiexec"):
                            host=workers[0].name)
     return group.start(name, [GFORKER, *mpmd(one_rank_each(argvs))], {**LOOPBACK_ENV, **(env or {})},
                        role="mpiexec")
+
+
+SHARED_MEMORY = "/dev/shm"
+SEGMENT_PREFIX = "mpich_shm_"  # the ranks of one node share a segment named so; MPI_Finalize removes it
+
+
+def shared_memory_segments():
+    try:
+        return {name for name in os.listdir(SHARED_MEMORY) if name.startswith(SEGMENT_PREFIX)}
+    except OSError:
+        return set()
+
+
+def remove_orphaned_segments(before):
+    """Remove the MPICH segments that appeared since `before` (a shared_memory_segments() taken before the job) and
+    that no process maps any more: ranks killed before MPI_Finalize leave them behind. The names removed."""
+    orphans = shared_memory_segments() - before - _mapped_segments()
+    for name in orphans:
+        try:
+            os.unlink(os.path.join(SHARED_MEMORY, name))
+        except FileNotFoundError:
+            pass
+    return orphans
+
+
+def _mapped_segments():
+    mapped = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                mapped.update(line.rsplit("/", 1)[-1].split()[0] for line in maps
+                              if f"{SHARED_MEMORY}/{SEGMENT_PREFIX}" in line)
+        except OSError:
+            continue
+    return mapped

@@ -115,6 +115,15 @@ def run_mode(experiment, mode, position, hosts):
     log_dir = experiment.mode_folder(mode)
     os.makedirs(log_dir, exist_ok=True)
     clear_earlier_run(log_dir, summary.summary_file_name(os.path.basename(log_dir)))
+    segments = mpi.shared_memory_segments()
+    try:
+        return train_mode(experiment, mode, label, log_dir, hosts)
+    finally:
+        mpi.remove_orphaned_segments(segments)
+
+
+def train_mode(experiment, mode, label, log_dir, hosts):
+    """run_mode's job, every process of it stopped on the way out."""
     with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER)) as group:
         print(f"[{label}] {describe_workers(experiment, mode)}, "
               f"{describe_aggregation(experiment, mode)}; logs in {log_dir}, process outputs and PIDs in {group.out_dir}",

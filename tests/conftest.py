@@ -13,6 +13,14 @@ def pytest_sessionstart(session):
     compileall.compile_dir(ROOT, quiet=1, rx=re.compile(re.escape(os.sep) + r"\.venv" + re.escape(os.sep)))
 
 
+def pytest_collection_modifyitems(items):
+    """The tests that start real processes run one after another on one pytest worker (pytest.ini's -n 2
+    --dist loadgroup): jobs of two such tests at once would each take cores the other's timing counts on."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group("real-processes"))
+
+
 @pytest.fixture
 def processes(tmp_path):
     """A ProcessGroup whose processes are all stopped (by PID) when the test ends, pass or fail."""

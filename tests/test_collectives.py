@@ -270,7 +270,7 @@ def faulty_jobs(tmp_path_factory):
     silent. {name: (the mpiexec process, {rank: pid}, the log folder, what was measured)}."""
     tmp_path = tmp_path_factory.mktemp("faults")
     group = ProcessGroup(str(tmp_path / "processes"))
-    started, pids = {}, {}
+    started, pids, segments = {}, {}, mpi.shared_memory_segments()
     try:
         for name, collective, kind in (("killed", "ring", "kill"), ("stopped", "butterfly", "stop")):
             log_dir = str(tmp_path / name)
@@ -288,6 +288,7 @@ def faulty_jobs(tmp_path_factory):
         group.stop()
         for ranks in pids.values():
             stop_ranks(ranks.values())
+        mpi.remove_orphaned_segments(segments)  # what the ranks killed before MPI_Finalize left in /dev/shm
 
 
 def logged_at(output, text):
@@ -321,3 +322,26 @@ def test_a_rank_that_stops_answering_ends_the_others_at_the_timeout_without_spin
             "allreduce)") in output, output
     assert job.poll() == EXIT_SYNC_TIMEOUT, output
     assert not any(is_running(pid) for pid in pids.values())
+
+
+def test_only_the_segments_a_job_left_and_no_process_maps_are_removed():
+    import mmap
+
+    def segment(tag):
+        path = os.path.join(mpi.SHARED_MEMORY, f"{mpi.SEGMENT_PREFIX}test_{os.getpid()}_{tag}")
+        with open(path, "wb") as f:
+            f.write(b"\0" * 4096)
+        return path
+
+    earlier = segment("earlier")
+    before = mpi.shared_memory_segments()
+    orphan, in_use = segment("orphan"), segment("in-use")
+    with open(in_use, "r+b") as f, mmap.mmap(f.fileno(), 4096):
+        removed = mpi.remove_orphaned_segments(before)
+        try:
+            assert removed == {os.path.basename(orphan)}
+            assert not os.path.exists(orphan) and os.path.exists(in_use) and os.path.exists(earlier)
+        finally:
+            for path in (earlier, in_use, orphan):
+                if os.path.exists(path):
+                    os.unlink(path)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from launcher.cluster import ROOT, ProcessGroup, processes_in_group, tail
-from tests.jobs import LENET_ARGS, iter_records, meta, run_main
+from data import load_test_set
+from tests.jobs import LENET_ARGS, SAMPLE_DATA, iter_records, meta, run_main
 from training import config, fault_injection, runlog
 from training.failures import EXIT_FAILURE
 from training.hogwild import SharedWeights, apply_gradient
@@ -26,12 +27,14 @@ def test_a_step_subtracts_lr_times_the_gradient_and_the_decay_in_place():
 
 
 def test_a_process_attached_to_the_block_sees_and_makes_the_same_numbers_and_only_the_owner_removes_it():
-    owner = SharedWeights.create([np.ones((2, 3), np.float32), np.zeros((4,), np.float32)])
-    other = SharedWeights.attach(owner.name, [(2, 3), (4,)])
+    owner = SharedWeights.create([np.ones((2, 3), np.float32), np.zeros((4,), np.float32)], workers=2)
+    other = SharedWeights.attach(owner.name, [(2, 3), (4,)], workers=2)
     try:
         other.views[0][1, 2] = 7.0
         owner.views[1][:] = 3.0
+        other.updates[1] += 5
         assert owner.views[0][1, 2] == 7.0 and other.views[1].tolist() == [3.0] * 4
+        assert owner.updates.tolist() == [0, 5] and owner.views[0][0, 0] == 1.0
     finally:
         other.close()
         assert os.path.exists(f"/dev/shm/{owner.name}")
@@ -60,10 +63,6 @@ def test_a_list_of_slowdowns_elsewhere_is_refused_in_one_line(argv, message):
         result.stderr
 
 
-def final_weights(folder, file_name):
-    return {name: value.asnumpy() for name, value in mx.nd.load(os.path.join(folder, file_name)).items()}
-
-
 @pytest.mark.slow
 def test_two_workers_train_one_shared_model_and_the_coordinator_removes_it(tmp_path):
     result = run_main(["-m", "hogwild", "--hogwild-workers", "2", *LENET_ARGS, "--max-iters", "150", "-e", "50",
@@ -74,16 +73,16 @@ def test_two_workers_train_one_shared_model_and_the_coordinator_removes_it(tmp_p
     assert not os.path.exists(f"/dev/shm/{name}")
     records = {rank: iter_records(str(tmp_path / "node" / f"cpu-rank{rank}")) for rank in (0, 1)}
     assert [len(r) for r in records.values()] == [150, 150]
-    assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.85
-    # Each worker read the shared weights after its last update: the two final models differ by the other's last
-    # update or two (measured: 5 % of the distance the weights moved from the seed's initial ones; two separate
-    # models would differ by about that whole distance).
-    Model("lenet", [mx.cpu()], (1, 28, 28), seed=0).save(str(tmp_path / "initial.params"))
-    files = ("initial.params", "node/cpu-rank0/model-final.params", "node/cpu-rank1/model-final.params")
-    initial, first, second = (final_weights(str(tmp_path), name) for name in files)
-    largest = max(first, key=lambda k: first[k].size)
-    moved = np.abs(first[largest] - initial[largest]).mean()
-    assert np.abs(first[largest] - second[largest]).mean() < 0.2 * moved
+    # Both wrote to one block: the worker that finished last saw all 300 updates, and its final model (which holds
+    # them all) has learned. Which one finishes last, and what the other saw at its end, depends on how the two
+    # interleave, so neither is asserted.
+    seen = {rank: [r["hogwild_updates"] for r in records[rank]] for rank in (0, 1)}
+    assert max(updates[-1] for updates in seen.values()) == 300
+    assert all(updates == sorted(updates) and updates[-1] >= 150 for updates in seen.values())
+    last = max(seen, key=lambda rank: seen[rank][-1])
+    model = Model("lenet", [mx.cpu()], (1, 28, 28))
+    model.load(str(tmp_path / "node" / f"cpu-rank{last}" / "model-final.params"))
+    assert model.accuracy(*load_test_set(SAMPLE_DATA, "mnist-5k")) >= 0.85
 
 
 @pytest.mark.slow

@@ -26,38 +26,41 @@ STOP_GRACE = 5.0  # seconds a worker gets to end after SIGTERM before SIGKILL
 
 
 class SharedWeights:
-    """One float32 block holding every trainable array, and a numpy view of each."""
+    """One block holding a count of updates per worker (int64, each written by its worker alone) and then every
+    trainable array (float32); a numpy view of each."""
 
-    def __init__(self, memory, shapes, owner):
+    def __init__(self, memory, shapes, workers, owner):
         self.memory = memory
         self.owner = owner
+        self.updates = np.ndarray((workers,), dtype=np.int64, buffer=memory.buf)
         sizes = [int(np.prod(shape)) for shape in shapes]
-        flat = np.ndarray((sum(sizes),), dtype=np.float32, buffer=memory.buf)
+        flat = np.ndarray((sum(sizes),), dtype=np.float32, buffer=memory.buf, offset=self.updates.nbytes)
         offsets = np.cumsum([0] + sizes)
         self.views = [flat[start:end].reshape(shape) for start, end, shape in zip(offsets, offsets[1:], shapes)]
 
     @classmethod
-    def create(cls, arrays):
-        size = max(4, sum(int(a.size) for a in arrays) * 4)
+    def create(cls, arrays, workers):
+        size = workers * 8 + sum(int(a.size) for a in arrays) * 4
         memory = shared_memory.SharedMemory(name=f"esync-hogwild-{os.getpid()}", create=True, size=size)
-        weights = cls(memory, [a.shape for a in arrays], owner=True)
+        weights = cls(memory, [a.shape for a in arrays], workers, owner=True)
+        weights.updates[:] = 0
         for view, array in zip(weights.views, arrays):
             view[...] = array
         return weights
 
     @classmethod
-    def attach(cls, name, shapes):
+    def attach(cls, name, shapes, workers):
         memory = shared_memory.SharedMemory(name=name)
         # The coordinator owns the block: this process must not remove it when it exits.
         resource_tracker.unregister(memory._name, "shared_memory")
-        return cls(memory, shapes, owner=False)
+        return cls(memory, shapes, workers, owner=False)
 
     @property
     def name(self):
         return self.memory.name
 
     def close(self):
-        self.views = []
+        self.views, self.updates = [], None
         self.memory.close()
         if self.owner:
             self.memory.unlink()
@@ -76,7 +79,7 @@ def run_coordinator(args, argv, data):
     from training.model import Model
 
     model = Model(args.network, [mx.cpu()], data.train_images.shape[1:], args.seed)
-    weights = SharedWeights.create([p.data().asnumpy() for p in model.trainable])
+    weights = SharedWeights.create([p.data().asnumpy() for p in model.trainable], args.hogwild_workers)
     log.info("Hogwild!: %d workers on shared weights /dev/shm/%s (%d arrays)", args.hogwild_workers, weights.name,
              len(weights.views))
     workers = []

@@ -1,7 +1,8 @@
 """Hogwild! (Niu et al. 2011): each worker process computes a gradient at the shared weights as it last read them
 and subtracts lr x it from the shared weights in place, without a lock; then reads them again. No cluster, no
 server: the processes share one machine's memory (training/hogwild.py starts them). BatchNorm statistics stay
-local to each worker. Plain SGD with --wd; rank 0 evaluates its latest read of the shared weights.
+local to each worker. Plain SGD with --wd; rank 0 evaluates its latest read of the shared weights. Each round's log
+records how many updates all workers have applied to the block (`hogwild_updates`).
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -31,7 +32,8 @@ class Hogwild(Scheme):
         self.num_workers = options.hogwild_workers
 
     def setup(self):
-        self.shared = SharedWeights.attach(self.options.hogwild_memory, [p.shape for p in self.model.trainable])
+        self.shared = SharedWeights.attach(self.options.hogwild_memory, [p.shape for p in self.model.trainable],
+                                           self.num_workers)
         self._read()
 
     def local_step(self):
@@ -40,7 +42,12 @@ class Hogwild(Scheme):
         ctx0 = self.model.ctxs[0]
         for view, p in zip(self.shared.views, self.model.trainable):
             apply_gradient(view, p.grad(ctx0).asnumpy(), lr, self.options.wd)
+        self.shared.updates[self.rank] += 1
         self._read()
+
+    def round_record(self):
+        """Every worker's updates applied to the shared weights so far, as this worker last read them."""
+        return {"hogwild_updates": int(self.shared.updates.sum())}
 
     def _read(self):
         for view, p in zip(self.shared.views, self.model.trainable):
