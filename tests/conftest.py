@@ -13,12 +13,15 @@ def pytest_sessionstart(session):
     compileall.compile_dir(ROOT, quiet=1, rx=re.compile(re.escape(os.sep) + r"\.venv" + re.escape(os.sep)))
 
 
+@pytest.hookimpl(wrapper=True)  # around every other plugin's, pytest-xdist's reading of the groups included
 def pytest_collection_modifyitems(items):
-    """The tests that start real processes run one after another on one pytest worker (pytest.ini's -n 2
-    --dist loadgroup): jobs of two such tests at once would each take cores the other's timing counts on."""
+    """Two groups for pytest.ini's two workers (-n 2 --dist loadgroup): the tests that start real processes run one
+    after another on one worker, the others on the other one, which ends within the first minutes; jobs of two
+    tests at once would each take cores the other's timing counts on."""
     for item in items:
-        if item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.xdist_group("real-processes"))
+        group = "real-processes" if item.get_closest_marker("slow") else "in-process"
+        item.add_marker(pytest.mark.xdist_group(group))
+    return (yield)
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ def assert_one_line_error(result, path, problem):
     ("t10k-labels-idx1-ubyte", labels(TEST + 5), "holds 50 images but"),
     ("train-labels-idx1-ubyte", idx_bytes(np.full(TRAIN, 12), 2049), "label 12 found, labels must be 0-9"),
     ("t10k-images-idx3-ubyte", idx_bytes(np.zeros((TEST, 32, 32)), 2051), "images of (32, 32) pixels"),
-])
+], ids=lambda value: value if isinstance(value, str) else "content")  # the bytes would make ids of 100 kB
 def test_a_damaged_idx_file_is_named_with_its_problem(tmp_path, name, content, problem):
     write_mnist(tmp_path / "mnist", **{name: content})
 
