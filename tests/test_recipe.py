@@ -204,7 +204,7 @@ def test_the_readmes_cifar10_commands_parse_down_to_every_workers_command_line()
     from launcher.cluster import ROOT
 
     text = open(os.path.join(ROOT, "README.md")).read()
-    block = text[text.index("the seeds' setups"):text.index("VGG-11 and VGG-16 come from")]
+    block = text[text.index("the seeds' setups"):text.index("`vgg11` and `vgg16` (without")]
     lines = [shlex.split(line.strip())[1:] for line in block.splitlines() if line.strip().startswith("python ")]
 
     parsed = []

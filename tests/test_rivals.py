@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
-from training import runlog
+from training import config, runlog
+from training.collectives import ParameterServer
 from training.dcasgd_server import DelayCompensatedPerWorker
 from training.fedasync_server import FedAsyncLayout, FedAsyncMixer, staleness_weight
+from training.model import Model
+from training.schemes.downpour import Downpour
 
 ALPHA = 0.6
 
@@ -119,6 +122,36 @@ def test_dc_asgd_with_a_backup_per_worker_learns(processes, tmp_path):
 
     curve = [r["accuracy"] for folder in worker_folders(log_dir) for r in iter_records(folder) if "accuracy" in r]
     assert curve[0] < 0.6 and max(curve) > 0.85, curve
+
+
+def test_a_downpour_replica_applies_its_gradients_pushes_their_sum_and_a_fetch_replaces_it_by_the_servers():
+    """One worker over MXNet's local kvstore, which applies the server's rule in this process: --n-push 2, --n-fetch
+    3, lr 0.01, no momentum. The weights after each step, against w0 - lr x the sum of the gradients of steps S."""
+    lr = 0.01
+    args = config.parse_args(["-m", "downpour", "-n", "mlp", "--dataset", "mnist-5k", "-l", str(lr),
+                              "--n-push", "2", "--n-fetch", "3"])
+    model = Model("mlp", [mx.cpu()], (1, 28, 28))
+    scheme = Downpour(Downpour.Options.from_args(args), model, ParameterServer(mx.kv.create("local")))
+    scheme.train_samples = 100
+    scheme.setup()
+    w0 = model.trainable[0].data().asnumpy().copy()
+    rng = np.random.RandomState(0)
+    gradients, weights = [], []
+    for _ in range(6):
+        model.forward_backward(rng.randint(0, 256, (4, 1, 28, 28)).astype(np.uint8), rng.randint(0, 10, 4))
+        gradients.append(model.trainable[0].grad().asnumpy().copy())
+        scheme.local_step()
+        if scheme.round_done(1, 0.0):
+            scheme.aggregate(False)
+        weights.append(model.trainable[0].data().asnumpy().copy())
+
+    def after(*steps):
+        return w0 - lr * sum(gradients[s - 1] for s in steps)
+
+    np.testing.assert_allclose(weights[1], after(1, 2), atol=1e-6)  # the replica's own steps; their sum pushed
+    np.testing.assert_allclose(weights[2], after(1, 2), atol=1e-6)  # fetched: the server has steps 1-2, not 3
+    np.testing.assert_allclose(weights[3], after(1, 2, 4), atol=1e-6)  # step 3 was lost with the fetch locally
+    np.testing.assert_allclose(weights[5], after(1, 2, 3, 4, 5, 6), atol=1e-6)  # the server applied both sums
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from tests.jobs import LENET_ARGS, finish, iter_records, meta
 from training import runlog
 from training.attacks import Attack
 from training.schemes.zeno import zeno_layer_step
-from training.zeno_server import judges
+from training.zeno_server import ZenoLayout, ZenoPlusPlus, judges
 
 MAIN = os.path.join(ROOT, "main.py")
 ATTACK = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
@@ -147,6 +147,40 @@ def test_a_validator_that_accepts_nothing_still_counts_in_the_mean():
 
     assert accepted.asnumpy().tolist() == [0, 1, 0, 0]
     np.testing.assert_allclose(step.asnumpy(), [[0.5, 0.05]], rtol=1e-6)
+
+
+def test_zeno_plus_plus_applies_a_rescaled_gradient_that_passes_its_validators_test_and_drops_the_rest():
+    """The one server's rule alone: training workers 0 and 1 judged by validators 2 and 3 (one array per range)."""
+    lr, rho = 0.1, 0.01
+    layout = ZenoLayout(num_workers=4, num_arrays=1)
+    rule = ZenoPlusPlus(layout, lr=lr, rho=rho, epsilon=0.0)
+    w0 = np.array([1.0, 1.0])
+    stored = {rank: mx.nd.array(w0) for rank in range(4)}  # each rank's range starts from the initial weights
+
+    def push(rank, value):
+        rule.update(rank, stored[rank], mx.nd.array(value), None)
+
+    def verdicts(rank):
+        counts = mx.nd.zeros((3,))
+        rule.update(layout.verdict_base + rank, counts, mx.nd.zeros((3,)), None)
+        return counts.asnumpy().tolist()
+
+    for rank in range(4):
+        rule.update(layout.role_base + rank, mx.nd.zeros((1,)), mx.nd.array([float(rank >= 2)]), None)
+    push(2, [1.0, 0.0])                 # validator 2's v
+    push(3, [0.0, 1.0])                 # validator 3's v
+    g = np.array([2.0, 0.2])            # along v: lr <g', v> - rho |g'|^2 = 0.1 x 2 / |g| - 0.01 > 0
+    push(0, g)
+    applied = w0 - lr * g / np.linalg.norm(g)  # rescaled to |v| = 1
+    push(1, [0.05, 1.0])                # along validator 3's v: accepted; validator 2's v would reject it
+    applied = applied - lr * np.array([0.05, 1.0]) / np.linalg.norm([0.05, 1.0])
+    push(1, [0.0, -1.0])                # v has served its one worker: dropped unjudged until a fresh v
+    push(3, [1.0, 0.0])                 # validator 3's next v
+    push(1, [0.05, 1.0])                # nearly orthogonal to it: 0.1 x 0.05 / 1.0012 - 0.01 < 0, rejected
+    push(1, [-1.0, 0.0])                # against it: rejected
+
+    np.testing.assert_allclose(stored[1].asnumpy(), applied, rtol=1e-6)  # the model the worker pulls next
+    assert verdicts(0) == [1, 0, 0] and verdicts(1) == [1, 2, 1]
 
 
 @pytest.mark.parametrize("kind", ["signflip", "random", "randomscale"])

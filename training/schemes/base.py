@@ -253,6 +253,22 @@ class Scheme:
         return self.control[0].asscalar() > 0
 
 
+class LocallyUpdating(Scheme):
+    """A scheme whose workers apply each step's gradient themselves, with the local optimizer (local_trainer)."""
+    updates_locally = True
+
+    def local_step(self):
+        self.model.reduce_gradients()
+        self.trainer.update(1)
+
+
+class FixedLocalSteps(LocallyUpdating):
+    """A round of --sync-interval local steps (the scheme's options carry `sync_interval`)."""
+
+    def round_done(self, steps, step_seconds):
+        return steps >= self.options.sync_interval
+
+
 def _updaters(trainer):
     """The per-device updaters of a gluon.Trainer. Its public save_states/load_states carry the pickled optimizer,
     which would bring back an earlier run's learning rate and momentum: the states alone are reached here."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
-from training.schemes.base import Options, Scheme
+from training.schemes.base import FixedLocalSteps, Options
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,10 @@ class FedAsyncOptions(Options):
     staleness_b: float
 
 
-class FedAsync(Scheme):
+class FedAsync(FixedLocalSteps):
     name = "fedasync"
     Options = FedAsyncOptions
     kvstore = "dist_async"
-    updates_locally = True
 
     def setup(self):
         from training.fedasync_server import FedAsyncLayout, FedAsyncMixer
@@ -47,13 +46,6 @@ class FedAsync(Scheme):
         self.info = mx.nd.zeros((2,))
         self.kv.pull(self.model_keys, out=[p.list_data() for p in self.model.trainable])
         self.local_trainer(options.local_lr, options.local_optimizer)
-
-    def local_step(self):
-        self.model.reduce_gradients()
-        self.trainer.update(1)
-
-    def round_done(self, steps, step_seconds):
-        return steps >= self.options.sync_interval
 
     def aggregate(self, stop_vote):
         ctx0 = self.model.ctxs[0]

@@ -6,6 +6,7 @@ job takes part in every round (no client sampling) and the average is unweighted
 """
 from dataclasses import dataclass
 
+from training.schemes.base import FixedLocalSteps
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
 
 
@@ -14,9 +15,6 @@ class FedAvgOptions(LocalSGDOptions):
     sync_interval: int
 
 
-class FedAvg(DeltaAveraging):
+class FedAvg(FixedLocalSteps, DeltaAveraging):
     name = "fedavg"
     Options = FedAvgOptions
-
-    def round_done(self, steps, step_seconds):
-        return steps >= self.options.sync_interval

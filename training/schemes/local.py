@@ -2,20 +2,15 @@
 ZenoPS's "validation only" baseline, SGD on the validator's data alone."""
 from dataclasses import dataclass
 
-from training.schemes.base import Options, Scheme
+from training.schemes.base import LocallyUpdating, Options
 
 
-class Local(Scheme):
+class Local(LocallyUpdating):
     name = "local"
     aggregates = False
-    updates_locally = True
 
     def setup(self):
         self.trainer = self.local_trainer(self.options.learning_rate)
-
-    def local_step(self):
-        self.model.reduce_gradients()
-        self.trainer.update(1)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
-from training.schemes.base import Options, Scheme
+from training.schemes.base import LocallyUpdating, Options
 
 
 @dataclass(frozen=True)
@@ -18,9 +18,8 @@ class LocalSGDOptions(Options):
     global_lr: float
 
 
-class DeltaAveraging(Scheme):
+class DeltaAveraging(LocallyUpdating):
     kvstore = "dist_sync"
-    updates_locally = True
 
     def setup(self):
         self.broadcast_initial_weights()
@@ -28,10 +27,6 @@ class DeltaAveraging(Scheme):
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.delta = [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
         self.buffers = self.exchanged(self.delta)
-
-    def local_step(self):
-        self.model.reduce_gradients()
-        self.trainer.update(1)
 
     def aggregate(self, stop_vote):
         ctx0 = self.model.ctxs[0]

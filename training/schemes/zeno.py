@@ -31,7 +31,7 @@ import numpy as np
 from data import partition
 from training.attacks import attack_for
 from training.failures import JobSetupError
-from training.schemes.base import Options, Scheme
+from training.schemes.base import FixedLocalSteps, Options, Scheme
 from training.zeno_server import ZenoLayout, ZenoPlusPlus, judges
 
 
@@ -120,10 +120,9 @@ class WithValidator(Scheme):
         self.judge_of = judges(self.training_ranks, validators)
 
 
-class ZenoSync(WithValidator):
+class ZenoSync(FixedLocalSteps, WithValidator):
     name = "zeno"
     kvstore = "dist_sync"
-    updates_locally = True
 
     def setup(self):
         self.broadcast_initial_weights()
@@ -148,13 +147,6 @@ class ZenoSync(WithValidator):
         roles[self.rank] = float(bool(self.options.validator))
         self.transport.sum([key], [roles])
         return roles.asnumpy() > 0
-
-    def local_step(self):
-        self.model.reduce_gradients()
-        self.trainer.update(1)
-
-    def round_done(self, steps, step_seconds):
-        return steps >= self.options.sync_interval
 
     def aggregate(self, stop_vote):
         ctx0 = self.model.ctxs[0]
