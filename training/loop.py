@@ -86,10 +86,10 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
         scheme.setup()
     checkpoints.load_optimizer_state(resume, scheme)
     share = scheme.training_share(data.train_labels)
-    stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size,
-                         args.seed + rank)
+    stream_seed = args.seed + scheme.data_index
+    stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size, stream_seed)
     if args.augment != "none":
-        stream = Prefetched(augmented(stream, args.augment, args.seed + rank))
+        stream = Prefetched(augmented(stream, args.augment, stream_seed))
     if scheme.attack:
         stream = scheme.attack.poison(stream)
     device = device_name(args.gpu, args.cpu)

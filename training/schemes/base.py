@@ -129,9 +129,14 @@ class Scheme:
         """Whether this process evaluates the global model on the test set (-e)."""
         return self.rank == 0
 
+    @property
+    def data_index(self):
+        """Which share of the training data this process holds; it also seeds the order the share is read in."""
+        return self.rank
+
     def training_share(self, labels):
         """Indices of the training samples this process trains on."""
-        return partition(labels, self.rank, self.num_workers, bool(self.options.split_by_class), self.options.seed)
+        return partition(labels, self.data_index, self.num_workers, bool(self.options.split_by_class), self.options.seed)
 
     def round_record(self):
         """Extra fields for this round's iteration log."""

@@ -90,6 +90,14 @@ class WithValidator(Scheme):
         return None if self.is_validator else self.training_ranks.index(self.rank)
 
     @property
+    def data_index(self):
+        """Training workers by their index, validators after them: a run does not depend on the ranks ps-lite hands
+        out in arrival order."""
+        if self.is_validator:
+            return self.training_workers + self.validator_ranks.index(self.rank)
+        return self.worker_index
+
+    @property
     def training_workers(self):
         return self.num_workers - len(self.validator_ranks)
 
@@ -105,7 +113,7 @@ class WithValidator(Scheme):
         validation, rest = split_validation(len(labels), self.options.validation_size, self.options.seed)
         if self.is_validator:
             return validation
-        return rest[partition(labels[rest], self.worker_index, self.training_workers,
+        return rest[partition(labels[rest], self.data_index, self.training_workers,
                               bool(self.options.split_by_class), self.options.seed)]
 
     def set_roles(self, roles):
