@@ -10,7 +10,7 @@ import shlex
 import sys
 
 from launcher.cluster import ROOT
-from training import collectives, modes
+from training import collectives, config, modes
 from training.checks import UsageError
 
 MAIN_PY = os.path.join(ROOT, "main.py")
@@ -53,7 +53,7 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
                         ("--target-accuracy", e.target_accuracy)):
         if value is not None:
             command += [flag, str(value)]
-    return command + list(e.worker_args)
+    return command + config.flags_for_mode(e.worker_args, mode)
 
 
 def worker_argv(experiment, mode, index, log_dir, state_server=None):

@@ -34,7 +34,10 @@ def worker_env():
     (["-m", "sync", *BASE, "-s", "maybe"], "-s/--split-by-class: expected True, False, 1 or 0, got 'maybe'"),
     (["-m", "sync", "-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "yes"],
      "-c/--cpu: expected True, False or a number of CPU contexts, got 'yes'"),
-    (["-m", "sync", *BASE, "--local-optimizer", "adam"], "--local-optimizer chooses the optimizer of the local steps"),
+    (["-m", "sync", *BASE, "--local-optimizer", "adam"], "--local-optimizer belongs to -m esync, fedavg, fedasync, "
+                                                          "not -m sync"),
+    (["-m", "dcasgd", *BASE, "--dc-adaptive", "0.95"], "--dc-adaptive belongs to -m dcasgd-paper, not -m dcasgd"),
+    (["-m", "dcasgd-paper", *BASE, "--dc-adaptive", "1"], "--dc-adaptive: expected a momentum in [0, 1), got '1'"),
     (["-m", "esync", *BASE, "--local-optimizer", "adam", "--momentum", "0.9"], "--momentum is SGD's"),
     (["-m", "esync", *BASE, "--local-optimizer", "momentum", "--momentum", "0"], "needs --momentum > 0"),
     (["-m", "esync", *BASE, "--local-optimizer", "nesterov"], "invalid choice: 'nesterov'"),
@@ -106,3 +109,27 @@ def test_esync_without_a_state_server_names_its_address():
 @pytest.mark.parametrize("batch, parts", [(64, 2), (256, 8), (100, 2), (96, 3), (16, 1), (32, 1)])
 def test_nbsync_splits_a_batch_into_parts_of_at_least_32_samples_by_default(batch, parts):
     assert config.parse_args(["-m", "nbsync", "-b", str(batch)]).mini_batches == parts
+
+
+@pytest.mark.parametrize("argv, field, value", [
+    (["-m", "dcasgd-paper"], "dc_lambda", 0.04),                         # DC-ASGD-c
+    (["-m", "dcasgd-paper", "--dc-adaptive", "0.95"], "dc_lambda", 2.0),  # DC-ASGD-a's lambda0
+    (["-m", "dcasgd-paper", "--dc-adaptive", "0.95", "--dc-lambda", "1"], "dc_lambda", 1.0),
+    (["-m", "downpour", "--server-optimizer", "adagrad"], "momentum", 0.0),
+])
+def test_the_rivals_flags_resolve_to_their_papers_defaults(argv, field, value):
+    assert getattr(config.parse_args(argv), field) == value
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-m", "sync", "--proximal", "0.01"], "--proximal belongs to -m fedasync, not -m sync"),
+    (["-m", "async", "--server-optimizer", "adagrad"], "--server-optimizer belongs to -m downpour, not -m async"),
+    (["-m", "downpour", "--server-optimizer", "adagrad", "--momentum", "0.9"], "--momentum is SGD's"),
+])
+def test_a_rivals_flag_where_it_does_not_belong_is_refused_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        config.parse_args(argv)
+
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert message in line

@@ -11,6 +11,7 @@ import pytest
 from launcher import experiment
 from launcher.cluster import ROOT
 from launcher.hosts import LOOPBACK
+from training import config
 from training.checks import UsageError
 
 LENET = ["-n", "lenet", "--dataset", "mnist-5k", "--max-time", "30"]
@@ -162,3 +163,22 @@ def test_no_figures_ends_with_the_summaries_and_table_without_loading_matplotlib
     assert described.figures is False and results.summarize_and_draw(described) == 0
     assert "esync" in capsys.readouterr().out
     assert not os.path.exists(tmp_path / logfactory.NETWORK / "figures")
+
+
+def test_a_flag_of_some_modes_reaches_the_workers_of_those_modes_only():
+    from launcher import commands
+
+    described = experiment.parse(["--modes", "fedasync,dcasgd-paper,sync", *LENET, "--devices", "cpu,cpu", "--",
+                                  "-e", "10", "--proximal", "0.01", "--dc-adaptive=0.95", "--local-optimizer", "adam"])
+    argvs = {mode: commands.worker_argv(described, mode, 0, "logs") for mode in described.modes}
+
+    def extra(mode):
+        """The extra arguments that reached the mode's worker, in their order."""
+        return [arg for arg in argvs[mode] if arg in ("-e", "10", "--proximal", "0.01", "--dc-adaptive=0.95",
+                                                       "--local-optimizer", "adam")]
+
+    assert extra("fedasync") == ["-e", "10", "--proximal", "0.01", "--local-optimizer", "adam"]
+    assert extra("dcasgd-paper") == ["-e", "10", "--dc-adaptive=0.95"]
+    assert extra("sync") == ["-e", "10"]
+    for argv in argvs.values():  # each passes main.py's parser, which refuses a flag of another mode
+        config.parse_args(argv[1:])

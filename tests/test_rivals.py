@@ -16,6 +16,7 @@ from training.dcasgd_server import DelayCompensatedPerWorker
 from training.fedasync_server import FedAsyncLayout, FedAsyncMixer, staleness_weight
 from training.model import Model
 from training.schemes.downpour import Downpour
+from training.schemes.fedasync import FedAsync
 
 ALPHA = 0.6
 
@@ -76,10 +77,11 @@ def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(
 
 
 @pytest.mark.slow
-def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learns(processes, tmp_path):
+@pytest.mark.parametrize("variant", [[], ["--proximal", "0.01"]], ids=["plain", "proximal"])
+def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learns(processes, tmp_path, variant):
     log_dir = str(tmp_path / "logs")
     workers = start_job(processes, "fedasync", LENET_ARGS + ["--sync-interval", "4", "--max-iters", "60",
-                                                             "-e", "5"],
+                                                             "-e", "5", *variant],
                         num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
 
     finish(processes, workers, timeout=180)
@@ -113,15 +115,61 @@ def test_dc_asgd_compensates_each_gradient_with_the_backup_of_the_worker_that_se
 
 
 @pytest.mark.slow
-def test_dc_asgd_with_a_backup_per_worker_learns(processes, tmp_path):
+@pytest.mark.parametrize("variant", [[], ["--dc-adaptive", "0.95"]], ids=["dc-asgd-c", "dc-asgd-a"])
+def test_dc_asgd_with_a_backup_per_worker_learns(processes, tmp_path, variant):
     log_dir = str(tmp_path / "logs")
-    workers = start_job(processes, "dcasgd-paper", LENET_ARGS + ["--max-iters", "150", "-e", "10"],
+    workers = start_job(processes, "dcasgd-paper", LENET_ARGS + ["--max-iters", "150", "-e", "10", *variant],
                         num_workers=2, log_dir=log_dir)
 
     finish(processes, workers, timeout=180)
 
     curve = [r["accuracy"] for folder in worker_folders(log_dir) for r in iter_records(folder) if "accuracy" in r]
     assert curve[0] < 0.6 and max(curve) > 0.85, curve
+
+
+def test_dc_asgd_a_scales_lambda_by_the_root_of_the_gradients_moving_mean_square():
+    lr, lamda0, m = 0.1, 0.5, 0.5
+    rule = DelayCompensatedPerWorker(num_workers=2, num_arrays=1, lr=lr, lamda=lamda0, adaptive=m)
+    stored = {0: mx.nd.array([1.0]), 1: mx.nd.array([1.0])}
+
+    rule.update(0, stored[0], mx.nd.array([2.0]), None)   # mean square (1 - m) 4 = 2; no delay to compensate
+    w1 = 1.0 - lr * 2.0
+    rule.update(1, stored[1], mx.nd.array([2.0]), None)   # worker 1 pulled 1.0: mean square m 2 + (1 - m) 4 = 3
+    w2 = w1 - lr * (2.0 + lamda0 / np.sqrt(3.0 + 1e-7) * 4.0 * (w1 - 1.0))
+
+    assert stored[1].asscalar() == pytest.approx(w2)
+    assert rule.mean_squares[0].asscalar() == pytest.approx(3.0)
+
+
+def fedasync_worker(proximal):
+    args = config.parse_args(["-m", "fedasync", "-n", "mlp", "--dataset", "mnist-5k", "-l", "0.01", "-ll", "0.01",
+                              "--proximal", str(proximal)])
+    model = Model("mlp", [mx.cpu()], (1, 28, 28))
+    scheme = FedAsync(FedAsync.Options.from_args(args), model, None)
+    scheme.local_trainer(args.local_lr)
+    return model, scheme
+
+
+def test_fedasyncs_proximal_term_pulls_each_local_step_back_towards_the_model_received():
+    """Two local steps from the received model x0: the first, at x0, is plain SGD's; the second's gradient gains
+    B rho (x1 - x0), B the batch size, because the loss here is summed over the batch."""
+    rho, lr = 0.05, 0.01
+    rng = np.random.RandomState(0)
+    images, labels = rng.randint(0, 256, (8, 1, 28, 28)).astype(np.uint8), rng.randint(0, 10, 8)
+    (model, scheme), (plain_model, plain) = fedasync_worker(rho), fedasync_worker(0)
+    x0 = model.trainable[0].data().asnumpy().copy()
+    for m, s in ((model, scheme), (plain_model, plain)):
+        s.begin_round(0)
+        m.forward_backward(images[:4], labels[:4])
+        s.local_step()
+    x1 = model.trainable[0].data().asnumpy().copy()
+    np.testing.assert_allclose(x1, plain_model.trainable[0].data().asnumpy(), atol=1e-7)
+    model.forward_backward(images[4:], labels[4:])
+    g2 = model.trainable[0].grad().asnumpy().copy()
+    scheme.local_step()
+
+    expected = x1 - lr * (g2 + scheme.step_batch_size * rho * (x1 - x0))
+    np.testing.assert_allclose(model.trainable[0].data().asnumpy(), expected, atol=1e-6)
 
 
 def test_a_downpour_replica_applies_its_gradients_pushes_their_sum_and_a_fetch_replaces_it_by_the_servers():
@@ -154,11 +202,38 @@ def test_a_downpour_replica_applies_its_gradients_pushes_their_sum_and_a_fetch_r
     np.testing.assert_allclose(weights[5], after(1, 2, 3, 4, 5, 6), atol=1e-6)  # the server applied both sums
 
 
+def test_downpour_with_adagrad_divides_each_weights_step_by_the_root_of_its_summed_squares():
+    """--server-optimizer adagrad, --n-push 2, --n-fetch 2: the replica's first step, then the server's one update by
+    the pushed sum S of two gradients, w0 - lr S / sqrt(S^2 + 1e-7), which the fetch brings back."""
+    lr = 0.01
+    args = config.parse_args(["-m", "downpour", "-n", "mlp", "--dataset", "mnist-5k", "-l", str(lr),
+                              "--n-push", "2", "--n-fetch", "2", "--server-optimizer", "adagrad"])
+    model = Model("mlp", [mx.cpu()], (1, 28, 28))
+    scheme = Downpour(Downpour.Options.from_args(args), model, ParameterServer(mx.kv.create("local")))
+    scheme.train_samples = 100
+    scheme.setup()
+    w0 = model.trainable[0].data().asnumpy().copy()
+    rng = np.random.RandomState(0)
+    gradients, weights = [], []
+    for _ in range(2):
+        model.forward_backward(rng.randint(0, 256, (4, 1, 28, 28)).astype(np.uint8), rng.randint(0, 10, 4))
+        gradients.append(model.trainable[0].grad().asnumpy().copy())
+        scheme.local_step()
+        if scheme.round_done(1, 0.0):
+            scheme.aggregate(False)
+        weights.append(model.trainable[0].data().asnumpy().copy())
+
+    g1, total = gradients[0], gradients[0] + gradients[1]
+    np.testing.assert_allclose(weights[0], w0 - lr * g1 / np.sqrt(g1 * g1 + 1e-7), atol=1e-6)
+    np.testing.assert_allclose(weights[1], w0 - lr * total / np.sqrt(total * total + 1e-7), atol=1e-6)
+
+
 @pytest.mark.slow
-def test_downpour_pushes_and_fetches_on_its_own_schedule_and_learns(processes, tmp_path):
+@pytest.mark.parametrize("variant", [[], ["--server-optimizer", "adagrad", "-l", "0.01"]], ids=["sgd", "adagrad"])
+def test_downpour_pushes_and_fetches_on_its_own_schedule_and_learns(processes, tmp_path, variant):
     log_dir = str(tmp_path / "logs")
     workers = start_job(processes, "downpour", LENET_ARGS + ["--n-push", "2", "--n-fetch", "3", "--max-iters", "100",
-                                                             "-e", "10"],
+                                                             "-e", "10", *variant],
                         num_workers=1, log_dir=log_dir)
 
     finish(processes, workers, timeout=180)

@@ -14,10 +14,18 @@ from training.attacks import ATTACKS
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
 ESYNC_POLICIES = ("apply", "plan", "nonblocking")
 LOCAL_OPTIMIZERS = ("sgd", "momentum", "adam")  # the original ESync's choices for its local steps (-ll)
-LOCAL_OPTIMIZER_MODES = ("esync", "fedavg", "fedasync")  # the modes whose local steps --local-optimizer chooses
 MOMENTUM_OPTIMIZER_DEFAULT = 0.9  # --momentum of --local-optimizer momentum when not given
 STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # FedAsync's s(t - tau): training/fedasync_server.py
 STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper's experiments
+DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's lambda0 of DC-ASGD-c and DC-ASGD-a
+SERVER_OPTIMIZERS = ("sgd", "adagrad")  # downpour's server: SGD as ASGD's, or Adagrad as Dean et al.'s
+MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, the modes that read it)}
+    "local_optimizer": ("--local-optimizer", ("esync", "fedavg", "fedasync")),
+    "proximal": ("--proximal", ("fedasync",)),
+    "dc_lambda": ("--dc-lambda", ("dcasgd", "dcasgd-paper")),
+    "dc_adaptive": ("--dc-adaptive", ("dcasgd-paper",)),
+    "server_optimizer": ("--server-optimizer", ("downpour",)),
+}
 SCHEDULES = ("constant", "step", "cosine")  # --lr-schedule: training/schedule.py
 AUGMENTATIONS = ("none", "crop", "resized-crop")  # --augment: data.augmented
 NBSYNC_PART_SIZE = 32  # NBSSGD's seed splits its batches of 256 into parts of 32; parts of 8 cost more than they save
@@ -69,6 +77,10 @@ DEFAULTS = dict(
     staleness="polynomial",  # fedasync: how the mixing weight shrinks with staleness
     staleness_a=None,       # fedasync: a of the staleness function (0.5 polynomial, 10 hinge)
     staleness_b=4.0,        # fedasync: b of the hinge function
+    proximal=0.0,           # fedasync: rho of the local objective's proximal term (rho / 2) |x - x_received|^2
+    dc_lambda=None,         # dcasgd, dcasgd-paper: lambda (lambda0 with --dc-adaptive): DC_LAMBDA_DEFAULTS
+    dc_adaptive=0.0,        # dcasgd-paper: m of DC-ASGD-a's mean square of the gradients; 0: constant lambda
+    server_optimizer="sgd",  # downpour: the server's rule
     zeno_flavour="sync",    # --zeno-flavour async: an alias of -m zeno-async
     rho=None,               # zeno 0.6; zeno-async 0.02 x -l (see --help)
     eta=-0.001,             # zeno: a delta is rejected unless mean(u.v) > eta mean(v^2)
@@ -165,6 +177,13 @@ def _accuracy(text):
     return value
 
 
+def _momentum(text):
+    value = _non_negative(float)(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a momentum in [0, 1), got {text!r}")
+    return value
+
+
 def _mixing_weight(text):
     value = _positive(float)(text)
     if value > 1:
@@ -247,6 +266,18 @@ def build_parser():
     p.add_argument("--staleness-a", type=_non_negative(float),
                    help="fedasync: a of --staleness (default 0.5 polynomial, 10 hinge)")
     p.add_argument("--staleness-b", type=_non_negative(float), help="fedasync: b of the hinge function")
+    p.add_argument("--proximal", type=_non_negative(float),
+                   help="fedasync: rho of the proximal term (rho / 2) |x - x_t|^2 the local steps add to the loss "
+                        "(x_t: the global model the worker last received; rho of the mean loss over a batch)")
+    p.add_argument("--dc-lambda", type=_non_negative(float),
+                   help="dcasgd, dcasgd-paper: lambda of the delay compensation (default 0.04; with --dc-adaptive "
+                        "lambda0, default 2)")
+    p.add_argument("--dc-adaptive", type=_momentum,
+                   help="dcasgd-paper: DC-ASGD-a, lambda = lambda0 / sqrt(mean square of the gradients), the mean "
+                        "square moving with momentum M (the paper's 0.95); 0 (default): DC-ASGD-c, constant lambda")
+    p.add_argument("--server-optimizer", choices=SERVER_OPTIMIZERS,
+                   help="downpour: the rule of the server and of each replica's own steps: sgd (-l, --momentum) "
+                        "or adagrad (-l, Dean et al.'s)")
     p.add_argument("--zeno-flavour", choices=("sync", "async"),
                    help="-m zeno --zeno-flavour async is -m zeno-async (Zeno++)")
     p.add_argument("--rho", type=_non_negative(float),
@@ -377,13 +408,39 @@ def nbsync_parts(batch_size, part_size=NBSYNC_PART_SIZE):
     return max(p for p in range(1, batch_size // part_size + 1) if batch_size % p == 0)
 
 
-def resolve_local_optimizer(parser, args):
-    """--local-optimizer belongs to the modes with ESync's local steps; its momentum is SGD's."""
-    if args.local_optimizer != DEFAULTS["local_optimizer"] and args.mode not in LOCAL_OPTIMIZER_MODES:
-        parser.error(f"--local-optimizer chooses the optimizer of the local steps of -m "
-                     f"{', '.join(LOCAL_OPTIMIZER_MODES)}, not of -m {args.mode}")
+def refuse_other_modes_flags(parser, args):
+    """A flag of MODE_FLAGS changed from its default for a mode that would not read it."""
+    for field, (flag, mode_names) in MODE_FLAGS.items():
+        if getattr(args, field) != DEFAULTS[field] and args.mode not in mode_names:
+            parser.error(f"{flag} belongs to -m {', '.join(mode_names)}, not -m {args.mode}")
+
+
+def flags_for_mode(argv, mode):
+    """argv without the MODE_FLAGS flags (and their values) that `mode` does not read: the launcher hands the same
+    extra arguments to every mode of an experiment."""
+    foreign = {flag for flag, mode_names in MODE_FLAGS.values() if mode not in mode_names}
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in foreign:
+            skip = True
+        elif arg.split("=", 1)[0] not in foreign:
+            kept.append(arg)
+    return kept
+
+
+def resolve_dc_lambda(args):
+    if args.dc_lambda is None:
+        args.dc_lambda = DC_LAMBDA_DEFAULTS["adaptive" if args.dc_adaptive else "constant"]
+
+
+def resolve_momentum(parser, args):
+    """--momentum is SGD's: Adam and Adagrad refuse it; its default follows --local-optimizer."""
     if args.local_optimizer == "adam" and args.momentum is not None:
         parser.error("--momentum is SGD's; --local-optimizer adam keeps its own moments")
+    if args.server_optimizer == "adagrad" and args.momentum is not None:
+        parser.error("--momentum is SGD's; --server-optimizer adagrad scales each weight's step by its own history")
     if args.local_optimizer == "momentum" and args.momentum == 0:
         parser.error("--local-optimizer momentum needs --momentum > 0 (or leave it out: "
                      f"{MOMENTUM_OPTIMIZER_DEFAULT})")
@@ -392,9 +449,10 @@ def resolve_local_optimizer(parser, args):
 
 
 def local_update_rule(optimizer, momentum):
-    """The local optimizer's rule as its state shows it: adam (two moments per weight), momentum (one), sgd."""
-    if optimizer == "adam":
-        return "adam"
+    """The local optimizer's rule as its state shows it: adam (two moments per weight), adagrad (the summed squares),
+    momentum (one), sgd."""
+    if optimizer in ("adam", "adagrad"):
+        return optimizer
     return "momentum" if momentum > 0 else "sgd"
 
 
@@ -405,7 +463,9 @@ def parse_args(argv=None):
     resolve_recipe(parser, args)
     if args.mini_batches is None:
         args.mini_batches = nbsync_parts(args.batch_size)
-    resolve_local_optimizer(parser, args)
+    refuse_other_modes_flags(parser, args)
+    resolve_momentum(parser, args)
+    resolve_dc_lambda(args)
     resolve_slowdown(parser, args)
     if args.node_name is None:
         args.node_name = socket.gethostname()

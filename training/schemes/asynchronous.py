@@ -5,12 +5,18 @@ servers apply their rule (training/server_optimizer.py) to this push alone, pull
 statistics. DC-ASGD comes twice: MXNet's (one backup of the weights per key) and the paper's (one per worker,
 through per-worker key ranges on one server).
 """
+from dataclasses import dataclass
+
 import mxnet as mx
 
-from training.schemes.base import Scheme
+from training.schemes.base import Options, Scheme
 from training.server_optimizer import ServerOptimizer
 
-LAMBDA = 0.04  # DC-ASGD's variance control (MXNet's default lamda)
+
+@dataclass(frozen=True)
+class DCASGDOptions(Options):
+    dc_lambda: float
+    dc_adaptive: float
 
 
 class Async(Scheme):
@@ -47,10 +53,12 @@ class DCASGD(Async):
     learns which worker pushed.
     """
     name = "dcasgd"
+    Options = DCASGDOptions
 
     def server_rule(self):
         return mx.optimizer.DCASGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
-                                    wd=self.options.wd, lamda=LAMBDA, lr_scheduler=self.server_scheduler())
+                                    wd=self.options.wd, lamda=self.options.dc_lambda,
+                                    lr_scheduler=self.server_scheduler())
 
 
 class DCASGDPerWorker(Scheme):
@@ -58,13 +66,14 @@ class DCASGDPerWorker(Scheme):
     (training/dcasgd_server.py). Each worker pushes its gradient to, and pulls the weights from, its own key range.
     BatchNorm statistics stay local to each worker."""
     name = "dcasgd-paper"
+    Options = DCASGDOptions
     kvstore = "dist_async"
 
     def setup(self):
         from training.dcasgd_server import DelayCompensatedPerWorker
 
         rule = DelayCompensatedPerWorker(self.num_workers, len(self.model.trainable), self.options.learning_rate,
-                                         LAMBDA, wd=self.options.wd)
+                                         self.options.dc_lambda, wd=self.options.wd, adaptive=self.options.dc_adaptive)
         ctx0 = self.model.ctxs[0]
         weights = [p.data(ctx0).copy() for p in self.model.trainable]
         self.start_server_rule(list(range(rule.control_key + 1)), weights * self.num_workers + [self.control], rule)

@@ -192,15 +192,16 @@ class Scheme:
         self.stats.scatter()
 
     def local_trainer(self, learning_rate, optimizer="sgd"):
-        """Gluon's Trainer for the update step only (`optimizer`: one of config.LOCAL_OPTIMIZERS); gradient reduction
-        stays with the scheme. Checkpoints save its state (local_optimizer_states)."""
+        """Gluon's Trainer for the update step only (`optimizer`: one of config.LOCAL_OPTIMIZERS, or adagrad for
+        downpour's replicas); gradient reduction stays with the scheme. Checkpoints save its state
+        (local_optimizer_states)."""
         self.update_rule = local_update_rule(optimizer, self.options.momentum)
         self.base_lr = learning_rate
         params = {"learning_rate": learning_rate, "wd": self.options.wd}
-        if self.update_rule != "adam":
+        sgd = self.update_rule in ("sgd", "momentum")
+        if sgd:
             params["momentum"] = self.options.momentum
-        self.trainer = gluon.Trainer(self.model.trainable, "adam" if self.update_rule == "adam" else "sgd", params,
-                                     kvstore=None)
+        self.trainer = gluon.Trainer(self.model.trainable, "sgd" if sgd else self.update_rule, params, kvstore=None)
         return self.trainer
 
     def scale_learning_rates(self, factor):

@@ -3,8 +3,12 @@ dist_async: each worker trains its replica with SGD on its own gradients, adds t
 --n-push steps (the server applies SGD to it, as in ASGD) and replaces its replica with the server's weights every
 --n-fetch steps. A round ends at each push or fetch. BatchNorm statistics stay local to each worker.
 
-The paper leaves open what a replica does with its gradients between fetches; here it applies them (lr -l), as the
-server will, so a replica does not compute n_fetch gradients at one stale point.
+The server applies SGD (-l, --momentum) to each pushed sum, or with --server-optimizer adagrad the paper's
+Adagrad (-l, MXNet's AdaGrad: each weight's step divided by the root of its summed squared gradients).
+
+The paper leaves open what a replica does with its gradients between fetches; here it applies them by the server's
+rule (lr -l; Adagrad with the replica's own history), as the server will, so a replica does not compute n_fetch
+gradients at one stale point.
 """
 from dataclasses import dataclass
 
@@ -18,6 +22,7 @@ from training.server_optimizer import ServerOptimizer
 class DownpourOptions(Options):
     n_push: int
     n_fetch: int
+    server_optimizer: str
 
 
 class Downpour(Scheme):
@@ -28,15 +33,22 @@ class Downpour(Scheme):
 
     def setup(self):
         self.broadcast_initial_weights()
-        rule = mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
-                                wd=self.options.wd, lr_scheduler=self.server_scheduler(self.options.n_push))
-        self.kv.set_optimizer(ServerOptimizer(inner=rule, control_key=self.control_key))
+        self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), control_key=self.control_key))
         self.kv._barrier()  # no worker pushes before every server holds the rule
-        self.local_trainer(self.options.learning_rate)
+        self.local_trainer(self.options.learning_rate, self.options.server_optimizer)
         ctx0 = self.model.ctxs[0]
         self.sums = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
         self.weight_keys = list(range(len(self.sums)))
         self.steps = 0
+
+    def server_rule(self):
+        """The server's update of a pushed sum of n_push steps' gradients."""
+        options = self.options
+        common = dict(learning_rate=options.learning_rate, wd=options.wd,
+                      lr_scheduler=self.server_scheduler(options.n_push))
+        if options.server_optimizer == "adagrad":
+            return mx.optimizer.AdaGrad(**common)
+        return mx.optimizer.SGD(momentum=options.momentum, **common)
 
     def local_step(self):
         self.model.reduce_gradients()

@@ -4,8 +4,10 @@ received, pushes its model to the server and pulls the global model back; the se
 weight that shrinks with its staleness (training/fedasync_server.py; --alpha, --staleness, --staleness-a,
 --staleness-b). Nobody waits for anybody.
 
-Not here: the paper's proximal term (rho/2 |x - x_t|^2 in the local objective) and its server's scheduler thread;
-the server mixes each model as it arrives. BatchNorm statistics stay local to each worker. One server only.
+With --proximal rho the local steps minimise the paper's f(x) + (rho / 2) |x - x_t|^2, x_t the global model the
+worker received: each step's gradient gains rho (x - x_t), times the batch size because the loss here is summed
+over the batch. Not here: the paper's scheduler thread; the server mixes each model as it arrives. BatchNorm
+statistics stay local to each worker. One server only.
 """
 from dataclasses import dataclass
 
@@ -23,6 +25,7 @@ class FedAsyncOptions(Options):
     staleness: str
     staleness_a: float
     staleness_b: float
+    proximal: float
 
 
 class FedAsync(FixedLocalSteps):
@@ -46,6 +49,22 @@ class FedAsync(FixedLocalSteps):
         self.info = mx.nd.zeros((2,))
         self.kv.pull(self.model_keys, out=[p.list_data() for p in self.model.trainable])
         self.local_trainer(options.local_lr, options.local_optimizer)
+
+    def begin_round(self, completed):
+        if self.options.proximal:
+            self.received = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
+
+    def local_step(self):
+        self.model.reduce_gradients()
+        if self.options.proximal:
+            self.add_proximal_gradient()
+        self.trainer.update(1)
+
+    def add_proximal_gradient(self):
+        scale = self.options.proximal * self.step_batch_size
+        for p, received in zip(self.model.trainable, self.received):
+            for grad, weight, start in zip(p.list_grad(), p.list_data(), received):
+                grad += scale * (weight - start)
 
     def aggregate(self, stop_vote):
         ctx0 = self.model.ctxs[0]
