@@ -172,12 +172,10 @@ def test_fedasyncs_proximal_term_pulls_each_local_step_back_towards_the_model_re
     np.testing.assert_allclose(model.trainable[0].data().asnumpy(), expected, atol=1e-6)
 
 
-def test_a_downpour_replica_applies_its_gradients_pushes_their_sum_and_a_fetch_replaces_it_by_the_servers():
-    """One worker over MXNet's local kvstore, which applies the server's rule in this process: --n-push 2, --n-fetch
-    3, lr 0.01, no momentum. The weights after each step, against w0 - lr x the sum of the gradients of steps S."""
-    lr = 0.01
-    args = config.parse_args(["-m", "downpour", "-n", "mlp", "--dataset", "mnist-5k", "-l", str(lr),
-                              "--n-push", "2", "--n-fetch", "3"])
+def downpour_replica(flags, steps):
+    """One downpour worker over MXNet's local kvstore, which applies the server's rule in this process, lr 0.01 and
+    no momentum: (the first weight array at the start, its gradient at each step, its values after each step)."""
+    args = config.parse_args(["-m", "downpour", "-n", "mlp", "--dataset", "mnist-5k", "-l", "0.01", *flags])
     model = Model("mlp", [mx.cpu()], (1, 28, 28))
     scheme = Downpour(Downpour.Options.from_args(args), model, ParameterServer(mx.kv.create("local")))
     scheme.train_samples = 100
@@ -185,16 +183,22 @@ def test_a_downpour_replica_applies_its_gradients_pushes_their_sum_and_a_fetch_r
     w0 = model.trainable[0].data().asnumpy().copy()
     rng = np.random.RandomState(0)
     gradients, weights = [], []
-    for _ in range(6):
+    for _ in range(steps):
         model.forward_backward(rng.randint(0, 256, (4, 1, 28, 28)).astype(np.uint8), rng.randint(0, 10, 4))
         gradients.append(model.trainable[0].grad().asnumpy().copy())
         scheme.local_step()
         if scheme.round_done(1, 0.0):
             scheme.aggregate(False)
         weights.append(model.trainable[0].data().asnumpy().copy())
+    return w0, gradients, weights
+
+
+def test_a_downpour_replica_applies_its_gradients_pushes_their_sum_and_a_fetch_replaces_it_by_the_servers():
+    """--n-push 2, --n-fetch 3: the weights after each step, against w0 - lr x the sum of the gradients of steps S."""
+    w0, gradients, weights = downpour_replica(["--n-push", "2", "--n-fetch", "3"], 6)
 
     def after(*steps):
-        return w0 - lr * sum(gradients[s - 1] for s in steps)
+        return w0 - 0.01 * sum(gradients[s - 1] for s in steps)
 
     np.testing.assert_allclose(weights[1], after(1, 2), atol=1e-6)  # the replica's own steps; their sum pushed
     np.testing.assert_allclose(weights[2], after(1, 2), atol=1e-6)  # fetched: the server has steps 1-2, not 3
@@ -205,27 +209,11 @@ def test_a_downpour_replica_applies_its_gradients_pushes_their_sum_and_a_fetch_r
 def test_downpour_with_adagrad_divides_each_weights_step_by_the_root_of_its_summed_squares():
     """--server-optimizer adagrad, --n-push 2, --n-fetch 2: the replica's first step, then the server's one update by
     the pushed sum S of two gradients, w0 - lr S / sqrt(S^2 + 1e-7), which the fetch brings back."""
-    lr = 0.01
-    args = config.parse_args(["-m", "downpour", "-n", "mlp", "--dataset", "mnist-5k", "-l", str(lr),
-                              "--n-push", "2", "--n-fetch", "2", "--server-optimizer", "adagrad"])
-    model = Model("mlp", [mx.cpu()], (1, 28, 28))
-    scheme = Downpour(Downpour.Options.from_args(args), model, ParameterServer(mx.kv.create("local")))
-    scheme.train_samples = 100
-    scheme.setup()
-    w0 = model.trainable[0].data().asnumpy().copy()
-    rng = np.random.RandomState(0)
-    gradients, weights = [], []
-    for _ in range(2):
-        model.forward_backward(rng.randint(0, 256, (4, 1, 28, 28)).astype(np.uint8), rng.randint(0, 10, 4))
-        gradients.append(model.trainable[0].grad().asnumpy().copy())
-        scheme.local_step()
-        if scheme.round_done(1, 0.0):
-            scheme.aggregate(False)
-        weights.append(model.trainable[0].data().asnumpy().copy())
+    w0, gradients, weights = downpour_replica(["--n-push", "2", "--n-fetch", "2", "--server-optimizer", "adagrad"], 2)
 
     g1, total = gradients[0], gradients[0] + gradients[1]
-    np.testing.assert_allclose(weights[0], w0 - lr * g1 / np.sqrt(g1 * g1 + 1e-7), atol=1e-6)
-    np.testing.assert_allclose(weights[1], w0 - lr * total / np.sqrt(total * total + 1e-7), atol=1e-6)
+    np.testing.assert_allclose(weights[0], w0 - 0.01 * g1 / np.sqrt(g1 * g1 + 1e-7), atol=1e-6)
+    np.testing.assert_allclose(weights[1], w0 - 0.01 * total / np.sqrt(total * total + 1e-7), atol=1e-6)
 
 
 @pytest.mark.slow
