@@ -7,6 +7,7 @@ draw the comparison.
     python launch.py clean-netns [PREFIX]    # network namespaces a killed `--hosts netns` run left behind
     python launch.py paper [--repeats R]     # the ESync paper's experiment: Table 1, Figures 3-5 (launcher/paper.py)
     python launch.py sweep --rho 0.2,0.6,1 --modes zeno ...   # one run per value, final accuracy against it
+    python launch.py regimes [--repeats R]   # every scheme over links x heterogeneity x data split: who wins where
 
 Without --tracker every process runs on this machine on 127.0.0.1: the state server (esync and nbsync only), the
 ps-lite scheduler, -s servers and one worker per --devices entry. Per mode, the iteration logs go to
@@ -19,13 +20,13 @@ itself lives in launcher/.
 import logging
 import sys
 
-from launcher import dmlc, netns, paper, preflight, runner, sweep
+from launcher import dmlc, netns, paper, preflight, regime_map, runner, sweep
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
-               "sweep": sweep.run}
+               "sweep": sweep.run, "regimes": regime_map.run}
 
 
 def main(argv=None):

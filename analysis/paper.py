@@ -22,6 +22,7 @@ SPLIT_NAMES = {"iid": "i.i.d.", "niid": "non-i.i.d."}
 REPEAT_FOLDER = "repeat-{}"
 BASELINE = "sync"           # speedups are against SSGD, as in the paper
 TRAFFIC_BASELINE = "async"  # the paper compares ESync's traffic with ASGD's
+LATER_RIVALS = {"async": "ASGD", "dcasgd": "DC-ASGD"}  # the paper: both reach the target later than ESync
 TABLE_FILE = "table1.md"
 RESULTS_FILE = "paper.json"
 # (key, column title, format) of Table 1's cells, in order.
@@ -166,7 +167,19 @@ def headline(runs_by_mode, target):
         claims["traffic_vs_asgd"] = statistics_of(paired(ratio, own["traffic_mb_per_s"], base["traffic_mb_per_s"]))
     sequential = per_repeat(runs_by_mode, modes.STANDALONE, target)["final_accuracy"]
     claims["accuracy_minus_sequential"] = statistics_of(paired(difference, own["final_accuracy"], sequential))
+    for rival in LATER_RIVALS:
+        if rival in runs_by_mode:
+            claims[f"{rival}_later"] = later_than(per_repeat(runs_by_mode, rival, target)["time_to_target"],
+                                                  own["time_to_target"])
     return claims
+
+
+def later_than(rival_times, own_times):
+    """{later, of}: in how many repeats the rival reached the target after ESync (or never, where ESync did), of the
+    repeats in which either reached it."""
+    decided = [(rival, own) for rival, own in zip(rival_times, own_times) if (rival, own) != (None, None)]
+    later = sum(1 for rival, own in decided if own is not None and (rival is None or rival > own))
+    return {"later": later, "of": len(decided)}
 
 
 def paired(function, values, others):
@@ -217,13 +230,18 @@ def describe_headline(claims, target):
     for key, text, spec, unit in described:
         if key in claims:
             parts.append(text.format(format_statistic(claims[key], spec, unit)))
+    for rival, name in LATER_RIVALS.items():
+        if f"{rival}_later" in claims:
+            count = claims[f"{rival}_later"]
+            parts.append(f"{name} reached {target:g} later in {count['later']} of {count['of']} repeats")
     return "ESync: " + ", ".join(parts) if parts else ""
 
 
 def format_report(report):
     target = report["target"]
     lines = [f"# Table 1: {report['network']} on {report['dataset']}, {len(report['repeats'])} repeats "
-             f"(seeds {', '.join(map(str, report['seeds']))}), mean ± stddev", ""]
+             f"(seeds {', '.join(map(str, report['seeds']))}), mean ± stddev", "",
+             f"Links: {'; '.join(report['links']) or 'not recorded'}.", ""]
     for split in SPLITS:
         lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target), ""]
         claim = describe_headline(report["headline"][split], target)
@@ -242,12 +260,19 @@ def thresholds_table(times):
     return markdown_table(["mode"] + [f"to {t}" for t in thresholds], rows)
 
 
+def links_of(grid, cluster_modes):
+    """The distinct links the cluster modes' runs recorded (one, unless runs of the grid had different ones)."""
+    found = [run.get("links") for split in SPLITS for mode in cluster_modes for run in grid[split][mode]]
+    return sorted({links for links in found if links})
+
+
 def build_report(log_dir, network, cluster_modes, repeats, target, description, thresholds=()):
     """Table 1's numbers for one network as a dict (written to paper.json), and the time to each of `thresholds`;
     `description` names the job."""
     grid = load_grid(log_dir, network, tuple(cluster_modes), repeats)
     return {
         **description,
+        "links": links_of(grid, cluster_modes),
         "network": network,
         "target": target,
         "repeats": list(repeats),

@@ -149,6 +149,13 @@ def draw_figure5(grid_runs, network, cluster_modes):
     return fig
 
 
+def caption_links(fig, links):
+    """The links the runs had, as a second line of the title."""
+    if links:
+        title = fig.get_suptitle()
+        fig.suptitle((title + "\n" if title else "") + f"links: {'; '.join(links)}", fontsize="small", wrap=True)
+
+
 def draw_all(report, grid_runs, cluster_modes, out_dir):
     """Figures 3, 4 and 5 as PNG under out_dir; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
@@ -159,5 +166,6 @@ def draw_all(report, grid_runs, cluster_modes, out_dir):
     }
     paths = []
     for stem, fig in drawn.items():
+        caption_links(fig, report.get("links"))
         paths.extend(figures.save_figure(fig, out_dir, stem, pdf=False))
     return paths

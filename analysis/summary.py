@@ -395,6 +395,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         "num_workers": num_workers,
         "num_params": num_params,
         "param_bytes": param_bytes,
+        "links": runlog.links_described(mode_dir),
         "notes": notes,
     }
     evaluations = read_evaluator_log(mode_dir)

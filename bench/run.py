@@ -4,6 +4,7 @@
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
                                         # network), written to its own results-<section>.json/md
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
+    python -m bench.run --only heterogeneity --hosts netns --comm-ratio 3   # that section on shaped links
 
 Run from the repository's root folder.
 
@@ -36,9 +37,10 @@ import tempfile
 import time
 
 from analysis import summary
-from launcher import netns
+from launcher import experiment, limit, netns
 from launcher.cluster import ROOT, ProcessGroup, start_ps_job, start_state_server, tail
 from training import collectives, config, modes, runlog, traffic
+from training.checks import UsageError
 from training.files import write_json
 from training.state_client import StateClient
 
@@ -177,20 +179,10 @@ def sync_overhead(cfg, workdir, earlier):
 
 def standalone_throughputs(slowdowns, seconds, workdir):
     """Each worker's samples/s alone on its slowdown, all running at the same time."""
-    logs = os.path.join(workdir, "standalone")
-    with ProcessGroup(os.path.join(workdir, "standalone-processes")) as group:
-        procs = [group.start_python(f"local{i}", [os.path.join(ROOT, "main.py"), "-m", "local", "-n", "lenet", *DATA,
-                                                  "-c", "1", "--slowdown", str(f), "--max-time", str(seconds),
-                                                  "-e", "0", "-ld", logs, "--node-name", f"w{i}"],
-                                    {"OMP_NUM_THREADS": "1"})
-                 for i, f in enumerate(slowdowns)]
-        if not group.wait(procs, seconds + 120) or any(p.poll() != 0 for p in procs):
-            raise RuntimeError(f"standalone runs failed; see {group.out_dir}")
-    result = []
-    for i in range(len(slowdowns)):
-        records = runlog.DeviceLog(os.path.join(logs, f"w{i}", "cpu")).ordered()
-        result.append(sum(r["num_samples"] for r in records) / records[-1]["total_time"])
-    return result
+    try:
+        return limit.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA])
+    except limit.LimitFailed as error:
+        raise RuntimeError(str(error))
 
 
 def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet", eval_every=EVAL_EVERY):
@@ -242,12 +234,13 @@ def policy_row(policy):
     return "esync" if policy == config.DEFAULTS["esync_policy"] else f"esync-{policy}"
 
 
-def runs_with_policies(modes, policies, profile, seconds, workdir, eval_every=EVAL_EVERY):
+def runs_with_policies(modes, policies, profile, seconds, workdir, eval_every=EVAL_EVERY, launcher_options=()):
     """The modes' summaries, plus one row per further ESync policy ('esync-plan', ...)."""
-    summaries = launch(modes, profile, seconds, workdir, eval_every=eval_every)
+    summaries = launch(modes, profile, seconds, workdir, launcher_options, eval_every=eval_every)
     for policy in policies:
         summaries[policy_row(policy)] = launch(["esync"], profile, seconds, os.path.join(workdir, policy),
-                                               ["--esync-policy", policy], eval_every=eval_every)["esync"]
+                                               ["--esync-policy", policy, *launcher_options],
+                                               eval_every=eval_every)["esync"]
     return summaries
 
 
@@ -269,6 +262,7 @@ def traffic_per_worker(summary):
 
 def heterogeneity(cfg, workdir, earlier):
     rows = []
+    links = cfg.get("links", [])
     for profile in cfg["profiles"]:
         slowdowns = [float(f) for f in profile.split(",")]
         modes = cfg["modes"] + (cfg["accuracy_profile_modes"] if profile == cfg["accuracy_profile"] else [])
@@ -276,8 +270,9 @@ def heterogeneity(cfg, workdir, earlier):
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
         # Throughput runs evaluate only at the end, like the standalone runs they are compared with: on a machine
         # with fewer cores than processes, inline evaluation would take the cores from training.
-        summaries = runs_with_policies(modes, cfg["esync_policies"], profile, cfg["seconds"], run_dir, eval_every=0)
-        accuracy = (launch(modes, profile, cfg["accuracy_budget"], os.path.join(run_dir, "accuracy"))
+        summaries = runs_with_policies(modes, cfg["esync_policies"], profile, cfg["seconds"], run_dir, eval_every=0,
+                                       launcher_options=links)
+        accuracy = (launch(modes, profile, cfg["accuracy_budget"], os.path.join(run_dir, "accuracy"), links)
                     if profile == cfg["accuracy_profile"] and cfg["accuracy_budget"] else {})
         ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
         for mode, run in summaries.items():
@@ -293,6 +288,7 @@ def heterogeneity(cfg, workdir, earlier):
                 "busy": statistics.mean(w["busy"] for w in run["step_times"]),
                 "whole_step_bound": whole_step_bound(run["step_times"]) if mode.startswith("esync") else None,
                 "check_ready": statistics.mean(w["check_ready"] for w in run["step_times"]),
+                "links": run.get("links"),
             })
             log.info("%s on %s: %.0f samples/s, efficiency %.2f", mode, profile, run["cluster_throughput"],
                      run["cluster_throughput"] / limit)
@@ -547,7 +543,9 @@ def sync_overhead_markdown(results):
 
 
 def heterogeneity_markdown(results):
+    links = sorted({r["links"] for r in results["heterogeneity"] if r.get("links")})
     lines = ["### Heterogeneity (lenet, mnist-5k): efficiency = cluster samples/s / sum of standalone samples/s", "",
+             f"Links: {'; '.join(links) or 'loopback (no link limit)'}.", "",
              "busy: share of a worker's time in its own steps (the rest: aggregation, state server, waiting); "
              "whole-step bound: the efficiency ESync's rounds allow at the workers' step times in that run if "
              "aggregating and the state server cost nothing (a round lasts the slowest step; a worker fits whole "
@@ -619,6 +617,24 @@ def network_markdown(results):
     return lines + [""]
 
 
+def check_links(cfg, only):
+    """UsageError unless the heterogeneity section's launcher runs accept the link options (and this machine can
+    make the namespaces they ask for); the other sections keep their own links."""
+    if cfg["links"] == experiment.passed_on(experiment.build_parser().parse_args(["--modes", "sync"])):
+        return
+    if only != "heterogeneity":
+        raise UsageError("the link and aggregation options apply to the heterogeneity section: add --only "
+                         "heterogeneity")
+    chosen = [m for m in dict.fromkeys(cfg["modes"] + cfg["accuracy_profile_modes"]) if m in modes.cluster_names()]
+    run = experiment.parse(["--modes", ",".join(chosen), "--slowdown", cfg["profiles"][0], "--max-time", "1",
+                            *cfg["links"]])
+    if run.hosts == "netns":
+        try:
+            netns.check_available(run.netns_prefix)
+        except netns.NetnsUnavailable as error:
+            raise UsageError(str(error))
+
+
 # Each section is f(cfg, workdir, earlier) -> its results; `earlier` holds the sections that ran before it.
 SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server_cost,
             "byzantine": byzantine, "network": network_dimension, "input_pipeline": input_pipeline}
@@ -629,13 +645,21 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny durations: checks that every section is produced")
     p.add_argument("--out", default=os.path.join(ROOT, "bench"), help="folder for results.json and results.md")
     p.add_argument("--only", choices=list(SECTIONS), help="run one section; writes results-<section>.json/md")
+    link_options = p.add_argument_group("the heterogeneity section's links and aggregation (launch.py's options)")
+    experiment.add_aggregation_options(link_options)
+    experiment.add_host_options(link_options)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
-    cfg = QUICK if args.quick else FULL
+    cfg = dict(QUICK if args.quick else FULL, links=experiment.passed_on(args))
     unknown = unknown_modes(cfg)
     if unknown:
         print(f"run.py: error: not a mode that trains on every device of a profile: {', '.join(unknown)}",
               file=sys.stderr)
+        return 2
+    try:
+        check_links(cfg, args.only)
+    except UsageError as error:
+        print(f"run.py: error: {error}", file=sys.stderr)
         return 2
     started = time.time()
     sections = [args.only] if args.only else list(SECTIONS)

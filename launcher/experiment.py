@@ -15,12 +15,14 @@ from launcher.hosts import LOOPBACK
 from training import collectives, modes, runlog
 from training.checks import UsageError
 
-# A mode's folder holds the workers' node folders and this one, with each process's output, PID_FILE and, with
-# --hosts netns, NETWORK_FILE (summary.py reads <mode>/<node>/<device>/ folders; this one holds only files).
-PROCESSES_FOLDER = "processes"
+# A mode's folder holds the workers' node folders and PROCESSES_FOLDER, with each process's output, PID_FILE and
+# NETWORK_FILE (summary.py reads <mode>/<node>/<device>/ folders; that one holds only files).
+PROCESSES_FOLDER = runlog.PROCESSES_FOLDER
 PID_FILE = "pids.json"
-NETWORK_FILE = "network.json"   # --hosts netns: bytes each host's link carried during the mode
+NETWORK_FILE = runlog.NETWORK_FILE
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
+DEFAULT_BANDWIDTH = "1gbit"
+LOOPBACK_LINKS = "loopback (no link limit)"
 # Worker flags the launcher sets itself; given after `--` they would silently break the run.
 RESERVED_WORKER_FLAGS = {
     "-m", "--mode", "-dcasgd", "--use-dcasgd", "--zeno-flavour", "-ld", "--log-dir", "--node-name", "-c", "--cpu",
@@ -55,7 +57,11 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   others by a bridge through a veth link shaped with tc tbf to --bandwidth (workers) and --ps-bandwidth (the
   parameter-server hosts) in each direction: host `ps` runs the scheduler, the state server and server 0, `psN`
   server N, `wK` worker K. Processes run under `ip netns exec` with the addresses of their hosts. Each mode's
-  {PROCESSES_FOLDER}/{NETWORK_FILE} holds the bytes each link carried. The namespaces are removed at the end, also
+  {PROCESSES_FOLDER}/{NETWORK_FILE} holds the bytes each link carried; a mode whose workers' links carried no
+  traffic, or more than their rate, fails. --comm-ratio R states the links as a regime instead of a rate: before
+  the first mode the launcher times the fastest worker's step alone and reads the model's size, and sets every
+  worker link (and the servers', unless --ps-bandwidth) to the rate at which one transfer of the model lasts R
+  steps. The namespaces are removed at the end, also
   on failure and Ctrl-C; after a killed launcher, `python launch.py clean-netns` removes what it left.
 
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
@@ -100,6 +106,26 @@ class Experiment:
     ps_rate: int | None             # --hosts netns: of each parameter-server link, else None
     netns_prefix: str | None        # --hosts netns: name prefix of the namespaces, else None
     netns_subnet: str
+    comm_ratio: float | None = None  # --hosts netns: the links' rate follows this ratio (launcher/comm_ratio.py)
+    regime: dict | None = None      # with comm_ratio, once measured: the fast step, the model's bytes, the rate
+
+    @property
+    def links_pending(self):
+        """True until --comm-ratio's rate has been measured and set (launcher/comm_ratio.resolve)."""
+        return self.hosts == "netns" and self.worker_rate is None
+
+    def describe_links(self):
+        """One line naming the links the experiment runs on, for tables and figures."""
+        if self.tracker:
+            return f"the hosts of dmlc_tracker's {self.tracker} launcher (links not shaped here)"
+        if self.hosts == "local":
+            return LOOPBACK_LINKS
+        text = f"network namespaces, workers' links {self.bandwidth}, parameter servers' {self.ps_bandwidth}"
+        if self.regime:
+            text += (f" (--comm-ratio {self.comm_ratio:g}: a model transfer of {self.regime['model_bytes']} bytes "
+                     f"over a worker link lasts {self.comm_ratio:g} x the fast step of "
+                     f"{1e3 * self.regime['fast_step_seconds']:.2f} ms)")
+        return text
 
     @property
     def num_workers(self):
@@ -148,10 +174,7 @@ def build_parser():
                                      "--slowdown factor)")
     p.add_argument("--slowdown",
                    help="emulated slowdown per worker, a comma list of factors >= 1 or one for all (default 1)")
-    p.add_argument("-s", "--num-servers", type=int, default=1, help="ps-lite servers (default 1)")
-    p.add_argument("--collective", choices=collectives.NAMES, default=collectives.PS,
-                   help="how the synchronous modes aggregate: ps (ps-lite servers, default), or ring, butterfly, "
-                        "binary-blocks (MPI's allreduce among the workers, started by mpiexec; see below)")
+    add_aggregation_options(p)
     p.add_argument("--max-time", type=float, help="each mode trains this many seconds")
     p.add_argument("--max-iters", type=int, help="each mode trains this many global iterations")
     p.add_argument("--target-accuracy", type=float,
@@ -176,14 +199,7 @@ def build_parser():
     p.add_argument("--wall-limit", type=float,
                    help="seconds after which a mode is stopped as hung (default: 2 x --max-time + 120 s, "
                         f"or {WALL_LIMIT_WITHOUT_MAX_TIME / 3600:g} h without --max-time)")
-    p.add_argument("--hosts", choices=("local", "netns"), default="local",
-                   help="local: every process on 127.0.0.1 (default); netns: one network namespace per host "
-                        "with rate-limited links (see below)")
-    p.add_argument("--bandwidth", default="1gbit", help="--hosts netns: each worker link's rate (default 1gbit)")
-    p.add_argument("--ps-bandwidth", help="--hosts netns: each parameter-server link's rate (default --bandwidth)")
-    p.add_argument("--netns-prefix", help="--hosts netns: name prefix of the namespaces (default esync-<random>-)")
-    p.add_argument("--netns-subnet", default=netns.DEFAULT_SUBNET,
-                   help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
+    add_host_options(p)
     p.add_argument("--progress-every", type=float, default=2.0, help="seconds between progress lines (default 2)")
     p.add_argument("--no-figures", dest="figures", action="store_false",
                    help="end with the summaries and the table only (no matplotlib)")
@@ -192,6 +208,47 @@ def build_parser():
     p.add_argument("--host-ip", help="--tracker: this machine's address as the other hosts reach it "
                                      f"(default {LOOPBACK} for --tracker local)")
     return p
+
+
+def add_aggregation_options(p):
+    p.add_argument("-s", "--num-servers", type=int, default=1, help="ps-lite servers (default 1)")
+    p.add_argument("--collective", choices=collectives.NAMES, default=collectives.PS,
+                   help="how the synchronous modes aggregate: ps (ps-lite servers, default), or ring, butterfly, "
+                        "binary-blocks (MPI's allreduce among the workers, started by mpiexec; see below)")
+
+
+def add_host_options(p, rates=True):
+    """The hosts and their links; `rates` False where the command sets the rates itself (launch.py regimes)."""
+    if rates:
+        p.add_argument("--hosts", choices=("local", "netns"), default="local",
+                       help="local: every process on 127.0.0.1 (default); netns: one network namespace per host "
+                            "with rate-limited links (see below)")
+        p.add_argument("--bandwidth", help=f"--hosts netns: each worker link's rate (default {DEFAULT_BANDWIDTH})")
+        p.add_argument("--comm-ratio", type=float,
+                       help="--hosts netns: instead of --bandwidth, the rate at which one transfer of the model over "
+                            "a worker's link lasts this many steps of the fastest worker, both measured before the "
+                            "runs (the ESync paper's cluster: about 12; see launcher/comm_ratio.py)")
+    p.add_argument("--ps-bandwidth", help="--hosts netns: each parameter-server link's rate (default: the workers')")
+    p.add_argument("--netns-prefix", help="--hosts netns: name prefix of the namespaces (default esync-<random>-)")
+    p.add_argument("--netns-subnet", default=netns.DEFAULT_SUBNET,
+                   help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
+
+
+# Launcher options that experiment commands (paper, regimes, the benchmark) hand on to every run they start.
+AGGREGATION_FLAGS = (("num_servers", "-s"), ("collective", "--collective"))
+HOST_FLAGS = (("hosts", "--hosts"), ("bandwidth", "--bandwidth"), ("comm_ratio", "--comm-ratio"),
+              ("ps_bandwidth", "--ps-bandwidth"), ("netns_prefix", "--netns-prefix"),
+              ("netns_subnet", "--netns-subnet"))
+
+
+def passed_on(ns):
+    """The launcher arguments of the aggregation and host options a command parsed into `ns`, as given."""
+    argv = []
+    for attribute, flag in AGGREGATION_FLAGS + HOST_FLAGS:
+        value = getattr(ns, attribute, None)
+        if value is not None:
+            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return argv
 
 
 def parse(argv):
@@ -222,10 +279,10 @@ def parse(argv):
         node_name=node_name(ns),
         wall_limit=wall_limit(ns), progress_every=ns.progress_every, figures=ns.figures, worker_args=tuple(worker_args),
         tracker=ns.tracker, hostfile=ns.hostfile and os.path.abspath(ns.hostfile), host_ip=host_ip(ns),
-        hosts=ns.hosts, bandwidth=ns.bandwidth, ps_bandwidth=ns.ps_bandwidth or ns.bandwidth,
+        hosts=ns.hosts, bandwidth=bandwidth(ns), ps_bandwidth=ns.ps_bandwidth or bandwidth(ns),
         worker_rate=worker_rate, ps_rate=ps_rate,
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
-        netns_subnet=ns.netns_subnet)
+        netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -339,19 +396,43 @@ def check_worker_args(worker_args):
 
 
 def link_rates(ns, num_hosts):
-    """(worker link, parameter-server link) in bits per second with --hosts netns, else (None, None)."""
+    """(worker link, parameter-server link) in bits per second with --hosts netns, else (None, None); with
+    --comm-ratio the workers' rate is None until measured, and so is the servers' unless --ps-bandwidth gives it."""
+    check_comm_ratio(ns)
     if ns.hosts == "local":
         return None, None
     try:
-        rates = netns.parse_rate(ns.bandwidth), netns.parse_rate(ns.ps_bandwidth or ns.bandwidth)
         netns.parse_subnet(ns.netns_subnet, num_hosts)
+        ps_rate = netns.parse_rate(ns.ps_bandwidth) if ns.ps_bandwidth else None
+        if ns.comm_ratio is not None:
+            return None, ps_rate
+        worker_rate = netns.parse_rate(bandwidth(ns))
     except ValueError as error:
         raise UsageError(f"--hosts netns: {error}")
-    return rates
+    return worker_rate, ps_rate or worker_rate
+
+
+def check_comm_ratio(ns):
+    if ns.comm_ratio is None:
+        return
+    if not 0 < ns.comm_ratio < float("inf"):
+        raise UsageError(f"--comm-ratio {ns.comm_ratio:g}: give a positive ratio (transfer time / fast step time)")
+    if ns.hosts != "netns":
+        raise UsageError("--comm-ratio sets the rate of shaped links: give --hosts netns too (loopback has no rate "
+                         "to set)")
+    if ns.bandwidth is not None:
+        raise UsageError("--comm-ratio sets the workers' links' rate: leave out --bandwidth")
 
 
 # ----------------------------------------------------------------------------------------------
 # Values derived from the command line
+
+
+def bandwidth(ns):
+    """The workers' link rate as given, for messages; with --comm-ratio a placeholder until the rate is measured."""
+    if ns.comm_ratio is not None:
+        return "(set by --comm-ratio)"
+    return ns.bandwidth or DEFAULT_BANDWIDTH
 
 
 def host_ip(ns):

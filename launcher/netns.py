@@ -33,6 +33,9 @@ BRIDGE = "br0"
 BURST_SECONDS = 0.004
 MIN_BURST_BYTES = 64 * 1024
 QUEUE_LATENCY = "100ms"
+RATE_SLACK = 1.02           # the kernel's byte counters include the 14-byte Ethernet header tbf may not count
+MIN_CARRIED_BYTES = 32 * 1024  # a worker link of a cluster job carries at least this much each way
+DIRECTIONS = {"rx": "received", "tx": "sent"}
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
@@ -231,9 +234,31 @@ def describe_links(report, names):
     return "; ".join(parts)
 
 
+def burst_bytes(rate_bps):
+    return max(int(rate_bps / 8 * BURST_SECONDS), MIN_BURST_BYTES)
+
+
+def link_problems(report, worker_links=True):
+    """What makes a LinkMeter report unfit to stand for its links, one phrase each: a link that carried more than
+    its rate allows over the report (the bucket and RATE_SLACK for the Ethernet headers the counters include), and
+    with `worker_links` a worker link (`w<K>`) that carried less than MIN_CARRIED_BYTES either way: the job's
+    traffic took another path."""
+    problems = []
+    for name, link in report["links"].items():
+        allowed = RATE_SLACK * link["rate_bps"] / 8 * report["seconds"] + burst_bytes(link["rate_bps"])
+        for direction in ("rx", "tx"):
+            if link[f"{direction}_bytes"] > allowed:
+                problems.append(f"{name} {DIRECTIONS[direction]} {link[f'{direction}_bytes']} bytes in "
+                                f"{report['seconds']:.1f} s, more than its {link['rate_bps']:.3g} bit/s allow")
+        if worker_links and name.startswith("w") and min(link["rx_bytes"], link["tx_bytes"]) < MIN_CARRIED_BYTES:
+            problems.append(f"{name} carried {link['rx_bytes']} bytes in and {link['tx_bytes']} out, less than "
+                            f"{MIN_CARRIED_BYTES}")
+    return problems
+
+
 def shape(namespace, interface, rate_bps):
     """A token bucket filter on the egress of `interface`: it sends at most `rate_bps`."""
-    burst = max(int(rate_bps / 8 * BURST_SECONDS), MIN_BURST_BYTES)
+    burst = burst_bytes(rate_bps)
     run("tc", "-n", namespace, "qdisc", "add", "dev", interface, "root", "tbf", "rate", f"{rate_bps}bit",
         "burst", str(burst), "latency", QUEUE_LATENCY)
 

@@ -7,10 +7,13 @@ the standalone baseline (sequential SGD on the fastest device); then Table 1 and
     python launch.py paper -n resnet18-v1 --dataset fashion-mnist -dd ~/data --devices gpu0,gpu1,gpu2,gpu3,cpu,cpu \\
         --slowdown 1 --max-time 900                         # real devices: no emulated slowdown
     python launch.py paper --report-only                    # the table and figures again from the logs
+    sudo .venv/bin/python launch.py paper --hosts netns --comm-ratio 12   # on links shaped to the paper's regime
 
 Repeat r trains every mode on i.i.d. data, then on non-i.i.d. data (the launcher's --non-iid), with seed S+r-1,
 one launch.py run each, logging under <log-dir>/repeat-<r>/<network>/. Table 1 (table1.md, paper.json) and the
-figures go to <log-dir>/<network>/. Every mode trains --max-time seconds; rank 0 evaluates every
+figures go to <log-dir>/<network>/. The launcher's host and aggregation options (--hosts netns, --bandwidth,
+--comm-ratio, --ps-bandwidth, -s, --collective) go to every run, and the table and figures name the links. Every
+mode trains --max-time seconds; rank 0 evaluates every
 --eval-seconds, so that a mode with short global iterations (async) does not spend its time evaluating.
 """
 import argparse
@@ -33,12 +36,15 @@ DEFAULT_LOG_DIR = os.path.join("logs", "paper")
 def build_parser():
     p = config.OneLineErrorParser(
         prog="launch.py paper", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
+        allow_abbrev=False,
         usage="%(prog)s [options] [-- extra worker args]")
     p.add_argument("-n", "--networks", default="lenet", help="comma list of networks, a Table 1 each (default lenet)")
     p.add_argument("--dataset", default="mnist-5k", choices=config.DATASETS, help="(default mnist-5k)")
     p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"])
     p.add_argument("--devices", help="one entry per worker, as launch.py's (default: one cpu per --slowdown factor)")
     p.add_argument("--slowdown", default=PAPER_SLOWDOWN, help=f"as launch.py's (default {PAPER_SLOWDOWN})")
+    experiment.add_aggregation_options(p)
+    experiment.add_host_options(p)
     p.add_argument("--modes", default=",".join(PAPER_MODES),
                    help=f"the cluster modes to compare (default {','.join(PAPER_MODES)}); the standalone baseline "
                         "always runs")
@@ -101,6 +107,7 @@ def launcher_argv(ns, network, repeat, split, cluster_modes, worker_args):
     argv = ["--modes", ",".join(chosen), "-n", network, "--dataset", ns.dataset, "-dd", ns.data_dir,
             "--slowdown", ns.slowdown, "--max-time", str(ns.max_time), "--seed", str(ns.seed + repeat - 1),
             "-ld", paper.repeat_dir(ns.log_dir, repeat), "--progress-every", str(ns.progress_every), "--no-figures"]
+    argv += experiment.passed_on(ns)
     if ns.devices:
         argv += ["--devices", ns.devices]
     if split == "niid":

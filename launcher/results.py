@@ -26,6 +26,7 @@ def summarize_and_draw(experiment):
     print()
     print(format_table(runs, target))
     print("summaries: " + ", ".join(summary.summary_path(network_dir, run["mode"]) for run in runs))
+    print(f"links: {experiment.describe_links()}")
     if drawn:
         print("figures:\n" + "\n".join(f"  {path}" for path in drawn), flush=True)
     return 0

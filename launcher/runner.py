@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from analysis import summary
-from launcher import commands, mpi, netns
+from launcher import commands, comm_ratio, mpi, netns
 from launcher.cluster import JobFailed, ProcessGroup, start_ps_job, start_state_server
 from launcher.experiment import NETWORK_FILE, PROCESSES_FOLDER
 from launcher.hosts import LOOPBACK, Host, Placement
@@ -41,11 +41,15 @@ class JobHosts:
     network: netns.VirtualNetwork | None = None
 
 
-def run(experiment):
-    """The whole experiment; its exit code. SIGINT and SIGTERM stop every process it started."""
+def run(experiment, measured=None):
+    """The whole experiment; its exit code. SIGINT and SIGTERM stop every process it started. With --comm-ratio the
+    links' rate is measured first (`measured`: the measurements of earlier runs, by comm_ratio.resolve)."""
     INTERRUPTS.install()
     try:
-        return run_experiment(experiment)
+        return run_experiment(comm_ratio.resolve(experiment, measured))
+    except comm_ratio.MeasurementFailed as error:
+        print(f"launch.py: {error}", file=sys.stderr)
+        return EXIT_FAILURE
     except Interrupted as signal_name:
         print(f"launch.py: stopped by {signal_name}; every process it started has been stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -57,9 +61,10 @@ def run(experiment):
 def run_in_turn(labelled, prog):
     """Run [(label, experiment)] one after another, each announced by its label; 0, or the first failing run's exit
     code after one line naming it (the runs before it keep their logs)."""
+    measured = {}
     for index, (label, experiment) in enumerate(labelled):
         print(f"[{prog} {index + 1}/{len(labelled)}] {label}", flush=True)
-        code = run(experiment)
+        code = run(experiment, measured)
         if code:
             what = "was interrupted" if code == EXIT_INTERRUPTED else f"failed (exit {code})"
             print(f"launch.py {prog}: stopped: {label} {what}; the runs before it kept their logs", file=sys.stderr)
@@ -143,9 +148,12 @@ def train_mode(experiment, mode, label, log_dir, hosts):
                 meter.stop()
         print(progress.finished_line(), flush=True)
         if meter:
-            report_links(label, meter, group.out_dir, experiment.collective)
+            code = report_links(experiment, mode, label, meter, group.out_dir)
+        else:
+            write_json(os.path.join(group.out_dir, NETWORK_FILE), {"links_described": experiment.describe_links()})
+            code = 0
         let_parameter_servers_exit(experiment, group, finishers)
-    return 0
+    return code
 
 
 def start_mode_state_server(group, host, mode):
@@ -230,15 +238,25 @@ def describe_device(experiment, index):
     return device if float(factor) == 1 else f"{device} x{factor}"
 
 
-def report_links(label, meter, out_dir, collective):
-    """The bytes each link carried during the mode, into processes/network.json and one line: the parameter
-    servers' links, or over MPI the workers'."""
+def report_links(experiment, mode, label, meter, out_dir):
+    """The bytes each link carried during the mode, into processes/network.json and one line (the parameter
+    servers' links, or over MPI the workers'); 0, or EXIT_FAILURE after one line when a cluster mode's worker link
+    carried no traffic or a link carried more than its rate: then the run did not measure the links it names."""
     report = meter.report()
+    report["links_described"] = experiment.describe_links()
+    report["regime"] = experiment.regime
+    problems = netns.link_problems(report, worker_links=modes.MODES[mode].cluster)
+    report["problems"] = problems
     write_json(os.path.join(out_dir, NETWORK_FILE), report)
-    kind, prefix = ("worker", "w") if collectives.uses_mpi(collective) else ("parameter-server", "ps")
+    kind, prefix = ("worker", "w") if collectives.uses_mpi(experiment.collective) else ("parameter-server", "ps")
     names = [name for name in report["links"] if name.startswith(prefix)]
     print(f"[{label}] {kind} links over {report['seconds']:.1f} s: {netns.describe_links(report, names)}",
           flush=True)
+    if problems:
+        print(f"launch.py: {label}: the links do not show the run they name: {'; '.join(problems)} "
+              f"(see {os.path.join(out_dir, NETWORK_FILE)})", file=sys.stderr)
+        return EXIT_FAILURE
+    return 0
 
 
 def let_parameter_servers_exit(experiment, group, finishers):

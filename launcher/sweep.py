@@ -6,6 +6,7 @@ accuracy against the value (ZenoPS's Figure 7 is a sweep of its paper's rho, the
     python launch.py sweep -l 0.0005,0.001,0.002 --modes esync,sync --slowdown 1,1,4 -n lenet --dataset mnist-5k \\
         --max-time 20 -- -b 32
 
+The launcher's options include its links (--hosts netns with --bandwidth or --comm-ratio); the figure names them.
 The first two arguments are the flag (any main.py flag the launcher does not set itself) and its comma-separated
 values; the rest is a launch.py command line. Value V runs as that command with `-- FLAG V` added to every worker's
 arguments, logging under <log-dir>/<flag>-<V>/; the figure and a JSON of the points go to
@@ -56,6 +57,12 @@ def final_accuracies(run):
     return found
 
 
+def links_of(run):
+    """The links the run's first mode recorded (None when it recorded none)."""
+    folder = os.path.basename(run.mode_folder(run.modes[0]))
+    return (summary.load_summary(os.path.join(run.log_dir, run.network), folder) or {}).get("links")
+
+
 def as_number(text):
     try:
         return float(text)
@@ -63,7 +70,7 @@ def as_number(text):
         return None
 
 
-def draw(flag, points, network, path):
+def draw(flag, points, network, path, links=None):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,7 +86,8 @@ def draw(flag, points, network, path):
                 label=modes.MODES[mode].display)
     ax.set_xlabel(flag)
     ax.set_ylabel("final test accuracy")
-    ax.set_title(f"{network}: final accuracy against {flag}")
+    ax.set_title(f"{network}: final accuracy against {flag}" + (f"\nlinks: {links}" if links else ""),
+                 fontsize="small" if links else None, wrap=True)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best")
     fig.tight_layout()
@@ -102,12 +110,13 @@ def main(argv):
     out_dir = os.path.join(os.path.dirname(first.log_dir), first.network)
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(out_dir, f"sweep-{flag.lstrip('-')}")
-    write_json(stem + ".json", {"flag": flag, "points": [{"value": v, "final_accuracy": a} for v, a in points]},
-               indent=1)
+    links = links_of(first)
+    write_json(stem + ".json", {"flag": flag, "links": links,
+                                "points": [{"value": v, "final_accuracy": a} for v, a in points]}, indent=1)
     if any(a is None for _, accuracies in points for a in accuracies.values()):
         print(f"launch.py sweep: a run logged no accuracy; see {stem}.json", file=sys.stderr)
         return EXIT_FAILURE
-    draw(flag, points, first.network, stem + ".png")
+    draw(flag, points, first.network, stem + ".png", links)
     for value, accuracies in points:
         print(f"{flag} {value}: " + ", ".join(f"{mode} {a:.4f}" for mode, a in accuracies.items()))
     print(f"written: {stem}.json, {stem}.png", flush=True)

@@ -1,11 +1,14 @@
 """The benchmark's quick mode produces every section of its table (how fast is the full run's business)."""
 import json
+import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from bench import run as bench
+from launcher import netns
 from launcher.cluster import ROOT
 
 
@@ -45,3 +48,35 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     table = (tmp_path / "results.md").read_text()
     for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network", "Input pipeline"):
         assert heading in table
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hosts", "netns", "--bandwidth", "10mbit"], "add --only heterogeneity"),
+    (["--only", "heterogeneity", "--comm-ratio", "3"], "give --hosts netns too"),
+    (["--only", "heterogeneity", "--collective", "ring", "-s", "2"], "--collective ring has no servers"),
+])
+def test_link_options_that_the_heterogeneity_runs_cannot_take_are_one_line_and_exit_2(tmp_path, args, message):
+    result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--out", str(tmp_path), *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tc"), reason="network namespaces need root and iproute2")
+def test_the_heterogeneity_section_runs_on_links_set_by_a_ratio_and_says_so(tmp_path):
+    prefix = f"esynctest-{os.urandom(3).hex()}-"
+    try:
+        result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--only", "heterogeneity",
+                                 "--out", str(tmp_path), "--hosts", "netns", "--comm-ratio", "4",
+                                 "--netns-prefix", prefix, "--netns-subnet", "10.213.94.0/24"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=600)
+    finally:
+        leftover = netns.remove_namespaces(prefix)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((tmp_path / "results-heterogeneity.json").read_text())["heterogeneity"]
+    assert rows and all("--comm-ratio 4" in r["links"] and r["samples_per_s"] > 0 for r in rows)
+    assert f"Links: {rows[0]['links']}." in (tmp_path / "results-heterogeneity.md").read_text()
+    assert leftover == []

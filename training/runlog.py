@@ -49,6 +49,8 @@ RECEIVED_BYTES = "received_bytes"
 TRAFFIC_FIELDS = (SENT_BYTES, RECEIVED_BYTES)
 OWN_STEP_PHASES = (GET_BATCH, FORWARD_BACKWARD, LOCAL_UPDATE, EMULATED_SLOWDOWN)  # a worker's own work
 
+PROCESSES_FOLDER = "processes"  # beside a run's node folders (the launcher's): each process's output and PIDs
+NETWORK_FILE = "network.json"   # in PROCESSES_FOLDER: the links the run had and, when shaped, what each carried
 META_FILE = "meta.json"
 FINAL_MODEL_FILE = "model-final.params"
 WORKER_FILES = {META_FILE, FINAL_MODEL_FILE}   # what a worker writes beside its rounds
@@ -264,6 +266,16 @@ def device_folders(mode_dir):
     return [(node, device, os.path.join(mode_dir, node, device))
             for node in subfolders(mode_dir)
             for device in subfolders(os.path.join(mode_dir, node))]
+
+
+def links_described(mode_dir):
+    """The one-line description of the links a run had, as the launcher recorded it; None for a run it did not
+    start."""
+    path = os.path.join(mode_dir, PROCESSES_FOLDER, NETWORK_FILE)
+    if not os.path.exists(path):
+        return None
+    record = read_json(path, "network record")
+    return record.get("links_described") if isinstance(record, dict) else None
 
 
 def has_rounds(mode_dir):

@@ -1,0 +1,327 @@
+"""`launch.py regimes`: which scheme wins where. Every scheme over a grid of links x heterogeneity x data split, with
+repeats; then a table and a heatmap per split (analysis/regime_map.py).
+
+    python launch.py regimes                                  # the full map (root: the shaped links need it)
+    python launch.py regimes --links loopback,3 --profiles 1,1,4 --splits iid --schemes esync,async --repeats 1 \\
+        --max-time 10                                         # one corner of it
+    python launch.py regimes --report-only                    # the table and heatmaps again from the logs
+    python launch.py regimes --repeats 3 --resume             # the same grid, adding what is not done yet
+
+Links: `loopback`, or a communication ratio R (launcher/comm_ratio.py): every link shaped so that one transfer of
+the model over a worker's link lasts R steps of the fastest worker, measured once before the first shaped run.
+Profiles: the workers' slowdowns, profiles separated by `/`. Schemes: cluster modes, and `esync-<policy>` for ESync
+under a policy other than its default. Each scheme runs alone in one launcher run per cell and repeat (a failing
+run is recorded and the map goes on); before them, each profile's concurrent standalone limit is measured once,
+for the efficiencies. The plan, the limits, every run's logs and exit code, regimes.json, regimes.md and
+regimes-<split>.png go under --log-dir. `--resume` keeps every run that ended well and the limits of an earlier
+map of the same grid in --log-dir (only --repeats may differ) and runs the rest. Exit codes: 0 every run done, 1 a run failed (the map is still written,
+showing it), 2 bad input, 130 interrupted.
+"""
+import argparse
+import logging
+import json
+import os
+import shutil
+import sys
+
+from analysis import regime_map
+from launcher import experiment, limit, preflight, runner
+from launcher.dmlc import split_at_double_dash
+from training import config, modes
+from training.checks import UsageError
+from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from training.files import read_json, write_json
+
+DEFAULT_LINKS = "loopback,0.3,3,30"
+DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
+DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-plan,esync-nonblocking,nbsync,downpour,fedavg,"
+                   "fedasync")
+DEFAULT_LOG_DIR = os.path.join("logs", "regimes")
+START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (for the estimate printed)
+
+
+def build_parser():
+    p = config.OneLineErrorParser(
+        prog="launch.py regimes", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
+        allow_abbrev=False,
+        usage="%(prog)s [options] [-- extra worker args]")
+    p.add_argument("--links", default=DEFAULT_LINKS,
+                   help=f"comma list of loopback and communication ratios R > 0 (default {DEFAULT_LINKS})")
+    p.add_argument("--profiles", default=DEFAULT_PROFILES,
+                   help=f"the workers' slowdowns, profiles separated by / (default {DEFAULT_PROFILES})")
+    p.add_argument("--splits", default="iid,niid", help="iid, niid or both (default iid,niid)")
+    p.add_argument("--schemes", default=DEFAULT_SCHEMES,
+                   help=f"cluster modes and esync-<policy> (default {DEFAULT_SCHEMES})")
+    p.add_argument("--repeats", type=int, default=2, help="runs of every scheme in every cell (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
+    p.add_argument("--max-time", type=float, default=10.0, help="seconds each run trains (default 10)")
+    p.add_argument("--target", type=float, default=0.85, help="the accuracy the times are taken to (default 0.85)")
+    p.add_argument("--eval-seconds", type=float, default=0.5, help="rank 0 evaluates this often (default 0.5)")
+    p.add_argument("--limit-seconds", type=float, default=10.0,
+                   help="seconds of each profile's concurrent standalone runs (default 10)")
+    p.add_argument("-n", "--network", default="lenet", help="(default lenet)")
+    p.add_argument("--dataset", default="mnist-5k", choices=config.DATASETS, help="(default mnist-5k)")
+    p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"])
+    experiment.add_aggregation_options(p)
+    experiment.add_host_options(p, rates=False)
+    p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
+                   help=f"(default {DEFAULT_LOG_DIR})")
+    p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")
+    p.add_argument("--no-figures", dest="figures", action="store_false", help="the table without the heatmaps")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the runs that ended well and the limits of an earlier map of this grid in --log-dir")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: the table and heatmaps from the runs an earlier run left in --log-dir")
+    return p
+
+
+# ----------------------------------------------------------------------------------------------
+# The grid
+
+
+def parse_links(text):
+    links = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if part == regime_map.LOOPBACK:
+            links.append(part)
+            continue
+        try:
+            ratio = float(part)
+        except ValueError:
+            raise UsageError(f"--links {part!r}: give loopback or a communication ratio, e.g. loopback,0.3,3,30")
+        if not 0 < ratio < float("inf"):
+            raise UsageError(f"--links {part}: a communication ratio must be positive")
+        links.append(ratio)
+    return unique(links, "--links", text)
+
+
+def parse_profiles(text):
+    profiles = [p.strip() for p in text.split("/") if p.strip()]
+    for profile in profiles:
+        experiment.parse_slowdowns(profile, len(profile.split(",")))
+    return unique(profiles, "--profiles", text)
+
+
+def parse_splits(text):
+    splits = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in splits if s not in regime_map.SPLIT_NAMES]
+    if unknown:
+        raise UsageError(f"--splits {unknown[0]!r}: give iid, niid or both")
+    return unique(splits, "--splits", text)
+
+
+def parse_schemes(text):
+    schemes = [s.strip() for s in text.split(",") if s.strip()]
+    for scheme in schemes:
+        mode, policy = regime_map.mode_of(scheme)
+        if mode not in modes.MODES or not modes.MODES[mode].cluster:
+            raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}) "
+                             f"or esync-<policy> ({', '.join(config.ESYNC_POLICIES)})")
+        if policy is not None and policy not in config.ESYNC_POLICIES:
+            raise UsageError(f"--schemes {scheme}: ESync has no policy {policy!r} "
+                             f"(policies: {', '.join(config.ESYNC_POLICIES)})")
+    return unique(schemes, "--schemes", text)
+
+
+def unique(values, flag, text):
+    if not values:
+        raise UsageError(f"{flag} {text!r} names nothing")
+    if len(set(values)) != len(values):
+        raise UsageError(f"{flag} {text!r} names an entry twice")
+    return values
+
+
+def plan_of(ns):
+    return {"network": ns.network, "dataset": ns.dataset, "links": parse_links(ns.links),
+            "profiles": parse_profiles(ns.profiles), "splits": parse_splits(ns.splits),
+            "schemes": parse_schemes(ns.schemes), "repeats": ns.repeats, "seed": ns.seed, "max_time": ns.max_time,
+            "target": ns.target, "eval_seconds": ns.eval_seconds}
+
+
+def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
+    """launch.py's command line of one scheme in one cell and repeat."""
+    mode, policy = regime_map.mode_of(scheme)
+    argv = ["--modes", mode, "-n", plan["network"], "--dataset", plan["dataset"], "-dd", ns.data_dir,
+            "--slowdown", profile, "--max-time", str(plan["max_time"]), "--seed", str(plan["seed"] + repeat - 1),
+            "--progress-every", str(ns.progress_every), "--no-figures",
+            "-ld", regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme)]
+    argv += ["-s", str(ns.num_servers), "--collective", ns.collective]
+    if link == regime_map.LOOPBACK:
+        argv += ["--hosts", "local"]
+    else:
+        argv += ["--hosts", "netns", "--comm-ratio", f"{link:g}", "--netns-subnet", ns.netns_subnet]
+        argv += ["--ps-bandwidth", ns.ps_bandwidth] if ns.ps_bandwidth else []
+        argv += ["--netns-prefix", ns.netns_prefix] if ns.netns_prefix else []
+    if policy:
+        argv += ["--esync-policy", policy]
+    if split == "niid":
+        argv.append("--non-iid")
+    return argv + ["--", "--eval-seconds", str(plan["eval_seconds"])] + list(worker_args)
+
+
+def planned_runs(ns, plan, worker_args):
+    """[(label, folder, Experiment)], repeat by repeat, so that a map cut short holds whole repeats."""
+    runs = []
+    for repeat in range(1, plan["repeats"] + 1):
+        for link in plan["links"]:
+            for profile in plan["profiles"]:
+                for split in plan["splits"]:
+                    for scheme in plan["schemes"]:
+                        label = (f"{scheme}, {regime_map.describe_link(link)}, workers {profile}, "
+                                 f"{regime_map.SPLIT_NAMES[split]}, repeat {repeat}")
+                        argv = launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args)
+                        runs.append((label, regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme),
+                                     experiment.parse(argv)))
+    return runs
+
+
+def parse(argv):
+    """(options, plan, runs); UsageError (one line) for bad input, before anything runs."""
+    own, worker_args = split_at_double_dash(list(argv))
+    ns = build_parser().parse_args(own)
+    ns.log_dir = os.path.abspath(ns.log_dir)
+    if ns.report_only:
+        return ns, None, []
+    if ns.repeats < 1 or ns.max_time <= 0 or ns.eval_seconds <= 0 or ns.limit_seconds <= 0:
+        raise UsageError("--repeats, --max-time, --eval-seconds and --limit-seconds must be positive")
+    if not 0 < ns.target <= 1:
+        raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
+    plan = plan_of(ns)
+    if ns.resume:
+        check_resumable(ns.log_dir, plan)
+    return ns, plan, planned_runs(ns, plan, worker_args)
+
+
+def check_resumable(log_dir, plan):
+    """UsageError unless --log-dir holds an earlier map of the same grid (the number of repeats aside)."""
+    path = os.path.join(log_dir, regime_map.PLAN_FILE)
+    try:
+        earlier = read_json(path)
+    except FileNotFoundError:
+        raise UsageError(f"--resume: no {regime_map.PLAN_FILE} under {log_dir}; leave out --resume to start a map")
+    except ValueError as error:
+        raise UsageError(f"--resume: {path} is not JSON: {error}")
+    differing = sorted(key for key in set(plan) | set(earlier)
+                       if key != "repeats" and earlier.get(key) != json_round_trip(plan).get(key))
+    if differing:
+        raise UsageError(f"--resume: the map in {log_dir} has another {', '.join(differing)}; only --repeats may "
+                         "differ")
+
+
+def json_round_trip(value):
+    return json.loads(json.dumps(value))
+
+
+def done_before(folder):
+    """Whether an earlier map's run in `folder` ended well."""
+    try:
+        return read_json(os.path.join(folder, regime_map.STATUS_FILE)).get("exit_code") == 0
+    except (FileNotFoundError, ValueError, AttributeError):
+        return False
+
+
+# ----------------------------------------------------------------------------------------------
+# Running
+
+
+def check_machine(runs):
+    """preflight's checks of the first run on each kind of host (namespaces need root)."""
+    checked = set()
+    for _, _, run in runs:
+        if run.hosts not in checked:
+            preflight.check_machine(run)
+            checked.add(run.hosts)
+
+
+def measure_limits(ns, plan, worker_args):
+    """{profile: each worker's concurrent standalone samples/s}, written to limits.json (with --resume, the
+    profiles an earlier map measured are kept)."""
+    job_args = ["-n", plan["network"], "--dataset", plan["dataset"], "-dd", ns.data_dir, *worker_args]
+    limits = earlier_limits(ns.log_dir) if ns.resume else {}
+    for profile in plan["profiles"]:
+        if profile in limits:
+            print(f"[regimes] workers {profile}: {sum(limits[profile]):.0f} samples/s together (measured before)",
+                  flush=True)
+            continue
+        print(f"[regimes] the concurrent standalone limit of workers {profile} ({ns.limit_seconds:g} s)", flush=True)
+        workdir = os.path.join(ns.log_dir, "limits", regime_map.profile_folder(profile))
+        limits[profile] = limit.concurrent_standalone([float(f) for f in profile.split(",")], ns.limit_seconds,
+                                                      workdir, config.flags_for_mode(job_args, modes.STANDALONE))
+        print(f"[regimes] workers {profile}: {sum(limits[profile]):.0f} samples/s together", flush=True)
+    write_json(os.path.join(ns.log_dir, regime_map.LIMITS_FILE), limits, indent=1)
+
+
+def earlier_limits(log_dir):
+    try:
+        limits = read_json(os.path.join(log_dir, regime_map.LIMITS_FILE))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return limits if isinstance(limits, dict) else {}
+
+
+def run_all(runs, resume=False):
+    """Every run in turn, each one's exit code written beside its logs; a failed run is recorded and the map goes
+    on. EXIT_INTERRUPTED when interrupted, EXIT_FAILURE when a run failed, else 0."""
+    measured = {}
+    failed = 0
+    for index, (label, folder, run) in enumerate(runs):
+        if resume and done_before(folder):
+            print(f"[regimes {index + 1}/{len(runs)}] {label}: done before, kept", flush=True)
+            continue
+        print(f"[regimes {index + 1}/{len(runs)}] {label}", flush=True)
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)  # a run that failed or was cut short: its logs would mix with the new ones
+        code = runner.run(run, measured)
+        os.makedirs(folder, exist_ok=True)
+        write_json(os.path.join(folder, regime_map.STATUS_FILE), {"exit_code": code})
+        if code == EXIT_INTERRUPTED:
+            print("launch.py regimes: interrupted; the runs before it kept their logs (--report-only maps them)",
+                  file=sys.stderr)
+            return code
+        failed += code != 0
+    if failed:
+        print(f"launch.py regimes: {failed} of {len(runs)} runs failed; the map shows them as failed",
+              file=sys.stderr)
+    return EXIT_FAILURE if failed else 0
+
+
+def main(argv):
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        ns, plan, runs = parse(argv)
+        check_machine(runs)
+    except UsageError as error:
+        print(f"launch.py regimes: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if not ns.report_only:
+        minutes = len(runs) * (plan["max_time"] + START_UP_SECONDS) / 60
+        print(f"[regimes] {len(runs)} runs of {plan['max_time']:g} s each, about {minutes:.0f} minutes", flush=True)
+        os.makedirs(ns.log_dir, exist_ok=True)
+        write_json(os.path.join(ns.log_dir, regime_map.PLAN_FILE), plan, indent=1)
+        try:
+            measure_limits(ns, plan, split_at_double_dash(list(argv))[1])
+        except limit.LimitFailed as error:
+            print(f"launch.py regimes: {error}", file=sys.stderr)
+            return EXIT_FAILURE
+        code = run_all(runs, ns.resume)
+        if code == EXIT_INTERRUPTED:
+            return code
+        return report(ns) or code
+    return report(ns)
+
+
+def report(ns):
+    try:
+        result = regime_map.build(ns.log_dir)
+    except regime_map.RegimeMapError as error:
+        print(f"launch.py regimes: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    text, paths = regime_map.write(result, ns.log_dir, ns.figures)
+    print("\n" + text)
+    print("written:\n" + "\n".join(f"  {path}" for path in paths), flush=True)
+    return 0
+
+
+def run(argv):
+    return runner.run_subprogram(main, argv)
