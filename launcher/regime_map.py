@@ -32,7 +32,7 @@ from training.checks import UsageError
 from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
 
-DEFAULT_LINKS = "loopback,0.3,3,30"
+DEFAULT_LINKS = "loopback,0.3,3,12"   # 12: the ESync paper's cluster (launcher/comm_ratio.py)
 DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
 DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-plan,esync-nonblocking,nbsync,downpour,fedavg,"
                    "fedasync")
@@ -88,7 +88,7 @@ def parse_links(text):
         try:
             ratio = float(part)
         except ValueError:
-            raise UsageError(f"--links {part!r}: give loopback or a communication ratio, e.g. loopback,0.3,3,30")
+            raise UsageError(f"--links {part!r}: give loopback or a communication ratio, e.g. loopback,0.3,3,12")
         if not 0 < ratio < float("inf"):
             raise UsageError(f"--links {part}: a communication ratio must be positive")
         links.append(ratio)
