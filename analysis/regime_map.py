@@ -168,7 +168,7 @@ def winner_table(result, split):
         for link in result["links"]:
             cell = find_cell(result, split, profile, link)
             if cell["winner"] is None:
-                row.append("none reached the target")
+                row.append(nobody_reached(cell))
                 continue
             others = sorted((n["relative_time"], s) for s, n in cell["schemes"].items()
                             if n["relative_time"] is not None and s != cell["winner"])
@@ -176,6 +176,16 @@ def winner_table(result, split):
             row.append(entry + (f"; next {display(others[0][1])} ×{others[0][0]:.2f}" if others else ""))
         rows.append(row)
     return markdown_table(["workers"] + [describe_link(link) for link in result["links"]], rows)
+
+
+def nobody_reached(cell):
+    """A cell where no scheme reached the target: which one came closest, by its final accuracy."""
+    finals = {s: n["final_accuracy"]["mean"] for s, n in cell["schemes"].items()
+              if n["final_accuracy"]["mean"] is not None}
+    if not finals:
+        return "none reached the target"
+    closest = max(finals, key=finals.get)
+    return f"none reached the target; closest {display(closest)} at {finals[closest]:.3f}"
 
 
 def detail_table(result, split):
@@ -246,7 +256,8 @@ def draw(result, out_dir):
                     best = scheme == cell["winner"]
                     texts[i][j] = f"best\n{numbers['time_to_target']['mean']:.1f} s" if best else f"×{relative:.1f}"
                 else:
-                    texts[i][j] = outcome(numbers).split(" (")[0]
+                    final = numbers["final_accuracy"]["mean"]
+                    texts[i][j] = outcome(numbers).split(" (")[0] + (f"\n{final:.2f}" if final is not None else "")
         fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(columns) + 3), 0.45 * len(schemes) + 2.2), dpi=120)
         cmap = matplotlib.colormaps["RdYlGn_r"].copy()
         cmap.set_bad("lightgrey")
@@ -261,7 +272,8 @@ def draw(result, out_dir):
         bar.ax.set_yticklabels(["×1", "×2", "×4", "≥×8"])
         bar.set_label("time to the target / the winner's")
         ax.set_title(f"{result['network']}, {SPLIT_NAMES[split]} data: time to {result['target']:g} relative to "
-                     f"each cell's winner\n(grey: never reached, failed or not run)", fontsize=9)
+                     "each cell's winner\n(grey: never reached, with the final accuracy; failed or not run)",
+                     fontsize=9)
         fig.tight_layout()
         path = os.path.join(out_dir, f"regimes-{split}.png")
         fig.savefig(path)

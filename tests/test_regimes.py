@@ -283,6 +283,21 @@ def test_failed_and_never_reaching_runs_show_as_such_not_as_zero(tmp_path):
     assert [os.path.basename(p) for p in paths] == ["regimes.json", "regimes.md", "regimes-iid.png"]
 
 
+def test_a_cell_no_scheme_finished_in_names_the_closest_by_final_accuracy(tmp_path):
+    log_dir = str(tmp_path)
+    plan = {"network": "lenet", "dataset": "mnist-5k", "links": [12.0], "profiles": ["1,4"], "splits": ["iid"],
+            "schemes": ["sync", "esync", "async"], "repeats": 1, "seed": 0, "max_time": 5.0, "target": 0.85,
+            "eval_seconds": 0.5}
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    write_run(log_dir, plan, 12.0, "1,4", "iid", 1, "sync", 0, [0.3, 0.5])
+    write_run(log_dir, plan, 12.0, "1,4", "iid", 1, "esync", 0, [0.6, 0.8])
+    write_run(log_dir, plan, 12.0, "1,4", "iid", 1, "async", 1)
+
+    text, _ = regime_map.write(regime_map.build(log_dir), log_dir, figures=False)
+
+    assert "| 1,4 | none reached the target; closest ESync at 0.800 |" in text
+
+
 def test_the_report_without_a_plan_says_where_it_looked(tmp_path):
     with pytest.raises(regime_map.RegimeMapError, match="no regimes-plan.json under"):
         regime_map.build(str(tmp_path))
@@ -312,11 +327,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, subprogram, args, message):
 
 
 @needs_netns
-def test_without_root_the_regime_map_refuses_in_one_line_before_anything_starts(tmp_path, prefix):
+@pytest.mark.parametrize("command", [
+    ["regimes", "--links", "3", "--profiles", "1,2", "--schemes", "sync", "--repeats", "1"],
+    ["paper", "--hosts", "netns", "--comm-ratio", "3", "--slowdown", "1,2", "--modes", "sync", "--repeats", "1"],
+])
+def test_without_root_the_experiment_commands_refuse_in_one_line_before_anything_starts(tmp_path, prefix, command):
     os.chmod(tmp_path, 0o777)
-    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, LAUNCH_PY, "regimes",
-            "--links", "3", "--profiles", "1,2", "--schemes", "sync", "--repeats", "1", "--netns-prefix", prefix,
-            "-ld", str(tmp_path / "logs"), *DATA]
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, LAUNCH_PY, *command,
+            "--netns-prefix", prefix, "-ld", str(tmp_path / "logs"), *DATA]
 
     result = subprocess.run(argv, cwd=ROOT, env=launcher_env(), capture_output=True, text=True, timeout=60)
 

@@ -20,12 +20,12 @@ Three generations of logs are read, told apart by meta.json:
 The reader numbers every round from 1 and counts local steps as len(time) in all three.
 """
 import glob
-import json
 import logging
 import math
 import os
 import re
 
+from training import files
 from training.files import write_json
 
 log = logging.getLogger(__name__)
@@ -196,9 +196,8 @@ def aggregation_seconds(record):
 def read_json(path, what):
     """Parsed JSON of a file, or None after one warning naming the file."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return files.read_json(path)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
         log.warning("skipping unreadable %s %s: %s", what, path, error)
         return None
 
