@@ -180,6 +180,8 @@ def winner_table(result, split):
 
 def nobody_reached(cell):
     """A cell where no scheme reached the target: which one came closest, by its final accuracy."""
+    if all(n["not_run"] == n["repeats"] for n in cell["schemes"].values()):
+        return "not run"
     finals = {s: n["final_accuracy"]["mean"] for s, n in cell["schemes"].items()
               if n["final_accuracy"]["mean"] is not None}
     if not finals:

@@ -296,6 +296,10 @@ def test_a_cell_no_scheme_finished_in_names_the_closest_by_final_accuracy(tmp_pa
     text, _ = regime_map.write(regime_map.build(log_dir), log_dir, figures=False)
 
     assert "| 1,4 | none reached the target; closest ESync at 0.800 |" in text
+    plan["links"] = [12.0, 3.0]
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    assert "| 1,4 | none reached the target; closest ESync at 0.800 | not run |" in regime_map.format_report(
+        regime_map.build(log_dir))
 
 
 def test_the_report_without_a_plan_says_where_it_looked(tmp_path):
