@@ -84,6 +84,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
         checkpoints.load_weights(resume, model)  # setup() broadcasts rank 0's weights to every worker
     with watchdog.guard(during(transport, "setting up the job (initial weights, state server)")):
         scheme.setup()
+    model.warm_up(scheme.step_batch_size)
     checkpoints.load_optimizer_state(resume, scheme)
     share = scheme.training_share(data.train_labels)
     stream_seed = args.seed + scheme.data_index

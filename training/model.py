@@ -18,6 +18,7 @@ class Model:
     def __init__(self, network, ctxs, sample_shape, seed=0, normalise=None, eval_batch_size=None):
         """`normalise`: (per-channel mean, per-channel std) of images in [0, 1], or None."""
         self.ctxs = ctxs
+        self.sample_shape = tuple(sample_shape)
         self.side = models.input_size(network)
         self.eval_batch = eval_batch_size or (EVAL_BATCH_LARGE_INPUT if (self.side or 0) > CIFAR_SIDE else EVAL_BATCH)
         self.normalise = {ctx: tuple(mx.nd.array(v, ctx=ctx).reshape((1, -1, 1, 1)) for v in normalise)
@@ -26,7 +27,7 @@ class Model:
         self.net = models.get_network(network)
         self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
         self.net.hybridize(static_alloc=True)
-        self.net(self._prepare(np.zeros((1,) + tuple(sample_shape), np.uint8), ctxs[0]))  # finish deferred init
+        self.net(self._prepare(np.zeros((1,) + self.sample_shape, np.uint8), ctxs[0]))  # finish deferred init
         params = list(self.net.collect_params().values())
         # Trainable parameters first: their keys are the ones every scheme pushes each round.
         self.trainable = [p for p in params if p.grad_req != "null"]
@@ -65,6 +66,20 @@ class Model:
         for loss in losses:
             loss.backward()
         mx.nd.waitall()  # the step's compute time is measured, and emulated slowdown scales it
+
+    def warm_up(self, batch_size):
+        """One forward and backward pass on a zero batch of a step's size, before the first step. The first pass of a
+        shape sets up the graph's primitives and memory (35-50 ms for lenet against a 7 ms step; 0.6-0.9 s while six
+        workers start on two cores), which would otherwise count as the first step's compute, and the emulated
+        slowdown would multiply it. The weights are untouched, BatchNorm statistics restored, gradients zeroed."""
+        statistics = [[data.copy() for data in p.list_data()] for p in self.aux]
+        self.forward_backward(np.zeros((batch_size,) + self.sample_shape, np.uint8), np.zeros(batch_size))
+        for p, saved in zip(self.aux, statistics):
+            for data, copy in zip(p.list_data(), saved):
+                copy.copyto(data)
+        for p in self.trainable:
+            p.zero_grad()
+        mx.nd.waitall()
 
     def reduce_gradients(self):
         """Sum the gradients of the device copies into each copy (no-op on one device)."""
