@@ -80,7 +80,7 @@ def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(
 @pytest.mark.parametrize("variant", [[], ["--proximal", "0.01"]], ids=["plain", "proximal"])
 def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learns(processes, tmp_path, variant):
     log_dir = str(tmp_path / "logs")
-    workers = start_job(processes, "fedasync", LENET_ARGS + ["--sync-interval", "4", "--max-iters", "60",
+    workers = start_job(processes, "fedasync", LENET_ARGS + ["--sync-interval", "4", "--max-iters", "80",
                                                              "-e", "5", *variant],
                         num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
 
