@@ -14,8 +14,8 @@ under a policy other than its default. Each scheme runs alone in one launcher ru
 run is recorded and the map goes on); before them, each profile's concurrent standalone limit is measured once,
 for the efficiencies. The plan, the limits, every run's logs and exit code, regimes.json, regimes.md and
 regimes-<split>.png go under --log-dir. `--resume` keeps every run that ended well and the limits of an earlier
-map of the same grid in --log-dir (only --repeats may differ) and runs the rest. Exit codes: 0 every run done, 1 a run failed (the map is still written,
-showing it), 2 bad input, 130 interrupted.
+map of the same grid in --log-dir (only --repeats may differ) and runs the rest. Exit codes: 0 every run done, 1 a
+run failed (the map is still written, showing it), 2 bad input, 130 interrupted.
 """
 import argparse
 import logging
