@@ -17,7 +17,7 @@ import os
 
 from analysis import summary as summaries
 from analysis.paper import format_statistic, markdown_table, statistics_of
-from training import modes, runlog
+from training import esync_variants, modes, runlog
 from training.files import write_json, write_text
 
 PLAN_FILE = "regimes-plan.json"     # the grid, written before the first run: --report-only reads it
@@ -27,7 +27,6 @@ RESULTS_FILE = "regimes.json"
 TABLE_FILE = "regimes.md"
 LOOPBACK = "loopback"
 SPLIT_NAMES = {"iid": "i.i.d.", "niid": "non-i.i.d."}
-ESYNC_VARIANT = "esync-"            # esync-<policy>: ESync under one of its policies
 
 
 class RegimeMapError(Exception):
@@ -55,16 +54,17 @@ def run_dir(log_dir, link, profile, split, repeat, scheme):
 
 
 def mode_of(scheme):
-    """(mode, ESync policy or None) of a scheme: a mode of the catalog, or esync-<policy>."""
-    if scheme.startswith(ESYNC_VARIANT) and scheme not in modes.MODES:
-        return "esync", scheme[len(ESYNC_VARIANT):]
+    """(mode, ESync variant or None) of a scheme: a mode of the catalog, or esync-<variant>
+    (training/esync_variants.py)."""
+    if scheme.startswith(esync_variants.PREFIX) and scheme not in modes.MODES:
+        return "esync", scheme[len(esync_variants.PREFIX):]
     return scheme, None
 
 
 def display(scheme):
-    mode, policy = mode_of(scheme)
+    mode, variant = mode_of(scheme)
     name = modes.MODES[mode].display
-    return f"{name} ({policy})" if policy else name
+    return f"{name} ({esync_variants.describe(variant)})" if variant else name
 
 
 # ----------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ import time
 from analysis import summary
 from launcher import experiment, limit, netns
 from launcher.cluster import ROOT, ProcessGroup, start_ps_job, start_state_server, tail
-from training import collectives, config, modes, runlog, traffic
+from training import collectives, config, esync_variants, modes, runlog, traffic
 from training.checks import UsageError
 from training.files import write_json
 from training.state_client import StateClient
@@ -70,14 +70,15 @@ def network_matrix():
 EVAL_EVERY = 5          # rank 0 evaluates every 5 global iterations in the runs that time accuracy
 
 # Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on `accuracy_profile`, and ESync once more
-# with each of `esync_policies` besides the default one; the Byzantine section runs (mode, with the attacker) pairs.
+# with each of `esync_policies` (variants: training/esync_variants.py) besides the default one; the Byzantine section
+# runs (mode, with the attacker) pairs.
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], accuracy_profile="1,1,4", seconds=12, accuracy_budget=15,
             latency_calls=300,
             modes=["esync", "sync", "async"],
             accuracy_profile_modes=["dcasgd", "dcasgd-paper", "downpour", "nbsync", "zeno", "zeno-async", "fedavg",
                                     "fedasync", "hogwild"],
-            esync_policies=["plan", "nonblocking"],
+            esync_policies=["plan", "nonblocking", "adaptive", "adaptive-overlap"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",
             network_runs=network_matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15},
             pipeline_networks={"lenet": 300, "resnet20": 15}, pipeline_batch=128)
@@ -185,13 +186,15 @@ def standalone_throughputs(slowdowns, seconds, workdir):
         raise RuntimeError(str(error))
 
 
-def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet", eval_every=EVAL_EVERY):
+def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet", eval_every=EVAL_EVERY,
+           worker_options=()):
     """Summaries of the modes run by launch.py; eval_every 0: rank 0 evaluates once, at the end."""
     logs = os.path.join(workdir, "logs")
     devices = ",".join(["cpu"] * len(profile.split(",")))
     argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", network, *DATA,
             "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "-ld", logs,
-            "--progress-every", "1000", "--no-figures", *launcher_options, "--", "-e", str(eval_every)]
+            "--progress-every", "1000", "--no-figures", *launcher_options, "--", "-e", str(eval_every),
+            *worker_options]
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -229,18 +232,20 @@ def whole_step_bound(step_times):
     return sum(int(slowest / c + 1e-9) for c in steps) / slowest / sum(1 / c for c in steps)
 
 
-def policy_row(policy):
-    """The heterogeneity table's row of an ESync policy: 'esync' for the default one, 'esync-plan', ..."""
-    return "esync" if policy == config.DEFAULTS["esync_policy"] else f"esync-{policy}"
+def policy_row(variant):
+    """The heterogeneity table's row of an ESync variant (training/esync_variants.py): 'esync' for the default
+    policy, 'esync-plan', 'esync-adaptive-overlap', ..."""
+    return "esync" if variant == config.DEFAULTS["esync_policy"] else esync_variants.PREFIX + variant
 
 
-def runs_with_policies(modes, policies, profile, seconds, workdir, eval_every=EVAL_EVERY, launcher_options=()):
-    """The modes' summaries, plus one row per further ESync policy ('esync-plan', ...)."""
+def runs_with_policies(modes, variants, profile, seconds, workdir, eval_every=EVAL_EVERY, launcher_options=()):
+    """The modes' summaries, plus one row per further ESync variant ('esync-plan', ...)."""
     summaries = launch(modes, profile, seconds, workdir, launcher_options, eval_every=eval_every)
-    for policy in policies:
-        summaries[policy_row(policy)] = launch(["esync"], profile, seconds, os.path.join(workdir, policy),
-                                               ["--esync-policy", policy, *launcher_options],
-                                               eval_every=eval_every)["esync"]
+    for variant in variants:
+        launcher_flags, worker_flags = esync_variants.flags(variant)
+        summaries[policy_row(variant)] = launch(["esync"], profile, seconds, os.path.join(workdir, variant),
+                                                [*launcher_flags, *launcher_options], eval_every=eval_every,
+                                                worker_options=worker_flags)["esync"]
     return summaries
 
 

@@ -9,8 +9,9 @@ repeats; then a table and a heatmap per split (analysis/regime_map.py).
 
 Links: `loopback`, or a communication ratio R (launcher/comm_ratio.py): every link shaped so that one transfer of
 the model over a worker's link lasts R steps of the fastest worker, measured once before the first shaped run.
-Profiles: the workers' slowdowns, profiles separated by `/`. Schemes: cluster modes, and `esync-<policy>` for ESync
-under a policy other than its default. Each scheme runs alone in one launcher run per cell and repeat (a failing
+Profiles: the workers' slowdowns, profiles separated by `/`. Schemes: cluster modes, and ESync's variants
+(training/esync_variants.py): `esync-<policy>` under a policy other than its default, `esync-<policy>-overlap` and
+`esync-overlap` with --overlap. Each scheme runs alone in one launcher run per cell and repeat (a failing
 run is recorded and the map goes on); before them, each profile's concurrent standalone limit is measured once,
 for the efficiencies. The plan, the limits, every run's logs and exit code, regimes.json, regimes.md and
 regimes-<split>.png go under --log-dir. `--resume` keeps every run that ended well and the limits of an earlier
@@ -27,14 +28,15 @@ import sys
 from analysis import regime_map
 from launcher import experiment, limit, preflight, runner
 from launcher.dmlc import split_at_double_dash
-from training import config, modes
+from training import config, esync_variants, modes
 from training.checks import UsageError
 from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
 
 DEFAULT_LINKS = "loopback,0.3,3,12"   # 12: the ESync paper's cluster (launcher/comm_ratio.py)
 DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
-DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-plan,esync-nonblocking,nbsync,downpour,fedavg,"
+DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-plan,esync-nonblocking,esync-adaptive,"
+                   "esync-adaptive-overlap,nbsync,downpour,fedavg,"
                    "fedasync")
 DEFAULT_LOG_DIR = os.path.join("logs", "regimes")
 START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (for the estimate printed)
@@ -51,7 +53,7 @@ def build_parser():
                    help=f"the workers' slowdowns, profiles separated by / (default {DEFAULT_PROFILES})")
     p.add_argument("--splits", default="iid,niid", help="iid, niid or both (default iid,niid)")
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
-                   help=f"cluster modes and esync-<policy> (default {DEFAULT_SCHEMES})")
+                   help=f"cluster modes and esync-<policy>[-overlap] (default {DEFAULT_SCHEMES})")
     p.add_argument("--repeats", type=int, default=2, help="runs of every scheme in every cell (default 2)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
     p.add_argument("--max-time", type=float, default=10.0, help="seconds each run trains (default 10)")
@@ -113,13 +115,15 @@ def parse_splits(text):
 def parse_schemes(text):
     schemes = [s.strip() for s in text.split(",") if s.strip()]
     for scheme in schemes:
-        mode, policy = regime_map.mode_of(scheme)
+        mode, variant = regime_map.mode_of(scheme)
         if mode not in modes.MODES or not modes.MODES[mode].cluster:
             raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}) "
-                             f"or esync-<policy> ({', '.join(config.ESYNC_POLICIES)})")
-        if policy is not None and policy not in config.ESYNC_POLICIES:
-            raise UsageError(f"--schemes {scheme}: ESync has no policy {policy!r} "
-                             f"(policies: {', '.join(config.ESYNC_POLICIES)})")
+                             f"or esync-<policy>[-overlap] ({', '.join(config.ESYNC_POLICIES)})")
+        if variant is not None:
+            try:
+                esync_variants.parse(variant)
+            except ValueError as error:
+                raise UsageError(f"--schemes {scheme}: {error}") from None
     return unique(schemes, "--schemes", text)
 
 
@@ -140,7 +144,8 @@ def plan_of(ns):
 
 def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
     """launch.py's command line of one scheme in one cell and repeat."""
-    mode, policy = regime_map.mode_of(scheme)
+    mode, variant = regime_map.mode_of(scheme)
+    launcher_flags, worker_flags = esync_variants.flags(variant) if variant else ([], [])
     argv = ["--modes", mode, "-n", plan["network"], "--dataset", plan["dataset"], "-dd", ns.data_dir,
             "--slowdown", profile, "--max-time", str(plan["max_time"]), "--seed", str(plan["seed"] + repeat - 1),
             "--progress-every", str(ns.progress_every), "--no-figures",
@@ -152,11 +157,10 @@ def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
         argv += ["--hosts", "netns", "--comm-ratio", f"{link:g}", "--netns-subnet", ns.netns_subnet]
         argv += ["--ps-bandwidth", ns.ps_bandwidth] if ns.ps_bandwidth else []
         argv += ["--netns-prefix", ns.netns_prefix] if ns.netns_prefix else []
-    if policy:
-        argv += ["--esync-policy", policy]
+    argv += launcher_flags
     if split == "niid":
         argv.append("--non-iid")
-    return argv + ["--", "--eval-seconds", str(plan["eval_seconds"])] + list(worker_args)
+    return argv + ["--", "--eval-seconds", str(plan["eval_seconds"]), *worker_flags] + list(worker_args)
 
 
 def planned_runs(ns, plan, worker_args):

@@ -183,8 +183,8 @@ def mpi_jobs(tmp_path_factory):
         state_port = start_state_server(group)  # while the sync jobs start
         run_to_the_end(group, jobs, 180)
         log_dirs["esync"] = str(tmp_path / "esync" / "lenet" / "esync")
-        esync = ["-m", "esync", "--esync-policy", "plan", "--collective", "ring", *LENET_ARGS, "-port",
-                 str(state_port), "--max-time", "3", "-e", "0", "--digest-weights", "--sync-timeout", "60"]
+        esync = ["-m", "esync", "--esync-policy", "adaptive", "--overlap", "--collective", "ring", *LENET_ARGS,
+                 "-port", str(state_port), "--max-time", "3", "-e", "0", "--digest-weights", "--sync-timeout", "60"]
         run_to_the_end(group, [start_mpi_job(group, "esync", log_dirs["esync"],
                                              [(1, esync), (1, esync + ["--slowdown", "4"])])], 120)
         yield log_dirs
@@ -229,7 +229,10 @@ def test_each_rank_logs_the_bytes_its_collective_moves(mpi_jobs, collective):
 
 
 @pytest.mark.slow
-def test_esync_over_ring_does_the_planned_steps_beside_a_slow_rank_with_identical_weights(mpi_jobs):
+def test_overlapped_adaptive_esync_over_ring_does_the_planned_steps_with_one_global_model(mpi_jobs):
+    """ESync's adaptive policy with --overlap over MPI: the allreduce runs on a thread while the next round's local
+    steps do; every rank does the steps it was planned (the slow one the slowest's), the global model is the same
+    on both ranks every round, and the final weights too."""
     folders = worker_folders(mpi_jobs["esync"])
     slowdowns = {meta(f)["rank"]: meta(f)["slowdown"] for f in folders}
     runs = {meta(f)["rank"]: iter_records(f) for f in folders}
@@ -238,10 +241,14 @@ def test_esync_over_ring_does_the_planned_steps_beside_a_slow_rank_with_identica
     rounds = len(runs[0])
     assert rounds >= 5 and len(runs[1]) == rounds
     assert_identical_digests_every_round(folders, rounds)
-    for rank, records in runs.items():  # the plan: the slow rank one step a round, the fast one as many as fit
-        assert [runlog.local_steps(r) for r in records] == [r["planned_steps"] for r in records]
-        assert all(r["planned_steps"] == 1 for r in records) if rank == 1 else \
-            statistics.mean(r["planned_steps"] for r in records[3:]) > 2
+    for rank, records in runs.items():
+        assert [runlog.local_steps(r) for r in records] == [r[runlog.PLANNED_STEPS] for r in records]
+        assert all(r[runlog.AVERAGE_IN_FLIGHT] > 0 for r in records[1:])
+    assert [r[runlog.PLANNED_STEPS] for r in runs[1]] == [r.get(runlog.PLANNED_SLOWEST_STEPS, 1) for r in runs[1]]
+    assert statistics.mean(r[runlog.PLANNED_STEPS] for r in runs[0][3:]) > \
+        2 * statistics.mean(r[runlog.PLANNED_STEPS] for r in runs[1][3:])
+    finals = {open(os.path.join(f, runlog.FINAL_MODEL_FILE), "rb").read() for f in folders}
+    assert len(finals) == 1
     summary.summarize_mode(os.path.dirname(mpi_jobs["esync"]), "esync")
 
 

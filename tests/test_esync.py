@@ -10,13 +10,14 @@ from training import runlog
 pytestmark = pytest.mark.slow  # real processes
 
 
-def run_esync(processes, tmp_path, policy, seconds=None, rounds=None):
+def run_esync(processes, tmp_path, policy, seconds=None, rounds=None, extra=()):
     # Rank 0 evaluates only at the end (-e 0): an evaluation inside the round delays rank 0's next step, and when
     # rank 0 is the slow worker the others fill that delay with extra local steps.
     state_port = start_state_server(processes)
     log_dir = str(tmp_path / "logs")
     stop = ["--max-iters", str(rounds)] if rounds else ["--max-time", str(seconds)]
-    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, *stop, "-e", "0", "--digest-weights"]
+    args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, *stop, "-e", "0", "--digest-weights",
+                         *extra]
     workers = start_job(processes, "esync", args, num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
     finish(processes, workers, timeout=180)
     return {meta(f)["rank"]: f for f in worker_folders(log_dir)}
@@ -106,3 +107,42 @@ def test_nonblocking_policy_drops_the_step_that_ready_interrupts_and_keeps_every
         steps[rank] = sum(runlog.local_steps(r) for r in records)
     slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
     assert all(steps[rank] > steps[slow] for rank in runs if rank != slow), steps
+
+
+
+def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_its_share(processes, tmp_path):
+    """--aggregation-share 0.01: the loopback aggregation (a few ms) must be at most 1 % of a round, which takes
+    several steps of the slow worker (capped at 3); the fast one fills the same time with its own steps. The rule
+    itself: tests/test_state_server.py."""
+    extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3"]
+    runs = {rank: iter_records(folder)
+            for rank, folder in run_esync(processes, tmp_path, "adaptive", rounds=40, extra=extra).items()}
+
+    slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
+    for rank, records in runs.items():
+        assert [r["weights_digest"] for r in records] == [r["weights_digest"] for r in runs[slow]]
+        assert [runlog.local_steps(r) for r in records] == [r[runlog.PLANNED_STEPS] for r in records]
+        assert records[0][runlog.PLANNED_STEPS] == 1  # nothing is measured before the first round
+        assert {r[runlog.PLAN_REASON] for r in records[3:]} <= {"aggregation", "cap"}
+    later = runs[slow][3:]
+    assert [r[runlog.PLANNED_STEPS] for r in later] == [r[runlog.PLANNED_SLOWEST_STEPS] for r in later]
+    assert statistics.mean(r[runlog.PLANNED_SLOWEST_STEPS] for r in later) > 1.5
+    assert mean_steps(runs[1 - slow][3:]) > 2 * mean_steps(later)
+
+
+def test_overlapped_aggregation_keeps_one_global_model_and_ends_with_identical_weights(processes, tmp_path):
+    """--overlap: every round applies the average sent a round earlier (its travel time logged), the global model
+    (the start weights those averages move) is the same on both workers every round, and after the last, blocking,
+    aggregation the final weights are identical too."""
+    folders = run_esync(processes, tmp_path, "plan", rounds=60, extra=["--overlap"])
+    runs = {rank: iter_records(folder) for rank, folder in folders.items()}
+
+    assert [len(records) for records in runs.values()] == [60, 60]
+    for rank, records in runs.items():
+        assert [r["weights_digest"] for r in records] == [r["weights_digest"] for r in runs[0]]
+        assert [runlog.local_steps(r) for r in records] == [r[runlog.PLANNED_STEPS] for r in records]
+        assert runlog.AVERAGE_IN_FLIGHT not in records[0]  # nothing was in flight before the first round
+        assert all(r[runlog.AVERAGE_IN_FLIGHT] > 0 for r in records[1:])
+    finals = {open(f"{folder}/{runlog.FINAL_MODEL_FILE}", "rb").read() for folder in folders.values()}
+    assert len(finals) == 1
+    assert [r["accuracy"] for r in runs[0] if "accuracy" in r][-1] >= 0.85

@@ -16,14 +16,22 @@ from hypothesis import HealthCheck, given, settings as hypothesis_settings, stra
 from coordinator import views
 from coordinator.management.commands.runserver import NoDelayWSGIServer
 from coordinator.state import (
+    CAPPED,
+    COVERS_AGGREGATION,
+    FIRST_ROUND,
     MAX_PLANNED_STEPS,
+    ONE_STEP,
     Coordinator,
     FieldError,
     NotInitialised,
+    RoundPlan,
+    Settings,
     WorkerRecord,
+    adaptive_plan,
     is_ready,
     margin,
     planned_steps,
+    slowest_steps,
     slowest_worker,
 )
 
@@ -41,8 +49,8 @@ class FakeClock:
         self.now += seconds
 
 
-def worker(rank, c, k=1, t=0, ready=False, step_start=0.0):
-    return WorkerRecord(rank=rank, step_start=step_start, c=c, k=k, t=t, ready=ready)
+def worker(rank, c, k=1, t=0, ready=False, step_start=0.0, a=None):
+    return WorkerRecord(rank=rank, step_start=step_start, c=c, k=k, t=t, ready=ready, a=a)
 
 
 
@@ -165,6 +173,71 @@ def test_rule_and_plan_survive_extreme_step_times(c_slow, c_fast, epsilon, elaps
 
     assert 1 <= steps <= MAX_PLANNED_STEPS
     assert isinstance(ready, bool)
+
+
+# ---------------------------------------------------------------- the adaptive policy's round sizes
+
+
+@pytest.mark.parametrize("aggregation, share, expected", [
+    (0.0, 0.1, (1, ONE_STEP)),             # free aggregation: the paper's round
+    (0.01, 0.1, (1, ONE_STEP)),            # T >= 0.09 s: one step of 0.1 s covers it
+    (0.05, 0.1, (5, COVERS_AGGREGATION)),  # T >= 0.45 s: 5 steps of 0.1 s
+    (0.05, 0.5, (1, ONE_STEP)),            # T >= 0.05 s
+    (0.3, 0.2, (8, CAPPED)),               # T >= 1.2 s: 12 steps, capped at 8
+])
+def test_blocking_rounds_last_until_the_aggregation_is_at_most_its_share(aggregation, share, expected):
+    assert slowest_steps(aggregation, 0.1, Settings(share=share, max_slowest_steps=8)) == expected
+
+
+@pytest.mark.parametrize("aggregation, expected", [
+    (0.05, (1, ONE_STEP)),             # T >= 0.045 s
+    (0.25, (3, COVERS_AGGREGATION)),   # T >= 0.225 s: 3 steps of 0.1 s
+    (2.0, (8, CAPPED)),
+])
+def test_overlapped_rounds_compute_about_as_long_as_the_aggregation_travels(aggregation, expected):
+    assert slowest_steps(aggregation, 0.1, Settings(share=0.1, max_slowest_steps=8, overlap=True)) == expected
+
+
+def test_the_formula_holds_for_the_steps_it_chooses():
+    settings = Settings(share=0.1, max_slowest_steps=1000)
+    for aggregation in (0.003, 0.02, 0.13, 0.7):
+        m, _ = slowest_steps(aggregation, 0.011, settings)
+        idle_share = aggregation / (m * 0.011 + aggregation)
+        shorter_idle_share = aggregation / ((m - 1) * 0.011 + aggregation)
+        assert idle_share <= 0.1 + 1e-9
+        assert m == 1 or shorter_idle_share > 0.1
+
+
+def test_adaptive_plan_gives_every_worker_the_slowest_workers_round():
+    # the slowest (0.4 s) reports the shortest aggregation: 0.2 s, so T >= 1.8 s, 5 slowest steps (2.0 s)
+    workers = [worker(0, c=0.4, a=0.2), worker(1, c=0.1, a=0.5), worker(2, c=0.05, a=0.6)]
+    settings = Settings(share=0.1, max_slowest_steps=8)
+
+    plans = [adaptive_plan(workers, rank, 0.0, settings) for rank in range(3)]
+
+    assert plans == [RoundPlan(5, 5, 0.2, COVERS_AGGREGATION), RoundPlan(20, 5, 0.2, COVERS_AGGREGATION),
+                     RoundPlan(40, 5, 0.2, COVERS_AGGREGATION)]
+
+
+def test_adaptive_plan_is_the_plan_policys_until_an_aggregation_is_reported():
+    workers = [worker(0, c=0.4), worker(1, c=0.1)]
+
+    assert adaptive_plan(workers, 1, 0.0, Settings()) == RoundPlan(planned_steps(workers, 1, 0.0), 1, None, ONE_STEP)
+    assert adaptive_plan([WorkerRecord(rank=0, step_start=0.0), worker(1, c=0.1)], 1, 0.0, Settings()) == \
+        RoundPlan(1, 1, None, FIRST_ROUND)
+
+
+@hypothesis_settings(max_examples=300, derandomize=True, database=None)
+@given(c_slow=step_times, c_fast=step_times, aggregation=st.floats(min_value=0, max_value=1.7e308),
+       share=st.floats(min_value=1e-9, max_value=1.0), overlap=st.booleans(),
+       cap=st.integers(min_value=1, max_value=MAX_PLANNED_STEPS))
+def test_adaptive_plan_survives_extreme_times(c_slow, c_fast, aggregation, share, overlap, cap):
+    workers = [worker(0, c=c_slow, a=aggregation), worker(1, c=c_fast)]
+
+    plan = adaptive_plan(workers, 1, None, Settings(share=share, max_slowest_steps=cap, overlap=overlap))
+
+    assert 1 <= plan.steps <= MAX_PLANNED_STEPS
+    assert 1 <= plan.slowest_steps <= cap
 
 
 # ---------------------------------------------------------------- Coordinator
@@ -575,6 +648,39 @@ class PlanEndpointTests(EndpointTestCase):
                 with self.subTest(field=name, value=value):
                     fields = {"r": 0, "c": 0.1, name: value}
                     self.assertJsonError(self.post("/plan/", **fields), 400, name)
+
+    def test_adaptive_plan_takes_the_aggregation_time_and_says_how_it_sized_the_round(self):
+        self.init(2, epsilon=0.0, policy="adaptive", share=0.5, max_slowest_steps=4)
+        self.post("/plan/", r=0, c=0.2, a=0.5)  # T >= 0.5 s: 3 steps of 0.2 s
+
+        response = self.post("/plan/", r=1, c=0.1, a=0.9)
+
+        self.assertEqual(response.json(), {"k": 6, "slowest_steps": 3, "aggregation": 0.5, "reason": "aggregation"})
+
+    def test_the_plan_policy_ignores_the_aggregation_time(self):
+        self.init(2, epsilon=0.0, policy="plan")
+        self.post("/plan/", r=0, c=0.2, a=5.0)
+
+        self.assertEqual(self.post("/plan/", r=1, c=0.1, a=5.0).json(), {"k": 2})
+
+    def test_init_of_an_adaptive_job_answers_its_sizing(self):
+        response = self.post("/init/", num_workers=2, policy="adaptive", overlap=1)
+
+        self.assertEqual(response.json()["share"], Settings().share)
+        self.assertEqual(response.json()["max_slowest_steps"], Settings().max_slowest_steps)
+        self.assertIs(response.json()["overlap"], True)
+
+    def test_init_rejects_bad_sizing(self):
+        for name, value in [("share", "0"), ("share", "1.5"), ("share", "x"), ("max_slowest_steps", "0"),
+                            ("max_slowest_steps", "2.5"), ("overlap", "2")]:
+            with self.subTest(field=name, value=value):
+                self.assertJsonError(self.post("/init/", num_workers=2, policy="adaptive", **{name: value}), 400, name)
+
+    def test_plan_rejects_a_bad_aggregation_time(self):
+        self.init(2, policy="adaptive")
+        for value in ["x", "nan", "inf", "-1"]:
+            with self.subTest(value=value):
+                self.assertJsonError(self.post("/plan/", r=0, c=0.1, a=value), 400, "a")
 
     def test_get_on_plan_is_405_json(self):
         self.assertJsonError(self.client.get("/plan/"), 405)

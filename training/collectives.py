@@ -6,6 +6,7 @@ arrays, each entry one array or the list of its copies on the worker's devices (
   declare(keys, values)  keys the ps-lite servers must hold before anything is exchanged, with their first values
   broadcast(keys, outs)  rank 0's values (its declared ones) written into every worker's `outs`
   sum(keys, arrays)      each entry replaced, in place, by its sum over the workers (device copies summed first)
+  start_sum(keys, arrays)  the same, returning at once: a PendingSum whose wait() returns once the sums are there
   barrier()              wait until every worker gets here
 The schemes that aggregate synchronously call only these, so one scheme runs over either transport; the ps one
 makes exactly the kvstore calls the schemes made before.
@@ -20,8 +21,10 @@ short and growing sleep (bounded by --sync-timeout), and only then makes the blo
 rank ready and only moves the data. The nonblocking allreduce is no substitute: MPICH picks its algorithm from
 another variable with other algorithms, and it progresses only while a rank polls it, which the sleeps would slow.
 """
+import concurrent.futures
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -173,8 +176,64 @@ class ParameterServer:
     def sum(self, keys, arrays):
         self.kv.pushpull(keys, arrays, out=arrays)
 
+    def start_sum(self, keys, arrays):
+        """The kvstore's pushpull already runs in MXNet's engine threads: only its arrival is watched for."""
+        started = time.perf_counter()
+        self.kv.pushpull(keys, arrays, out=arrays)
+        return PendingSum(started, _arrival_of(arrays))
+
     def barrier(self):
         self.kv._barrier()
+
+
+class PendingSum:
+    """A sum in flight. wait() returns once it is in its arrays; then `seconds` is how long it travelled (from
+    `started`, a perf_counter() reading, to its arrival, however late wait() was called). `arrival` is a future of
+    the perf_counter() reading at the arrival; `finish`, run by wait() on the caller's thread, writes the result
+    where it belongs."""
+
+    def __init__(self, started, arrival, finish=None):
+        self.started = started
+        self.arrival = arrival
+        self.finish = finish
+        self.seconds = None
+
+    def wait(self):
+        arrived = self.arrival.result()
+        if self.finish is not None:
+            self.finish()
+        self.seconds = arrived - self.started
+
+    def abandon(self):
+        """Training ended with the sum in flight: nobody will wait for it (its daemon thread ends with the process)."""
+        self.arrival = None
+
+
+def _arrival_of(arrays):
+    """A future of the moment every array of `arrays` is written, watched by a thread that waits on them (an
+    engine wait releases the interpreter while it blocks)."""
+    def watch():
+        for entry in arrays:
+            for copy in copies_of(entry):
+                copy.wait_to_read()
+        return time.perf_counter()
+
+    return in_thread(watch, "sum-arrival")
+
+
+def in_thread(function, name):
+    """A future of function()'s result, run on a daemon thread of its own: one that never ends (a sum whose other
+    workers are gone) does not keep the process from exiting."""
+    future = concurrent.futures.Future()
+
+    def run():
+        try:
+            future.set_result(function())
+        except BaseException as error:  # handed to whoever waits for the future
+            future.set_exception(error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 class MpiAllreduce:
@@ -213,6 +272,23 @@ class MpiAllreduce:
         self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
         self.count("allreduce", flat.size)
         unpack(flat, arrays)
+
+    def start_sum(self, keys, arrays):
+        """The arrays are packed now; the barrier and the allreduce run on a thread of their own (the caller makes
+        no other MPI call until it has waited), and wait() unpacks the sum."""
+        started = time.perf_counter()
+        flat = pack([local_sum(entry) for entry in arrays])
+
+        def reduce():
+            self.barrier()
+            self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
+            return time.perf_counter()
+
+        def finish():
+            self.count("allreduce", flat.size)
+            unpack(flat, arrays)
+
+        return PendingSum(started, in_thread(reduce, "mpi-sum"), finish)
 
     def count(self, operation, elements):
         """Add what this rank moved in one float32 operation to its traffic."""

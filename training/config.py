@@ -12,7 +12,8 @@ from training import collectives, modes
 from training.attacks import ATTACKS
 
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")
-ESYNC_POLICIES = ("apply", "plan", "nonblocking")
+ESYNC_POLICIES = ("apply", "plan", "nonblocking", "adaptive")
+ROUND_SIZING_FLAGS = ("aggregation_share", "max_slowest_steps")  # the adaptive policy's (SimpleStateServer's rule)
 LOCAL_OPTIMIZERS = ("sgd", "momentum", "adam")  # the original ESync's choices for its local steps (-ll)
 MOMENTUM_OPTIMIZER_DEFAULT = 0.9  # --momentum of --local-optimizer momentum when not given
 STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # FedAsync's s(t - tau): training/fedasync_server.py
@@ -21,7 +22,11 @@ DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's 
 SERVER_OPTIMIZERS = ("sgd", "adagrad")  # downpour's server: SGD as ASGD's, or Adagrad as Dean et al.'s
 MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, the modes that read it)}
     "local_optimizer": ("--local-optimizer", ("esync", "fedavg", "fedasync")),
-    "proximal": ("--proximal", ("fedasync",)),
+    "overlap": ("--overlap", ("esync", "fedavg")),
+    "aggregation_share": ("--aggregation-share", ("esync",)),
+    "max_slowest_steps": ("--max-slowest-steps", ("esync",)),
+    "proximal": ("--proximal", ("fedasync", "esync", "fedavg")),
+    "server_momentum": ("--server-momentum", ("esync", "fedavg")),
     "dc_lambda": ("--dc-lambda", ("dcasgd", "dcasgd-paper")),
     "dc_adaptive": ("--dc-adaptive", ("dcasgd-paper",)),
     "server_optimizer": ("--server-optimizer", ("downpour",)),
@@ -55,6 +60,9 @@ DEFAULTS = dict(
     state_server_port=10010,
     esync_policy="apply",
     epsilon=None,           # seconds; None lets the state server fit the margin to the measured step times
+    aggregation_share=None,  # adaptive policy: None leaves the state server's default
+    max_slowest_steps=None,  # adaptive policy: None leaves the state server's default
+    overlap=False,          # esync, fedavg: the aggregation runs while the next round's local steps do
     max_iters=None,
     max_time=None,
     target_accuracy=None,
@@ -77,7 +85,8 @@ DEFAULTS = dict(
     staleness="polynomial",  # fedasync: how the mixing weight shrinks with staleness
     staleness_a=None,       # fedasync: a of the staleness function (0.5 polynomial, 10 hinge)
     staleness_b=4.0,        # fedasync: b of the hinge function
-    proximal=0.0,           # fedasync: rho of the local objective's proximal term (rho / 2) |x - x_received|^2
+    proximal=0.0,           # fedasync, esync, fedavg: rho of the local objective's proximal term (rho / 2) |x - x_0|^2
+    server_momentum=0.0,    # esync, fedavg: beta of the global model's velocity
     dc_lambda=None,         # dcasgd, dcasgd-paper: lambda (lambda0 with --dc-adaptive): DC_LAMBDA_DEFAULTS
     dc_adaptive=0.0,        # dcasgd-paper: m of DC-ASGD-a's mean square of the gradients; 0: constant lambda
     server_optimizer="sgd",  # downpour: the server's rule
@@ -246,7 +255,19 @@ def build_parser():
     p.add_argument("--esync-policy", choices=ESYNC_POLICIES,
                    help="apply: ask the state server after every local step; "
                         "plan: ask once per round for the number of local steps; nonblocking: ask after every "
-                        "local step without waiting for the answer, and stop at the READY (the paper's delayed ACK)")
+                        "local step without waiting for the answer, and stop at the READY (the paper's delayed ACK); "
+                        "adaptive: plan, with rounds long enough that the aggregation idles the workers at most "
+                        "--aggregation-share of each")
+    p.add_argument("--aggregation-share", type=_share,
+                   help="adaptive policy: the largest share of a round the aggregation may keep the workers from "
+                        "computing, in (0, 1] (default 0.1)")
+    p.add_argument("--max-slowest-steps", type=_positive(int),
+                   help="adaptive policy: the most local steps the slowest worker runs in a round; bounds how far "
+                        "the workers' models drift apart (default 8)")
+    p.add_argument("--overlap", action="store_true",
+                   help="esync, fedavg: send a round's delta and go on with the next round's local steps while it "
+                        "is aggregated; the average is applied at the end of that round, keeping the local "
+                        "progress made meanwhile (delayed averaging)")
     p.add_argument("--epsilon", type=_non_negative(float),
                    help="ESync readiness margin in seconds (default: fitted to the measured step times); "
                         "zeno-async: the rule's tolerance epsilon (default 0)")
@@ -267,8 +288,12 @@ def build_parser():
                    help="fedasync: a of --staleness (default 0.5 polynomial, 10 hinge)")
     p.add_argument("--staleness-b", type=_non_negative(float), help="fedasync: b of the hinge function")
     p.add_argument("--proximal", type=_non_negative(float),
-                   help="fedasync: rho of the proximal term (rho / 2) |x - x_t|^2 the local steps add to the loss "
-                        "(x_t: the global model the worker last received; rho of the mean loss over a batch)")
+                   help="fedasync, esync, fedavg: rho of the proximal term (rho / 2) |x - x_t|^2 the local steps "
+                        "add to the loss (x_t: the global model the worker last received; rho of the mean loss over "
+                        "a batch)")
+    p.add_argument("--server-momentum", type=_momentum,
+                   help="esync, fedavg: beta of the global model's velocity: each aggregation moves it by beta x "
+                        "its last move + the average of the deltas (default 0: the average alone)")
     p.add_argument("--dc-lambda", type=_non_negative(float),
                    help="dcasgd, dcasgd-paper: lambda of the delay compensation (default 0.04; with --dc-adaptive "
                         "lambda0, default 2)")
@@ -355,6 +380,23 @@ def resolve_mode_aliases(parser, args):
         if args.mode not in (base, variant):
             parser.error(f"{flag} {value} belongs to -m {base} (it means -m {variant}), not -m {args.mode}")
         args.mode = variant
+
+
+def _share(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def refuse_sizing_without_adaptive(parser, args):
+    for field in ROUND_SIZING_FLAGS:
+        if getattr(args, field) is not None and args.esync_policy != "adaptive":
+            flag = MODE_FLAGS[field][0]
+            parser.error(f"{flag} sizes the adaptive policy's rounds: add --esync-policy adaptive")
 
 
 def _epochs_list(text):
@@ -464,6 +506,7 @@ def parse_args(argv=None):
     if args.mini_batches is None:
         args.mini_batches = nbsync_parts(args.batch_size)
     refuse_other_modes_flags(parser, args)
+    refuse_sizing_without_adaptive(parser, args)
     resolve_momentum(parser, args)
     resolve_dc_lambda(args)
     resolve_slowdown(parser, args)

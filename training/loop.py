@@ -9,7 +9,6 @@ import os
 import time
 from dataclasses import dataclass
 
-import mxnet as mx
 
 from data import BatchStream, Prefetched, augmented, normalisation
 from training import checkpoints, collectives, fault_injection, runlog
@@ -182,7 +181,7 @@ class Rounds:
         evaluated = self.evaluate(n, steps[-1], stopping)
         elapsed = time.time() - self.started
         self.save_checkpoint(n, steps[-1], stopping, elapsed)
-        extra = {"weights_digest": self.model.digest()} if self.args.digest_weights else {}
+        extra = {"weights_digest": self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
         if not scheme.schedule.constant:
             extra["lr_factor"] = scheme.lr_factor
         if scheme.transport:
@@ -235,7 +234,7 @@ class Rounds:
         with Timer(last_step, scheme.aggregation_phase), self.watchdog.guard(phase):
             fault_injection.point("worker", "aggregation", scheme.rank)
             stopping = scheme.aggregate(stop_vote)
-            mx.nd.waitall()
+            scheme.settle()
         return stopping
 
     def evaluate(self, n, last_step, stopping):

@@ -65,7 +65,11 @@ class Model:
                 losses.append(self.loss_fn(out, mx.nd.array(labels[idx], ctx=ctx)))
         for loss in losses:
             loss.backward()
-        mx.nd.waitall()  # the step's compute time is measured, and emulated slowdown scales it
+        # The step's compute time is measured, and the emulated slowdown scales it. Its gradients, not waitall(): an
+        # aggregation may be in flight (--overlap), and waiting for it would serialise the two again.
+        for p in self.trainable:
+            for grad in p.list_grad():
+                grad.wait_to_read()
 
     def warm_up(self, batch_size):
         """One forward and backward pass on a zero batch of a step's size, before the first step. The first pass of a
@@ -102,11 +106,13 @@ class Model:
             correct += (out.argmax(axis=1) == y.astype(out.dtype)).sum()
         return float(correct.asscalar()) / len(labels)
 
-    def digest(self):
-        """A fingerprint of every parameter on the first device: equal digests, equal weights."""
+    def digest(self, arrays=None):
+        """A fingerprint of `arrays` (default: every parameter on the first device): equal digests, equal values."""
+        if arrays is None:
+            arrays = [p.data(self.ctxs[0]) for p in self.params]
         sha = hashlib.sha1()
-        for p in self.params:
-            sha.update(p.data(self.ctxs[0]).asnumpy().tobytes())
+        for array in arrays:
+            sha.update(array.asnumpy().tobytes())
         return sha.hexdigest()
 
     def save(self, path):

@@ -65,22 +65,25 @@ class StateClient:
         if token:
             self._headers[TOKEN_HEADER] = token
 
-    def init(self, num_workers, epsilon=None, policy="apply", resumed=False):
-        """Sets up a job; `resumed`: the running job, set up again after the server restarted and lost it."""
+    def init(self, num_workers, epsilon=None, policy="apply", resumed=False, **sizing):
+        """Sets up a job; `resumed`: the running job, set up again after the server restarted and lost it.
+        `sizing`: the adaptive policy's share, max_slowest_steps and overlap (the server's defaults where absent)."""
         fields = {"num_workers": num_workers, "policy": policy}
         if epsilon is not None:
             fields["epsilon"] = epsilon
         if resumed:
             fields["resumed"] = 1
+        fields.update({name: int(value) if isinstance(value, bool) else value
+                       for name, value in sizing.items() if value is not None})
         return self._call("POST", "/init/", fields)
 
-    def init_again_if_lost(self, num_workers, epsilon=None, policy="apply"):
+    def init_again_if_lost(self, num_workers, epsilon=None, policy="apply", **sizing):
         """After a restart the server has no job: send /init/ again unless another worker already has (a second
         /init/ would wipe what the workers reported since). True when this call sent it."""
         if self.state().get("num_workers") is not None:
             return False
         logger.warning("the state server at %s lost the job (restarted?): sending /init/ again", self.address)
-        self.init(num_workers, epsilon, policy, resumed=True)
+        self.init(num_workers, epsilon, policy, resumed=True, **sizing)
         return True
 
     def apply(self, rank, k, c, te, retry_for=None):
@@ -94,7 +97,15 @@ class StateClient:
 
     def plan(self, rank, c):
         """Number of local steps to do this round (the one-request-per-round policy)."""
-        return int(self._call("POST", "/plan/", {"r": rank, "c": c})["k"])
+        return int(self.plan_round(rank, c)["k"])
+
+    def plan_round(self, rank, c, a=None):
+        """This round's plan: {"k": local steps, "slowest_steps", "aggregation" (the seconds the round is sized
+        to), "reason"}; `a`: this worker's aggregation time (the adaptive policy)."""
+        fields = {"r": rank, "c": c}
+        if a is not None:
+            fields["a"] = a
+        return self._call("POST", "/plan/", fields)
 
     def arrive(self, rank, t):
         """NBSSGD: at a mini-batch boundary of round t, ready to aggregate; the round's status."""

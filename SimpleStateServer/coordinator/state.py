@@ -14,6 +14,11 @@ told "gathered" just before the restart is already in the aggregation and never 
 So the first round such a job hears of counts as gathered once anyone has arrived; the
 aggregation itself still waits for every worker.
 
+ESync's adaptive policy plans rounds like the plan policy, but sizes them to the aggregation as well: each worker
+reports how long its aggregation takes, and the slowest worker runs as many steps per round as it takes for the
+aggregation to keep the workers from computing at most a given share of the round (a communication period fitted
+to the measured compute-to-communication ratio, as ADACOMM fits local SGD's), at most a bounded number.
+
 This module holds those rules and the per-worker records; it has no web framework in it so
 the rules can be tested with an injected clock.
 """
@@ -23,7 +28,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-POLICIES = ("apply", "plan", "nonblocking", "nbsync")  # nonblocking: the apply rule, asked without waiting
+POLICIES = ("apply", "plan", "nonblocking", "adaptive", "nbsync")  # nonblocking: the apply rule, asked without waiting
+# adaptive: the largest share of a round the aggregation may keep the workers from computing, and the most local
+# steps the slowest worker runs in one round (a longer round lets the workers' models drift further apart).
+DEFAULT_AGGREGATION_SHARE = 0.1
+DEFAULT_MAX_SLOWEST_STEPS = 8
 MAX_WORKERS = 4096
 # Without an explicit epsilon the margin follows the measured step times: a fixed margin
 # larger than a step would make every worker stop after one step (plain synchronous SGD).
@@ -57,6 +66,7 @@ class WorkerRecord:
     k: int = 0
     ready: bool = False
     t: int | None = 0  # the round its last /reset/ opened; None: not known (a resumed job, before its /reset/)
+    a: float | None = None  # seconds its aggregation took (adaptive policy), None until first reported
     te: float | None = None  # worker clock, kept for display only
     applies: int = 0
     resets: int = 0
@@ -106,9 +116,65 @@ def planned_steps(workers, rank, epsilon):
     slowest = slowest_worker(workers)
     if slowest is None:
         return 1
-    budget = slowest.c + margin(epsilon, slowest)
-    steps = min(budget / workers[rank].c + _FLOOR_TOLERANCE, MAX_PLANNED_STEPS)
+    return steps_within(slowest.c + margin(epsilon, slowest), workers[rank].c)
+
+
+def steps_within(budget, step_seconds):
+    """Whole steps of `step_seconds` in `budget` seconds (at least one)."""
+    steps = min(budget / step_seconds + _FLOOR_TOLERANCE, MAX_PLANNED_STEPS)
     return max(1, math.floor(steps))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the adaptive policy sizes rounds: see slowest_steps()."""
+    share: float = DEFAULT_AGGREGATION_SHARE
+    max_slowest_steps: int = DEFAULT_MAX_SLOWEST_STEPS
+    overlap: bool = False  # the workers' aggregation runs while they compute the next round
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    steps: int                 # the asking worker's local steps this round
+    slowest_steps: int         # the slowest worker's
+    aggregation: float | None  # the aggregation time the round is sized to, None while unknown
+    reason: str                # which bound set slowest_steps (BOUNDS)
+
+
+FIRST_ROUND, ONE_STEP, COVERS_AGGREGATION, CAPPED = "first round", "one step", "aggregation", "cap"
+
+
+def slowest_steps(aggregation, slowest_seconds, settings):
+    """The slowest worker's local steps per round, and which bound set them. Rounds compute T = m x the slowest
+    step, and the aggregation A keeps the workers from computing at most settings.share of each round:
+      blocking: a round is T + A, all of A idle:  A <= share (T + A)  <=>  T >= A (1 - share) / share
+      overlapped (the aggregation runs during the next round's T): a round is max(T, A), A - T of it idle:
+                A - T <= share A  <=>  T >= A (1 - share)
+    m is the smallest whole number of steps that satisfies it, and at most settings.max_slowest_steps."""
+    share = settings.share
+    needed = aggregation * (1 - share) if settings.overlap else aggregation * (1 - share) / share
+    steps = needed / slowest_seconds - _FLOOR_TOLERANCE
+    if steps > settings.max_slowest_steps:
+        return settings.max_slowest_steps, CAPPED
+    steps = max(1, math.ceil(steps))
+    return steps, (ONE_STEP if steps == 1 else COVERS_AGGREGATION)
+
+
+def adaptive_plan(workers, rank, epsilon, settings):
+    """The adaptive policy's round for worker `rank`: the slowest worker runs slowest_steps() steps, every other
+    worker as many of its own as fit in that time plus the margin. The aggregation time is the shortest any worker
+    reported: the last worker to arrive waits for nobody, so its aggregation is the transfer alone."""
+    slowest = slowest_worker(workers)
+    if slowest is None:
+        return RoundPlan(1, 1, None, FIRST_ROUND)
+    reported = [worker.a for worker in workers if worker.a is not None]
+    aggregation = min(reported) if reported else None
+    if aggregation is None:
+        m, reason = 1, ONE_STEP
+    else:
+        m, reason = slowest_steps(aggregation, slowest.c, settings)
+    steps = steps_within(m * slowest.c + margin(epsilon, slowest), workers[rank].c)
+    return RoundPlan(steps, m, aggregation, reason)
 
 
 @dataclass
@@ -135,6 +201,7 @@ class Job:
     epsilon: float | None
     policy: str
     workers: list
+    settings: Settings = field(default_factory=Settings)
     requests: dict = field(default_factory=lambda: {"apply": 0, "reset": 0, "plan": 0, "arrive": 0, "watch": 0})
     rounds: dict = field(default_factory=dict)
     oldest_round: int = 0
@@ -164,15 +231,15 @@ class Coordinator:
         self._changed = threading.Condition(self._lock)
         self._job = None
 
-    def init(self, num_workers, epsilon=None, policy="apply", resumed=False):
+    def init(self, num_workers, epsilon=None, policy="apply", resumed=False, settings=Settings()):
         """A new job; `resumed`: the job of a running cluster, set up again after this server restarted."""
-        _check_job_settings(num_workers, epsilon, policy)
+        _check_job_settings(num_workers, epsilon, policy, settings)
         with self._lock:
             now = self._clock()
             # A resumed job does not know in which round each worker is: some may wait in an aggregation.
             round_known = None if resumed else 0
             workers = [WorkerRecord(rank=rank, step_start=now, t=round_known) for rank in range(num_workers)]
-            self._job = Job(num_workers, epsilon, policy, workers, resumed=resumed)
+            self._job = Job(num_workers, epsilon, policy, workers, settings=settings, resumed=resumed)
             self._changed.notify_all()
             return self._describe_settings(self._job)
 
@@ -201,14 +268,23 @@ class Coordinator:
             worker.resets += 1
             job.requests["reset"] += 1
 
-    def plan(self, rank, c):
+    def plan(self, rank, c, a=None):
+        """This round's plan for worker `rank`, whose step takes `c` s and whose aggregation `a` s: {"k": its local
+        steps}, and under the adaptive policy the rest of its RoundPlan. The plan policy sizes rounds to one step
+        of the slowest worker and ignores `a`."""
         with self._lock:
             job = self._current_job()
             worker = self._worker(job, rank)
             worker.c = c
+            if a is not None:
+                worker.a = a
             worker.plans += 1
             job.requests["plan"] += 1
-            return planned_steps(job.workers, rank, job.epsilon)
+            if job.policy == "adaptive":
+                plan = adaptive_plan(job.workers, rank, job.epsilon, job.settings)
+                return {"k": plan.steps, "slowest_steps": plan.slowest_steps, "aggregation": plan.aggregation,
+                        "reason": plan.reason}
+            return {"k": planned_steps(job.workers, rank, job.epsilon)}
 
     def arrive(self, rank, t):
         """NBSSGD: worker `rank` is at a mini-batch boundary of round t and will aggregate
@@ -267,16 +343,21 @@ class Coordinator:
         slowest = slowest_worker(job.workers)
         current_margin = None if slowest is None else margin(job.epsilon, slowest)
         return {"num_workers": job.num_workers, "epsilon": job.epsilon,
-                "policy": job.policy, "margin": current_margin}
+                "policy": job.policy, "margin": current_margin,
+                **(asdict(job.settings) if job.policy == "adaptive" else {})}
 
 
-def _check_job_settings(num_workers, epsilon, policy):
+def _check_job_settings(num_workers, epsilon, policy, settings):
     if not 1 <= num_workers <= MAX_WORKERS:
         raise FieldError("num_workers", f"must be between 1 and {MAX_WORKERS}")
     if epsilon is not None and not (math.isfinite(epsilon) and epsilon >= 0):
         raise FieldError("epsilon", "must be a finite number >= 0")
     if policy not in POLICIES:
         raise FieldError("policy", f"must be one of {', '.join(POLICIES)}")
+    if not (math.isfinite(settings.share) and 0 < settings.share <= 1):
+        raise FieldError("share", "must be a number in (0, 1]")
+    if not 1 <= settings.max_slowest_steps <= MAX_PLANNED_STEPS:
+        raise FieldError("max_slowest_steps", f"must be between 1 and {MAX_PLANNED_STEPS}")
 
 
 def _describe_worker(worker, now):

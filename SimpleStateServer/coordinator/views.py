@@ -10,7 +10,7 @@ from django.http.multipartparser import MultiPartParserError
 from coordinator.fields import (
     float_field, integer_field, optional_float_field, optional_integer_field, optional_text_field)
 from coordinator.responses import error_response, json_response
-from coordinator.state import Coordinator, FieldError, NotInitialised
+from coordinator.state import Coordinator, FieldError, NotInitialised, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -67,14 +67,28 @@ def init(data):
     num_workers = integer_field(data, "num_workers", minimum=1)
     epsilon = optional_float_field(data, "epsilon", minimum=0.0)
     policy = optional_text_field(data, "policy", default="apply")
-    resumed = optional_integer_field(data, "resumed", default=0)
-    if resumed not in (0, 1):
-        raise FieldError("resumed", "must be 0 or 1")
-    job_settings = COORDINATOR.init(num_workers, epsilon, policy, resumed=bool(resumed))
+    resumed = _switch_field(data, "resumed")
+    defaults = Settings()
+    share = optional_float_field(data, "share", minimum=0.0)
+    settings = Settings(share=defaults.share if share is None else share,
+                        max_slowest_steps=optional_integer_field(data, "max_slowest_steps",
+                                                                 default=defaults.max_slowest_steps, minimum=1),
+                        overlap=_switch_field(data, "overlap"))
+    job_settings = COORDINATOR.init(num_workers, epsilon, policy, resumed=resumed, settings=settings)
     margin_text = "auto (0.1 x slowest step)" if epsilon is None else f"{epsilon} s"
-    logger.info("%s job: %d workers, margin %s, policy %s", "resumed" if resumed else "new", num_workers,
-                margin_text, policy)
+    sizing = (f", rounds sized so that the {'overlapped ' if settings.overlap else ''}aggregation idles at most "
+              f"{settings.share:g} of each, the slowest running at most {settings.max_slowest_steps} steps"
+              if policy == "adaptive" else "")
+    logger.info("%s job: %d workers, margin %s, policy %s%s", "resumed" if resumed else "new", num_workers,
+                margin_text, policy, sizing)
     return {"ok": 1, **job_settings}
+
+
+def _switch_field(data, name):
+    value = optional_integer_field(data, name, default=0)
+    if value not in (0, 1):
+        raise FieldError(name, "must be 0 or 1")
+    return bool(value)
 
 
 @endpoint("POST")
@@ -103,7 +117,7 @@ def plan(data):
     c = float_field(data, "c", minimum=0.0)
     if c == 0:
         raise FieldError("c", "must be > 0")
-    return {"k": COORDINATOR.plan(rank, c)}
+    return COORDINATOR.plan(rank, c, optional_float_field(data, "a", minimum=0.0))
 
 
 @endpoint("POST")

@@ -42,15 +42,16 @@ class PackedStatistics:
         if self.params:
             mx.nd.concat(*[p.data(self.ctx0).reshape((-1,)) for p in self.params], dim=0, out=self.buffer)
 
-    def scatter(self, scale=1.0):
-        """Copy scale x the buffer back into every device's statistics."""
+    def scatter(self, scale=1.0, source=None):
+        """Copy scale x the buffer (or x `source`, an array of the buffer's size) into every device's statistics."""
         if not self.params:
             return
+        source = self.buffer if source is None else source
         if scale != 1.0:
-            self.buffer *= scale
+            source *= scale
         offset = 0
         for p, size in zip(self.params, self.sizes):
-            part = self.buffer[offset:offset + size].reshape(p.shape)
+            part = source[offset:offset + size].reshape(p.shape)
             for data in p.list_data():
                 part.copyto(data)
             offset += size
@@ -173,6 +174,15 @@ class Scheme:
         """End the round; return True when any worker voted to stop (all workers then stop together)."""
         return stop_vote
 
+    def settle(self):
+        """Wait until the aggregation's work on the weights is done (it is timed as the aggregation)."""
+        mx.nd.waitall()
+
+    def global_arrays(self):
+        """The arrays that every worker of a synchronous scheme holds identically after an aggregation (what
+        --digest-weights fingerprints): the model's parameters on the first device."""
+        return [p.data(self.model.ctxs[0]) for p in self.model.params]
+
     def finish(self):
         """Release what setup() acquired."""
 
@@ -266,6 +276,15 @@ class LocallyUpdating(Scheme):
     def local_step(self):
         self.model.reduce_gradients()
         self.trainer.update(1)
+
+    def add_proximal_gradient(self, rho, anchors):
+        """The gradient of the proximal term (rho / 2) |x - anchor|^2 of the mean loss, added to each weight's
+        gradient: rho (x - anchor) times the batch size, since the loss here is summed over the batch. `anchors`:
+        per trainable parameter, its copies on the worker's devices."""
+        scale = rho * self.step_batch_size
+        for p, anchor in zip(self.model.trainable, anchors):
+            for grad, weight, start in zip(p.list_grad(), p.list_data(), anchor):
+                grad += scale * (weight - start)
 
 
 class FixedLocalSteps(LocallyUpdating):

@@ -5,8 +5,11 @@ server says the slowest worker is still busy, then all aggregate synchronously o
 delta, pull the sum, and set weights = start-of-round weights + global_lr * sum / num_workers. BatchNorm statistics
 are averaged. The local optimizer's state (momentum, Adam's moments) carries over from round to round.
 
-Three policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
-how many local steps to do, from the per-step times the workers reported; "nonblocking" is the paper's non-blocking
+Four policies: "apply" asks the state server after every local step whether to stop; "plan" asks once per round
+how many local steps to do, from the per-step times the workers reported; "adaptive" plans as "plan" but also
+reports the worker's aggregation time, and the state server sizes rounds so that the aggregation keeps the workers
+from computing at most --aggregation-share of each (the slowest worker then runs more than one step, at most
+--max-slowest-steps); "nonblocking" is the paper's non-blocking
 mode with delayed ACK (section 4.2): after every local step it sends the apply policy's question and goes on
 training without waiting for the answer, reporting as its step time the step plus the questions' round trip; when
 READY arrives during a step, that step is abandoned (its gradient is not applied) and the round ends with the steps
@@ -38,6 +41,8 @@ STEP_TIME_SMOOTHING = 0.2
 class ESyncOptions(CoordinatedOptions, LocalSGDOptions):
     esync_policy: str
     epsilon: Optional[float]
+    aggregation_share: Optional[float]
+    max_slowest_steps: Optional[int]
 
 
 class ESync(DeltaAveraging):
@@ -55,25 +60,35 @@ class ESync(DeltaAveraging):
         # Setting up the weights ends in a barrier, so /init/ above precedes every worker's first request.
         super().setup()
         self.step_seconds = None
-        self.planned_steps = 1
+        self.plan = {"k": 1}  # the state server's plan of this round (before the first: one step)
         self.opening = None  # the request that opened this round
         self.questions = []  # the nonblocking policy's questions in flight: (answer future, when it was sent)
         self.round_trip = 0.0
         self.requests = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-state")
 
+    @property
+    def job_settings(self):
+        options = self.options
+        return dict(epsilon=options.epsilon, policy=options.esync_policy, share=options.aggregation_share,
+                    max_slowest_steps=options.max_slowest_steps, overlap=options.overlap)
+
     def set_up_job(self):
-        self.client.init(self.num_workers, epsilon=self.options.epsilon, policy=self.options.esync_policy)
+        self.client.init(self.num_workers, **self.job_settings)
 
     def set_up_job_again(self):
         """The state server has no job (it restarted): the first worker to find out sets it up again. Not rank 0
         alone: rank 0 may already wait in the aggregation for workers that are waiting for the job."""
-        self.client.init_again_if_lost(self.num_workers, epsilon=self.options.epsilon,
-                                       policy=self.options.esync_policy)
+        self.client.init_again_if_lost(self.num_workers, **self.job_settings)
+
+    @property
+    def plans(self):
+        return self.options.esync_policy in ("plan", "adaptive")
 
     def begin_round(self, completed):
-        if self.options.esync_policy == "plan":
+        if self.plans:
             if self.step_seconds is not None:
-                self.opening = self.requests.submit(self.client.plan, self.rank, self.step_seconds)
+                aggregation = self.aggregation_seconds if self.options.esync_policy == "adaptive" else None
+                self.opening = self.requests.submit(self.client.plan_round, self.rank, self.step_seconds, aggregation)
         elif completed > 0:
             self.opening = self.requests.submit(self.client.reset, self.rank, completed, time.time())
 
@@ -84,9 +99,10 @@ class ESync(DeltaAveraging):
         else:
             self.step_seconds += STEP_TIME_SMOOTHING * (step_seconds - self.step_seconds)
         opened = self.round_opened()
-        if self.options.esync_policy == "plan":
-            self.planned_steps = opened or self.planned_steps
-            return steps >= self.planned_steps
+        if self.plans:
+            if opened is not None:
+                self.plan = opened
+            return steps >= self.plan["k"]
         if self.options.esync_policy == "nonblocking":
             return self.answered_ready() or self.ask_without_waiting(steps)
         return self.ready(steps)
@@ -122,8 +138,17 @@ class ESync(DeltaAveraging):
         return False
 
     def round_record(self):
-        """The plan policy logs the local steps the state server planned for this worker's round."""
-        return {"planned_steps": self.planned_steps} if self.options.esync_policy == "plan" else {}
+        """The plan policies log the local steps the state server planned for this worker's round; the adaptive
+        one also the slowest worker's, the aggregation time the round was sized to, and which bound set it."""
+        record = super().round_record()
+        if not self.plans:
+            return record
+        record[runlog.PLANNED_STEPS] = self.plan["k"]
+        if self.options.esync_policy == "adaptive" and "reason" in self.plan:
+            record.update({runlog.PLANNED_SLOWEST_STEPS: self.plan["slowest_steps"],
+                           runlog.PLANNED_AGGREGATION: self.plan["aggregation"],
+                           runlog.PLAN_REASON: self.plan["reason"]})
+        return record
 
     def round_opened(self):
         """The answer to the request that opened the round (raising what it raised), once; None after that."""
@@ -141,3 +166,4 @@ class ESync(DeltaAveraging):
     def finish(self):
         self.requests.shutdown()
         self.client.close()
+        super().finish()

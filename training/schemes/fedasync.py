@@ -57,14 +57,8 @@ class FedAsync(FixedLocalSteps):
     def local_step(self):
         self.model.reduce_gradients()
         if self.options.proximal:
-            self.add_proximal_gradient()
+            self.add_proximal_gradient(self.options.proximal, self.received)
         self.trainer.update(1)
-
-    def add_proximal_gradient(self):
-        scale = self.options.proximal * self.step_batch_size
-        for p, received in zip(self.model.trainable, self.received):
-            for grad, weight, start in zip(p.list_grad(), p.list_data(), received):
-                grad += scale * (weight - start)
 
     def aggregate(self, stop_vote):
         ctx0 = self.model.ctxs[0]

@@ -3,12 +3,26 @@ round's start weights W, then all aggregate synchronously (over the ps-lite serv
 the deltas, and weights = W + global_lr x sum / num_workers (global_lr 1: the average of the workers' models).
 BatchNorm statistics are averaged. The local optimizer's state carries over from round to round. The schemes
 differ in when a worker's round ends.
+
+Against the drift of the workers' models on non-i.i.d. data: --proximal rho adds FedProx's (rho / 2) |x - W|^2 to
+the local steps' loss; --server-momentum beta moves W by a velocity of the averages (SlowMo, FedAvgM).
+
+With --overlap (delayed averaging, as overlap local SGD): a worker sends its round's delta and goes on with the next
+round's local steps while the sum travels; at the end of that round it applies the average, keeping the progress
+made meanwhile (delayed_average), and sends that progress. W, the global model, is then the same on every worker
+after each applied average; a worker's weights are W plus its own steps since it sent. When any worker votes to
+stop, every worker learns it from the next average and all end with one blocking aggregation of what is left, so
+they stop with identical weights.
 """
+import time
 from dataclasses import dataclass
 
 import mxnet as mx
 
+from training import runlog
 from training.schemes.base import LocallyUpdating, Options
+
+AGGREGATION_SMOOTHING = 0.2  # the aggregation time a worker reports: one round's is noisy on shared cores
 
 
 @dataclass(frozen=True)
@@ -16,6 +30,28 @@ class LocalSGDOptions(Options):
     local_lr: float
     local_optimizer: str
     global_lr: float
+    overlap: bool
+    proximal: float
+    server_momentum: float
+
+
+def delayed_average(weights, start, sent, move):
+    """Apply a move of the global model that arrived a round late, in place (numpy or MXNet arrays alike):
+        start   += move           the global model W moves (by the average of the deltas sent, global_move())
+        weights += move - sent    W plus this worker's progress since it sent `sent` (= weights - start then)"""
+    start += move
+    weights += move - sent
+
+
+def global_move(total, scale, velocity=None, momentum=0.0):
+    """How far the global model moves for the sum `total` of the workers' deltas: scale x total (scale = global_lr /
+    workers), or with server momentum beta (SlowMo's, Wang et al. 2020; FedAvgM's) the velocity
+        velocity = beta x velocity + scale x total,   updated in place."""
+    if not momentum:
+        return total * scale
+    velocity *= momentum
+    velocity += total * scale
+    return velocity
 
 
 class DeltaAveraging(LocallyUpdating):
@@ -24,22 +60,126 @@ class DeltaAveraging(LocallyUpdating):
     def setup(self):
         self.broadcast_initial_weights()
         self.local_trainer(self.options.local_lr, self.options.local_optimizer)
+        ctx0 = self.model.ctxs[0]
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
-        self.delta = [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
+        self.delta = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
         self.buffers = self.exchanged(self.delta)
+        self.velocity = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable] \
+            if self.options.server_momentum else [None] * len(self.delta)
+        self.aggregation_seconds = None  # smoothed: how long an aggregation takes on this worker
+        self.pending = None              # --overlap: the sum in flight
+        self.applied_in_flight = None    # --overlap: how long the average applied this round travelled
+        if self.options.overlap:
+            self.sent = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
 
     def aggregate(self, stop_vote):
-        ctx0 = self.model.ctxs[0]
-        for p, delta, start in zip(self.model.trainable, self.delta, self.start):
-            mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
+        if self.options.overlap:
+            return self.aggregate_overlapped(stop_vote)
+        return self.aggregate_now(stop_vote)
+
+    def aggregate_now(self, stop_vote):
+        started = time.perf_counter()
+        self.compute_deltas()
         self.corrupt(self.delta)
         self.control[:] = float(stop_vote)
         self.stats.gather()
         self.transport.sum(self.keys, self.buffers)
-        scale = self.options.global_lr * self.lr_factor / self.num_workers
-        for p, delta, starts in zip(self.model.trainable, self.delta, self.start):
+        for entry in self.buffers:
+            entry.wait_to_read()  # the training loop waits for the update anyway: this only times the sum
+        self.observe_aggregation(time.perf_counter() - started)
+        for p, move, starts in zip(self.model.trainable, self.global_moves(), self.start):
             for data, start in zip(p.list_data(), starts):
-                start += scale * delta.as_in_context(start.context)
+                start += move.as_in_context(start.context)
                 start.copyto(data)
         self.stats.scatter(1.0 / self.num_workers)
         return stop_vote or self.stop_requested()
+
+    def aggregate_overlapped(self, stop_vote):
+        arrived_statistics = None
+        if self.pending is not None:
+            arrived_statistics = self.apply_arrived()
+            if self.stop_requested():
+                return self.aggregate_now(True)
+        self.send(stop_vote)
+        if arrived_statistics is not None:
+            self.stats.scatter(1.0 / self.num_workers, source=arrived_statistics)
+        if stop_vote:
+            self.apply_arrived()
+            return self.aggregate_now(True)
+        return False
+
+    def send(self, stop_vote):
+        """Start the sum of this round's delta (weights - W) and go on."""
+        self.compute_deltas()
+        for delta, sent in zip(self.delta, self.sent):
+            delta.copyto(sent)  # before any corruption: `sent` is the progress this worker really made
+        self.corrupt(self.delta)
+        self.control[:] = float(stop_vote)
+        self.stats.gather()
+        self.pending = self.transport.start_sum(self.keys, self.buffers)
+
+    def apply_arrived(self):
+        """Wait for the sum in flight and apply it (delayed_average); the summed BatchNorm statistics it brought
+        (a copy, or None), to be set once this round's own have been sent."""
+        pending, self.pending = self.pending, None
+        pending.wait()
+        self.applied_in_flight = pending.seconds
+        self.observe_aggregation(pending.seconds)
+        for p, move, starts, sent in zip(self.model.trainable, self.global_moves(), self.start, self.sent):
+            for data, start in zip(p.list_data(), starts):
+                delayed_average(data, start, sent.as_in_context(start.context), move.as_in_context(start.context))
+        return self.stats.buffer.copy() if self.stats else None
+
+    def round_record(self):
+        """With --overlap: how long the average applied this round travelled (the round's aggregation phase is
+        only the part of it the worker waited for)."""
+        record = super().round_record()
+        if self.applied_in_flight is not None:
+            record[runlog.AVERAGE_IN_FLIGHT] = self.applied_in_flight
+            self.applied_in_flight = None
+        return record
+
+    def compute_deltas(self):
+        ctx0 = self.model.ctxs[0]
+        for p, delta, start in zip(self.model.trainable, self.delta, self.start):
+            mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
+
+    def global_moves(self):
+        """Per trainable parameter, the global model's move for the sums now in the delta buffers."""
+        scale = self.options.global_lr * self.lr_factor / self.num_workers
+        return [global_move(total, scale, velocity, self.options.server_momentum)
+                for total, velocity in zip(self.delta, self.velocity)]
+
+    def local_step(self):
+        self.model.reduce_gradients()
+        if self.options.proximal:
+            self.add_proximal_gradient(self.options.proximal, self.start)
+        self.trainer.update(1)
+
+    def observe_aggregation(self, seconds):
+        if self.aggregation_seconds is None:
+            self.aggregation_seconds = seconds
+        else:
+            self.aggregation_seconds += AGGREGATION_SMOOTHING * (seconds - self.aggregation_seconds)
+
+    def settle(self):
+        """Wait for the weights only: with --overlap a sum is still in flight, and waiting for it would undo the
+        overlap."""
+        if not self.options.overlap:
+            return super().settle()
+        for p in self.model.trainable:
+            for data in p.list_data():
+                data.wait_to_read()
+
+    def global_arrays(self):
+        """With --overlap the global model W (the same on every worker), not the weights (W plus this worker's
+        progress since it sent)."""
+        if not self.options.overlap:
+            return super().global_arrays()
+        return [starts[0] for starts in self.start] + [p.data(self.model.ctxs[0]) for p in self.model.aux]
+
+    def finish(self):
+        if self.pending is not None:  # training ended by a failure: nothing will apply it
+            self.pending.abandon()
+            self.pending = None
+        super().finish()

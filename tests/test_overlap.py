@@ -1,0 +1,63 @@
+"""Delayed averaging (--overlap), the rule alone: a worker sends its round's delta, steps on, and applies the average
+a round late keeping the progress made meanwhile (training/schemes/local_sgd.py). Real jobs that use it:
+tests/test_esync.py (ps-lite) and tests/test_collectives.py (MPI's ring)."""
+import numpy as np
+import pytest
+
+from training.schemes.local_sgd import delayed_average, global_move
+
+
+def test_a_late_average_moves_the_global_model_and_keeps_the_progress_made_since_sending():
+    start = np.array([1.0, 2.0])
+    sent = np.array([0.5, -1.0])             # weights - start when the delta was sent
+    weights = start + sent + [0.25, 0.25]    # then two more local steps' worth of progress
+    total = sent + np.array([1.5, 1.0])      # the sum of the two workers' deltas
+
+    delayed_average(weights, start, sent, global_move(total, 0.5))
+
+    assert np.allclose(start, [2.0, 2.0])      # W + the average of the two deltas
+    assert np.allclose(weights, [2.25, 2.25])  # the new W + the progress since sending
+
+
+def test_workers_that_apply_every_average_a_round_late_share_the_global_model_of_plain_averaging():
+    """Three workers, each adding its own progress every round: their global models stay identical, and equal
+    the sum of every average sent so far, however the progress differed."""
+    rng = np.random.default_rng(0)
+    workers, size, scale = 3, 5, 1 / 3
+    start = [np.zeros(size) for _ in range(workers)]
+    weights = [np.zeros(size) for _ in range(workers)]
+    sent = [None] * workers
+    expected_global = np.zeros(size)
+    in_flight = None
+    for _ in range(20):
+        for w in range(workers):
+            weights[w] += rng.normal(size=size)  # this round's local steps
+        if in_flight is not None:
+            for w in range(workers):
+                delayed_average(weights[w], start[w], sent[w], global_move(in_flight, scale))
+            expected_global += scale * in_flight
+            assert all(np.allclose(s, expected_global) for s in start)
+        sent = [weights[w] - start[w] for w in range(workers)]
+        in_flight = sum(sent)
+    # what is in flight and each worker's last progress are the last round's: the global model trails by a round
+    assert all(np.allclose(weights[w], start[w] + sent[w]) for w in range(workers))
+
+
+def test_esync_variants_name_a_policy_and_the_overlap():
+    from training import esync_variants
+
+    assert esync_variants.flags("adaptive-overlap") == (["--esync-policy", "adaptive"], ["--overlap"])
+    assert esync_variants.flags("plan") == (["--esync-policy", "plan"], [])
+    assert esync_variants.parse("overlap") == ("apply", True)
+    assert esync_variants.describe("adaptive-overlap") == "adaptive, overlap"
+    with pytest.raises(ValueError, match="no policy 'greedy'"):
+        esync_variants.parse("greedy-overlap")
+
+
+def test_server_momentum_moves_the_global_model_by_a_velocity_of_the_averages():
+    velocity = np.zeros(2)
+    moves = [global_move(np.array(total), 0.5, velocity, momentum=0.9).copy() for total in ([2.0, 0.0], [2.0, 0.0],
+                                                                                            [0.0, 0.0])]
+
+    assert np.allclose(moves, [[1.0, 0.0], [1.9, 0.0], [1.71, 0.0]])  # v = 0.9 v + 0.5 x total
+    assert np.allclose(global_move(np.array([2.0, 4.0]), 0.5), [1.0, 2.0])  # no momentum: the average
