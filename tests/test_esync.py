@@ -113,8 +113,9 @@ def test_nonblocking_policy_drops_the_step_that_ready_interrupts_and_keeps_every
 def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_its_share(processes, tmp_path):
     """--aggregation-share 0.01: the loopback aggregation (a few ms) must be at most 1 % of a round, which takes
     several steps of the slow worker (capped at 3); the fast one fills the same time with its own steps. The rule
-    itself: tests/test_state_server.py."""
-    extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3"]
+    itself: tests/test_state_server.py. With FedNova's normalised averaging, whose a_i travels beside the stop vote,
+    the workers stay identical and learn."""
+    extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3", "--normalised-averaging"]
     runs = {rank: iter_records(folder)
             for rank, folder in run_esync(processes, tmp_path, "adaptive", rounds=40, extra=extra).items()}
 
@@ -128,13 +129,16 @@ def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_it
     assert [r[runlog.PLANNED_STEPS] for r in later] == [r[runlog.PLANNED_SLOWEST_STEPS] for r in later]
     assert statistics.mean(r[runlog.PLANNED_SLOWEST_STEPS] for r in later) > 1.5
     assert mean_steps(runs[1 - slow][3:]) > 2 * mean_steps(later)
+    assert [r["accuracy"] for r in runs[0] if "accuracy" in r][-1] >= 0.85
 
 
 def test_overlapped_aggregation_keeps_one_global_model_and_ends_with_identical_weights(processes, tmp_path):
     """--overlap: every round applies the average sent a round earlier (its travel time logged), the global model
     (the start weights those averages move) is the same on both workers every round, and after the last, blocking,
-    aggregation the final weights are identical too."""
-    folders = run_esync(processes, tmp_path, "plan", rounds=60, extra=["--overlap"])
+    aggregation the final weights are identical too. The drift corrections ride along: server momentum moves the
+    global model by a velocity every worker computes alike, the proximal term pulls each worker's steps towards it."""
+    folders = run_esync(processes, tmp_path, "plan", rounds=60,
+                        extra=["--overlap", "--server-momentum", "0.5", "--proximal", "0.1"])
     runs = {rank: iter_records(folder) for rank, folder in folders.items()}
 
     assert [len(records) for records in runs.values()] == [60, 60]

@@ -27,6 +27,7 @@ MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, t
     "max_slowest_steps": ("--max-slowest-steps", ("esync",)),
     "proximal": ("--proximal", ("fedasync", "esync", "fedavg")),
     "server_momentum": ("--server-momentum", ("esync", "fedavg")),
+    "normalised_averaging": ("--normalised-averaging", ("esync", "fedavg")),
     "dc_lambda": ("--dc-lambda", ("dcasgd", "dcasgd-paper")),
     "dc_adaptive": ("--dc-adaptive", ("dcasgd-paper",)),
     "server_optimizer": ("--server-optimizer", ("downpour",)),
@@ -87,6 +88,7 @@ DEFAULTS = dict(
     staleness_b=4.0,        # fedasync: b of the hinge function
     proximal=0.0,           # fedasync, esync, fedavg: rho of the local objective's proximal term (rho / 2) |x - x_0|^2
     server_momentum=0.0,    # esync, fedavg: beta of the global model's velocity
+    normalised_averaging=False,  # esync, fedavg: FedNova's average of the deltas divided by each worker's steps
     dc_lambda=None,         # dcasgd, dcasgd-paper: lambda (lambda0 with --dc-adaptive): DC_LAMBDA_DEFAULTS
     dc_adaptive=0.0,        # dcasgd-paper: m of DC-ASGD-a's mean square of the gradients; 0: constant lambda
     server_optimizer="sgd",  # downpour: the server's rule
@@ -294,6 +296,10 @@ def build_parser():
     p.add_argument("--server-momentum", type=_momentum,
                    help="esync, fedavg: beta of the global model's velocity: each aggregation moves it by beta x "
                         "its last move + the average of the deltas (default 0: the average alone)")
+    p.add_argument("--normalised-averaging", action="store_true",
+                   help="esync, fedavg: average each worker's delta divided by its local steps and scale the "
+                        "average by the workers' mean steps (FedNova), so that a worker's share counts the same "
+                        "however many steps it took; SGD and momentum local optimizers")
     p.add_argument("--dc-lambda", type=_non_negative(float),
                    help="dcasgd, dcasgd-paper: lambda of the delay compensation (default 0.04; with --dc-adaptive "
                         "lambda0, default 2)")
@@ -483,6 +489,8 @@ def resolve_momentum(parser, args):
         parser.error("--momentum is SGD's; --local-optimizer adam keeps its own moments")
     if args.server_optimizer == "adagrad" and args.momentum is not None:
         parser.error("--momentum is SGD's; --server-optimizer adagrad scales each weight's step by its own history")
+    if args.normalised_averaging and args.local_optimizer == "adam":
+        parser.error("--normalised-averaging divides a delta by its SGD steps; Adam's steps have no such norm")
     if args.local_optimizer == "momentum" and args.momentum == 0:
         parser.error("--local-optimizer momentum needs --momentum > 0 (or leave it out: "
                      f"{MOMENTUM_OPTIMIZER_DEFAULT})")

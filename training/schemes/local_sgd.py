@@ -5,7 +5,10 @@ BatchNorm statistics are averaged. The local optimizer's state carries over from
 differ in when a worker's round ends.
 
 Against the drift of the workers' models on non-i.i.d. data: --proximal rho adds FedProx's (rho / 2) |x - W|^2 to
-the local steps' loss; --server-momentum beta moves W by a velocity of the averages (SlowMo, FedAvgM).
+the local steps' loss; --server-momentum beta moves W by a velocity of the averages (SlowMo, FedAvgM);
+--normalised-averaging averages each worker's delta divided by its local work a_i (its steps with SGD, step_norm)
+and scales the average by the workers' mean a_i (FedNova, Wang et al. 2020): with ESync's unequal local steps a
+plain average weighs each worker by its steps, and the classes of the slow workers' shares nearly drop out of it.
 
 With --overlap (delayed averaging, as overlap local SGD): a worker sends its round's delta and goes on with the next
 round's local steps while the sum travels; at the end of that round it applies the average, keeping the progress
@@ -33,6 +36,7 @@ class LocalSGDOptions(Options):
     overlap: bool
     proximal: float
     server_momentum: float
+    normalised_averaging: bool
 
 
 def delayed_average(weights, start, sent, move):
@@ -41,6 +45,15 @@ def delayed_average(weights, start, sent, move):
         weights += move - sent    W plus this worker's progress since it sent `sent` (= weights - start then)"""
     start += move
     weights += move - sent
+
+
+def step_norm(steps, momentum=0.0):
+    """FedNova's a_i of a worker that took `steps` local steps: the steps themselves with plain SGD; with momentum
+    beta, the summed coefficients of the gradients in its delta, (steps - beta (1 - beta^steps) / (1 - beta)) /
+    (1 - beta)."""
+    if not momentum:
+        return float(steps)
+    return (steps - momentum * (1 - momentum ** steps) / (1 - momentum)) / (1 - momentum)
 
 
 def global_move(total, scale, velocity=None, momentum=0.0):
@@ -58,8 +71,11 @@ class DeltaAveraging(LocallyUpdating):
     kvstore = "dist_sync"
 
     def setup(self):
+        if self.options.normalised_averaging:
+            self.control = mx.nd.zeros((2,))  # [the stop vote, this worker's a_i]; summed: [votes, sum of a_i]
         self.broadcast_initial_weights()
         self.local_trainer(self.options.local_lr, self.options.local_optimizer)
+        self.round_steps = 0
         ctx0 = self.model.ctxs[0]
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.delta = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
@@ -80,8 +96,9 @@ class DeltaAveraging(LocallyUpdating):
     def aggregate_now(self, stop_vote):
         started = time.perf_counter()
         self.compute_deltas()
+        self.normalise()
         self.corrupt(self.delta)
-        self.control[:] = float(stop_vote)
+        self.control[0] = float(stop_vote)
         self.stats.gather()
         self.transport.sum(self.keys, self.buffers)
         for entry in self.buffers:
@@ -113,8 +130,9 @@ class DeltaAveraging(LocallyUpdating):
         self.compute_deltas()
         for delta, sent in zip(self.delta, self.sent):
             delta.copyto(sent)  # before any corruption: `sent` is the progress this worker really made
+        self.normalise()
         self.corrupt(self.delta)
-        self.control[:] = float(stop_vote)
+        self.control[0] = float(stop_vote)
         self.stats.gather()
         self.pending = self.transport.start_sum(self.keys, self.buffers)
 
@@ -144,9 +162,21 @@ class DeltaAveraging(LocallyUpdating):
         for p, delta, start in zip(self.model.trainable, self.delta, self.start):
             mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
 
+    def normalise(self):
+        """--normalised-averaging: the delta divided by this round's a_i, which travels beside the stop vote."""
+        steps, self.round_steps = self.round_steps, 0
+        if not self.options.normalised_averaging:
+            return
+        norm = step_norm(max(steps, 1), self.options.momentum)
+        for delta in self.delta:
+            delta /= norm
+        self.control[1] = norm
+
     def global_moves(self):
         """Per trainable parameter, the global model's move for the sums now in the delta buffers."""
         scale = self.options.global_lr * self.lr_factor / self.num_workers
+        if self.options.normalised_averaging:
+            scale *= self.control[1].asscalar() / self.num_workers  # the workers' mean a_i
         return [global_move(total, scale, velocity, self.options.server_momentum)
                 for total, velocity in zip(self.delta, self.velocity)]
 
@@ -155,6 +185,7 @@ class DeltaAveraging(LocallyUpdating):
         if self.options.proximal:
             self.add_proximal_gradient(self.options.proximal, self.start)
         self.trainer.update(1)
+        self.round_steps += 1
 
     def observe_aggregation(self, seconds):
         if self.aggregation_seconds is None:

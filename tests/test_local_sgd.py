@@ -1,10 +1,11 @@
-"""Delayed averaging (--overlap), the rule alone: a worker sends its round's delta, steps on, and applies the average
-a round late keeping the progress made meanwhile (training/schemes/local_sgd.py). Real jobs that use it:
-tests/test_esync.py (ps-lite) and tests/test_collectives.py (MPI's ring)."""
+"""The rules of local SGD's delta averaging alone (training/schemes/local_sgd.py): delayed averaging (--overlap: a
+worker sends its round's delta, steps on, and applies the average a round late keeping the progress made
+meanwhile), server momentum, FedNova's normalised averaging. Real jobs that use them: tests/test_esync.py (ps-lite)
+and tests/test_collectives.py (MPI's ring)."""
 import numpy as np
 import pytest
 
-from training.schemes.local_sgd import delayed_average, global_move
+from training.schemes.local_sgd import delayed_average, global_move, step_norm
 
 
 def test_a_late_average_moves_the_global_model_and_keeps_the_progress_made_since_sending():
@@ -61,3 +62,25 @@ def test_server_momentum_moves_the_global_model_by_a_velocity_of_the_averages():
 
     assert np.allclose(moves, [[1.0, 0.0], [1.9, 0.0], [1.71, 0.0]])  # v = 0.9 v + 0.5 x total
     assert np.allclose(global_move(np.array([2.0, 4.0]), 0.5), [1.0, 2.0])  # no momentum: the average
+
+
+def test_fednova_weighs_every_worker_alike_however_many_steps_it_took():
+    """Two workers whose every step moves by their own gradient g_i: 20 steps and 1 step. A plain average of the
+    deltas is (20 g_0 + g_1) / 2, nearly all worker 0's; FedNova's, sum(delta_i / a_i) / 2 scaled by the mean a_i,
+    is 10.5 (g_0 + g_1) / 2: both directions with equal weight, the length of the mean work."""
+    g = [np.array([1.0, 0.0]), np.array([0.0, 1.0])]
+    steps = [20, 1]
+    deltas = [s * gi for s, gi in zip(steps, g)]
+    norms = [step_norm(s) for s in steps]
+
+    total = sum(d / a for d, a in zip(deltas, norms))
+    move = global_move(total, 1.0 / 2 * (sum(norms) / 2))
+
+    assert np.allclose(move, [5.25, 5.25])
+
+
+def test_fednova_norm_counts_the_gradients_momentum_accumulated():
+    # with momentum beta a step's gradient keeps acting: steps 1, 2 give 1 and 1 + (1 + beta) coefficients
+    assert step_norm(1, 0.9) == pytest.approx(1.0)
+    assert step_norm(2, 0.9) == pytest.approx(1.0 + 1.9)
+    assert step_norm(7) == 7.0
