@@ -139,3 +139,11 @@ def test_a_rivals_flag_where_it_does_not_belong_is_refused_in_one_line(argv, mes
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert message in line
+
+
+def test_the_launcher_drops_another_modes_flags_with_their_values_and_switches_alone():
+    argv = ["--overlap", "--eval-seconds", "0.5", "--proximal", "0.1", "--scaffold", "-b", "32"]
+
+    assert config.flags_for_mode(argv, "local") == ["--eval-seconds", "0.5", "-b", "32"]
+    assert config.flags_for_mode(argv, "sync") == ["--eval-seconds", "0.5", "-b", "32"]
+    assert config.flags_for_mode(argv, "esync") == argv

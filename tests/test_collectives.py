@@ -183,8 +183,9 @@ def mpi_jobs(tmp_path_factory):
         state_port = start_state_server(group)  # while the sync jobs start
         run_to_the_end(group, jobs, 180)
         log_dirs["esync"] = str(tmp_path / "esync" / "lenet" / "esync")
-        esync = ["-m", "esync", "--esync-policy", "adaptive", "--overlap", "--collective", "ring", *LENET_ARGS,
-                 "-port", str(state_port), "--max-time", "3", "-e", "0", "--digest-weights", "--sync-timeout", "60"]
+        esync = ["-m", "esync", "--esync-policy", "adaptive", "--overlap", "--scaffold", "--collective", "ring",
+                 *LENET_ARGS, "-port", str(state_port), "--max-time", "3", "-e", "0", "--digest-weights",
+                 "--sync-timeout", "60"]
         run_to_the_end(group, [start_mpi_job(group, "esync", log_dirs["esync"],
                                              [(1, esync), (1, esync + ["--slowdown", "4"])])], 120)
         yield log_dirs
@@ -232,7 +233,7 @@ def test_each_rank_logs_the_bytes_its_collective_moves(mpi_jobs, collective):
 def test_overlapped_adaptive_esync_over_ring_does_the_planned_steps_with_one_global_model(mpi_jobs):
     """ESync's adaptive policy with --overlap over MPI: the allreduce runs on a thread while the next round's local
     steps do; every rank does the steps it was planned (the slow one the slowest's), the global model is the same
-    on both ranks every round, and the final weights too."""
+    on both ranks every round, and the final weights too. SCAFFOLD's variates travel in the same buffer."""
     folders = worker_folders(mpi_jobs["esync"])
     slowdowns = {meta(f)["rank"]: meta(f)["slowdown"] for f in folders}
     runs = {meta(f)["rank"]: iter_records(f) for f in folders}

@@ -10,7 +10,7 @@ from training import runlog
 pytestmark = pytest.mark.slow  # real processes
 
 
-def run_esync(processes, tmp_path, policy, seconds=None, rounds=None, extra=()):
+def run_esync(processes, tmp_path, policy, seconds=None, rounds=None, extra=(), slowdowns=(1, 4)):
     # Rank 0 evaluates only at the end (-e 0): an evaluation inside the round delays rank 0's next step, and when
     # rank 0 is the slow worker the others fill that delay with extra local steps.
     state_port = start_state_server(processes)
@@ -18,7 +18,7 @@ def run_esync(processes, tmp_path, policy, seconds=None, rounds=None, extra=()):
     stop = ["--max-iters", str(rounds)] if rounds else ["--max-time", str(seconds)]
     args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, *stop, "-e", "0", "--digest-weights",
                          *extra]
-    workers = start_job(processes, "esync", args, num_workers=2, slowdowns=[1, 4], log_dir=log_dir)
+    workers = start_job(processes, "esync", args, num_workers=2, slowdowns=list(slowdowns), log_dir=log_dir)
     finish(processes, workers, timeout=180)
     return {meta(f)["rank"]: f for f in worker_folders(log_dir)}
 
@@ -141,7 +141,7 @@ def test_overlapped_aggregation_keeps_one_global_model_and_ends_with_identical_w
                         extra=["--overlap", "--server-momentum", "0.5", "--proximal", "0.1"])
     runs = {rank: iter_records(folder) for rank, folder in folders.items()}
 
-    assert [len(records) for records in runs.values()] == [60, 60]
+    assert [len(records) for records in runs.values()] == [61, 61]  # the stop is learnt a round late
     for rank, records in runs.items():
         assert [r["weights_digest"] for r in records] == [r["weights_digest"] for r in runs[0]]
         assert [runlog.local_steps(r) for r in records] == [r[runlog.PLANNED_STEPS] for r in records]
@@ -150,3 +150,19 @@ def test_overlapped_aggregation_keeps_one_global_model_and_ends_with_identical_w
     finals = {open(f"{folder}/{runlog.FINAL_MODEL_FILE}", "rb").read() for folder in folders.values()}
     assert len(finals) == 1
     assert [r["accuracy"] for r in runs[0] if "accuracy" in r][-1] >= 0.85
+
+
+def test_an_overlapped_job_stops_together_when_only_the_slowest_worker_votes(processes, tmp_path):
+    """Rank 0, the slow worker, alone evaluates and so alone votes to stop at --target-accuracy. Under the apply
+    policy the fast worker's round waits for the slowest to step: the voter trains one more round with everyone,
+    and all stop after the round that brought the vote, with identical weights. SCAFFOLD's control variates travel
+    on keys of their own beside the deltas."""
+    extra = ["--overlap", "-e", "1", "--target-accuracy", "0.8", "--scaffold"]
+    folders = run_esync(processes, tmp_path, "apply", seconds=60, extra=extra, slowdowns=(4, 1))
+    runs = {rank: iter_records(folder) for rank, folder in folders.items()}
+
+    reached = next(r["num_iters"] for r in runs[0] if r.get("accuracy", 0) >= 0.8)
+    # the evaluation ends its round; the next round carries the vote, the one after learns it
+    assert [len(records) for records in runs.values()] == [reached + 2, reached + 2]
+    finals = {open(f"{folder}/{runlog.FINAL_MODEL_FILE}", "rb").read() for folder in folders.values()}
+    assert len(finals) == 1

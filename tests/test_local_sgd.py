@@ -5,7 +5,7 @@ and tests/test_collectives.py (MPI's ring)."""
 import numpy as np
 import pytest
 
-from training.schemes.local_sgd import delayed_average, global_move, step_norm
+from training.schemes.local_sgd import delayed_average, global_move, scaffold_change, step_norm
 
 
 def test_a_late_average_moves_the_global_model_and_keeps_the_progress_made_since_sending():
@@ -84,3 +84,23 @@ def test_fednova_norm_counts_the_gradients_momentum_accumulated():
     assert step_norm(1, 0.9) == pytest.approx(1.0)
     assert step_norm(2, 0.9) == pytest.approx(1.0 + 1.9)
     assert step_norm(7) == 7.0
+
+
+def test_scaffold_variates_become_the_mean_corrected_gradient_and_steer_the_steps_to_the_global_one():
+    """Two workers with constant gradients g_0, g_1 (their shares' optima apart), 5 and 1 steps a round at rate 0.1,
+    each step's gradient corrected by c - c_i: after a round each c_i is its own gradient and c their mean, and from
+    then on every worker steps along the mean gradient, however many steps it takes."""
+    g = [np.array([1.0, 0.0]), np.array([0.0, 1.0])]
+    steps, lr = [5, 1], 0.1
+    c = np.zeros(2)
+    c_local = [np.zeros(2), np.zeros(2)]
+    for _ in range(2):
+        changes, deltas = [], []
+        for i in range(2):
+            delta = -lr * steps[i] * (g[i] + c - c_local[i])
+            changes.append(scaffold_change(c_local[i], c, delta, steps[i], lr))
+            deltas.append(delta)
+        c += sum(changes) / 2
+    assert np.allclose(c_local[0], g[0]) and np.allclose(c_local[1], g[1])
+    assert np.allclose(c, (g[0] + g[1]) / 2)
+    assert np.allclose(deltas[0] / steps[0], deltas[1] / steps[1])  # both along -lr x the mean gradient

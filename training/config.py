@@ -28,6 +28,7 @@ MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, t
     "proximal": ("--proximal", ("fedasync", "esync", "fedavg")),
     "server_momentum": ("--server-momentum", ("esync", "fedavg")),
     "normalised_averaging": ("--normalised-averaging", ("esync", "fedavg")),
+    "scaffold": ("--scaffold", ("esync", "fedavg")),
     "dc_lambda": ("--dc-lambda", ("dcasgd", "dcasgd-paper")),
     "dc_adaptive": ("--dc-adaptive", ("dcasgd-paper",)),
     "server_optimizer": ("--server-optimizer", ("downpour",)),
@@ -89,6 +90,7 @@ DEFAULTS = dict(
     proximal=0.0,           # fedasync, esync, fedavg: rho of the local objective's proximal term (rho / 2) |x - x_0|^2
     server_momentum=0.0,    # esync, fedavg: beta of the global model's velocity
     normalised_averaging=False,  # esync, fedavg: FedNova's average of the deltas divided by each worker's steps
+    scaffold=False,         # esync, fedavg: SCAFFOLD's control variates correct every local step
     dc_lambda=None,         # dcasgd, dcasgd-paper: lambda (lambda0 with --dc-adaptive): DC_LAMBDA_DEFAULTS
     dc_adaptive=0.0,        # dcasgd-paper: m of DC-ASGD-a's mean square of the gradients; 0: constant lambda
     server_optimizer="sgd",  # downpour: the server's rule
@@ -300,6 +302,9 @@ def build_parser():
                    help="esync, fedavg: average each worker's delta divided by its local steps and scale the "
                         "average by the workers' mean steps (FedNova), so that a worker's share counts the same "
                         "however many steps it took; SGD and momentum local optimizers")
+    p.add_argument("--scaffold", action="store_true",
+                   help="esync, fedavg: correct every local step's gradient by SCAFFOLD's control variates c - c_i "
+                        "(option II), which travel with the deltas")
     p.add_argument("--dc-lambda", type=_non_negative(float),
                    help="dcasgd, dcasgd-paper: lambda of the delay compensation (default 0.04; with --dc-adaptive "
                         "lambda0, default 2)")
@@ -467,12 +472,13 @@ def flags_for_mode(argv, mode):
     """argv without the MODE_FLAGS flags (and their values) that `mode` does not read: the launcher hands the same
     extra arguments to every mode of an experiment."""
     foreign = {flag for flag, mode_names in MODE_FLAGS.values() if mode not in mode_names}
+    switches = {flag for action in build_parser()._actions if action.nargs == 0 for flag in action.option_strings}
     kept, skip = [], False
     for arg in argv:
         if skip:
             skip = False
         elif arg in foreign:
-            skip = True
+            skip = arg not in switches  # a switch (--overlap) has no value to drop with it
         elif arg.split("=", 1)[0] not in foreign:
             kept.append(arg)
     return kept

@@ -59,6 +59,7 @@ class ESync(DeltaAveraging):
             self.set_up_job()
         # Setting up the weights ends in a barrier, so /init/ above precedes every worker's first request.
         super().setup()
+        self.reports_aggregation = options.esync_policy == "adaptive"
         self.step_seconds = None
         self.plan = {"k": 1}  # the state server's plan of this round (before the first: one step)
         self.opening = None  # the request that opened this round

@@ -8,14 +8,16 @@ Against the drift of the workers' models on non-i.i.d. data: --proximal rho adds
 the local steps' loss; --server-momentum beta moves W by a velocity of the averages (SlowMo, FedAvgM);
 --normalised-averaging averages each worker's delta divided by its local work a_i (its steps with SGD, step_norm)
 and scales the average by the workers' mean a_i (FedNova, Wang et al. 2020): with ESync's unequal local steps a
-plain average weighs each worker by its steps, and the classes of the slow workers' shares nearly drop out of it.
+plain average weighs each worker by its steps, and the classes of the slow workers' shares nearly drop out of it;
+--scaffold corrects every local step's gradient by c - c_i, SCAFFOLD's control variates, which travel with the
+deltas (twice the bytes).
 
 With --overlap (delayed averaging, as overlap local SGD): a worker sends its round's delta and goes on with the next
 round's local steps while the sum travels; at the end of that round it applies the average, keeping the progress
 made meanwhile (delayed_average), and sends that progress. W, the global model, is then the same on every worker
 after each applied average; a worker's weights are W plus its own steps since it sent. When any worker votes to
-stop, every worker learns it from the next average and all end with one blocking aggregation of what is left, so
-they stop with identical weights.
+stop, every worker learns it from that round's average, at the end of the next round, and all end there with one
+blocking aggregation of what is left: they stop with identical weights, one round after the stop condition.
 """
 import time
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ class LocalSGDOptions(Options):
     proximal: float
     server_momentum: float
     normalised_averaging: bool
+    scaffold: bool
 
 
 def delayed_average(weights, start, sent, move):
@@ -56,6 +59,16 @@ def step_norm(steps, momentum=0.0):
     return (steps - momentum * (1 - momentum ** steps) / (1 - momentum)) / (1 - momentum)
 
 
+def scaffold_change(local_cv, global_cv, delta, steps, lr):
+    """SCAFFOLD's control variates (Karimireddy et al. 2020, option II) after `steps` local steps of rate `lr` that
+    moved a worker from W by `delta`: its own variate becomes
+        c_i' = c_i - c - delta / (steps x lr)      (the mean corrected gradient of its steps)
+    in place; returns c_i' - c_i, whose average over the workers moves the global c."""
+    change = -global_cv - delta / (steps * lr)
+    local_cv += change
+    return change
+
+
 def global_move(total, scale, velocity=None, momentum=0.0):
     """How far the global model moves for the sum `total` of the workers' deltas: scale x total (scale = global_lr /
     workers), or with server momentum beta (SlowMo's, Wang et al. 2020; FedAvgM's) the velocity
@@ -69,6 +82,7 @@ def global_move(total, scale, velocity=None, momentum=0.0):
 
 class DeltaAveraging(LocallyUpdating):
     kvstore = "dist_sync"
+    reports_aggregation = False  # time every aggregation (aggregation_seconds; ESync's adaptive policy reads it)
 
     def setup(self):
         if self.options.normalised_averaging:
@@ -80,13 +94,44 @@ class DeltaAveraging(LocallyUpdating):
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.delta = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
         self.buffers = self.exchanged(self.delta)
+        self.sum_keys = self.keys
+        if self.options.scaffold:
+            self.set_up_control_variates(ctx0)
         self.velocity = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable] \
             if self.options.server_momentum else [None] * len(self.delta)
-        self.aggregation_seconds = None  # smoothed: how long an aggregation takes on this worker
+        self.aggregation_seconds = None  # smoothed: how long an aggregation takes, when reports_aggregation
+        self.model.steps_overlap_transfers = self.options.overlap
         self.pending = None              # --overlap: the sum in flight
         self.applied_in_flight = None    # --overlap: how long the average applied this round travelled
         if self.options.overlap:
             self.sent = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
+
+    def set_up_control_variates(self, ctx0):
+        """SCAFFOLD's variates: the global c, this worker's c_i, and the change of c_i each round sends, on keys of
+        their own after the control key (all zero at first)."""
+        shapes = [(p.shape, p.dtype) for p in self.model.trainable]
+        self.global_cv = [mx.nd.zeros(shape, ctx=ctx0, dtype=dtype) for shape, dtype in shapes]
+        self.local_cv = [mx.nd.zeros(shape, ctx=ctx0, dtype=dtype) for shape, dtype in shapes]
+        self.cv_change = [mx.nd.zeros(shape, ctx=ctx0, dtype=dtype) for shape, dtype in shapes]
+        self.correction = [mx.nd.zeros(shape, ctx=ctx0, dtype=dtype) for shape, dtype in shapes]
+        cv_keys = [self.control_key + 1 + i for i in range(len(shapes))]
+        self.transport.declare(cv_keys, [change.copy() for change in self.cv_change])
+        self.sum_keys = self.keys + cv_keys
+        self.buffers = self.buffers + self.cv_change
+
+    def change_control_variates(self):
+        """Before the deltas are sent: this round's change of c_i into the buffers that travel with them."""
+        lr = self.options.local_lr * self.lr_factor
+        steps = max(self.round_steps, 1)
+        for local, global_, delta, change in zip(self.local_cv, self.global_cv, self.delta, self.cv_change):
+            scaffold_change(local, global_, delta, steps, lr).copyto(change)
+
+    def apply_control_variates(self):
+        """Once the sums are there: c moves by the average change, and each step's correction becomes c - c_i."""
+        for local, global_, change, correction in zip(self.local_cv, self.global_cv, self.cv_change,
+                                                      self.correction):
+            global_ += change / self.num_workers
+            mx.nd.elemwise_sub(global_, local, out=correction)
 
     def aggregate(self, stop_vote):
         if self.options.overlap:
@@ -100,10 +145,13 @@ class DeltaAveraging(LocallyUpdating):
         self.corrupt(self.delta)
         self.control[0] = float(stop_vote)
         self.stats.gather()
-        self.transport.sum(self.keys, self.buffers)
-        for entry in self.buffers:
-            entry.wait_to_read()  # the training loop waits for the update anyway: this only times the sum
-        self.observe_aggregation(time.perf_counter() - started)
+        self.transport.sum(self.sum_keys, self.buffers)
+        if self.reports_aggregation:
+            for entry in self.buffers:
+                entry.wait_to_read()  # the loop waits for the update anyway: this only times the sum apart from it
+            self.observe_aggregation(time.perf_counter() - started)
+        if self.options.scaffold:
+            self.apply_control_variates()
         for p, move, starts in zip(self.model.trainable, self.global_moves(), self.start):
             for data, start in zip(p.list_data(), starts):
                 start += move.as_in_context(start.context)
@@ -117,12 +165,11 @@ class DeltaAveraging(LocallyUpdating):
             arrived_statistics = self.apply_arrived()
             if self.stop_requested():
                 return self.aggregate_now(True)
+        # A vote to stop travels with this round's delta: the voter trains one more round like everyone else, since
+        # under the apply policy the others' round would wait for it to step (a stopped slowest never gets there).
         self.send(stop_vote)
         if arrived_statistics is not None:
             self.stats.scatter(1.0 / self.num_workers, source=arrived_statistics)
-        if stop_vote:
-            self.apply_arrived()
-            return self.aggregate_now(True)
         return False
 
     def send(self, stop_vote):
@@ -134,7 +181,7 @@ class DeltaAveraging(LocallyUpdating):
         self.corrupt(self.delta)
         self.control[0] = float(stop_vote)
         self.stats.gather()
-        self.pending = self.transport.start_sum(self.keys, self.buffers)
+        self.pending = self.transport.start_sum(self.sum_keys, self.buffers)
 
     def apply_arrived(self):
         """Wait for the sum in flight and apply it (delayed_average); the summed BatchNorm statistics it brought
@@ -143,6 +190,8 @@ class DeltaAveraging(LocallyUpdating):
         pending.wait()
         self.applied_in_flight = pending.seconds
         self.observe_aggregation(pending.seconds)
+        if self.options.scaffold:
+            self.apply_control_variates()
         for p, move, starts, sent in zip(self.model.trainable, self.global_moves(), self.start, self.sent):
             for data, start in zip(p.list_data(), starts):
                 delayed_average(data, start, sent.as_in_context(start.context), move.as_in_context(start.context))
@@ -163,7 +212,10 @@ class DeltaAveraging(LocallyUpdating):
             mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
 
     def normalise(self):
-        """--normalised-averaging: the delta divided by this round's a_i, which travels beside the stop vote."""
+        """--normalised-averaging: the delta divided by this round's a_i, which travels beside the stop vote. (Also
+        where SCAFFOLD's change of c_i is taken, from the delta before any scaling, and the round's steps reset.)"""
+        if self.options.scaffold:
+            self.change_control_variates()
         steps, self.round_steps = self.round_steps, 0
         if not self.options.normalised_averaging:
             return
@@ -184,6 +236,10 @@ class DeltaAveraging(LocallyUpdating):
         self.model.reduce_gradients()
         if self.options.proximal:
             self.add_proximal_gradient(self.options.proximal, self.start)
+        if self.options.scaffold:
+            for p, correction in zip(self.model.trainable, self.correction):
+                for grad in p.list_grad():
+                    grad += correction.as_in_context(grad.context)
         self.trainer.update(1)
         self.round_steps += 1
 
