@@ -83,13 +83,13 @@ def global_move(total, scale, velocity=None, momentum=0.0):
 class DeltaAveraging(LocallyUpdating):
     kvstore = "dist_sync"
     reports_aggregation = False  # time every aggregation (aggregation_seconds; ESync's adaptive policy reads it)
+    round_steps = 0              # local steps since the last delta was sent
 
     def setup(self):
         if self.options.normalised_averaging:
             self.control = mx.nd.zeros((2,))  # [the stop vote, this worker's a_i]; summed: [votes, sum of a_i]
         self.broadcast_initial_weights()
         self.local_trainer(self.options.local_lr, self.options.local_optimizer)
-        self.round_steps = 0
         ctx0 = self.model.ctxs[0]
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.delta = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
