@@ -112,7 +112,8 @@ def test_nonblocking_policy_drops_the_step_that_ready_interrupts_and_keeps_every
 
 def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_its_share(processes, tmp_path):
     """--aggregation-share 0.01: the loopback aggregation (a few ms) must be at most 1 % of a round, which takes
-    several steps of the slow worker (capped at 3); the fast one fills the same time with its own steps. The rule
+    several steps of the slow worker (capped at 3); every worker steps while its next step would end within that
+    time, so the fast one fills it with its own steps. The rule
     itself: tests/test_state_server.py. With FedNova's normalised averaging, whose a_i travels beside the stop vote,
     the workers stay identical and learn."""
     extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3", "--normalised-averaging"]
@@ -122,12 +123,15 @@ def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_it
     slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
     for rank, records in runs.items():
         assert [r["weights_digest"] for r in records] == [r["weights_digest"] for r in runs[slow]]
-        assert [runlog.local_steps(r) for r in records] == [r[runlog.PLANNED_STEPS] for r in records]
-        assert records[0][runlog.PLANNED_STEPS] == 1  # nothing is measured before the first round
+        assert runlog.local_steps(records[0]) == 1  # nothing is measured before the first round
         assert {r[runlog.PLAN_REASON] for r in records[3:]} <= {"aggregation", "cap"}
+        for r in records[3:]:  # steps while the next would end within the planned time: past it by under a step
+            durations = [sum(step.get(p, 0.0) for p in runlog.OWN_STEP_PHASES + (runlog.CHECK_READY,))
+                         for step in r["time"].values()]
+            assert sum(durations) - max(durations) <= r[runlog.PLANNED_SECONDS] + 0.005, (rank, r["num_iters"])
     later = runs[slow][3:]
-    assert [r[runlog.PLANNED_STEPS] for r in later] == [r[runlog.PLANNED_SLOWEST_STEPS] for r in later]
     assert statistics.mean(r[runlog.PLANNED_SLOWEST_STEPS] for r in later) > 1.5
+    assert statistics.mean(runlog.local_steps(r) for r in later) > 1.5
     assert mean_steps(runs[1 - slow][3:]) > 2 * mean_steps(later)
     assert [r["accuracy"] for r in runs[0] if "accuracy" in r][-1] >= 0.85
 

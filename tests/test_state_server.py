@@ -3,6 +3,7 @@ HTTP endpoints through Django's test client."""
 
 import json
 import logging
+import math
 import socket
 import threading
 import time
@@ -215,14 +216,15 @@ def test_adaptive_plan_gives_every_worker_the_slowest_workers_round():
 
     plans = [adaptive_plan(workers, rank, 0.0, settings) for rank in range(3)]
 
-    assert plans == [RoundPlan(5, 5, 0.2, COVERS_AGGREGATION), RoundPlan(20, 5, 0.2, COVERS_AGGREGATION),
-                     RoundPlan(40, 5, 0.2, COVERS_AGGREGATION)]
+    assert plans == [RoundPlan(5, 5, 0.2, COVERS_AGGREGATION, 2.0), RoundPlan(20, 5, 0.2, COVERS_AGGREGATION, 2.0),
+                     RoundPlan(40, 5, 0.2, COVERS_AGGREGATION, 2.0)]
 
 
 def test_adaptive_plan_is_the_plan_policys_until_an_aggregation_is_reported():
     workers = [worker(0, c=0.4), worker(1, c=0.1)]
 
-    assert adaptive_plan(workers, 1, 0.0, Settings()) == RoundPlan(planned_steps(workers, 1, 0.0), 1, None, ONE_STEP)
+    assert adaptive_plan(workers, 1, 0.0, Settings()) == RoundPlan(planned_steps(workers, 1, 0.0), 1, None, ONE_STEP,
+                                                                  0.4)
     assert adaptive_plan([WorkerRecord(rank=0, step_start=0.0), worker(1, c=0.1)], 1, 0.0, Settings()) == \
         RoundPlan(1, 1, None, FIRST_ROUND)
 
@@ -238,6 +240,7 @@ def test_adaptive_plan_survives_extreme_times(c_slow, c_fast, aggregation, share
 
     assert 1 <= plan.steps <= MAX_PLANNED_STEPS
     assert 1 <= plan.slowest_steps <= cap
+    assert 0 < plan.seconds < math.inf
 
 
 # ---------------------------------------------------------------- Coordinator
@@ -653,9 +656,10 @@ class PlanEndpointTests(EndpointTestCase):
         self.init(2, epsilon=0.0, policy="adaptive", share=0.5, max_slowest_steps=4)
         self.post("/plan/", r=0, c=0.2, a=0.5)  # T >= 0.5 s: 3 steps of 0.2 s
 
-        response = self.post("/plan/", r=1, c=0.1, a=0.9)
+        plan = self.post("/plan/", r=1, c=0.1, a=0.9).json()
 
-        self.assertEqual(response.json(), {"k": 6, "slowest_steps": 3, "aggregation": 0.5, "reason": "aggregation"})
+        self.assertAlmostEqual(plan.pop("seconds"), 0.6)
+        self.assertEqual(plan, {"k": 6, "slowest_steps": 3, "aggregation": 0.5, "reason": "aggregation"})
 
     def test_the_plan_policy_ignores_the_aggregation_time(self):
         self.init(2, epsilon=0.0, policy="plan")

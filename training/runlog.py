@@ -49,11 +49,14 @@ RECEIVED_BYTES = "received_bytes"
 TRAFFIC_FIELDS = (SENT_BYTES, RECEIVED_BYTES)
 OWN_STEP_PHASES = (GET_BATCH, FORWARD_BACKWARD, LOCAL_UPDATE, EMULATED_SLOWDOWN)  # a worker's own work
 # A planned ESync round (the plan and adaptive policies): the worker's planned local steps; adaptive also logs the
-# slowest worker's, the aggregation time (s) the round was sized to, and which bound set the round's length.
+# slowest worker's, the aggregation time (s) the round was sized to, which bound set the round's length, and the
+# round's computing time (a worker steps while its next step would end within it; planned_steps is then the count
+# its reported step time gave).
 PLANNED_STEPS = "planned_steps"
 PLANNED_SLOWEST_STEPS = "planned_slowest_steps"
 PLANNED_AGGREGATION = "planned_aggregation"
 PLAN_REASON = "plan_reason"
+PLANNED_SECONDS = "planned_seconds"  # adaptive: the round's computing time, which the worker's own clock keeps
 AVERAGE_IN_FLIGHT = "average_in_flight"  # --overlap: seconds the average applied in the round travelled
 
 PROCESSES_FOLDER = "processes"  # beside a run's node folders (the launcher's): each process's output and PIDs

@@ -24,6 +24,7 @@ the rules can be tested with an injected clock.
 """
 
 import math
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -135,10 +136,11 @@ class Settings:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    steps: int                 # the asking worker's local steps this round
+    steps: int                 # the asking worker's local steps this round, at its reported step time
     slowest_steps: int         # the slowest worker's
     aggregation: float | None  # the aggregation time the round is sized to, None while unknown
     reason: str                # which bound set slowest_steps (BOUNDS)
+    seconds: float | None = None  # the round's computing time: the slowest's steps plus the margin
 
 
 FIRST_ROUND, ONE_STEP, COVERS_AGGREGATION, CAPPED = "first round", "one step", "aggregation", "cap"
@@ -162,7 +164,8 @@ def slowest_steps(aggregation, slowest_seconds, settings):
 
 def adaptive_plan(workers, rank, epsilon, settings):
     """The adaptive policy's round for worker `rank`: the slowest worker runs slowest_steps() steps, every other
-    worker as many of its own as fit in that time plus the margin. The aggregation time is the shortest any worker
+    worker as many of its own as fit in that time plus the margin, `seconds` (the workers step until their own
+    clock says the next step would end past it: a count planned from an average step drifts over hundreds of steps). The aggregation time is the shortest any worker
     reported: the last worker to arrive waits for nobody, so its aggregation is the transfer alone."""
     slowest = slowest_worker(workers)
     if slowest is None:
@@ -173,8 +176,8 @@ def adaptive_plan(workers, rank, epsilon, settings):
         m, reason = 1, ONE_STEP
     else:
         m, reason = slowest_steps(aggregation, slowest.c, settings)
-    steps = steps_within(m * slowest.c + margin(epsilon, slowest), workers[rank].c)
-    return RoundPlan(steps, m, aggregation, reason)
+    seconds = min(m * slowest.c + margin(epsilon, slowest), sys.float_info.max)  # finite: it travels as JSON
+    return RoundPlan(steps_within(seconds, workers[rank].c), m, aggregation, reason, seconds)
 
 
 @dataclass
@@ -282,8 +285,8 @@ class Coordinator:
             job.requests["plan"] += 1
             if job.policy == "adaptive":
                 plan = adaptive_plan(job.workers, rank, job.epsilon, job.settings)
-                return {"k": plan.steps, "slowest_steps": plan.slowest_steps, "aggregation": plan.aggregation,
-                        "reason": plan.reason}
+                return {"k": plan.steps, "seconds": plan.seconds, "slowest_steps": plan.slowest_steps,
+                        "aggregation": plan.aggregation, "reason": plan.reason}
             return {"k": planned_steps(job.workers, rank, job.epsilon)}
 
     def arrive(self, rank, t):

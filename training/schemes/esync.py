@@ -9,7 +9,8 @@ Four policies: "apply" asks the state server after every local step whether to s
 how many local steps to do, from the per-step times the workers reported; "adaptive" plans as "plan" but also
 reports the worker's aggregation time, and the state server sizes rounds so that the aggregation keeps the workers
 from computing at most --aggregation-share of each (the slowest worker then runs more than one step, at most
---max-slowest-steps); "nonblocking" is the paper's non-blocking
+--max-slowest-steps), answering with the round's computing time, which each worker keeps on its own clock (it
+steps while its next step would end within it); "nonblocking" is the paper's non-blocking
 mode with delayed ACK (section 4.2): after every local step it sends the apply policy's question and goes on
 training without waiting for the answer, reporting as its step time the step plus the questions' round trip; when
 READY arrives during a step, that step is abandoned (its gradient is not applied) and the round ends with the steps
@@ -86,6 +87,7 @@ class ESync(DeltaAveraging):
         return self.options.esync_policy in ("plan", "adaptive")
 
     def begin_round(self, completed):
+        self.round_started = time.perf_counter()
         if self.plans:
             if self.step_seconds is not None:
                 aggregation = self.aggregation_seconds if self.options.esync_policy == "adaptive" else None
@@ -103,6 +105,8 @@ class ESync(DeltaAveraging):
         if self.plans:
             if opened is not None:
                 self.plan = opened
+            if self.plan.get("seconds") is not None:  # adaptive: the round's time, kept on this worker's clock
+                return time.perf_counter() - self.round_started + self.step_seconds > self.plan["seconds"]
             return steps >= self.plan["k"]
         if self.options.esync_policy == "nonblocking":
             return self.answered_ready() or self.ask_without_waiting(steps)
@@ -148,7 +152,7 @@ class ESync(DeltaAveraging):
         if self.options.esync_policy == "adaptive" and "reason" in self.plan:
             record.update({runlog.PLANNED_SLOWEST_STEPS: self.plan["slowest_steps"],
                            runlog.PLANNED_AGGREGATION: self.plan["aggregation"],
-                           runlog.PLAN_REASON: self.plan["reason"]})
+                           runlog.PLAN_REASON: self.plan["reason"], runlog.PLANNED_SECONDS: self.plan["seconds"]})
         return record
 
     def round_opened(self):
