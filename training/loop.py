@@ -9,7 +9,6 @@ import os
 import time
 from dataclasses import dataclass
 
-
 from data import BatchStream, Prefetched, augmented, normalisation
 from training import checkpoints, collectives, fault_injection, runlog
 from training.devices import contexts, device_name

@@ -165,8 +165,9 @@ def slowest_steps(aggregation, slowest_seconds, settings):
 def adaptive_plan(workers, rank, epsilon, settings):
     """The adaptive policy's round for worker `rank`: the slowest worker runs slowest_steps() steps, every other
     worker as many of its own as fit in that time plus the margin, `seconds` (the workers step until their own
-    clock says the next step would end past it: a count planned from an average step drifts over hundreds of steps). The aggregation time is the shortest any worker
-    reported: the last worker to arrive waits for nobody, so its aggregation is the transfer alone."""
+    clock says the next step would end past it: a count planned from an average step drifts over hundreds of
+    steps). The aggregation time is the shortest any worker reported: the last worker to arrive waits for nobody,
+    so its aggregation is the transfer alone."""
     slowest = slowest_worker(workers)
     if slowest is None:
         return RoundPlan(1, 1, None, FIRST_ROUND)

@@ -30,12 +30,10 @@ from typing import Optional
 
 from training import runlog
 from training.schemes.base import CoordinatedOptions
-from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
+from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions, smoothed
 from training.state_client import StateClient, StateServerUnavailable
 
 log = logging.getLogger("esync")
-
-STEP_TIME_SMOOTHING = 0.2
 
 
 @dataclass(frozen=True)
@@ -96,11 +94,7 @@ class ESync(DeltaAveraging):
             self.opening = self.requests.submit(self.client.reset, self.rank, completed, time.time())
 
     def round_done(self, steps, step_seconds):
-        # A smoothed step time: one step's time is noisy when workers share cores.
-        if self.step_seconds is None:
-            self.step_seconds = step_seconds
-        else:
-            self.step_seconds += STEP_TIME_SMOOTHING * (step_seconds - self.step_seconds)
+        self.step_seconds = smoothed(self.step_seconds, step_seconds)
         opened = self.round_opened()
         if self.plans:
             if opened is not None:
@@ -123,7 +117,7 @@ class ESync(DeltaAveraging):
         opens the next one goes after them."""
         while self.questions and self.questions[0][0].done():
             answer, sent = self.questions.pop(0)
-            self.round_trip += STEP_TIME_SMOOTHING * (time.perf_counter() - sent - self.round_trip)
+            self.round_trip = smoothed(self.round_trip, time.perf_counter() - sent)
             try:
                 ready = answer.result()
             except StateServerUnavailable as err:

@@ -27,7 +27,12 @@ import mxnet as mx
 from training import runlog
 from training.schemes.base import LocallyUpdating, Options
 
-AGGREGATION_SMOOTHING = 0.2  # the aggregation time a worker reports: one round's is noisy on shared cores
+SMOOTHING = 0.2  # a new sample's weight in the times a worker reports: one step's or round's is noisy on shared cores
+
+
+def smoothed(previous, sample):
+    """An exponential moving average of measured times (the first sample alone while there is none)."""
+    return sample if previous is None else previous + SMOOTHING * (sample - previous)
 
 
 @dataclass(frozen=True)
@@ -90,39 +95,37 @@ class DeltaAveraging(LocallyUpdating):
             self.control = mx.nd.zeros((2,))  # [the stop vote, this worker's a_i]; summed: [votes, sum of a_i]
         self.broadcast_initial_weights()
         self.local_trainer(self.options.local_lr, self.options.local_optimizer)
-        ctx0 = self.model.ctxs[0]
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
-        self.delta = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
+        self.delta = self.zeros_like_weights()
         self.buffers = self.exchanged(self.delta)
         self.sum_keys = self.keys
         if self.options.scaffold:
-            self.set_up_control_variates(ctx0)
-        self.velocity = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable] \
-            if self.options.server_momentum else [None] * len(self.delta)
+            self.set_up_control_variates()
+        self.velocity = self.zeros_like_weights() if self.options.server_momentum else [None] * len(self.delta)
         self.aggregation_seconds = None  # smoothed: how long an aggregation takes, when reports_aggregation
         self.model.steps_overlap_transfers = self.options.overlap
         self.pending = None              # --overlap: the sum in flight
         self.applied_in_flight = None    # --overlap: how long the average applied this round travelled
         if self.options.overlap:
-            self.sent = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
+            self.sent = self.zeros_like_weights()
 
-    def set_up_control_variates(self, ctx0):
+    def zeros_like_weights(self):
+        """One zero array per trainable parameter, on the first device."""
+        return [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
+
+    def set_up_control_variates(self):
         """SCAFFOLD's variates: the global c, this worker's c_i, and the change of c_i each round sends, on keys of
         their own after the control key (all zero at first)."""
-        shapes = [(p.shape, p.dtype) for p in self.model.trainable]
-        self.global_cv = [mx.nd.zeros(shape, ctx=ctx0, dtype=dtype) for shape, dtype in shapes]
-        self.local_cv = [mx.nd.zeros(shape, ctx=ctx0, dtype=dtype) for shape, dtype in shapes]
-        self.cv_change = [mx.nd.zeros(shape, ctx=ctx0, dtype=dtype) for shape, dtype in shapes]
-        self.correction = [mx.nd.zeros(shape, ctx=ctx0, dtype=dtype) for shape, dtype in shapes]
-        cv_keys = [self.control_key + 1 + i for i in range(len(shapes))]
-        self.transport.declare(cv_keys, [change.copy() for change in self.cv_change])
+        self.global_cv, self.local_cv = self.zeros_like_weights(), self.zeros_like_weights()
+        self.cv_change, self.correction = self.zeros_like_weights(), self.zeros_like_weights()
+        cv_keys = [self.control_key + 1 + i for i in range(len(self.cv_change))]
+        self.transport.declare(cv_keys, self.cv_change)
         self.sum_keys = self.keys + cv_keys
         self.buffers = self.buffers + self.cv_change
 
-    def change_control_variates(self):
+    def change_control_variates(self, steps):
         """Before the deltas are sent: this round's change of c_i into the buffers that travel with them."""
         lr = self.options.local_lr * self.lr_factor
-        steps = max(self.round_steps, 1)
         for local, global_, delta, change in zip(self.local_cv, self.global_cv, self.delta, self.cv_change):
             scaffold_change(local, global_, delta, steps, lr).copyto(change)
 
@@ -140,11 +143,7 @@ class DeltaAveraging(LocallyUpdating):
 
     def aggregate_now(self, stop_vote):
         started = time.perf_counter()
-        self.compute_deltas()
-        self.normalise()
-        self.corrupt(self.delta)
-        self.control[0] = float(stop_vote)
-        self.stats.gather()
+        self.fill_buffers(stop_vote)
         self.transport.sum(self.sum_keys, self.buffers)
         if self.reports_aggregation:
             for entry in self.buffers:
@@ -174,13 +173,7 @@ class DeltaAveraging(LocallyUpdating):
 
     def send(self, stop_vote):
         """Start the sum of this round's delta (weights - W) and go on."""
-        self.compute_deltas()
-        for delta, sent in zip(self.delta, self.sent):
-            delta.copyto(sent)  # before any corruption: `sent` is the progress this worker really made
-        self.normalise()
-        self.corrupt(self.delta)
-        self.control[0] = float(stop_vote)
-        self.stats.gather()
+        self.fill_buffers(stop_vote, keep_sent=True)
         self.pending = self.transport.start_sum(self.sum_keys, self.buffers)
 
     def apply_arrived(self):
@@ -206,23 +199,26 @@ class DeltaAveraging(LocallyUpdating):
             self.applied_in_flight = None
         return record
 
-    def compute_deltas(self):
+    def fill_buffers(self, stop_vote, keep_sent=False):
+        """What this round sends: its delta (weights - W; `keep_sent`: also kept in `sent` as it is, the progress
+        this worker really made), SCAFFOLD's change of c_i, the delta divided by FedNova's a_i (which travels beside
+        the stop vote), whatever a Byzantine worker does to it, the stop vote and the BatchNorm statistics."""
         ctx0 = self.model.ctxs[0]
         for p, delta, start in zip(self.model.trainable, self.delta, self.start):
             mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
-
-    def normalise(self):
-        """--normalised-averaging: the delta divided by this round's a_i, which travels beside the stop vote. (Also
-        where SCAFFOLD's change of c_i is taken, from the delta before any scaling, and the round's steps reset.)"""
+        if keep_sent:
+            for delta, sent in zip(self.delta, self.sent):
+                delta.copyto(sent)
+        steps, self.round_steps = max(self.round_steps, 1), 0
         if self.options.scaffold:
-            self.change_control_variates()
-        steps, self.round_steps = self.round_steps, 0
-        if not self.options.normalised_averaging:
-            return
-        norm = step_norm(max(steps, 1), self.options.momentum)
-        for delta in self.delta:
-            delta /= norm
-        self.control[1] = norm
+            self.change_control_variates(steps)
+        if self.options.normalised_averaging:
+            self.control[1] = norm = step_norm(steps, self.options.momentum)
+            for delta in self.delta:
+                delta /= norm
+        self.corrupt(self.delta)
+        self.control[0] = float(stop_vote)
+        self.stats.gather()
 
     def global_moves(self):
         """Per trainable parameter, the global model's move for the sums now in the delta buffers."""
@@ -244,10 +240,7 @@ class DeltaAveraging(LocallyUpdating):
         self.round_steps += 1
 
     def observe_aggregation(self, seconds):
-        if self.aggregation_seconds is None:
-            self.aggregation_seconds = seconds
-        else:
-            self.aggregation_seconds += AGGREGATION_SMOOTHING * (seconds - self.aggregation_seconds)
+        self.aggregation_seconds = smoothed(self.aggregation_seconds, seconds)
 
     def settle(self):
         """Wait for the weights only: with --overlap a sum is still in flight, and waiting for it would undo the
