@@ -30,6 +30,7 @@ from training.failures import EXIT_FAILURE, EXIT_USAGE
 
 PAPER_SLOWDOWN = "1,1,1,1,20,20"   # 4 fast devices, 2 slow ones (the paper's GPU and CPU steps differ ~100x)
 PAPER_MODES = ("esync", "sync", "async", "dcasgd")
+PAPER_ESYNC_POLICY = "apply"       # the paper's rule, whatever the project's default
 DEFAULT_LOG_DIR = os.path.join("logs", "paper")
 
 
@@ -48,6 +49,8 @@ def build_parser():
     p.add_argument("--modes", default=",".join(PAPER_MODES),
                    help=f"the cluster modes to compare (default {','.join(PAPER_MODES)}); the standalone baseline "
                         "always runs")
+    p.add_argument("--esync-policy", default=PAPER_ESYNC_POLICY, choices=config.ESYNC_POLICIES,
+                   help=f"ESync's policy (default {PAPER_ESYNC_POLICY}, the paper's rule; see launch.py --help)")
     p.add_argument("--repeats", type=int, default=5, help="runs of every mode and split (default 5)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
     p.add_argument("--max-time", type=float, default=75.0,
@@ -105,7 +108,7 @@ def launcher_argv(ns, network, repeat, split, cluster_modes, worker_args):
     """launch.py's command line of one repeat and split: the standalone baseline runs with the i.i.d. modes."""
     chosen = cluster_modes + ((modes.STANDALONE,) if split == "iid" else ())
     argv = ["--modes", ",".join(chosen), "-n", network, "--dataset", ns.dataset, "-dd", ns.data_dir,
-            "--slowdown", ns.slowdown, "--max-time", str(ns.max_time), "--seed", str(ns.seed + repeat - 1),
+            "--slowdown", ns.slowdown, "--esync-policy", ns.esync_policy, "--max-time", str(ns.max_time), "--seed", str(ns.seed + repeat - 1),
             "-ld", paper.repeat_dir(ns.log_dir, repeat), "--progress-every", str(ns.progress_every), "--no-figures"]
     argv += experiment.passed_on(ns)
     if ns.devices:

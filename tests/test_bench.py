@@ -35,7 +35,7 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     assert all(0 < r["busy"] <= 1 for r in results["heterogeneity"])
     assert all(0 < r["whole_step_bound"] <= 1 for r in results["heterogeneity"] if r["mode"].startswith("esync"))
     assert results["state_server"]["p99_ms"] >= results["state_server"]["p50_ms"] > 0
-    assert set(results["state_server"]["share"]) == {"apply", *config["esync_policies"]}
+    assert set(results["state_server"]["share"]) == {"adaptive", *config["esync_policies"]}  # the default first
     assert {(r["mode"], r["attacker"]) for r in results["byzantine"]} == {tuple(run) for run in config["byzantine_runs"]}
     network = results["network"]
     if "skipped" not in network:  # namespaces need root

@@ -43,7 +43,7 @@ def worker_env():
     (["-m", "esync", *BASE, "--local-optimizer", "nesterov"], "invalid choice: 'nesterov'"),
     (["-m", "sync", *BASE, "--wd", "-0.1"], "--wd: expected a number >= 0"),
     (["-m", "sync", *BASE, "--overlap"], "--overlap belongs to -m esync, fedavg, not -m sync"),
-    (["-m", "esync", *BASE, "--aggregation-share", "0.2"], "--aggregation-share sizes the adaptive policy's rounds"),
+    (["-m", "esync", *BASE, "--esync-policy", "plan", "--aggregation-share", "0.2"], "--aggregation-share sizes the adaptive policy's rounds"),
     (["-m", "esync", *BASE, "--esync-policy", "plan", "--max-slowest-steps", "4"], "add --esync-policy adaptive"),
     (["-m", "esync", *BASE, "--esync-policy", "adaptive", "--aggregation-share", "0"], "expected a number in (0, 1]"),
     (["-m", "esync", *BASE, "--esync-policy", "adaptive", "--max-slowest-steps", "0"], "expected a positive number"),

@@ -49,7 +49,8 @@ def test_esync_variants_name_a_policy_and_the_overlap():
 
     assert esync_variants.flags("adaptive-overlap") == (["--esync-policy", "adaptive"], ["--overlap"])
     assert esync_variants.flags("plan") == (["--esync-policy", "plan"], [])
-    assert esync_variants.parse("overlap") == ("apply", True)
+    assert esync_variants.parse("overlap") == ("adaptive", True)  # the default policy
+    assert esync_variants.parse("apply") == ("apply", False)
     assert esync_variants.describe("adaptive-overlap") == "adaptive, overlap"
     with pytest.raises(ValueError, match="no policy 'greedy'"):
         esync_variants.parse("greedy-overlap")

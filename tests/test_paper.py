@@ -112,6 +112,8 @@ def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_
     assert [e.modes for _, _, e in runs[:2]] == [paper_command.PAPER_MODES + ("local",), paper_command.PAPER_MODES]
     first = runs[0][2]
     assert first.slowdowns == ("1", "1", "1", "1", "20", "20") and first.max_time == 3.0
+    assert first.esync_policy == "apply"  # the paper's rule, whatever the project's default
+    assert parse("--esync-policy", "adaptive")[2][0][2].esync_policy == "adaptive"
     assert first.log_dir == os.path.abspath(os.path.join("runs", "repeat-1"))
     assert first.worker_args == ("--eval-seconds", "0.5", "-b", "32") and not first.figures
 

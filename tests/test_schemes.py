@@ -22,5 +22,5 @@ def test_every_scheme_takes_its_options_from_the_command_line(mode):
 def test_coordinated_schemes_know_the_state_server_and_nothing_of_zeno():
     esync = modes.scheme_class("esync").Options.from_args(config.parse_args(["-m", "esync", "-port", "1234"]))
 
-    assert esync.state_server_port == 1234 and esync.esync_policy == "apply"
+    assert esync.state_server_port == 1234 and esync.esync_policy == "adaptive"
     assert not hasattr(esync, "rho") and not hasattr(esync, "validation_size")

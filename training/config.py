@@ -60,7 +60,7 @@ DEFAULTS = dict(
     split_by_class=0,       # 1: non-i.i.d. partition, each worker gets a contiguous block of classes
     state_server_ip="127.0.0.1",
     state_server_port=10010,
-    esync_policy="apply",
+    esync_policy="adaptive",  # the paper's rule is "apply" (launch.py paper's default); README: "Keeping every device busy"
     epsilon=None,           # seconds; None lets the state server fit the margin to the measured step times
     aggregation_share=None,  # adaptive policy: None leaves the state server's default
     max_slowest_steps=None,  # adaptive policy: None leaves the state server's default
@@ -257,11 +257,11 @@ def build_parser():
     p.add_argument("-ip", "--state-server-ip", help="ESync state server address")
     p.add_argument("-port", "--state-server-port", type=_positive(int), help="ESync state server port")
     p.add_argument("--esync-policy", choices=ESYNC_POLICIES,
-                   help="apply: ask the state server after every local step; "
+                   help="apply: ask the state server after every local step (the paper's rule); "
                         "plan: ask once per round for the number of local steps; nonblocking: ask after every "
                         "local step without waiting for the answer, and stop at the READY (the paper's delayed ACK); "
                         "adaptive: plan, with rounds long enough that the aggregation idles the workers at most "
-                        "--aggregation-share of each")
+                        "--aggregation-share of each (default)")
     p.add_argument("--aggregation-share", type=_share,
                    help="adaptive policy: the largest share of a round the aggregation may keep the workers from "
                         "computing, in (0, 1] (default 0.1)")

@@ -1,6 +1,6 @@
 """ESync's configurations as the benchmark and the regime map name them: `esync-<variant>`, a variant being a
-policy (--esync-policy), `overlap` (--overlap), or both joined by `-`: esync-plan, esync-overlap (the default
-policy with --overlap), esync-adaptive-overlap."""
+policy (--esync-policy), `overlap` (--overlap), or both joined by `-`: esync-apply (the paper's rule), esync-overlap (the
+default policy with --overlap), esync-plan-overlap."""
 from training import config
 
 PREFIX = "esync-"
