@@ -190,13 +190,15 @@ class BatchStream:
         per_pass = len(self._order) // self.batch_size * self.batch_size
         return self.epoch + min(1.0, self._pos / per_pass)
 
-    def next(self):
-        if self._pos + self.batch_size > len(self._order):
+    def next(self, batch_size=None):
+        """The next batch, of `batch_size` samples (default: the stream's batch size; at most the share)."""
+        size = batch_size or self.batch_size
+        if self._pos + size > len(self._order):
             self.epoch += 1
             self._order = self.rng.permutation(len(self.images))
             self._pos = 0
-        idx = self._order[self._pos:self._pos + self.batch_size]
-        self._pos += self.batch_size
+        idx = self._order[self._pos:self._pos + size]
+        self._pos += size
         return self.images[idx], self.labels[idx]
 
 
@@ -232,13 +234,17 @@ class Augmented:
         self.stream = stream
         self.rng = np.random.RandomState(seed + 104729)
 
-    def next(self):
-        images, labels = self.stream.next()
+    def next(self, batch_size=None):
+        images, labels = self.stream.next(batch_size)
         return random_crop_and_flip(images, self.rng), labels
 
     @property
     def passes(self):
         return self.stream.passes
+
+    @property
+    def batch_size(self):
+        return self.stream.batch_size
 
 
 class ResizedCropped:
@@ -263,8 +269,8 @@ class ResizedCropped:
         random.seed(seed + 104729)
         mx.random.seed(seed + 104729)
 
-    def next(self):
-        images, labels = self.stream.next()
+    def next(self, batch_size=None):
+        images, labels = self.stream.next(batch_size)
         hwc = self.mx.nd.array(images.transpose(0, 2, 3, 1), dtype=np.uint8)
         out = self.mx.nd.stack(*[self.transform(image) for image in hwc])
         return out.asnumpy().transpose(0, 3, 1, 2), labels
@@ -272,6 +278,10 @@ class ResizedCropped:
     @property
     def passes(self):
         return self.stream.passes
+
+    @property
+    def batch_size(self):
+        return self.stream.batch_size
 
 
 def augmented(stream, kind, seed=0):
@@ -298,7 +308,10 @@ class Prefetched:
                 return
             self.ready.put(item)
 
-    def next(self):
+    def next(self, batch_size=None):
+        """The batch made in the background (of the stream's one size: `batch_size` must be it)."""
+        if batch_size is not None and batch_size != self.stream.batch_size:
+            raise ValueError(f"prefetched batches have {self.stream.batch_size} samples, not {batch_size}")
         batch, passes = self.ready.get()
         if isinstance(batch, Exception):
             raise batch

@@ -77,7 +77,7 @@ def test_a_wait_polls_until_done_and_gives_up_at_its_deadline():
 
 
 def test_the_catalog_says_which_modes_aggregate_synchronously():
-    assert modes.synchronous_names() == ("esync", "sync", "nbsync", "zeno", "fedavg")
+    assert modes.synchronous_names() == ("esync", "sync", "nbsync", "backup", "lb-bsp", "zeno", "fedavg")
     assert config.parse_args(["-m", "sync"]).collective == "ps"
     assert config.parse_args(["-m", "sync", "--collective", "butterfly"]).collective == "butterfly"
 
@@ -169,8 +169,9 @@ def run_to_the_end(group, jobs, timeout):
 
 @pytest.fixture(scope="module")
 def mpi_jobs(tmp_path_factory):
-    """The three sync jobs, run at once, then one esync job (2 ranks, one 4x slower, with its state server) on
-    its own: {name: log folder of its mode}."""
+    """The three sync jobs, run at once, then one esync job (2 ranks, one 4x slower, with its state server) beside
+    one job of SSGD with a backup worker (3 ranks, one 4x slower, with a state server of its own): {name: log folder
+    of its mode}."""
     tmp_path = tmp_path_factory.mktemp("mpi")
     group = ProcessGroup(str(tmp_path / "processes"))
     try:
@@ -181,13 +182,19 @@ def mpi_jobs(tmp_path_factory):
                     "-e", "10", "--max-iters", "1000", "--digest-weights", "--sync-timeout", "60"]
             jobs.append(start_mpi_job(group, collective, log_dirs[collective], [(ranks, args)]))
         state_port = start_state_server(group)  # while the sync jobs start
+        backup_port = start_state_server(group, name="backup-state-server")
         run_to_the_end(group, jobs, 180)
         log_dirs["esync"] = str(tmp_path / "esync" / "lenet" / "esync")
         esync = ["-m", "esync", "--esync-policy", "adaptive", "--overlap", "--scaffold", "--collective", "ring",
                  *LENET_ARGS, "-port", str(state_port), "--max-time", "3", "-e", "0", "--digest-weights",
                  "--sync-timeout", "60"]
+        log_dirs["backup"] = str(tmp_path / "backup" / "lenet" / "backup")
+        backup = ["-m", "backup", "--collective", "ring", *LENET_ARGS, "-port", str(backup_port), "--max-iters", "80",
+                  "-e", "0", "--sync-timeout", "60"]
         run_to_the_end(group, [start_mpi_job(group, "esync", log_dirs["esync"],
-                                             [(1, esync), (1, esync + ["--slowdown", "4"])])], 120)
+                                             [(1, esync), (1, esync + ["--slowdown", "4"])]),
+                               start_mpi_job(group, "backup", log_dirs["backup"],
+                                             [(2, backup), (1, backup + ["--slowdown", "4"])])], 120)
         yield log_dirs
     finally:
         group.stop()
@@ -251,6 +258,20 @@ def test_overlapped_adaptive_esync_over_ring_does_the_planned_steps_with_one_glo
     finals = {open(os.path.join(f, runlog.FINAL_MODEL_FILE), "rb").read() for f in folders}
     assert len(finals) == 1
     summary.summarize_mode(os.path.dirname(mpi_jobs["esync"]), "esync")
+
+
+@pytest.mark.slow
+def test_backup_workers_over_ring_drop_the_slow_ranks_gradients_and_end_identical(mpi_jobs):
+    """SSGD with a backup worker over MPI: every rank adds its gradient or zeros to each step's allreduce, from a
+    thread of its own; the 4x slower rank's gradients are mostly dropped, and the ranks end with the same weights."""
+    folders = {meta(f)["rank"]: f for f in worker_folders(mpi_jobs["backup"])}
+    runs = {rank: iter_records(folder) for rank, folder in folders.items()}
+
+    assert sorted(runs) == [0, 1, 2] and meta(folders[2])["slowdown"] == 4.0
+    dropped = {rank: statistics.mean(r.get(runlog.DROPPED, False) for r in records) for rank, records in runs.items()}
+    assert dropped[2] > 0.5 > max(dropped[0], dropped[1])
+    finals = {open(os.path.join(f, runlog.FINAL_MODEL_FILE), "rb").read() for f in folders.values()}
+    assert len(finals) == 1
 
 
 FAULT_TIMEOUT = 3  # --sync-timeout of the jobs that lose a rank

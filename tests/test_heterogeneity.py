@@ -44,6 +44,16 @@ def test_a_step_longer_than_f_typical_steps_sleeps_not_at_all(slept):
     assert slowdown.pad(0.5) == 0.0
 
 
+def test_a_step_on_a_smaller_batch_is_padded_to_the_typical_time_of_as_many_samples(slept):
+    slowdown = EmulatedSlowdown(4)
+    for _ in range(3):
+        slowdown.pad(0.064, samples=64)  # 1 ms a sample
+
+    pause = slowdown.pad(0.016, samples=16)
+
+    assert pause == pytest.approx(4 * 0.016 - 0.016)
+
+
 def test_the_warm_up_pass_leaves_weights_batchnorm_statistics_and_gradients_as_they_were():
     model = Model("resnet20", [mx.cpu()], (3, 32, 32))
     digest = model.digest()

@@ -808,6 +808,52 @@ def test_a_long_poll_of_a_worker_still_missing_waits_its_full_time():
     assert time.monotonic() - started >= 0.2
 
 
+class BackupEndpointTests(EndpointTestCase):
+    """SSGD with backup workers: a step applies the first `accept` gradients that /arrive/, the rest are late."""
+
+    def test_the_first_n_gradients_are_accepted_and_the_late_one_is_told_so(self):
+        self.init(3, policy="backup", accept=2)
+
+        answers = [self.post("/arrive/", r=rank, t=4).json() for rank in (2, 0, 1)]
+
+        self.assertEqual([a["accepted"] for a in answers], [True, True, False])
+        self.assertEqual([a["finished"] for a in answers], [False, True, True])
+        self.assertEqual(answers[-1]["arrived"], [0, 2])
+
+    def test_a_watch_returns_once_the_step_closes_with_whose_gradients_it_holds(self):
+        self.init(3, policy="backup", accept=2)
+        self.post("/arrive/", r=1, t=0)
+        open_ = self.post("/watch/", r=2, t=0, arrived=0, wait=0).json()
+        self.post("/arrive/", r=0, t=0)
+
+        closed = self.post("/watch/", r=2, t=0, arrived=0, wait=0).json()
+
+        self.assertEqual(open_, {"finished": False, "gathered": False, "arrived": [1]})
+        self.assertEqual(closed, {"finished": True, "gathered": True, "arrived": [0, 1]})
+
+    def test_a_repeated_arrival_counts_once_and_stays_accepted(self):
+        self.init(3, policy="backup", accept=2)
+        self.post("/arrive/", r=0, t=0)
+
+        again = self.post("/arrive/", r=0, t=0).json()
+
+        self.assertEqual((again["accepted"], again["finished"]), (True, False))
+
+    def test_a_gradient_of_a_step_long_closed_is_late(self):
+        self.init(2, policy="backup", accept=1)
+        for t in range(10):
+            self.post("/arrive/", r=0, t=t)
+
+        answer = self.post("/arrive/", r=1, t=2).json()
+
+        self.assertEqual((answer["accepted"], answer["finished"]), (False, True))
+
+    def test_accept_must_be_given_and_at_most_the_workers(self):
+        for fields in [{}, {"accept": 4}, {"accept": 0}, {"accept": "x"}]:
+            with self.subTest(fields=fields):
+                self.assertJsonError(self.post("/init/", num_workers=3, policy="backup", **fields), 400, "accept")
+
+
 class StateEndpointTests(EndpointTestCase):
     def test_state_before_init_shows_no_job(self):
         response = self.client.get("/")

@@ -39,8 +39,8 @@ class LabelFlipped:
     def __init__(self, stream):
         self.stream = stream
 
-    def next(self):
-        images, labels = self.stream.next()
+    def next(self, batch_size=None):
+        images, labels = self.stream.next(batch_size)
         return images, (NUM_CLASSES - 1 - labels).astype(labels.dtype)
 
     def __getattr__(self, name):

@@ -32,6 +32,8 @@ MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, t
     "dc_lambda": ("--dc-lambda", ("dcasgd", "dcasgd-paper")),
     "dc_adaptive": ("--dc-adaptive", ("dcasgd-paper",)),
     "server_optimizer": ("--server-optimizer", ("downpour",)),
+    "backup_workers": ("--backup-workers", ("backup",)),
+    "balance_threshold": ("--balance-threshold", ("lb-bsp",)),
 }
 SCHEDULES = ("constant", "step", "cosine")  # --lr-schedule: training/schedule.py
 AUGMENTATIONS = ("none", "crop", "resized-crop")  # --augment: data.augmented
@@ -102,6 +104,8 @@ DEFAULTS = dict(
     attack_scale=10.0,
     mini_batches=None,      # NBSSGD: parts of a batch (a worker can join the aggregation after any part): parts of
                             # at least NBSYNC_PART_SIZE samples, as many as divide -b
+    backup_workers=1,       # backup: b, the late gradients each step drops
+    balance_threshold=0.2,  # lb-bsp: a speed that drifts by more than this fraction makes a new batch plan
     collective=collectives.PS,  # how a synchronous mode's workers sum their arrays
     hogwild_workers=2,      # hogwild: worker processes sharing the weights
     hogwild_rank=None,      # hogwild: set by the coordinator for each worker it starts
@@ -327,6 +331,12 @@ def build_parser():
     p.add_argument("--mini-batches", type=_positive(int),
                    help=f"nbsync: split each batch into this many parts (-b must be a multiple; default: the most "
                         f"parts of at least {NBSYNC_PART_SIZE} samples that divide -b, e.g. 2 at -b 64, 8 at -b 256)")
+    p.add_argument("--backup-workers", type=_positive(int),
+                   help="backup: each step applies the first (workers - b) gradients and drops the b late ones "
+                        "(default 1)")
+    p.add_argument("--balance-threshold", type=_share,
+                   help="lb-bsp: plan the batches again once a worker's speed has drifted by more than this fraction "
+                        "since the last plan, in (0, 1] (default 0.2)")
     p.add_argument("--collective", choices=collectives.NAMES,
                    help=f"how the workers of -m {', '.join(modes.synchronous_names())} sum their updates: ps through "
                         "the ps-lite servers (DMLC_ROLE); ring, butterfly or binary-blocks with MPI's allreduce among "

@@ -174,8 +174,8 @@ class Rounds:
         if scheme.coordinated:
             steps[0][runlog.CHECK_READY] = steps[0].get(runlog.CHECK_READY, 0.0) + opening[runlog.CHECK_READY]
         reason = self.stop.reason(n, time.time() - self.started, self.accuracy, self.epochs)
+        round_samples = len(steps) * scheme.step_batch_size  # before the aggregation, which may plan another size
         stopping = self.aggregate(n, steps[-1], reason is not None)
-        round_samples = len(steps) * scheme.step_batch_size
         self.samples += round_samples
         evaluated = self.evaluate(n, steps[-1], stopping)
         elapsed = time.time() - self.started
@@ -202,7 +202,7 @@ class Rounds:
             t = {}
             step_start = time.perf_counter()
             with Timer(t, runlog.GET_BATCH):
-                images, labels = self.stream.next()
+                images, labels = self.stream.next(scheme.step_batch_size)
             with Timer(t, runlog.FORWARD_BACKWARD):
                 model.forward_backward(images, labels)
             if scheme.coordinated and steps and scheme.abandons_step():
@@ -213,7 +213,7 @@ class Rounds:
                     scheme.local_step()
             if self.slowdown.active:
                 t[runlog.EMULATED_SLOWDOWN] = self.slowdown.pad(t[runlog.FORWARD_BACKWARD]
-                                                               + t.get(runlog.LOCAL_UPDATE, 0.0))
+                                                               + t.get(runlog.LOCAL_UPDATE, 0.0), len(labels))
             steps.append(t)
             step_seconds = time.perf_counter() - step_start
             if scheme.coordinated:

@@ -65,6 +65,18 @@ def check_nbsync(args, num_workers):
         raise ModeError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
 
 
+def check_backup(args, num_workers):
+    if args.backup_workers >= num_workers:
+        raise ModeError(f"--backup-workers {args.backup_workers} leaves no gradient to apply: the job has "
+                        f"{num_workers} workers (DMLC_NUM_WORKER); give fewer than that")
+
+
+def check_balanced(args, num_workers):
+    if args.augment != "none":
+        raise ModeError(f"-m lb-bsp changes a worker's batch size as it plans; --augment {args.augment} prepares "
+                        "batches ahead at one size: add --augment none")
+
+
 MODES = {mode.name: mode for mode in (
     Mode("esync", "ESync", "ESync", "tab:red", "training.schemes.esync:ESync",
          "ESync, local steps until the state server says ready, then delta aggregation (dist_sync)",
@@ -86,6 +98,12 @@ MODES = {mode.name: mode for mode in (
     Mode("nbsync", "NBSSGD", "NBSSGD", "tab:purple", "training.schemes.nbsync:NonBlockingSync",
          "NBSSGD, parts of a batch until everyone has arrived, then one weighted gradient sum (dist_sync)",
          state_server=True, synchronous=True, check=check_nbsync),
+    Mode("backup", "SSGD + backup", "Backup", "navy", "training.schemes.backup:BackupSync",
+         "SSGD with backup workers, each step the mean of the first workers - --backup-workers gradients, the late "
+         "ones dropped (dist_sync)", state_server=True, synchronous=True, check=check_backup),
+    Mode("lb-bsp", "LB-BSP", "LB-BSP", "teal", "training.schemes.balanced:BalancedSync",
+         "SSGD with load-balanced batches, each worker's sized to its measured speed, the global batch as SSGD's "
+         "(dist_sync)", synchronous=True, check=check_balanced),
     Mode("zeno", "Zeno", "Zeno", "tab:brown", "training.schemes.zeno:ZenoSync",
          "ZenoPS, local-step deltas scored per layer against a trusted validator's (dist_sync)",
          validator=True, synchronous=True, check=check_validator_job),

@@ -58,6 +58,14 @@ PLANNED_AGGREGATION = "planned_aggregation"
 PLAN_REASON = "plan_reason"
 PLANNED_SECONDS = "planned_seconds"  # adaptive: the round's computing time, which the worker's own clock keeps
 AVERAGE_IN_FLIGHT = "average_in_flight"  # --overlap: seconds the average applied in the round travelled
+# A round's fields under backup: the job's step its gradient was computed for, whether that step dropped it (late),
+# and how many steps the job had applied since then when it learnt so.
+BACKUP_STEP = "step"
+# lb-bsp: the round's batch (samples of its one step) and whether its aggregation made a new batch plan.
+BATCH = "batch"
+REPLANNED = "replanned"
+DROPPED = "dropped"
+LATE_BY = "late_by"
 
 PROCESSES_FOLDER = "processes"  # beside a run's node folders (the launcher's): each process's output and PIDs
 NETWORK_FILE = "network.json"   # in PROCESSES_FOLDER: the links the run had and, when shaped, what each carried

@@ -14,6 +14,10 @@ told "gathered" just before the restart is already in the aggregation and never 
 So the first round such a job hears of counts as gathered once anyone has arrived; the
 aggregation itself still waits for every worker.
 
+SSGD with backup workers: a step closes once its first `accept` gradients have arrived (/arrive/ answers whether
+this one was among them); a worker that arrives later is told it is late, and its gradient is dropped. Workers
+learn that a step closed, and whose gradients it holds, by long-polling /watch/.
+
 ESync's adaptive policy plans rounds like the plan policy, but sizes them to the aggregation as well: each worker
 reports how long its aggregation takes, and the slowest worker runs as many steps per round as it takes for the
 aggregation to keep the workers from computing at most a given share of the round (a communication period fitted
@@ -29,7 +33,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-POLICIES = ("apply", "plan", "nonblocking", "adaptive", "nbsync")  # nonblocking: the apply rule, asked without waiting
+POLICIES = ("apply", "plan", "nonblocking", "adaptive", "nbsync", "backup")  # nonblocking: the apply rule, asked
+# without waiting
 # adaptive: the largest share of a round the aggregation may keep the workers from computing, and the most local
 # steps the slowest worker runs in one round (a longer round lets the workers' models drift further apart).
 DEFAULT_AGGREGATION_SHARE = 0.1
@@ -132,6 +137,7 @@ class Settings:
     share: float = DEFAULT_AGGREGATION_SHARE
     max_slowest_steps: int = DEFAULT_MAX_SLOWEST_STEPS
     overlap: bool = False  # the workers' aggregation runs while they compute the next round
+    accept: int | None = None  # backup policy: the gradients a step applies (None: every worker's)
 
 
 @dataclass(frozen=True)
@@ -183,20 +189,34 @@ def adaptive_plan(workers, rank, epsilon, settings):
 
 @dataclass
 class Round:
-    """One NBSSGD round: who has arrived at a mini-batch boundary since it was finished."""
+    """One NBSSGD round (who has arrived at a mini-batch boundary since it was finished), or one step of SSGD with
+    backup workers (whose gradients it applies)."""
     arrived: set = field(default_factory=set)
-
-    @property
-    def finished(self):
-        return bool(self.arrived)  # a worker arrives only once some worker completed its batch
 
 
 def round_status(job, t):
+    if job.policy == "backup":
+        return backup_status(job, t)
     if t < job.oldest_round:
         return {"finished": True, "gathered": True}
     arrived = job.rounds[t].arrived if t in job.rounds else set()
     everyone = len(arrived) == job.num_workers or (t == job.round_in_progress and bool(arrived))
     return {"finished": bool(arrived), "gathered": everyone}
+
+
+def backup_status(job, t):
+    """Step t of SSGD with backup workers: closed ("finished" and "gathered" alike) once `accept` gradients have
+    arrived; "arrived": whose, sorted. A step older than the ones kept closed long ago: nobody late waits for it."""
+    if t < job.oldest_round:
+        return {"finished": True, "gathered": True, "arrived": []}
+    arrived = job.rounds[t].arrived if t in job.rounds else set()
+    closed = len(arrived) >= job.settings.accept
+    return {"finished": closed, "gathered": closed, "arrived": sorted(arrived)}
+
+
+def accepts(job, t):
+    """Whether a gradient of step t that arrives now is among the step's first `accept`."""
+    return t >= job.oldest_round and not backup_status(job, t)["finished"]
 
 
 @dataclass
@@ -292,12 +312,19 @@ class Coordinator:
 
     def arrive(self, rank, t):
         """NBSSGD: worker `rank` is at a mini-batch boundary of round t and will aggregate
-        (it completed its batch, or it saw that another worker did). Idempotent."""
+        (it completed its batch, or it saw that another worker did). Backup workers: its gradient of step t is
+        ready; "accepted" says whether the step applies it. Idempotent."""
         with self._lock:
             job = self._current_job()
             self._worker(job, rank)
             job.requests["arrive"] += 1
             job.heard_of(t)
+            if job.policy == "backup":
+                if accepts(job, t):
+                    job.round(t).arrived.add(rank)
+                    self._changed.notify_all()
+                status = backup_status(job, t)
+                return {**status, "accepted": rank in status["arrived"]}
             if t >= job.oldest_round:
                 job.round(t).arrived.add(rank)
                 self._changed.notify_all()
@@ -348,7 +375,8 @@ class Coordinator:
         current_margin = None if slowest is None else margin(job.epsilon, slowest)
         return {"num_workers": job.num_workers, "epsilon": job.epsilon,
                 "policy": job.policy, "margin": current_margin,
-                **(asdict(job.settings) if job.policy == "adaptive" else {})}
+                **(asdict(job.settings) if job.policy == "adaptive" else {}),
+                **({"accept": job.settings.accept} if job.policy == "backup" else {})}
 
 
 def _check_job_settings(num_workers, epsilon, policy, settings):
@@ -362,6 +390,8 @@ def _check_job_settings(num_workers, epsilon, policy, settings):
         raise FieldError("share", "must be a number in (0, 1]")
     if not 1 <= settings.max_slowest_steps <= MAX_PLANNED_STEPS:
         raise FieldError("max_slowest_steps", f"must be between 1 and {MAX_PLANNED_STEPS}")
+    if policy == "backup" and not (settings.accept is not None and 1 <= settings.accept <= num_workers):
+        raise FieldError("accept", f"must be between 1 and num_workers ({num_workers}) with policy backup")
 
 
 def _describe_worker(worker, now):

@@ -73,12 +73,14 @@ def init(data):
     settings = Settings(share=defaults.share if share is None else share,
                         max_slowest_steps=optional_integer_field(data, "max_slowest_steps",
                                                                  default=defaults.max_slowest_steps, minimum=1),
-                        overlap=_switch_field(data, "overlap"))
+                        overlap=_switch_field(data, "overlap"),
+                        accept=optional_integer_field(data, "accept", default=None, minimum=1))
     job_settings = COORDINATOR.init(num_workers, epsilon, policy, resumed=resumed, settings=settings)
     margin_text = "auto (0.1 x slowest step)" if epsilon is None else f"{epsilon} s"
     sizing = (f", rounds sized so that the {'overlapped ' if settings.overlap else ''}aggregation idles at most "
               f"{settings.share:g} of each, the slowest running at most {settings.max_slowest_steps} steps"
-              if policy == "adaptive" else "")
+              if policy == "adaptive" else
+              f", each step applying the first {settings.accept} gradients" if policy == "backup" else "")
     logger.info("%s job: %d workers, margin %s, policy %s%s", "resumed" if resumed else "new", num_workers,
                 margin_text, policy, sizing)
     return {"ok": 1, **job_settings}

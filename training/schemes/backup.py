@@ -1,0 +1,195 @@
+"""SSGD with backup workers (Chen, Pan, Monga, Bengio, Jozefowicz, "Revisiting Distributed Synchronous SGD", 2016):
+of N + b workers, each step applies the mean of the first N gradients computed at its weights and drops the b late
+ones, so that no step waits for the slowest worker.
+
+The state server counts the gradients of each step as they are ready (/arrive/ answers whether this one is among
+the first N). Over dist_sync, or an MPI allreduce, every worker must add something to every step's sum, so each
+worker has an aggregator thread that does it for it, step after step: the gradient its training thread handed over
+when the state server accepted it, or zeros once the step closed without it (/watch/). A late training thread drops
+its gradient and computes the next one at the newest weights (once the step it was late for has arrived). Every
+worker applies every step's sum, in order, to its copy of the global weights W (SGD with -l, --momentum, --wd, the
+sum divided by the gradients in it), so all hold the same W; the training thread copies W into the model before
+each step. BatchNorm statistics are averaged over the accepted gradients' workers. A worker's round is one step of
+its own: a late worker's round spans several of the job's steps.
+"""
+import logging
+import threading
+from dataclasses import dataclass
+
+import mxnet as mx
+
+from training import runlog
+from training.schemes.base import CoordinatedOptions, Scheme
+from training.state_client import StateClient
+from training.watchdog import give_up
+
+log = logging.getLogger("backup")
+
+WATCH_SECONDS = 2.0  # one long-poll; the aggregator asks again until the step closes
+
+
+@dataclass(frozen=True)
+class BackupOptions(CoordinatedOptions):
+    backup_workers: int
+
+
+class BackupSync(Scheme):
+    name = "backup"
+    Options = BackupOptions
+    kvstore = "dist_sync"
+
+    @property
+    def accept(self):
+        """N: the gradients each step applies."""
+        return self.num_workers - self.options.backup_workers
+
+    def setup(self):
+        options = self.options
+        address = (options.state_server_ip, options.state_server_port)
+        self.client = StateClient(*address, retry_for=options.sync_timeout, on_not_initialised=self.set_up_job_again)
+        self.watch_client = StateClient(*address, retry_for=options.sync_timeout, timeout=WATCH_SECONDS + 10,
+                                        on_not_initialised=self.set_up_job_again)
+        self.init_lock = threading.Lock()
+        if self.rank == 0:
+            self.client.init(self.num_workers, policy="backup", accept=self.accept)
+        self.control = mx.nd.zeros((2,))  # [stop votes, gradients in the sum]
+        self.broadcast_initial_weights()  # ends in a barrier: /init/ precedes every worker's first request
+        ctx0 = self.model.ctxs[0]
+        self.weights = [p.data(ctx0).copy() for p in self.model.trainable]  # W
+        self.sent = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]
+        self.buffers = self.exchanged(self.sent)
+        self.optimizer = mx.optimizer.SGD(learning_rate=options.learning_rate, momentum=options.momentum,
+                                          wd=options.wd)
+        self.updater = mx.optimizer.get_updater(self.optimizer)
+        self.changed = threading.Condition()
+        self.applied = 0          # steps applied to W (guarded by `changed`, as are the next three)
+        self.handed = {}          # step -> this worker's stop vote, for the steps the state server accepted it in
+        self.votes = 0.0          # stop votes of dropped gradients, for the next push
+        self.stopped = False      # a step brought a stop vote: every worker stops after it
+        self.failure = None       # what ended the aggregator thread early
+        self.computed_at = 0      # the step the model's weights are W of
+        self.last = {}            # this round's record
+        if self.stats:
+            self.stats.gather()
+            self.global_statistics = self.stats.buffer.copy()
+        threading.Thread(target=self.aggregate_steps, name="backup-aggregator", daemon=True).start()
+
+    def set_up_job_again(self):
+        with self.init_lock:  # the training thread and the aggregator may both find out
+            self.client.init_again_if_lost(self.num_workers, policy="backup", accept=self.accept)
+
+    def take_newest_weights(self):
+        """The model takes the newest W (and statistics): its next gradient will be one of that step's, and rank 0
+        evaluates the newest model."""
+        with self.changed:
+            self.computed_at = self.applied
+            for p, weight in zip(self.model.trainable, self.weights):
+                for data in p.list_data():
+                    weight.copyto(data)
+            if self.stats:
+                self.stats.scatter(source=self.global_statistics)
+
+    def aggregate(self, stop_vote):
+        """Hand the gradient to the aggregator if the state server accepts it for its step, and wait for that step;
+        else drop it. True once a step has brought a stop vote."""
+        self.check_aggregator()
+        self.last = {}
+        if self.stopped:
+            self.take_newest_weights()
+            return True
+        self.model.reduce_gradients()
+        t = self.computed_at
+        status = self.client.arrive(self.rank, t)
+        self.last = {runlog.BACKUP_STEP: t, runlog.DROPPED: not status["accepted"]}
+        with self.changed:
+            if status["accepted"]:
+                for p, sent in zip(self.model.trainable, self.sent):
+                    p.grad(self.model.ctxs[0]).copyto(sent)
+                self.stats.gather()
+                self.handed[t] = float(stop_vote)
+                self.changed.notify_all()
+            else:
+                self.votes += float(stop_vote)
+            # Late or not, step t has closed or will once this gradient is in: its weights are the next to compute at.
+            self.changed.wait_for(lambda: self.applied > t or self.stopped or self.failure is not None)
+            if not status["accepted"]:
+                self.last[runlog.LATE_BY] = self.applied - t  # steps applied since the one it was computed for
+        self.check_aggregator()
+        self.take_newest_weights()
+        return self.stopped
+
+    def aggregate_steps(self):
+        """The aggregator thread: one contribution to every step's sum until a step brings a stop vote."""
+        try:
+            step = 0
+            while not self.stopped:
+                self.contribute(step, self.wait_until_closed(step))
+                step += 1
+        except BaseException as error:  # the training thread raises it at its next aggregation
+            with self.changed:
+                self.failure = error
+                self.changed.notify_all()
+
+    def wait_until_closed(self, step):
+        """The ranks whose gradients step `step` applies, once it has closed."""
+        for _ in range(max(1, int(self.options.sync_timeout / WATCH_SECONDS))):
+            status = self.watch_client.watch(self.rank, step, False, WATCH_SECONDS)
+            if status["finished"]:
+                return status["arrived"]
+        give_up(f"step {step} did not close within {self.options.sync_timeout:g} s: another worker of the job has "
+                "probably died")
+
+    def contribute(self, step, accepted):
+        """Add this worker's gradient (or zeros) to the step's sum and apply the sum to W."""
+        with self.changed:
+            if self.rank in accepted:
+                self.changed.wait_for(lambda: step in self.handed)
+                vote, counted = self.handed.pop(step), 1.0
+            else:
+                for sent in self.sent:
+                    sent[:] = 0
+                if self.stats:
+                    self.stats.buffer[:] = 0
+                vote, counted = 0.0, 0.0
+            self.control[0] = vote + self.votes
+            self.control[1] = counted
+            self.votes = 0.0
+        self.transport.sum(self.keys, self.buffers)
+        votes, gradients = self.control.asnumpy().tolist()
+        with self.changed:
+            self.optimizer.rescale_grad = 1.0 / gradients
+            for i, (weight, total) in enumerate(zip(self.weights, self.sent)):
+                self.updater(i, total, weight)
+            if self.stats:
+                self.global_statistics = self.stats.buffer / gradients
+            self.applied = step + 1
+            self.stopped = votes > 0
+            self.changed.notify_all()
+
+    def check_aggregator(self):
+        if self.failure is not None:
+            raise self.failure
+
+    def settle(self):
+        with self.changed:
+            for weight in self.weights:
+                weight.wait_to_read()
+
+    def round_record(self):
+        return dict(self.last)
+
+    def global_arrays(self):
+        """W, the same on every worker once it has applied the same steps."""
+        return list(self.weights)
+
+    def scale_learning_rates(self, factor):
+        self.lr_factor = factor
+        self.optimizer.set_learning_rate(self.options.learning_rate * factor)
+
+    def finish(self):
+        """The model ends as W (the last step's weights on every worker)."""
+        if hasattr(self, "weights"):
+            self.take_newest_weights()
+        for client in (getattr(self, "client", None), getattr(self, "watch_client", None)):
+            if client is not None:
+                client.close()
