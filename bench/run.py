@@ -76,7 +76,7 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             profiles=["1,1,4", "1,2,4,8"], accuracy_profile="1,1,4", seconds=12, accuracy_budget=15,
             latency_calls=300,
             modes=["esync", "sync", "async"],
-            accuracy_profile_modes=["dcasgd", "dcasgd-paper", "downpour", "nbsync", "backup", "zeno", "zeno-async", "fedavg",
+            accuracy_profile_modes=["dcasgd", "dcasgd-paper", "downpour", "nbsync", "backup", "lb-bsp", "zeno", "zeno-async", "fedavg",
                                     "fedasync", "hogwild"],
             esync_policies=["apply", "plan", "nonblocking", "overlap"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",

@@ -15,7 +15,7 @@ Profiles: the workers' slowdowns, profiles separated by `/`. Schemes: cluster mo
 run is recorded and the map goes on); before them, each profile's concurrent standalone limit is measured once,
 for the efficiencies. The plan, the limits, every run's logs and exit code, regimes.json, regimes.md and
 regimes-<split>.png go under --log-dir. `--resume` keeps every run that ended well and the limits of an earlier
-map of the same grid in --log-dir (only --repeats may differ) and runs the rest. Exit codes: 0 every run done, 1 a
+map of the same grid in --log-dir (only --repeats may differ, and --schemes may add schemes) and runs the rest. Exit codes: 0 every run done, 1 a
 run failed (the map is still written, showing it), 2 bad input, 130 interrupted.
 """
 import argparse
@@ -36,7 +36,7 @@ from training.files import read_json, write_json
 DEFAULT_LINKS = "loopback,0.3,3,12"   # 12: the ESync paper's cluster (launcher/comm_ratio.py)
 DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
 DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-apply,esync-nonblocking,esync-overlap,"
-                   "nbsync,backup,downpour,fedavg,fedasync")
+                   "nbsync,backup,lb-bsp,downpour,fedavg,fedasync")
 DEFAULT_LOG_DIR = os.path.join("logs", "regimes")
 START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (for the estimate printed)
 
@@ -70,7 +70,8 @@ def build_parser():
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")
     p.add_argument("--no-figures", dest="figures", action="store_false", help="the table without the heatmaps")
     p.add_argument("--resume", action="store_true",
-                   help="keep the runs that ended well and the limits of an earlier map of this grid in --log-dir")
+                   help="keep the runs that ended well and the limits of an earlier map of this grid in --log-dir (--schemes "
+                        "may add schemes to it)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: the table and heatmaps from the runs an earlier run left in --log-dir")
     return p
@@ -196,7 +197,8 @@ def parse(argv):
 
 
 def check_resumable(log_dir, plan):
-    """UsageError unless --log-dir holds an earlier map of the same grid (the number of repeats aside)."""
+    """UsageError unless --log-dir holds an earlier map of the same grid (the number of repeats aside, and schemes
+    added to it)."""
     path = os.path.join(log_dir, regime_map.PLAN_FILE)
     try:
         earlier = read_json(path)
@@ -205,10 +207,14 @@ def check_resumable(log_dir, plan):
     except ValueError as error:
         raise UsageError(f"--resume: {path} is not JSON: {error}")
     differing = sorted(key for key in set(plan) | set(earlier)
-                       if key != "repeats" and earlier.get(key) != json_round_trip(plan).get(key))
+                       if key not in ("repeats", "schemes") and earlier.get(key) != json_round_trip(plan).get(key))
     if differing:
         raise UsageError(f"--resume: the map in {log_dir} has another {', '.join(differing)}; only --repeats may "
-                         "differ")
+                         "differ, and --schemes may add schemes")
+    dropped = [scheme for scheme in earlier.get("schemes", []) if scheme not in plan["schemes"]]
+    if dropped:
+        raise UsageError(f"--resume: the map in {log_dir} also has {', '.join(dropped)}: --schemes may add schemes "
+                         "to it, not leave any out")
 
 
 def json_round_trip(value):

@@ -218,8 +218,11 @@ def test_resuming_keeps_only_the_runs_that_ended_well_of_the_same_grid(tmp_path)
     write_json(os.path.join(str(tmp_path), regime_map.PLAN_FILE), plan)
 
     regimes_command.parse([*grid, "--repeats", "5", "--resume"])
-    with pytest.raises(UsageError, match="another max_time, schemes; only --repeats may differ"):
-        regimes_command.parse([*grid[:-1], "sync", "--max-time", "20", "--resume"])
+    regimes_command.parse([*grid[:-1], "sync,esync,backup", "--resume"])  # a scheme added to the map
+    with pytest.raises(UsageError, match="another max_time; only --repeats may differ"):
+        regimes_command.parse([*grid, "--max-time", "20", "--resume"])
+    with pytest.raises(UsageError, match="also has esync: --schemes may add schemes"):
+        regimes_command.parse([*grid[:-1], "sync", "--resume"])
     ok, failed, cut_short = (folder for _, folder, _ in runs[:3])
     for folder, status in ((ok, {"exit_code": 0}), (failed, {"exit_code": 1})):
         os.makedirs(folder)
