@@ -70,8 +70,8 @@ def build_parser():
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")
     p.add_argument("--no-figures", dest="figures", action="store_false", help="the table without the heatmaps")
     p.add_argument("--resume", action="store_true",
-                   help="keep the runs that ended well and the limits of an earlier map of this grid in --log-dir (--schemes "
-                        "may add schemes to it)")
+                   help="keep the runs that ended well and the limits of an earlier map of this grid in --log-dir "
+                        "(--schemes may add schemes to it)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: the table and heatmaps from the runs an earlier run left in --log-dir")
     return p
