@@ -1,0 +1,132 @@
+"""The standard answers to stragglers beside ESync: SSGD with backup workers and SSGD with load-balanced batches
+(LB-BSP). Their rules, and one real job of each, run at once (3 workers, one emulated 4x slower)."""
+import collections
+import os
+import statistics
+
+import pytest
+
+from launcher.cluster import ProcessGroup, start_state_server
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
+from training import modes, runlog
+from training.schemes.balanced import batch_plan, drifted
+
+Worker = collections.namedtuple("Worker", "folder meta rounds")
+
+SLOWDOWNS = [1, 1, 4]
+# Counts of steps, not seconds: what a job learns does not depend on how busy the machine is.
+JOBS = {
+    "backup": ["--backup-workers", "1", "--max-iters", "250", "-e", "0"],
+    "lb-bsp": ["--max-iters", "150", "-e", "0", "--digest-weights"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{mode: {rank: Worker}} of one job per mode, the jobs running side by side."""
+    tmp_path = tmp_path_factory.mktemp("stragglers")
+    groups = {mode: ProcessGroup(str(tmp_path / mode / "processes")) for mode in JOBS}
+    try:
+        started = {}
+        for mode, args in JOBS.items():
+            group = groups[mode]
+            if modes.MODES[mode].state_server:
+                args = args + ["-port", str(start_state_server(group))]
+            started[mode] = start_job(group, mode, LENET_ARGS + args, num_workers=3, slowdowns=SLOWDOWNS,
+                                      log_dir=str(tmp_path / mode / "logs"))
+        for mode, workers in started.items():
+            finish(groups[mode], workers, timeout=240)
+        yield {mode: {meta(f)["rank"]: Worker(f, meta(f), iter_records(f))
+                      for f in worker_folders(str(tmp_path / mode / "logs"))} for mode in JOBS}
+    finally:
+        for group in groups.values():
+            group.stop()
+
+
+def slow_rank(job):
+    return next(rank for rank, worker in job.items() if worker.meta["slowdown"] == 4)
+
+
+# ---------------------------------------------------------------------------------------------- backup workers
+
+
+@pytest.mark.slow
+def test_backup_steps_apply_the_first_gradients_drop_the_slow_workers_and_every_worker_ends_identical(runs):
+    job = runs["backup"]
+    records = {rank: worker.rounds for rank, worker in job.items()}
+    slow = slow_rank(job)
+
+    finals = {open(os.path.join(worker.folder, runlog.FINAL_MODEL_FILE), "rb").read() for worker in job.values()}
+    assert len(finals) == 1
+    dropped = {rank: statistics.mean(r.get(runlog.DROPPED, False) for r in rounds) for rank, rounds in records.items()}
+    fast_dropped = max(share for rank, share in dropped.items() if rank != slow)
+    assert dropped[slow] > 0.5 and dropped[slow] > 2 * fast_dropped  # the 4x slower one mostly comes last
+    assert all(r[runlog.LATE_BY] >= 1 for rounds in records.values() for r in rounds if r.get(runlog.DROPPED))
+    for rounds in records.values():  # a worker's gradient belongs to the newest step it saw
+        steps = [r[runlog.BACKUP_STEP] for r in rounds if runlog.BACKUP_STEP in r]
+        assert steps == sorted(steps)
+    # Every step applied the first 2 gradients (the last one counted may have been accepted as the job stopped).
+    accepted = collections.Counter(r[runlog.BACKUP_STEP] for rounds in records.values() for r in rounds
+                                   if r.get(runlog.DROPPED) is False)
+    last = max(accepted)
+    assert sorted(accepted) == list(range(last + 1))
+    assert all(accepted[step] == 2 for step in range(last)) and accepted[last] <= 2
+    assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.8
+
+
+@pytest.mark.parametrize("backup, message", [("3", "leaves no gradient to apply"), ("0", "expected a positive")])
+def test_too_many_or_no_backup_workers_is_one_line_and_exit_2(backup, message):
+    result = run_worker(["-m", "backup", "--backup-workers", backup], workers=3)
+
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def run_worker(args, workers):
+    return run_main([*args, *LENET_ARGS, "--max-iters", "1"],
+                    env={"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": str(workers), "DMLC_NUM_SERVER": "1",
+                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9"})
+
+
+# ---------------------------------------------------------------------------------------------- LB-BSP
+
+
+def test_batches_are_proportional_to_speed_and_add_up_to_the_global_batch():
+    # seconds per sample: two workers at 1 ms, one at 4 ms; speeds 1 : 1 : 0.25 of 2.25
+    assert batch_plan([0.001, 0.001, 0.004], 192) == [85, 85, 22]  # 85.33, 85.33, 21.33: the remainder to the first
+    assert batch_plan([0.002, 0.001], 3) == [1, 2]
+
+
+def test_every_worker_keeps_at_least_the_minimum_however_slow():
+    assert batch_plan([0.001, 1000.0], 64) == [63, 1]
+    assert batch_plan([0.001, 1000.0], 64, minimum=8) == [56, 8]
+    with pytest.raises(ValueError, match="cannot give 3 workers 2 samples each"):
+        batch_plan([0.001] * 3, 5, minimum=2)
+
+
+def test_a_plan_is_made_again_only_once_a_speed_drifts_past_the_threshold():
+    assert not drifted([0.00105, 0.004], [0.001, 0.004], threshold=0.1)
+    assert drifted([0.001, 0.0046], [0.001, 0.004], threshold=0.1)
+
+
+@pytest.mark.slow
+def test_lb_bsp_gives_the_slow_worker_a_smaller_batch_the_batches_add_up_and_the_workers_stay_identical(runs):
+    job = runs["lb-bsp"]
+    records = {rank: worker.rounds for rank, worker in job.items()}
+    slow = slow_rank(job)
+
+    assert [len(rounds) for rounds in records.values()] == [150] * 3
+    for n in range(150):
+        assert len({rounds[n]["weights_digest"] for rounds in records.values()}) == 1
+        assert sum(rounds[n][runlog.BATCH] for rounds in records.values()) == 3 * 64
+    assert all(rounds[0][runlog.BATCH] == 64 and rounds[0][runlog.REPLANNED] for rounds in records.values())
+    batches = {rank: statistics.median(r[runlog.BATCH] for r in rounds[10:]) for rank, rounds in records.items()}
+    assert all(batches[slow] < 0.5 * batch for rank, batch in batches.items() if rank != slow)
+    assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.8
+
+
+def test_lb_bsp_with_augmentation_is_one_line_and_exit_2():
+    result = run_worker(["-m", "lb-bsp", "--augment", "crop"], workers=2)
+
+    assert result.returncode == 2
+    assert "add --augment none" in result.stderr and len(result.stderr.strip().splitlines()) == 1
