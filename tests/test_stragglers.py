@@ -1,15 +1,19 @@
-"""The standard answers to stragglers beside ESync: SSGD with backup workers and SSGD with load-balanced batches
-(LB-BSP). Their rules, and one real job of each, run at once (3 workers, one emulated 4x slower)."""
+"""The answers to stragglers beside ESync: SSGD with backup workers, SSGD with load-balanced batches (LB-BSP) and
+TiFL's tiers. Their rules, and one real job of each, run at once (3 workers, one emulated 4x slower)."""
 import collections
 import os
 import statistics
 
+import numpy as np
 import pytest
+
+from analysis import summary
 
 from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
 from training import modes, runlog
 from training.schemes.balanced import batch_plan, drifted
+from training.schemes.tifl import choose_tier, make_tiers, tier_probabilities
 
 Worker = collections.namedtuple("Worker", "folder meta rounds")
 
@@ -18,6 +22,7 @@ SLOWDOWNS = [1, 1, 4]
 JOBS = {
     "backup": ["--backup-workers", "1", "--max-iters", "250", "-e", "0"],
     "lb-bsp": ["--max-iters", "150", "-e", "0", "--digest-weights"],
+    "tifl": ["--tiers", "2", "--tier-interval", "5", "--max-iters", "80", "-e", "0", "--digest-weights"],
 }
 
 
@@ -33,11 +38,11 @@ def runs(tmp_path_factory):
             if modes.MODES[mode].state_server:
                 args = args + ["-port", str(start_state_server(group))]
             started[mode] = start_job(group, mode, LENET_ARGS + args, num_workers=3, slowdowns=SLOWDOWNS,
-                                      log_dir=str(tmp_path / mode / "logs"))
+                                      log_dir=str(tmp_path / mode / "lenet" / mode))
         for mode, workers in started.items():
             finish(groups[mode], workers, timeout=240)
         yield {mode: {meta(f)["rank"]: Worker(f, meta(f), iter_records(f))
-                      for f in worker_folders(str(tmp_path / mode / "logs"))} for mode in JOBS}
+                      for f in worker_folders(str(tmp_path / mode / "lenet" / mode))} for mode in JOBS}
     finally:
         for group in groups.values():
             group.stop()
@@ -130,3 +135,60 @@ def test_lb_bsp_with_augmentation_is_one_line_and_exit_2():
 
     assert result.returncode == 2
     assert "add --augment none" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------- TiFL
+
+
+def test_tiers_group_the_workers_by_step_time_fastest_first():
+    assert make_tiers([0.010, 0.040, 0.011, 0.020], 2) == [[0, 2], [1, 3]]
+    assert make_tiers([0.010, 0.040, 0.011], 2) == [[0, 2], [1]]
+    assert make_tiers([0.010, 0.040, 0.011], 3) == [[0], [2], [1]]
+
+
+def test_the_least_accurate_tier_is_the_likeliest():
+    assert tier_probabilities([0.9, 0.6, 0.8]) == pytest.approx([1 / 6, 3 / 6, 2 / 6])
+    assert tier_probabilities([0.5, 0.5]) == pytest.approx([2 / 3, 1 / 3])  # a tie goes by index
+
+
+def test_a_tier_without_credits_is_never_chosen_and_none_left_is_minus_one():
+    rng = np.random.RandomState(0)
+
+    assert {choose_tier([0.5, 0.5], [0, 3], rng) for _ in range(50)} == {1}
+    assert choose_tier([0.5, 0.5], [0, 0], rng) == -1
+    assert {choose_tier([0.5, 0.5], None, rng) for _ in range(50)} == {0, 1}
+
+
+@pytest.mark.slow
+def test_tifl_trains_one_tier_a_round_the_others_sit_out_and_every_worker_stays_identical(runs):
+    job = runs["tifl"]
+    records = {rank: worker.rounds for rank, worker in job.items()}
+    slow = slow_rank(job)
+
+    assert [len(rounds) for rounds in records.values()] == [80] * 3
+    assert not any(rounds[0].get(runlog.SAT_OUT) for rounds in records.values())  # the first round measures everyone
+    tiers = set()
+    for n in range(80):
+        assert len({rounds[n]["weights_digest"] for rounds in records.values()}) == 1
+        trained = {rank for rank, rounds in records.items() if not rounds[n].get(runlog.SAT_OUT)}
+        assert all(rounds[n][runlog.TIER] == (None if n == 0 else sorted(trained)) for rounds in records.values())
+        tiers.add(tuple(sorted(trained)))
+        for rank, rounds in records.items():
+            if rank not in trained:
+                assert runlog.local_steps(rounds[n]) == 0 and rounds[n]["num_samples"] == 0
+    assert tiers == {(0, 1, 2), tuple(sorted(set(records) - {slow})), (slow,)}  # the slow worker is a tier alone
+    assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.8
+    network_dir = os.path.dirname(os.path.dirname(os.path.dirname(job[0].folder)))
+    run = summary.summarize_mode(network_dir, "tifl")  # it reads rounds sat out
+    assert sum(len(devices) for devices in run["devices"].values()) == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tiers", "4"], "more than the 3 workers"),
+    (["--tiers", "0"], "expected a positive"),
+])
+def test_more_tiers_than_workers_is_one_line_and_exit_2(args, message):
+    result = run_worker(["-m", "tifl", *args], workers=3)
+
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

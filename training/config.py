@@ -21,7 +21,7 @@ STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper'
 DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's lambda0 of DC-ASGD-c and DC-ASGD-a
 SERVER_OPTIMIZERS = ("sgd", "adagrad")  # downpour's server: SGD as ASGD's, or Adagrad as Dean et al.'s
 MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, the modes that read it)}
-    "local_optimizer": ("--local-optimizer", ("esync", "fedavg", "fedasync")),
+    "local_optimizer": ("--local-optimizer", ("esync", "fedavg", "fedasync", "tifl")),
     "overlap": ("--overlap", ("esync", "fedavg")),
     "aggregation_share": ("--aggregation-share", ("esync",)),
     "max_slowest_steps": ("--max-slowest-steps", ("esync",)),
@@ -34,6 +34,9 @@ MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, t
     "server_optimizer": ("--server-optimizer", ("downpour",)),
     "backup_workers": ("--backup-workers", ("backup",)),
     "balance_threshold": ("--balance-threshold", ("lb-bsp",)),
+    "tiers": ("--tiers", ("tifl",)),
+    "tier_interval": ("--tier-interval", ("tifl",)),
+    "tier_credits": ("--tier-credits", ("tifl",)),
 }
 SCHEDULES = ("constant", "step", "cosine")  # --lr-schedule: training/schedule.py
 AUGMENTATIONS = ("none", "crop", "resized-crop")  # --augment: data.augmented
@@ -82,7 +85,7 @@ DEFAULTS = dict(
     sync_timeout=300.0,
     validator=False,        # zeno: this process is the trusted validator
     validation_size=1000,   # zeno: training samples held out for the validator
-    sync_interval=4,        # zeno, fedavg, fedasync: local steps between aggregations
+    sync_interval=4,        # zeno, fedavg, fedasync, tifl: local steps between aggregations
     n_push=4,               # downpour: local steps between pushes of the summed gradients
     n_fetch=4,              # downpour: local steps between fetches of the server's weights
     alpha=0.6,              # fedasync: the server's mixing weight
@@ -105,6 +108,9 @@ DEFAULTS = dict(
     mini_batches=None,      # NBSSGD: parts of a batch (a worker can join the aggregation after any part): parts of
                             # at least NBSYNC_PART_SIZE samples, as many as divide -b
     backup_workers=1,       # backup: b, the late gradients each step drops
+    tiers=2,                # tifl: tiers of workers by step time
+    tier_interval=10,       # tifl: rounds between re-tiering and re-weighing the tiers by their accuracy
+    tier_credits=None,      # tifl: rounds each tier may train in (None: no limit)
     balance_threshold=0.2,  # lb-bsp: a speed that drifts by more than this fraction makes a new batch plan
     collective=collectives.PS,  # how a synchronous mode's workers sum their arrays
     hogwild_workers=2,      # hogwild: worker processes sharing the weights
@@ -334,6 +340,14 @@ def build_parser():
     p.add_argument("--backup-workers", type=_positive(int),
                    help="backup: each step applies the first (workers - b) gradients and drops the b late ones "
                         "(default 1)")
+    p.add_argument("--tiers", type=_positive(int),
+                   help="tifl: group the workers into this many tiers by their step times; one tier trains per round "
+                        "(default 2)")
+    p.add_argument("--tier-interval", type=_positive(int),
+                   help="tifl: every this many rounds, make the tiers again and weigh them by their accuracy "
+                        "(default 10)")
+    p.add_argument("--tier-credits", type=_positive(int),
+                   help="tifl: rounds each tier may train in (default: no limit)")
     p.add_argument("--balance-threshold", type=_share,
                    help="lb-bsp: plan the batches again once a worker's speed has drifted by more than this fraction "
                         "since the last plan, in (0, 1] (default 0.2)")

@@ -85,6 +85,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     model.warm_up(scheme.step_batch_size)
     checkpoints.load_optimizer_state(resume, scheme)
     share = scheme.training_share(data.train_labels)
+    scheme.share = (data.train_images[share], data.train_labels[share])
     stream_seed = args.seed + scheme.data_index
     stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size, stream_seed)
     if args.augment != "none":
@@ -170,17 +171,21 @@ class Rounds:
         opening = {}
         with Timer(opening, runlog.CHECK_READY):
             scheme.begin_round(n - 1)
-        steps = self.local_steps()
+        sitting_out = scheme.sits_out()
+        steps = [{}] if sitting_out else self.local_steps()  # a round sat out logs its aggregation alone
         if scheme.coordinated:
             steps[0][runlog.CHECK_READY] = steps[0].get(runlog.CHECK_READY, 0.0) + opening[runlog.CHECK_READY]
         reason = self.stop.reason(n, time.time() - self.started, self.accuracy, self.epochs)
-        round_samples = len(steps) * scheme.step_batch_size  # before the aggregation, which may plan another size
+        round_samples = 0 if sitting_out else len(steps) * scheme.step_batch_size  # before the aggregation, which
+        # may plan another batch size
         stopping = self.aggregate(n, steps[-1], reason is not None)
         self.samples += round_samples
         evaluated = self.evaluate(n, steps[-1], stopping)
         elapsed = time.time() - self.started
         self.save_checkpoint(n, steps[-1], stopping, elapsed)
         extra = {"weights_digest": self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
+        if sitting_out:
+            extra[runlog.SAT_OUT] = True
         if not scheme.schedule.constant:
             extra["lr_factor"] = scheme.lr_factor
         if scheme.transport:

@@ -77,6 +77,12 @@ def check_balanced(args, num_workers):
                         "batches ahead at one size: add --augment none")
 
 
+def check_tifl(args, num_workers):
+    if args.tiers > num_workers:
+        raise ModeError(f"--tiers {args.tiers} is more than the {num_workers} workers (DMLC_NUM_WORKER): a tier "
+                        "needs one")
+
+
 MODES = {mode.name: mode for mode in (
     Mode("esync", "ESync", "ESync", "tab:red", "training.schemes.esync:ESync",
          "ESync, local steps until the state server says ready, then delta aggregation (dist_sync)",
@@ -116,6 +122,10 @@ MODES = {mode.name: mode for mode in (
     Mode("fedasync", "FedAsync", "FedAsync", "tab:cyan", "training.schemes.fedasync:FedAsync",
          "FedAsync, --sync-interval local steps, then the one server mixes the model in by its staleness "
          "(dist_async)", check=check_one_server),
+    Mode("tifl", "TiFL", "TiFL", "goldenrod", "training.schemes.tifl:TiFL",
+         "TiFL, the workers in tiers by step time; each round one tier, chosen by its accuracy, runs --sync-interval "
+         "local steps and its models are averaged, the others sit it out (dist_sync)",
+         synchronous=True, check=check_tifl),
     Mode("hogwild", "Hogwild!", "Hogwild", "indigo", "training.schemes.hogwild:Hogwild",
          "Hogwild!, --hogwild-workers processes on this machine update one shared copy of the weights without "
          "locks, no cluster", cluster=False),

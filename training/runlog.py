@@ -60,6 +60,9 @@ PLANNED_SECONDS = "planned_seconds"  # adaptive: the round's computing time, whi
 AVERAGE_IN_FLIGHT = "average_in_flight"  # --overlap: seconds the average applied in the round travelled
 # A round's fields under backup: the job's step its gradient was computed for, whether that step dropped it (late),
 # and how many steps the job had applied since then when it learnt so.
+SAT_OUT = "sat_out"  # a round this worker took no local step in and only joined the aggregation (tifl): its "time"
+#                     holds one entry, the aggregation's, which local_steps() does not count
+TIER = "tier"  # tifl: the ranks of the tier that trained in the round (null: everyone)
 BACKUP_STEP = "step"
 # lb-bsp: the round's batch (samples of its one step) and whether its aggregation made a new batch plan.
 BATCH = "batch"
@@ -196,7 +199,7 @@ def round_problem(record):
 
 
 def local_steps(record):
-    return len(record["time"])
+    return 0 if record.get(SAT_OUT) else len(record["time"])
 
 
 def phase_seconds(record, phases):

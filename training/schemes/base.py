@@ -100,6 +100,7 @@ class Scheme:
     update_rule = None                # its rule: config.local_update_rule
     lr_factor = 1.0                   # the learning-rate schedule's factor this round (training/schedule.py)
     train_samples = None              # the training set's size (the loop sets it before setup)
+    share = None                      # (images, labels) of this worker's share (the loop sets it after setup)
 
     def __init__(self, options, model, transport):
         self.options = options
@@ -158,6 +159,11 @@ class Scheme:
 
     def begin_round(self, completed):
         """Called before the first local step of a round; `completed` rounds came before it."""
+
+    def sits_out(self):
+        """Whether this worker takes no local step this round and only joins its aggregation (asked after
+        begin_round)."""
+        return False
 
     def local_step(self):
         """Called after each step's backward pass; may update the weights locally."""

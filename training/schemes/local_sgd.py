@@ -222,11 +222,15 @@ class DeltaAveraging(LocallyUpdating):
 
     def global_moves(self):
         """Per trainable parameter, the global model's move for the sums now in the delta buffers."""
-        scale = self.options.global_lr * self.lr_factor / self.num_workers
+        scale = self.options.global_lr * self.lr_factor / self.averaged_workers()
         if self.options.normalised_averaging:
             scale *= self.control[1].asscalar() / self.num_workers  # the workers' mean a_i
         return [global_move(total, scale, velocity, self.options.server_momentum)
                 for total, velocity in zip(self.delta, self.velocity)]
+
+    def averaged_workers(self):
+        """Whose deltas the sums in the buffers hold: every worker's."""
+        return self.num_workers
 
     def local_step(self):
         self.model.reduce_gradients()
