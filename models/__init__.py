@@ -33,19 +33,22 @@ NETWORKS = {
 }
 
 NUM_CLASSES = 10
+# The units (filters, neurons) of each hidden Conv2D and Dense layer of the networks that are chains of them, which
+# get_network() can also build narrower (FedDrop's sub-models).
+WIDTHS = {"lenet": (6, 16, 120, 84), "mlp": (256, 128)}
 
 
 def input_size(name):
     return NETWORKS[name].input_size
 
 
-def get_network(name, classes=NUM_CLASSES):
-    """A fresh, uninitialised Gluon network."""
+def get_network(name, classes=NUM_CLASSES, widths=None):
+    """A fresh, uninitialised Gluon network; `widths` (lenet and mlp) replaces WIDTHS[name]."""
     spec = NETWORKS[name]
     if name == "lenet":
-        return _lenet(classes)
+        return _lenet(classes, widths or WIDTHS[name])
     if name == "mlp":
-        return _mlp(classes)
+        return _mlp(classes, widths or WIDTHS[name])
     if spec.zoo_name is None:
         from models import cifar
 
@@ -55,27 +58,30 @@ def get_network(name, classes=NUM_CLASSES):
     return vision.get_model(spec.zoo_name, classes=classes)
 
 
-def _lenet(classes):
+def _lenet(classes, widths):
     """LeNet-5 (44k parameters on 28x28 input)."""
     from mxnet.gluon import nn
 
+    conv1, conv2, dense1, dense2 = widths
     net = nn.HybridSequential(prefix="lenet_")
     with net.name_scope():
-        net.add(nn.Conv2D(6, kernel_size=5, activation="relu"),
+        net.add(nn.Conv2D(conv1, kernel_size=5, activation="relu"),
                 nn.MaxPool2D(pool_size=2, strides=2),
-                nn.Conv2D(16, kernel_size=5, activation="relu"),
+                nn.Conv2D(conv2, kernel_size=5, activation="relu"),
                 nn.MaxPool2D(pool_size=2, strides=2),
                 nn.Flatten(),
-                nn.Dense(120, activation="relu"),
-                nn.Dense(84, activation="relu"),
+                nn.Dense(dense1, activation="relu"),
+                nn.Dense(dense2, activation="relu"),
                 nn.Dense(classes))
     return net
 
 
-def _mlp(classes):
+def _mlp(classes, widths):
     from mxnet.gluon import nn
 
+    hidden1, hidden2 = widths
     net = nn.HybridSequential(prefix="mlp_")
     with net.name_scope():
-        net.add(nn.Flatten(), nn.Dense(256, activation="relu"), nn.Dense(128, activation="relu"), nn.Dense(classes))
+        net.add(nn.Flatten(), nn.Dense(hidden1, activation="relu"), nn.Dense(hidden2, activation="relu"),
+                nn.Dense(classes))
     return net

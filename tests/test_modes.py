@@ -17,7 +17,7 @@ from launcher.cluster import ROOT
 from tests import logfactory
 from training import checks, modes
 
-FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "dcasgd-paper", "downpour", "nbsync", "backup", "lb-bsp", "zeno", "zeno-async", "fedavg", "fedasync", "tifl", "hogwild", "local", "validation-only")
+FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "dcasgd-paper", "downpour", "nbsync", "backup", "lb-bsp", "zeno", "zeno-async", "fedavg", "fedasync", "tifl", "feddrop", "hogwild", "local", "validation-only")
 LAUNCH_ARGS = ["--devices", "cpu,cpu", "--max-iters", "5", "-n", "lenet", "--dataset", "mnist-5k"]
 GOSSIP = modes.Mode("gossip", "Gossip", "Gossip", "darkslategray", "training.schemes.sync:Sync",
                     "a mode added at run time", state_server=True)

@@ -13,6 +13,7 @@ from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
 from training import modes, runlog
 from training.schemes.balanced import batch_plan, drifted
+from training.schemes.feddrop import kept_units, layer_slices, weight_counts
 from training.schemes.tifl import choose_tier, make_tiers, tier_probabilities
 
 Worker = collections.namedtuple("Worker", "folder meta rounds")
@@ -23,6 +24,7 @@ JOBS = {
     "backup": ["--backup-workers", "1", "--max-iters", "250", "-e", "0"],
     "lb-bsp": ["--max-iters", "150", "-e", "0", "--digest-weights"],
     "tifl": ["--tiers", "2", "--tier-interval", "5", "--max-iters", "80", "-e", "0", "--digest-weights"],
+    "feddrop": ["--drop-rate", "0.5", "--max-iters", "60", "-e", "0", "--digest-weights"],
 }
 
 
@@ -88,7 +90,7 @@ def test_too_many_or_no_backup_workers_is_one_line_and_exit_2(backup, message):
 
 
 def run_worker(args, workers):
-    return run_main([*args, *LENET_ARGS, "--max-iters", "1"],
+    return run_main([*LENET_ARGS, "--max-iters", "1", *args],
                     env={"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": str(workers), "DMLC_NUM_SERVER": "1",
                          "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9"})
 
@@ -189,6 +191,71 @@ def test_tifl_trains_one_tier_a_round_the_others_sit_out_and_every_worker_stays_
 ])
 def test_more_tiers_than_workers_is_one_line_and_exit_2(args, message):
     result = run_worker(["-m", "tifl", *args], workers=3)
+
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------- FedDrop
+
+LENET_SHAPES = [(6, 1, 5, 5), (6,), (16, 6, 5, 5), (16,), (120, 256), (120,), (84, 120), (84,), (10, 84), (10,)]
+
+
+def test_a_dropping_worker_keeps_the_same_units_on_every_worker_and_half_of_each_layer():
+    kept = kept_units((6, 16, 120, 84), 0.5, seed=3, round_number=7, rank=2)
+
+    assert [len(units) for units in kept] == [3, 8, 60, 42]
+    assert all(list(units) == sorted(set(units)) for units in kept)
+    assert all((a == b).all() for a, b in zip(kept, kept_units((6, 16, 120, 84), 0.5, 3, 7, 2)))
+    assert not all((a == b).all() for a, b in zip(kept, kept_units((6, 16, 120, 84), 0.5, 3, 8, 2)))
+
+
+def test_the_sub_model_reads_its_units_rows_and_columns_and_the_kept_channels_features():
+    kept = [np.array([0, 2]), np.array([1, 5, 9]), np.array([3, 4]), np.array([0])]
+    full = [np.arange(np.prod(shape)).reshape(shape) for shape in LENET_SHAPES]
+
+    parts = [array[where] for array, where in zip(full, layer_slices(LENET_SHAPES, kept))]
+
+    assert [part.shape for part in parts] == [(2, 1, 5, 5), (2,), (3, 2, 5, 5), (3,), (2, 48), (2,), (1, 2), (1,),
+                                              (10, 1), (10,)]
+    assert (parts[2][:, :, 0, 0] == full[2][[1, 5, 9]][:, [0, 2], 0, 0]).all()
+    # channel 5 of the 16 4x4 maps is features 80..95 of the flattened input
+    assert list(parts[4][0, 16:32]) == list(full[4][3, 80:96])
+
+
+def test_each_weight_is_averaged_over_the_workers_that_trained_it():
+    shapes = [(4, 3), (4,), (2, 4), (2,)]
+    kept = kept_units((4,), 0.5, seed=0, round_number=1, rank=1)[0]
+
+    counts = weight_counts(shapes, (1,), (4,), 0.5, seed=0, round_number=1, num_workers=3)
+
+    assert sorted(set(counts[1].tolist())) == [2.0, 3.0]
+    assert [counts[1][unit] for unit in kept] == [3.0, 3.0]
+    assert counts[3].tolist() == [3.0, 3.0]             # the output layer keeps every unit
+    assert (counts[2][:, kept] == 3.0).all() and counts[2].sum() == 2 * (2 * 3 + 2 * 2)
+
+
+@pytest.mark.slow
+def test_feddrop_trains_a_sub_model_on_the_slow_worker_and_every_worker_stays_identical(runs):
+    job = runs["feddrop"]
+    records = {rank: worker.rounds for rank, worker in job.items()}
+    slow = slow_rank(job)
+
+    assert [len(rounds) for rounds in records.values()] == [60] * 3
+    for n in range(60):
+        assert len({rounds[n]["weights_digest"] for rounds in records.values()}) == 1
+    for rank, rounds in records.items():  # the first round measures everyone in full
+        assert [r[runlog.SUB_MODEL] for r in rounds] == [False] + [rank == slow] * 59
+    assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.8
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--drop-rate", "1"], "expected a number in (0, 1)"),
+    (["--drop-workers", "3"], "leaves no worker with the full model"),
+    (["-n", "resnet20"], "not of resnet20"),
+])
+def test_bad_feddrop_input_is_one_line_and_exit_2(args, message):
+    result = run_worker(["-m", "feddrop", *args], workers=3)
 
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -21,7 +21,7 @@ STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper'
 DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's lambda0 of DC-ASGD-c and DC-ASGD-a
 SERVER_OPTIMIZERS = ("sgd", "adagrad")  # downpour's server: SGD as ASGD's, or Adagrad as Dean et al.'s
 MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, the modes that read it)}
-    "local_optimizer": ("--local-optimizer", ("esync", "fedavg", "fedasync", "tifl")),
+    "local_optimizer": ("--local-optimizer", ("esync", "fedavg", "fedasync", "tifl", "feddrop")),
     "overlap": ("--overlap", ("esync", "fedavg")),
     "aggregation_share": ("--aggregation-share", ("esync",)),
     "max_slowest_steps": ("--max-slowest-steps", ("esync",)),
@@ -35,6 +35,8 @@ MODE_FLAGS = {  # the flags that belong to some modes only: {field: (its flag, t
     "backup_workers": ("--backup-workers", ("backup",)),
     "balance_threshold": ("--balance-threshold", ("lb-bsp",)),
     "tiers": ("--tiers", ("tifl",)),
+    "drop_rate": ("--drop-rate", ("feddrop",)),
+    "drop_workers": ("--drop-workers", ("feddrop",)),
     "tier_interval": ("--tier-interval", ("tifl",)),
     "tier_credits": ("--tier-credits", ("tifl",)),
 }
@@ -85,7 +87,7 @@ DEFAULTS = dict(
     sync_timeout=300.0,
     validator=False,        # zeno: this process is the trusted validator
     validation_size=1000,   # zeno: training samples held out for the validator
-    sync_interval=4,        # zeno, fedavg, fedasync, tifl: local steps between aggregations
+    sync_interval=4,        # zeno, fedavg, fedasync, tifl, feddrop: local steps between aggregations
     n_push=4,               # downpour: local steps between pushes of the summed gradients
     n_fetch=4,              # downpour: local steps between fetches of the server's weights
     alpha=0.6,              # fedasync: the server's mixing weight
@@ -108,6 +110,8 @@ DEFAULTS = dict(
     mini_batches=None,      # NBSSGD: parts of a batch (a worker can join the aggregation after any part): parts of
                             # at least NBSYNC_PART_SIZE samples, as many as divide -b
     backup_workers=1,       # backup: b, the late gradients each step drops
+    drop_rate=0.5,          # feddrop: the fraction of each hidden layer's units a slow worker's sub-model leaves out
+    drop_workers=1,         # feddrop: how many of the slowest workers train sub-models
     tiers=2,                # tifl: tiers of workers by step time
     tier_interval=10,       # tifl: rounds between re-tiering and re-weighing the tiers by their accuracy
     tier_credits=None,      # tifl: rounds each tier may train in (None: no limit)
@@ -340,6 +344,11 @@ def build_parser():
     p.add_argument("--backup-workers", type=_positive(int),
                    help="backup: each step applies the first (workers - b) gradients and drops the b late ones "
                         "(default 1)")
+    p.add_argument("--drop-rate", type=_open_fraction,
+                   help="feddrop: the fraction of each hidden layer's units (filters, neurons) a slow worker's "
+                        "sub-model leaves out, in (0, 1) (default 0.5)")
+    p.add_argument("--drop-workers", type=_positive(int),
+                   help="feddrop: how many of the slowest workers train sub-models (default 1)")
     p.add_argument("--tiers", type=_positive(int),
                    help="tifl: group the workers into this many tiers by their step times; one tier trains per round "
                         "(default 2)")
@@ -415,6 +424,16 @@ def resolve_mode_aliases(parser, args):
         if args.mode not in (base, variant):
             parser.error(f"{flag} {value} belongs to -m {base} (it means -m {variant}), not -m {args.mode}")
         args.mode = variant
+
+
+def _open_fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
 
 
 def _share(text):

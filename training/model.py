@@ -24,16 +24,26 @@ class Model:
         self.normalise = {ctx: tuple(mx.nd.array(v, ctx=ctx).reshape((1, -1, 1, 1)) for v in normalise)
                           for ctx in ctxs} if normalise else None
         mx.random.seed(seed)
-        self.net = models.get_network(network)
-        self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
-        self.net.hybridize(static_alloc=True)
-        self.net(self._prepare(np.zeros((1,) + self.sample_shape, np.uint8), ctxs[0]))  # finish deferred init
-        params = list(self.net.collect_params().values())
+        self.network = network
+        self.use_network(self.built(network))
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        self.steps_overlap_transfers = False  # set by a scheme whose transfers run while the steps do
+
+    def built(self, network, widths=None):
+        """A new network on this worker's devices, initialised and hybridized (`widths`: models.get_network's)."""
+        net = models.get_network(network, widths=widths)
+        net.initialize(mx.init.Xavier(magnitude=2.24), ctx=self.ctxs)
+        net.hybridize(static_alloc=True)
+        net(self._prepare(np.zeros((1,) + self.sample_shape, np.uint8), self.ctxs[0]))  # finish deferred init
+        return net
+
+    def use_network(self, net):
+        """Train and evaluate `net` from now on (FedDrop swaps in a narrower one for a round)."""
+        self.net = net
+        params = list(net.collect_params().values())
         # Trainable parameters first: their keys are the ones every scheme pushes each round.
         self.trainable = [p for p in params if p.grad_req != "null"]
         self.aux = [p for p in params if p.grad_req == "null"]  # BatchNorm running statistics
-        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-        self.steps_overlap_transfers = False  # set by a scheme whose transfers run while the steps do
 
     @property
     def params(self):

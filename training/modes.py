@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import models
+
 
 class ModeError(ValueError):
     """A job's options do not suit its mode; the message is one line."""
@@ -83,6 +85,15 @@ def check_tifl(args, num_workers):
                         "needs one")
 
 
+def check_feddrop(args, num_workers):
+    if args.network not in models.WIDTHS:
+        raise ModeError(f"-m feddrop builds sub-models of chains of Conv2D and Dense layers "
+                        f"({', '.join(models.WIDTHS)}), not of {args.network}")
+    if args.drop_workers >= num_workers:
+        raise ModeError(f"--drop-workers {args.drop_workers} leaves no worker with the full model: the job has "
+                        f"{num_workers} workers (DMLC_NUM_WORKER)")
+
+
 MODES = {mode.name: mode for mode in (
     Mode("esync", "ESync", "ESync", "tab:red", "training.schemes.esync:ESync",
          "ESync, local steps until the state server says ready, then delta aggregation (dist_sync)",
@@ -126,6 +137,9 @@ MODES = {mode.name: mode for mode in (
          "TiFL, the workers in tiers by step time; each round one tier, chosen by its accuracy, runs --sync-interval "
          "local steps and its models are averaged, the others sit it out (dist_sync)",
          synchronous=True, check=check_tifl),
+    Mode("feddrop", "FedDrop", "FedDrop", "mediumvioletred", "training.schemes.feddrop:FedDrop",
+         "FedDrop, FedAvg whose --drop-workers slowest train sub-models with --drop-rate of each hidden layer's units "
+         "left out, mapped back onto the full model (dist_sync)", synchronous=True, check=check_feddrop),
     Mode("hogwild", "Hogwild!", "Hogwild", "indigo", "training.schemes.hogwild:Hogwild",
          "Hogwild!, --hogwild-workers processes on this machine update one shared copy of the weights without "
          "locks, no cluster", cluster=False),
