@@ -35,7 +35,7 @@ def worker_env():
     (["-m", "sync", "-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "yes"],
      "-c/--cpu: expected True, False or a number of CPU contexts, got 'yes'"),
     (["-m", "sync", *BASE, "--local-optimizer", "adam"], "--local-optimizer belongs to -m esync, fedavg, fedasync, "
-                                                          "not -m sync"),
+                                                          "tifl, feddrop, not -m sync"),
     (["-m", "dcasgd", *BASE, "--dc-adaptive", "0.95"], "--dc-adaptive belongs to -m dcasgd-paper, not -m dcasgd"),
     (["-m", "dcasgd-paper", *BASE, "--dc-adaptive", "1"], "--dc-adaptive: expected a momentum in [0, 1), got '1'"),
     (["-m", "esync", *BASE, "--local-optimizer", "adam", "--momentum", "0.9"], "--momentum is SGD's"),

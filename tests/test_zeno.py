@@ -228,7 +228,7 @@ def test_attacks_corrupt_updates_as_documented(kind):
 
 def test_labelflip_trains_on_mirrored_labels():
     class Stream:
-        def next(self):
+        def next(self, batch_size=None):
             return np.zeros((3, 1, 28, 28), np.uint8), np.array([0, 4, 9])
 
     _, labels = Attack("labelflip", 1.0).poison(Stream()).next()
