@@ -1,17 +1,20 @@
 """TiFL (Chai et al., "TiFL: A Tier-based Federated Learning System", HPDC 2020), one of the ESync journal version's
 baselines: the workers are grouped into --tiers tiers by their measured step times, and each round one tier trains
 (--sync-interval local SGD steps, lr -ll) while the others sit it out; the round's average is over the tier's
-models, so a round lasts as long as that tier's slowest worker.
+models, so a round lasts as long as that tier's slowest worker. The first --tier-interval rounds are everyone's:
+TiFL's profiling, which measures every worker's step time (the median of its recent steps).
 
 The tier of each round is TiFL's adaptive choice: every --tier-interval rounds each worker tests the global model
 on a sample of its own share, a tier's accuracy is its workers' mean, and the tiers are ranked so that the least
 accurate is the likeliest to be chosen (probabilities T, T - 1, ..., 1 over their sum, tier_probabilities); a tier
 that has used its --tier-credits rounds is not chosen again. Everything the choice needs travels in the round's own
 sum (each worker writes its step time and accuracy into its own slots of the control array), and every worker draws
-from the same seeded generator, so all choose the same tier without asking anyone. The first round is everyone's, to
-measure the step times. A worker sitting a round out takes no local step and adds a zero delta to the sum (its round
-is logged with runlog.SAT_OUT); the tiers are made again every --tier-interval rounds from the latest times.
+from the same seeded generator, so all choose the same tier without asking anyone. A worker sitting a round out
+takes no local step and adds a zero delta to the sum (its round is logged with runlog.SAT_OUT); the tiers are made
+again every --tier-interval rounds from the latest times (a worker that sat out keeps its last one).
 """
+import collections
+import statistics
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,10 +23,11 @@ import numpy as np
 
 from training import runlog
 from training.schemes.base import FixedLocalSteps
-from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions, smoothed
+from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
 
 FIXED = 2                 # control slots before the step times and accuracies: [stop votes, workers who trained]
 TIER_TEST_SAMPLES = 256   # of a worker's share, the samples it tests the global model on
+RECENT_STEPS = 21         # a worker's step time is the median of its last ones
 
 
 def make_tiers(step_seconds, count):
@@ -66,7 +70,7 @@ class TiFL(FixedLocalSteps, DeltaAveraging):
     def __init__(self, options, model, transport):
         super().__init__(options, model, transport)
         self.control = mx.nd.zeros((FIXED + 2 * self.num_workers,))
-        self.step_seconds = None       # this worker's, smoothed
+        self.recent = collections.deque(maxlen=RECENT_STEPS)  # this worker's step times
         self.accuracy = 0.0            # of the global model on this worker's test sample, at the last test
         self.known_seconds = None      # every worker's step time, from the sums
         self.tiers = None
@@ -74,20 +78,20 @@ class TiFL(FixedLocalSteps, DeltaAveraging):
         self.credits = None if options.tier_credits is None else [options.tier_credits] * options.tiers
         self.rng = np.random.RandomState(options.seed)
         self.rounds = 0
-        self.chosen = None             # this round's tier (None: everyone, the first round)
+        self.chosen = None             # this round's tier (None: everyone, while profiling)
 
     def sits_out(self):
         return self.chosen is not None and self.rank not in self.tiers[self.chosen]
 
     def round_done(self, steps, step_seconds):
-        self.step_seconds = smoothed(self.step_seconds, step_seconds)
+        self.recent.append(step_seconds)
         return super().round_done(steps, step_seconds)
 
     def fill_buffers(self, stop_vote, keep_sent=False):
         super().fill_buffers(stop_vote, keep_sent)
         n = self.num_workers
         self.control[1] = 0.0 if self.sits_out() else 1.0
-        self.control[FIXED + self.rank] = self.step_seconds or 0.0
+        self.control[FIXED + self.rank] = statistics.median(self.recent) if self.recent else 0.0
         self.control[FIXED + n + self.rank] = self.accuracy
 
     def averaged_workers(self):
@@ -115,15 +119,14 @@ class TiFL(FixedLocalSteps, DeltaAveraging):
         if self.known_seconds is None:
             self.known_seconds = seconds.copy()
         self.known_seconds = np.where(seconds > 0, seconds, self.known_seconds)  # sat out: the last time known
-        if self.tiers is None or self.rounds % self.options.tier_interval == 0:
-            self.tiers = make_tiers(self.known_seconds.tolist(), count)
+        if self.rounds < self.options.tier_interval:
+            return  # profiling: everyone trains
         if self.rounds % self.options.tier_interval == 0:
+            self.tiers = make_tiers(self.known_seconds.tolist(), count)
             accuracies = control[FIXED + n:FIXED + 2 * n]
             self.probabilities = tier_probabilities([float(np.mean(accuracies[tier])) for tier in self.tiers])
-        elif self.probabilities is None:
-            self.probabilities = [1.0 / count] * count
         self.chosen = choose_tier(self.probabilities, self.credits, self.rng)
-        if self.chosen < 0:  # every tier spent its credits: everyone trains, as in the first round
+        if self.chosen < 0:  # every tier spent its credits: everyone trains, as while profiling
             self.chosen = None
         elif self.credits is not None:
             self.credits[self.chosen] -= 1
