@@ -54,6 +54,24 @@ def slow_rank(job):
     return next(rank for rank, worker in job.items() if worker.meta["slowdown"] == 4)
 
 
+def rounds_with_identical_weights(job, rounds):
+    """{rank: its round records}, once every worker logged `rounds` rounds with the same weights after each."""
+    records = {rank: worker.rounds for rank, worker in job.items()}
+    assert [len(logged) for logged in records.values()] == [rounds] * len(job)
+    for n in range(rounds):
+        assert len({logged[n]["weights_digest"] for logged in records.values()}) == 1, f"round {n + 1}"
+    return records
+
+
+def assert_refused(args, workers, message):
+    """One line naming the problem and exit 2, before the worker looks for the cluster."""
+    result = run_main([*LENET_ARGS, "--max-iters", "1", *args],
+                      env={"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": str(workers), "DMLC_NUM_SERVER": "1",
+                           "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9"})
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 # ---------------------------------------------------------------------------------------------- backup workers
 
 
@@ -83,16 +101,7 @@ def test_backup_steps_apply_the_first_gradients_drop_the_slow_workers_and_every_
 
 @pytest.mark.parametrize("backup, message", [("3", "leaves no gradient to apply"), ("0", "expected a positive")])
 def test_too_many_or_no_backup_workers_is_one_line_and_exit_2(backup, message):
-    result = run_worker(["-m", "backup", "--backup-workers", backup], workers=3)
-
-    assert result.returncode == 2
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
-
-
-def run_worker(args, workers):
-    return run_main([*LENET_ARGS, "--max-iters", "1", *args],
-                    env={"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": str(workers), "DMLC_NUM_SERVER": "1",
-                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9"})
+    assert_refused(["-m", "backup", "--backup-workers", backup], workers=3, message=message)
 
 
 # ---------------------------------------------------------------------------------------------- LB-BSP
@@ -119,12 +128,10 @@ def test_a_plan_is_made_again_only_once_a_speed_drifts_past_the_threshold():
 @pytest.mark.slow
 def test_lb_bsp_gives_the_slow_worker_a_smaller_batch_the_batches_add_up_and_the_workers_stay_identical(runs):
     job = runs["lb-bsp"]
-    records = {rank: worker.rounds for rank, worker in job.items()}
+    records = rounds_with_identical_weights(job, 150)
     slow = slow_rank(job)
 
-    assert [len(rounds) for rounds in records.values()] == [150] * 3
     for n in range(150):
-        assert len({rounds[n]["weights_digest"] for rounds in records.values()}) == 1
         assert sum(rounds[n][runlog.BATCH] for rounds in records.values()) == 3 * 64
     assert all(rounds[0][runlog.BATCH] == 64 and rounds[0][runlog.REPLANNED] for rounds in records.values())
     batches = {rank: statistics.median(r[runlog.BATCH] for r in rounds[10:]) for rank, rounds in records.items()}
@@ -133,10 +140,7 @@ def test_lb_bsp_gives_the_slow_worker_a_smaller_batch_the_batches_add_up_and_the
 
 
 def test_lb_bsp_with_augmentation_is_one_line_and_exit_2():
-    result = run_worker(["-m", "lb-bsp", "--augment", "crop"], workers=2)
-
-    assert result.returncode == 2
-    assert "add --augment none" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert_refused(["-m", "lb-bsp", "--augment", "crop"], workers=2, message="add --augment none")
 
 
 # ---------------------------------------------------------------------------------------------- TiFL
@@ -164,15 +168,13 @@ def test_a_tier_without_credits_is_never_chosen_and_none_left_is_minus_one():
 @pytest.mark.slow
 def test_tifl_trains_one_tier_a_round_the_others_sit_out_and_every_worker_stays_identical(runs):
     job = runs["tifl"]
-    records = {rank: worker.rounds for rank, worker in job.items()}
+    records = rounds_with_identical_weights(job, 60)
     slow = slow_rank(job)
 
-    assert [len(rounds) for rounds in records.values()] == [60] * 3
     profiling = 5  # --tier-interval: the first rounds measure everyone
     assert not any(r.get(runlog.SAT_OUT) for rounds in records.values() for r in rounds[:profiling])
     tiers = set()
     for n in range(60):
-        assert len({rounds[n]["weights_digest"] for rounds in records.values()}) == 1
         trained = {rank for rank, rounds in records.items() if not rounds[n].get(runlog.SAT_OUT)}
         assert all(rounds[n][runlog.TIER] == (None if n < profiling else sorted(trained))
                    for rounds in records.values())
@@ -192,10 +194,7 @@ def test_tifl_trains_one_tier_a_round_the_others_sit_out_and_every_worker_stays_
     (["--tiers", "0"], "expected a positive"),
 ])
 def test_more_tiers_than_workers_is_one_line_and_exit_2(args, message):
-    result = run_worker(["-m", "tifl", *args], workers=3)
-
-    assert result.returncode == 2
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert_refused(["-m", "tifl", *args], workers=3, message=message)
 
 
 # ---------------------------------------------------------------------------------------------- FedDrop
@@ -240,12 +239,9 @@ def test_each_weight_is_averaged_over_the_workers_that_trained_it():
 @pytest.mark.slow
 def test_feddrop_trains_a_sub_model_on_the_slow_worker_and_every_worker_stays_identical(runs):
     job = runs["feddrop"]
-    records = {rank: worker.rounds for rank, worker in job.items()}
+    records = rounds_with_identical_weights(job, 45)
     slow = slow_rank(job)
 
-    assert [len(rounds) for rounds in records.values()] == [45] * 3
-    for n in range(45):
-        assert len({rounds[n]["weights_digest"] for rounds in records.values()}) == 1
     for rank, rounds in records.items():  # the first round measures everyone in full
         assert [r[runlog.SUB_MODEL] for r in rounds] == [False] + [rank == slow] * 44
     assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.8
@@ -257,7 +253,4 @@ def test_feddrop_trains_a_sub_model_on_the_slow_worker_and_every_worker_stays_id
     (["-n", "resnet20"], "not of resnet20"),
 ])
 def test_bad_feddrop_input_is_one_line_and_exit_2(args, message):
-    result = run_worker(["-m", "feddrop", *args], workers=3)
-
-    assert result.returncode == 2
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert_refused(["-m", "feddrop", *args], workers=3, message=message)

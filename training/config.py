@@ -426,24 +426,23 @@ def resolve_mode_aliases(parser, args):
         args.mode = variant
 
 
-def _open_fraction(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
-    return value
+def _fraction(upper_included):
+    """A number in (0, 1], or in (0, 1) when not `upper_included`."""
+    interval = "(0, 1]" if upper_included else "(0, 1)"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if value is None or not (0 < value < 1 or (upper_included and value == 1)):
+            raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {text!r}")
+        return value
+    return parse
 
 
-def _share(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    return value
+_share = _fraction(upper_included=True)
+_open_fraction = _fraction(upper_included=False)
 
 
 def refuse_sizing_without_adaptive(parser, args):

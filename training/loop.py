@@ -85,9 +85,9 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     model.warm_up(scheme.step_batch_size)
     checkpoints.load_optimizer_state(resume, scheme)
     share = scheme.training_share(data.train_labels)
-    scheme.share = (data.train_images[share], data.train_labels[share])
+    scheme.share = (data.train_images[share], data.train_labels[share])  # one copy, the stream's too
     stream_seed = args.seed + scheme.data_index
-    stream = BatchStream(data.train_images[share], data.train_labels[share], scheme.step_batch_size, stream_seed)
+    stream = BatchStream(*scheme.share, scheme.step_batch_size, stream_seed)
     if args.augment != "none":
         stream = Prefetched(augmented(stream, args.augment, stream_seed))
     if scheme.attack:
