@@ -19,7 +19,8 @@ from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, start_job
 from training import modes
 
-pytestmark = pytest.mark.slow  # real processes
+# Real processes, which mostly wait for the bound: beside the in-process tests (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.beside_others]
 
 SYNC_TIMEOUT = 10
 BOUND = SYNC_TIMEOUT + 10
