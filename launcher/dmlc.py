@@ -111,10 +111,7 @@ def describe_task_failure(error):
 def run_task(argv):
     """`launch.py task --devices D --slowdown F -- ARGS`: main.py for this task, with its device if a worker."""
     own, main_args = split_at_double_dash(argv)
-    parser = config.OneLineErrorParser(prog="launch.py task")
-    parser.add_argument("--devices", required=True)
-    parser.add_argument("--slowdown", required=True)
-    args = parser.parse_args(own)
+    args = task_parser().parse_args(own)
     if os.environ.get("DMLC_ROLE") == "worker":
         devices, slowdowns = args.devices.split(","), args.slowdown.split(",")
         try:
@@ -124,6 +121,14 @@ def run_task(argv):
             return EXIT_USAGE
         main_args += device_flags(devices[index]) + ["--slowdown", slowdowns[index]]
     os.execv(sys.executable, [sys.executable, MAIN_PY] + main_args)
+
+
+def task_parser():
+    """The command line of `launch.py task` before its `--`."""
+    parser = config.OneLineErrorParser(prog="launch.py task")
+    parser.add_argument("--devices", required=True)
+    parser.add_argument("--slowdown", required=True)
+    return parser
 
 
 def task_index(devices, slowdowns):

@@ -197,13 +197,13 @@ def test_a_cifar10_job_trains_with_its_recipe_and_the_schedule_lowers_the_rate_p
     assert [r["lr_factor"] for r in records] == pytest.approx([1.0] * 10 + [0.1] * 10 + [0.01] * 5)
 
 
-def test_the_readmes_cifar10_commands_parse_down_to_every_workers_command_line():
+def test_the_docs_cifar10_commands_parse_down_to_every_workers_command_line():
     import shlex
 
     from launcher import commands, experiment
     from launcher.cluster import ROOT
 
-    text = open(os.path.join(ROOT, "README.md")).read()
+    text = open(os.path.join(ROOT, "docs", "data.md")).read()
     block = text[text.index("the seeds' setups"):text.index("`vgg11` and `vgg16` (without")]
     lines = [shlex.split(line.strip())[1:] for line in block.splitlines() if line.strip().startswith("python ")]
 

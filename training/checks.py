@@ -64,7 +64,7 @@ def mpi_workers(args):
                          f"{err}")
     if world.Get_size() < 2:
         raise UsageError(f"--collective {args.collective}: this process is alone in its MPI job; start the workers "
-                         f"together with mpiexec -n N (see README)")
+                         f"together with mpiexec -n N (see docs/clusters.md)")
     return world.Get_size()
 
 
