@@ -1,5 +1,5 @@
-"""Every default of a training job and its command line live in training/config.py. This script shows what a
-command line resolves to, as a worker would run it:
+"""The command line of a training job is built in training/config.py from the job's flags and each scheme's
+declared options (training/options.py). This script shows what a command line resolves to, as a worker would run it:
 
     python config.py -m esync -n lenet --dataset mnist-5k -b 32
 """

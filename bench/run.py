@@ -235,7 +235,7 @@ def whole_step_bound(step_times):
 def policy_row(variant):
     """The heterogeneity table's row of an ESync variant (training/esync_variants.py): 'esync' for the default
     policy, 'esync-plan', 'esync-adaptive-overlap', ..."""
-    return "esync" if variant == config.DEFAULTS["esync_policy"] else esync_variants.PREFIX + variant
+    return "esync" if variant == config.default("esync_policy") else esync_variants.PREFIX + variant
 
 
 def runs_with_policies(modes, variants, profile, seconds, workdir, eval_every=EVAL_EVERY, launcher_options=()):
@@ -451,7 +451,7 @@ def _timed_applies(port, rank, calls, start, results):
 def check_ready_shares(cfg, workdir, earlier):
     """The state server's share of an ESync worker's time, per policy, on the accuracy profile: read from the
     heterogeneity section's runs when it ran, else from runs of its own."""
-    policies = [config.DEFAULTS["esync_policy"], *cfg["esync_policies"]]
+    policies = [config.default("esync_policy"), *cfg["esync_policies"]]
     rows = [r for r in earlier.get("heterogeneity", []) if r["profile"] == cfg["accuracy_profile"]]
     if not rows:
         runs = runs_with_policies(["esync"], cfg["esync_policies"], cfg["accuracy_profile"], cfg["seconds"],

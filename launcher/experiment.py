@@ -13,7 +13,9 @@ from launcher.commands import device_flags
 from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
 from launcher.hosts import LOOPBACK
 from training import collectives, modes, runlog
+from training.attacks import ATTACKS
 from training.checks import UsageError
+from training.schemes import esync
 
 # A mode's folder holds the workers' node folders and PROCESSES_FOLDER, with each process's output, PID_FILE and
 # NETWORK_FILE (summary.py reads <mode>/<node>/<device>/ folders; that one holds only files).
@@ -167,9 +169,9 @@ def build_parser():
     p.add_argument("--modes", default="esync,sync,async",
                    help=f"comma list of {', '.join(modes.names())} (default: esync,sync,async); "
                         f"{STANDALONE_HELP}")
-    p.add_argument("-n", "--network", default=config.DEFAULTS["network"], help="network (see main.py --help)")
-    p.add_argument("--dataset", default=config.DEFAULTS["dataset"], choices=config.DATASETS)
-    p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"], help="folder holding the dataset")
+    p.add_argument("-n", "--network", default=config.default("network"), help="network (see main.py --help)")
+    p.add_argument("--dataset", default=config.default("dataset"), choices=config.DATASETS)
+    p.add_argument("-dd", "--data-dir", default=config.default("data_dir"), help="folder holding the dataset")
     p.add_argument("--devices", help="one entry per worker, e.g. cpu,cpu,gpu0+gpu1 (default: one cpu per "
                                      "--slowdown factor)")
     p.add_argument("--slowdown",
@@ -182,11 +184,11 @@ def build_parser():
                         f"(default for the table: {summary.DEFAULT_TARGET})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--non-iid", action="store_true", help="split the data by class; logs go to <mode>-niid/")
-    p.add_argument("--esync-policy", default=config.DEFAULTS["esync_policy"], choices=config.ESYNC_POLICIES)
+    p.add_argument("--esync-policy", default=config.default("esync_policy"), choices=esync.POLICIES)
     p.add_argument("--byzantine", type=int, default=0,
                    help="the first K workers are Byzantine (see --attack); logs go to <mode>-attack/")
-    p.add_argument("--attack", default=config.DEFAULTS["attack"], choices=config.ATTACKS)
-    p.add_argument("--attack-scale", type=float, default=config.DEFAULTS["attack_scale"])
+    p.add_argument("--attack", default=config.default("attack"), choices=ATTACKS)
+    p.add_argument("--attack-scale", type=float, default=config.default("attack_scale"))
     p.add_argument("--validator-device", default="cpu",
                    help="modes with a validator (zeno, zeno-async): its device; it runs as an extra worker "
                         "(default cpu)")

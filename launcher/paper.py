@@ -25,6 +25,7 @@ from analysis import paper
 from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
+from training.schemes import esync
 from training.checks import UsageError
 from training.failures import EXIT_FAILURE, EXIT_USAGE
 
@@ -41,7 +42,7 @@ def build_parser():
         usage="%(prog)s [options] [-- extra worker args]")
     p.add_argument("-n", "--networks", default="lenet", help="comma list of networks, a Table 1 each (default lenet)")
     p.add_argument("--dataset", default="mnist-5k", choices=config.DATASETS, help="(default mnist-5k)")
-    p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"])
+    p.add_argument("-dd", "--data-dir", default=config.default("data_dir"))
     p.add_argument("--devices", help="one entry per worker, as launch.py's (default: one cpu per --slowdown factor)")
     p.add_argument("--slowdown", default=PAPER_SLOWDOWN, help=f"as launch.py's (default {PAPER_SLOWDOWN})")
     experiment.add_aggregation_options(p)
@@ -49,7 +50,7 @@ def build_parser():
     p.add_argument("--modes", default=",".join(PAPER_MODES),
                    help=f"the cluster modes to compare (default {','.join(PAPER_MODES)}); the standalone baseline "
                         "always runs")
-    p.add_argument("--esync-policy", default=PAPER_ESYNC_POLICY, choices=config.ESYNC_POLICIES,
+    p.add_argument("--esync-policy", default=PAPER_ESYNC_POLICY, choices=esync.POLICIES,
                    help=f"ESync's policy (default {PAPER_ESYNC_POLICY}, the paper's rule; see launch.py --help)")
     p.add_argument("--repeats", type=int, default=5, help="runs of every mode and split (default 5)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")

@@ -29,6 +29,7 @@ from analysis import regime_map
 from launcher import experiment, limit, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes
+from training.schemes import esync
 from training.checks import UsageError
 from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
@@ -62,7 +63,7 @@ def build_parser():
                    help="seconds of each profile's concurrent standalone runs (default 10)")
     p.add_argument("-n", "--network", default="lenet", help="(default lenet)")
     p.add_argument("--dataset", default="mnist-5k", choices=config.DATASETS, help="(default mnist-5k)")
-    p.add_argument("-dd", "--data-dir", default=config.DEFAULTS["data_dir"])
+    p.add_argument("-dd", "--data-dir", default=config.default("data_dir"))
     experiment.add_aggregation_options(p)
     experiment.add_host_options(p, rates=False)
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
@@ -118,7 +119,7 @@ def parse_schemes(text):
         mode, variant = regime_map.mode_of(scheme)
         if mode not in modes.MODES or not modes.MODES[mode].cluster:
             raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}) "
-                             f"or esync-<policy>[-overlap] ({', '.join(config.ESYNC_POLICIES)})")
+                             f"or esync-<policy>[-overlap] ({', '.join(esync.POLICIES)})")
         if variant is not None:
             try:
                 esync_variants.parse(variant)

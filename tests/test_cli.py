@@ -127,7 +127,7 @@ def test_the_rivals_flags_resolve_to_their_papers_defaults(argv, field, value):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["-m", "sync", "--proximal", "0.01"], "--proximal belongs to -m fedasync, esync, fedavg, not -m sync"),
+    (["-m", "sync", "--proximal", "0.01"], "--proximal belongs to -m esync, fedavg, fedasync, not -m sync"),
     (["-m", "async", "--server-momentum", "0.9"], "--server-momentum belongs to -m esync, fedavg, not -m async"),
     (["-m", "async", "--server-optimizer", "adagrad"], "--server-optimizer belongs to -m downpour, not -m async"),
     (["-m", "downpour", "--server-optimizer", "adagrad", "--momentum", "0.9"], "--momentum is SGD's"),

@@ -1,5 +1,6 @@
 """Hogwild!: worker processes on one machine updating one shared copy of the weights without locks."""
 import os
+import time
 
 import mxnet as mx
 import numpy as np
@@ -85,6 +86,13 @@ def test_two_workers_train_one_shared_model_and_the_coordinator_removes_it(tmp_p
     assert model.accuracy(*load_test_set(SAMPLE_DATA, "mnist-5k")) >= 0.85
 
 
+def group_empties(pgid, within):
+    deadline = time.time() + within
+    while processes_in_group(pgid) and time.time() < deadline:
+        time.sleep(0.1)
+    return processes_in_group(pgid) == []
+
+
 @pytest.mark.slow
 def test_a_killed_worker_ends_the_other_and_the_coordinator_with_an_error_and_the_block_is_removed(tmp_path):
     """Rank 1, twice slower than rank 0, kills itself in its 20th step."""
@@ -97,7 +105,9 @@ def test_a_killed_worker_ends_the_other_and_the_coordinator_with_an_error_and_th
         assert group.wait([job], timeout=120), tail(job.output, 20)
 
         assert job.poll() == EXIT_FAILURE, tail(job.output, 20)
-        assert processes_in_group(job.pid) == []  # the workers run in the coordinator's process group
+        # The workers run in the coordinator's process group, and so does multiprocessing's resource tracker, which
+        # ends on its own once the coordinator has gone (within moments; longer on a busy machine).
+        assert group_empties(job.pid, within=10.0), processes_in_group(job.pid)
         name = open(job.output).read().split("/dev/shm/")[1].split()[0]
         assert not os.path.exists(f"/dev/shm/{name}")
         folders = [str(tmp_path / "node" / f"cpu-rank{rank}") for rank in (0, 1)]

@@ -16,7 +16,8 @@ from training import config, runlog
 from training.attacks import Attack
 from training.model import Model
 from training.schemes.zeno import ZenoSync, zeno_layer_step
-from training.zeno_server import ZenoLayout, ZenoPlusPlus, judges
+from training.schemes.zeno import judges
+from training.schemes.zeno_server import ZenoLayout, ZenoPlusPlus
 
 MAIN = os.path.join(ROOT, "main.py")
 ATTACK = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]

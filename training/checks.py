@@ -7,6 +7,7 @@ import logging
 import os
 
 from training import collectives, modes
+from training.options import ModeError
 
 ROLES = ("scheduler", "server", "worker")
 DMLC_INTEGERS = ("DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
@@ -106,11 +107,10 @@ def check_worker(args, num_workers):
 
 
 def check_mode(mode, args, num_workers):
-    """The mode's own checks (training/modes.py)."""
+    """The mode's own checks (its scheme's Options.check)."""
     try:
-        if mode.check:
-            mode.check(args, num_workers)
-    except modes.ModeError as err:
+        mode.check(args, num_workers)
+    except ModeError as err:
         raise UsageError(str(err))
 
 
@@ -138,9 +138,6 @@ def check_folders(folders):
 
 def check_byzantine(args, num_workers):
     mode = modes.MODES[args.mode]
-    if args.validator and not mode.validator:
-        with_validator = " or ".join(f"-m {m.name}" for m in modes.MODES.values() if m.validator)
-        raise UsageError(f"--validator belongs to {with_validator}, not -m {args.mode}")
     if not args.byzantine:
         return
     if not mode.cluster:

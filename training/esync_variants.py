@@ -2,6 +2,7 @@
 policy (--esync-policy), `overlap` (--overlap), or both joined by `-`: esync-apply (the paper's rule), esync-overlap (the
 default policy with --overlap), esync-plan-overlap."""
 from training import config
+from training.schemes import esync
 
 PREFIX = "esync-"
 OVERLAP = "overlap"
@@ -13,9 +14,9 @@ def parse(variant):
     overlap = parts[-1] == OVERLAP
     if overlap:
         parts = parts[:-1]
-    policy = "-".join(parts) if parts else config.DEFAULTS["esync_policy"]
-    if policy not in config.ESYNC_POLICIES:
-        raise ValueError(f"ESync has no policy {policy!r} (policies: {', '.join(config.ESYNC_POLICIES)}; "
+    policy = "-".join(parts) if parts else config.default("esync_policy")
+    if policy not in esync.POLICIES:
+        raise ValueError(f"ESync has no policy {policy!r} (policies: {', '.join(esync.POLICIES)}; "
                          f"add -{OVERLAP} for --overlap)")
     return policy, overlap
 

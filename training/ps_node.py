@@ -47,6 +47,7 @@ def import_mxnet_without_running_the_role():
     role = os.environ.pop("DMLC_ROLE")
     try:
         import mxnet
+        mxnet.base  # noqa: B018  the scheme modules registered it lazily (training/lazy.py): load it now
     finally:
         os.environ["DMLC_ROLE"] = role
     return mxnet

@@ -8,13 +8,10 @@ Every scheme applies the same function. Where the workers update the weights (sy
 fedavg, fedasync, downpour's local steps), the epoch is the worker's passes over its share, and the factor scales
 its local learning rate and, where the scheme has one, its global learning rate, once per round. Where MXNet's
 optimizer updates them on the servers (async, dcasgd, downpour's server), the server's updates so far over the
-updates that make one pass over the training set. The module is unpickled on the servers while `import mxnet`
-runs, so it imports mxnet's submodules by name (as training/server_optimizer.py does).
+updates that make one pass over the training set (training/schemes/server_optimizer.py's ServerSchedule).
 """
 import math
 from dataclasses import dataclass
-
-from mxnet import lr_scheduler
 
 
 @dataclass(frozen=True)
@@ -41,16 +38,6 @@ class Schedule:
 
     def server_scheduler(self, base_lr, updates_per_epoch):
         """MXNet's hook for an optimizer on the servers (its `lr_scheduler`); None when constant."""
+        from training.schemes.server_optimizer import ServerSchedule
+
         return None if self.constant else ServerSchedule(self, base_lr, updates_per_epoch)
-
-
-class ServerSchedule(lr_scheduler.LRScheduler):
-    """The schedule by the count of updates MXNet's optimizer keeps (`num_update`)."""
-
-    def __init__(self, schedule, base_lr, updates_per_epoch):
-        super().__init__(base_lr=base_lr)
-        self.schedule = schedule
-        self.updates_per_epoch = max(1.0, float(updates_per_epoch))
-
-    def __call__(self, num_update):
-        return self.base_lr * self.schedule.factor_at(num_update / self.updates_per_epoch)

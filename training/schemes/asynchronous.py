@@ -1,26 +1,51 @@
 """Asynchronous SGD (ASGD) and DC-ASGD over dist_async: the servers update the weights on every push.
 
 A round is one local step: push the gradient (device copies summed) and the BatchNorm statistics, let the
-servers apply their rule (training/server_optimizer.py) to this push alone, pull the newest weights and
+servers apply their rule (training/schemes/server_optimizer.py) to this push alone, pull the newest weights and
 statistics. DC-ASGD comes twice: MXNet's (one backup of the weights per key) and the paper's (one per worker,
 through per-worker key ranges on one server).
 """
 from dataclasses import dataclass
+from typing import Optional
 
-import mxnet as mx
+from training import argtypes
+from training.lazy import mx
+from training.options import Options, check_constant_lr, check_one_server, fixed, option
+from training.schemes.base import Scheme
 
-from training.schemes.base import Options, Scheme
-from training.server_optimizer import ServerOptimizer
+DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's lambda0 of DC-ASGD-c and DC-ASGD-a
 
 
 @dataclass(frozen=True)
 class DCASGDOptions(Options):
-    dc_lambda: float
-    dc_adaptive: float
+    dc_lambda: Optional[float] = option(
+        "--dc-lambda", type=argtypes.NON_NEGATIVE_FLOAT,
+        help="lambda of the delay compensation (default 0.04; with --dc-adaptive lambda0, default 2)")
+    dc_adaptive: float = fixed(0.0)
+
+    @classmethod
+    def resolve(cls, args):
+        if args.dc_lambda is None:
+            args.dc_lambda = DC_LAMBDA_DEFAULTS["adaptive" if args.dc_adaptive else "constant"]
+
+
+@dataclass(frozen=True)
+class DCASGDPerWorkerOptions(DCASGDOptions):
+    dc_adaptive: float = option(
+        "--dc-adaptive", default=0.0, type=argtypes.momentum,
+        help="DC-ASGD-a, lambda = lambda0 / sqrt(mean square of the gradients), the mean square moving with "
+             "momentum M (the paper's 0.95); 0 (default): DC-ASGD-c, constant lambda")
+
+    @classmethod
+    def check(cls, args, num_workers):
+        check_one_server(args)
+        check_constant_lr(args)
 
 
 class Async(Scheme):
     name = "async"
+    description = ("ASGD, one step per round: push the gradient, the server applies SGD, pull the newest weights "
+                   "(dist_async)")
     kvstore = "dist_async"
 
     def server_rule(self):
@@ -29,6 +54,8 @@ class Async(Scheme):
                                 wd=self.options.wd, lr_scheduler=self.server_scheduler())
 
     def setup(self):
+        from training.schemes.server_optimizer import ServerOptimizer
+
         self.broadcast_initial_weights()
         self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), stats_key=self.stats_key,
                                               control_key=self.control_key, num_workers=self.num_workers))
@@ -53,6 +80,7 @@ class DCASGD(Async):
     learns which worker pushed.
     """
     name = "dcasgd"
+    description = "DC-ASGD, as async with MXNet's delay-compensated DCASGD on the server (dist_async)"
     Options = DCASGDOptions
 
     def server_rule(self):
@@ -63,14 +91,16 @@ class DCASGD(Async):
 
 class DCASGDPerWorker(Scheme):
     """DC-ASGD as the paper defines it: the one server keeps a backup of the weights per worker
-    (training/dcasgd_server.py). Each worker pushes its gradient to, and pulls the weights from, its own key range.
-    BatchNorm statistics stay local to each worker."""
+    (training/schemes/dcasgd_server.py). Each worker pushes its gradient to, and pulls the weights from, its own key
+    range. BatchNorm statistics stay local to each worker."""
     name = "dcasgd-paper"
-    Options = DCASGDOptions
+    description = ("DC-ASGD as its paper defines it, the one server keeping a backup of the weights per worker "
+                   "(dist_async)")
+    Options = DCASGDPerWorkerOptions
     kvstore = "dist_async"
 
     def setup(self):
-        from training.dcasgd_server import DelayCompensatedPerWorker
+        from training.schemes.dcasgd_server import DelayCompensatedPerWorker
 
         rule = DelayCompensatedPerWorker(self.num_workers, len(self.model.trainable), self.options.learning_rate,
                                          self.options.dc_lambda, wd=self.options.wd, adaptive=self.options.dc_adaptive)

@@ -16,10 +16,10 @@ import logging
 import threading
 from dataclasses import dataclass
 
-import mxnet as mx
-
-from training import runlog
-from training.schemes.base import CoordinatedOptions, Scheme
+from training import argtypes, runlog
+from training.lazy import mx
+from training.options import CoordinatedOptions, ModeError, option
+from training.schemes.base import Scheme
 from training.state_client import StateClient
 from training.watchdog import give_up
 
@@ -30,11 +30,21 @@ WATCH_SECONDS = 2.0  # one long-poll; the aggregator asks again until the step c
 
 @dataclass(frozen=True)
 class BackupOptions(CoordinatedOptions):
-    backup_workers: int
+    backup_workers: int = option("--backup-workers", default=1, type=argtypes.POSITIVE_INT,
+                                 help="each step applies the first (workers - b) gradients and drops the b late ones "
+                                      "(default 1)")
+
+    @classmethod
+    def check(cls, args, num_workers):
+        if args.backup_workers >= num_workers:
+            raise ModeError(f"--backup-workers {args.backup_workers} leaves no gradient to apply: the job has "
+                            f"{num_workers} workers (DMLC_NUM_WORKER); give fewer than that")
 
 
 class BackupSync(Scheme):
     name = "backup"
+    description = ("SSGD with backup workers, each step the mean of the first workers - --backup-workers gradients, "
+                   "the late ones dropped (dist_sync)")
     Options = BackupOptions
     kvstore = "dist_sync"
 

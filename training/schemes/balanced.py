@@ -13,10 +13,9 @@ changes makes one untimed pass of the new size (the first pass of a shape sets u
 import math
 from dataclasses import dataclass
 
-import mxnet as mx
-
-from training import runlog
-from training.schemes.base import Options
+from training import argtypes, runlog
+from training.lazy import mx
+from training.options import ModeError, Options, option
 from training.schemes.local_sgd import smoothed
 from training.schemes.sync import Sync
 
@@ -46,11 +45,21 @@ def drifted(seconds_per_sample, planned_from, threshold):
 
 @dataclass(frozen=True)
 class BalancedOptions(Options):
-    balance_threshold: float
+    balance_threshold: float = option("--balance-threshold", default=0.2, type=argtypes.SHARE,
+                                      help="plan the batches again once a worker's speed has drifted by more than "
+                                           "this fraction since the last plan, in (0, 1] (default 0.2)")
+
+    @classmethod
+    def check(cls, args, num_workers):
+        if args.augment != "none":
+            raise ModeError(f"-m lb-bsp changes a worker's batch size as it plans; --augment {args.augment} prepares "
+                            "batches ahead at one size: add --augment none")
 
 
 class BalancedSync(Sync):
     name = "lb-bsp"
+    description = ("SSGD with load-balanced batches, each worker's sized to its measured speed, the global batch as "
+                   "SSGD's (dist_sync)")
     Options = BalancedOptions
 
     def __init__(self, options, model, transport):

@@ -8,18 +8,14 @@ someone wants to stop. A scheme exchanges arrays through its transport (training
 ones only declare, broadcast and sum, so they run over the ps-lite servers or MPI alike; the asynchronous ones
 also use the kvstore itself (`self.kv`), which only the parameter server has.
 """
-import dataclasses
 import logging
 import pickle
-from dataclasses import dataclass
-
-import mxnet as mx
-from mxnet import gluon
 
 from data import partition
 from training import runlog
 from training.attacks import attack_for, flatten_arrays
-from training.config import local_update_rule
+from training.lazy import mx
+from training.options import Options, local_update_rule
 from training.schedule import Schedule
 
 log = logging.getLogger("scheme")
@@ -57,47 +53,18 @@ class PackedStatistics:
             offset += size
 
 
-@dataclass(frozen=True)
-class Options:
-    """The flags every scheme reads (a field of the same name in config's command line); a scheme that reads more
-    declares a subclass as its `Options`."""
-    batch_size: int
-    learning_rate: float
-    momentum: float
-    wd: float
-    split_by_class: int
-    seed: int
-    byzantine: int
-    attack: str
-    attack_scale: float
-    sync_timeout: float
-    lr_schedule: str
-    lr_steps: tuple
-    lr_factor: float
-    epochs: float
-
-    @classmethod
-    def from_args(cls, args):
-        return cls(**{field.name: getattr(args, field.name) for field in dataclasses.fields(cls)})
-
-
-@dataclass(frozen=True)
-class CoordinatedOptions(Options):
-    """A scheme whose workers talk to the state server."""
-    state_server_ip: str
-    state_server_port: int
-
-
 class Scheme:
     name = None
-    Options = Options                 # what it reads from the command line
-    kvstore = None                    # kvstore type this scheme trains over; None: no cluster
+    description = None                # one line for -m's help
+    Options = Options                 # what it reads from the command line (training/options.py)
+    kvstore = None                    # kvstore type this scheme trains over; None: no cluster (one process)
+    validator = False                 # one more worker, started with --validator, scores the others' updates
     aggregates = True                 # aggregate() ends each round (a cluster scheme)
     aggregation_phase = runlog.GLOBAL_AGGREGATE   # how the run log names the aggregation's time
     coordinated = False               # round_done() asks the state server (its time: runlog.CHECK_READY)
     updates_locally = False           # local_step() updates the weights (its time: runlog.LOCAL_UPDATE)
     trainer = None                    # the local gluon.Trainer, where the workers update the weights
-    update_rule = None                # its rule: config.local_update_rule
+    update_rule = None                # its rule: options.local_update_rule
     lr_factor = 1.0                   # the learning-rate schedule's factor this round (training/schedule.py)
     train_samples = None              # the training set's size (the loop sets it before setup)
     share = None                      # (images, labels) of this worker's share (the loop sets it after setup)
@@ -208,7 +175,7 @@ class Scheme:
         self.stats.scatter()
 
     def local_trainer(self, learning_rate, optimizer="sgd"):
-        """Gluon's Trainer for the update step only (`optimizer`: one of config.LOCAL_OPTIMIZERS, or adagrad for
+        """Gluon's Trainer for the update step only (`optimizer`: one of options.LOCAL_OPTIMIZERS, or adagrad for
         downpour's replicas); gradient reduction stays with the scheme. Checkpoints save its state
         (local_optimizer_states)."""
         self.update_rule = local_update_rule(optimizer, self.options.momentum)
@@ -217,7 +184,8 @@ class Scheme:
         sgd = self.update_rule in ("sgd", "momentum")
         if sgd:
             params["momentum"] = self.options.momentum
-        self.trainer = gluon.Trainer(self.model.trainable, "sgd" if sgd else self.update_rule, params, kvstore=None)
+        self.trainer = mx.gluon.Trainer(self.model.trainable, "sgd" if sgd else self.update_rule, params,
+                                        kvstore=None)
         return self.trainer
 
     def scale_learning_rates(self, factor):

@@ -12,26 +12,36 @@ gradients at one stale point.
 """
 from dataclasses import dataclass
 
-import mxnet as mx
+from training import argtypes
+from training.lazy import mx
+from training.options import Options, option
+from training.schemes.base import Scheme
 
-from training.schemes.base import Options, Scheme
-from training.server_optimizer import ServerOptimizer
+SERVER_OPTIMIZERS = ("sgd", "adagrad")  # downpour's server: SGD as ASGD's, or Adagrad as Dean et al.'s
 
 
 @dataclass(frozen=True)
 class DownpourOptions(Options):
-    n_push: int
-    n_fetch: int
-    server_optimizer: str
+    n_push: int = option("--n-push", default=4, type=argtypes.POSITIVE_INT,
+                         help="local steps between pushes of their gradients")
+    n_fetch: int = option("--n-fetch", default=4, type=argtypes.POSITIVE_INT,
+                          help="local steps between fetches of the weights")
+    server_optimizer: str = option("--server-optimizer", default="sgd", choices=SERVER_OPTIMIZERS,
+                                   help="the rule of the server and of each replica's own steps: sgd (-l, "
+                                        "--momentum) or adagrad (-l, Dean et al.'s)")
 
 
 class Downpour(Scheme):
     name = "downpour"
+    description = ("Downpour SGD, local SGD steps, the summed gradients pushed every --n-push steps and the weights "
+                   "fetched every --n-fetch (dist_async)")
     Options = DownpourOptions
     kvstore = "dist_async"
     updates_locally = True
 
     def setup(self):
+        from training.schemes.server_optimizer import ServerOptimizer
+
         self.broadcast_initial_weights()
         self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), control_key=self.control_key))
         self.kv._barrier()  # no worker pushes before every server holds the rule

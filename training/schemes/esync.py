@@ -28,24 +28,51 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from training import runlog
-from training.schemes.base import CoordinatedOptions
+from training import argtypes, runlog
+from training.options import CoordinatedOptions, OptionError, option
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions, smoothed
 from training.state_client import StateClient, StateServerUnavailable
 
 log = logging.getLogger("esync")
 
 
+POLICIES = ("apply", "plan", "nonblocking", "adaptive")
+ROUND_SIZING_FLAGS = ("aggregation_share", "max_slowest_steps")  # the adaptive policy's (SimpleStateServer's rule)
+
+
 @dataclass(frozen=True)
 class ESyncOptions(CoordinatedOptions, LocalSGDOptions):
-    esync_policy: str
-    epsilon: Optional[float]
-    aggregation_share: Optional[float]
-    max_slowest_steps: Optional[int]
+    # The paper's rule is "apply" (launch.py paper's default); docs/modes.md, "Keeping every device busy", says why
+    # the default is "adaptive".
+    esync_policy: str = option(
+        "--esync-policy", default="adaptive", choices=POLICIES,
+        help="apply: ask the state server after every local step (the paper's rule); plan: ask once per round for "
+             "the number of local steps; nonblocking: ask after every local step without waiting for the answer, "
+             "and stop at the READY (the paper's delayed ACK); adaptive: plan, with rounds long enough that the "
+             "aggregation idles the workers at most --aggregation-share of each (default)")
+    epsilon: Optional[float] = option(
+        "--epsilon", type=argtypes.NON_NEGATIVE_FLOAT,
+        help="the readiness margin in seconds (default: fitted to the measured step times)")
+    aggregation_share: Optional[float] = option(
+        "--aggregation-share", type=argtypes.SHARE,
+        help="adaptive policy: the largest share of a round the aggregation may keep the workers from computing, in "
+             "(0, 1] (default: the state server's, 0.1)")
+    max_slowest_steps: Optional[int] = option(
+        "--max-slowest-steps", type=argtypes.POSITIVE_INT,
+        help="adaptive policy: the most local steps the slowest worker runs in a round; bounds how far the workers' "
+             "models drift apart (default: the state server's, 8)")
+
+    @classmethod
+    def resolve(cls, args):
+        for field in ROUND_SIZING_FLAGS:
+            if getattr(args, field) is not None and args.esync_policy != "adaptive":
+                raise OptionError(f"--{field.replace('_', '-')} sizes the adaptive policy's rounds: add "
+                                  "--esync-policy adaptive")
 
 
 class ESync(DeltaAveraging):
     name = "esync"
+    description = "ESync, local steps until the state server says ready, then delta aggregation (dist_sync)"
     Options = ESyncOptions
     aggregation_phase = runlog.GLOBAL_UPDATE  # as the original ESync scripts log it
     coordinated = True

@@ -1,7 +1,7 @@
 """FedAsync (Xie, Koyejo, Gupta, "Asynchronous Federated Optimization", 2019), one of the ESync journal version's
 baselines, over dist_async: each worker runs --sync-interval local SGD steps (lr -ll) from the global model it
 received, pushes its model to the server and pulls the global model back; the server mixes the model in with a
-weight that shrinks with its staleness (training/fedasync_server.py; --alpha, --staleness, --staleness-a,
+weight that shrinks with its staleness (training/schemes/fedasync_server.py; --alpha, --staleness, --staleness-a,
 --staleness-b). Nobody waits for anybody.
 
 With --proximal rho the local steps minimise the paper's f(x) + (rho / 2) |x - x_t|^2, x_t the global model the
@@ -10,31 +10,60 @@ over the batch. Not here: the paper's scheduler thread; the server mixes each mo
 statistics stay local to each worker. One server only.
 """
 from dataclasses import dataclass
+from typing import Optional
 
-import mxnet as mx
+from training import argtypes
+from training.lazy import mx
+from training.options import (
+    Options,
+    check_one_server,
+    local_lr,
+    local_optimizer,
+    option,
+    proximal,
+    sync_interval,
+)
+from training.schemes.base import FixedLocalSteps
 
-from training.schemes.base import FixedLocalSteps, Options
+STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # s(t - tau): training/schemes/fedasync_server.py
+STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper's experiments
 
 
 @dataclass(frozen=True)
 class FedAsyncOptions(Options):
-    local_lr: float
-    local_optimizer: str
-    sync_interval: int
-    alpha: float
-    staleness: str
-    staleness_a: float
-    staleness_b: float
-    proximal: float
+    local_lr: float = local_lr()
+    local_optimizer: str = local_optimizer()
+    sync_interval: int = sync_interval()
+    alpha: float = option("--alpha", default=0.6, type=argtypes.mixing_weight,
+                          help="the server's mixing weight alpha in (0, 1]")
+    staleness: str = option("--staleness", default="polynomial", choices=STALENESS_FUNCTIONS,
+                            help="s(t - tau), the factor of alpha for a model t - tau updates old: constant 1, "
+                                 "polynomial (t - tau + 1)^-a, hinge 1 up to b then 1 / (a (t - tau - b) + 1)")
+    staleness_a: Optional[float] = option("--staleness-a", type=argtypes.NON_NEGATIVE_FLOAT,
+                                          help="a of --staleness (default 0.5 polynomial, 10 hinge)")
+    staleness_b: float = option("--staleness-b", default=4.0, type=argtypes.NON_NEGATIVE_FLOAT,
+                                help="b of the hinge function")
+    proximal: float = proximal()
+
+    @classmethod
+    def resolve(cls, args):
+        if args.staleness_a is None:
+            args.staleness_a = STALENESS_A_DEFAULTS.get(args.staleness, 0.0)
+
+    @classmethod
+    def check(cls, args, num_workers):
+        check_one_server(args)
 
 
 class FedAsync(FixedLocalSteps):
     name = "fedasync"
+    description = ("FedAsync, --sync-interval local steps, then the one server mixes the model in by its staleness "
+                   "(dist_async)")
     Options = FedAsyncOptions
     kvstore = "dist_async"
 
     def setup(self):
-        from training.fedasync_server import FedAsyncLayout, FedAsyncMixer
+        from training.schemes.fedasync_server import FedAsyncLayout, FedAsyncMixer
 
         options = self.options
         self.layout = layout = FedAsyncLayout(self.num_workers, len(self.model.trainable))

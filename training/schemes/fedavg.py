@@ -6,15 +6,17 @@ job takes part in every round (no client sampling) and the average is unweighted
 """
 from dataclasses import dataclass
 
+from training.options import sync_interval
 from training.schemes.base import FixedLocalSteps
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
 
 
 @dataclass(frozen=True)
 class FedAvgOptions(LocalSGDOptions):
-    sync_interval: int
+    sync_interval: int = sync_interval()
 
 
 class FedAvg(FixedLocalSteps, DeltaAveraging):
     name = "fedavg"
+    description = "FedAvg, --sync-interval local steps, then the synchronous average of the models (dist_sync)"
     Options = FedAvgOptions

@@ -13,12 +13,13 @@ everyone's and no mask travels. Networks: chains of Conv2D and Dense layers (mod
 import math
 from dataclasses import dataclass
 
-import mxnet as mx
 import numpy as np
 
 import models
-from training import runlog
-from training.schemes.base import FixedLocalSteps, Options
+from training import argtypes, runlog
+from training.lazy import mx
+from training.options import ModeError, Options, local_lr, local_optimizer, option, sync_interval
+from training.schemes.base import FixedLocalSteps
 from training.schemes.local_sgd import smoothed
 
 
@@ -56,15 +57,29 @@ def weight_counts(shapes, droppers, widths, rate, seed, round_number, num_worker
 
 @dataclass(frozen=True)
 class FedDropOptions(Options):
-    local_lr: float
-    local_optimizer: str
-    sync_interval: int
-    drop_rate: float
-    drop_workers: int
+    local_lr: float = local_lr()
+    local_optimizer: str = local_optimizer()
+    sync_interval: int = sync_interval()
+    drop_rate: float = option("--drop-rate", default=0.5, type=argtypes.OPEN_FRACTION,
+                              help="the fraction of each hidden layer's units (filters, neurons) a slow worker's "
+                                   "sub-model leaves out, in (0, 1) (default 0.5)")
+    drop_workers: int = option("--drop-workers", default=1, type=argtypes.POSITIVE_INT,
+                               help="how many of the slowest workers train sub-models (default 1)")
+
+    @classmethod
+    def check(cls, args, num_workers):
+        if args.network not in models.WIDTHS:
+            raise ModeError(f"-m feddrop builds sub-models of chains of Conv2D and Dense layers "
+                            f"({', '.join(models.WIDTHS)}), not of {args.network}")
+        if args.drop_workers >= num_workers:
+            raise ModeError(f"--drop-workers {args.drop_workers} leaves no worker with the full model: the job has "
+                            f"{num_workers} workers (DMLC_NUM_WORKER)")
 
 
 class FedDrop(FixedLocalSteps):
     name = "feddrop"
+    description = ("FedDrop, FedAvg whose --drop-workers slowest train sub-models with --drop-rate of each hidden "
+                   "layer's units left out, mapped back onto the full model (dist_sync)")
     Options = FedDropOptions
     kvstore = "dist_sync"
 

@@ -4,24 +4,30 @@ server: the processes share one machine's memory (training/hogwild.py starts the
 local to each worker. Plain SGD with --wd; rank 0 evaluates its latest read of the shared weights. Each round's log
 records how many updates all workers have applied to the block (`hogwild_updates`).
 """
+import argparse
 from dataclasses import dataclass
 from typing import Optional
 
-import mxnet as mx
-
+from training import argtypes
 from training.hogwild import SharedWeights, apply_gradient
-from training.schemes.base import Options, Scheme
+from training.lazy import mx
+from training.options import Options, option
+from training.schemes.base import Scheme
 
 
 @dataclass(frozen=True)
 class HogwildOptions(Options):
-    hogwild_workers: int
-    hogwild_rank: Optional[int]
-    hogwild_memory: Optional[str]
+    hogwild_workers: int = option("--hogwild-workers", default=2, type=argtypes.POSITIVE_INT,
+                                  help="worker processes on this machine sharing one copy of the weights (default 2)")
+    # Set by the coordinator for each worker process it starts (training/hogwild.py).
+    hogwild_rank: Optional[int] = option("--hogwild-rank", type=argtypes.NON_NEGATIVE_INT, help=argparse.SUPPRESS)
+    hogwild_memory: Optional[str] = option("--hogwild-memory", help=argparse.SUPPRESS)
 
 
 class Hogwild(Scheme):
     name = "hogwild"
+    description = ("Hogwild!, --hogwild-workers processes on this machine update one shared copy of the weights "
+                   "without locks, no cluster")
     Options = HogwildOptions
     aggregates = False
     updates_locally = True

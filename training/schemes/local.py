@@ -2,11 +2,13 @@
 ZenoPS's "validation only" baseline, SGD on the validator's data alone."""
 from dataclasses import dataclass
 
-from training.schemes.base import LocallyUpdating, Options
+from training.options import Options, validation_size
+from training.schemes.base import LocallyUpdating
 
 
 class Local(LocallyUpdating):
     name = "local"
+    description = "standalone, one device and no cluster: the baseline of the figures"
     aggregates = False
 
     def setup(self):
@@ -15,13 +17,15 @@ class Local(LocallyUpdating):
 
 @dataclass(frozen=True)
 class ValidationOnlyOptions(Options):
-    validation_size: int
+    validation_size: int = validation_size()
 
 
 class ValidationOnly(Local):
     """SGD on the --validation-size samples a Zeno validator holds out of the training set (the same seeded draw),
     alone: what the trusted data would give without the workers (ZenoPS's Figure 7)."""
     name = "validation-only"
+    description = ("ZenoPS's baseline: SGD on the --validation-size samples a validator holds out, alone, no "
+                   "cluster")
     Options = ValidationOnlyOptions
 
     def training_share(self, labels):

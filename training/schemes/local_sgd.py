@@ -22,10 +22,11 @@ blocking aggregation of what is left: they stop with identical weights, one roun
 import time
 from dataclasses import dataclass
 
-import mxnet as mx
 
-from training import runlog
-from training.schemes.base import LocallyUpdating, Options
+from training import argtypes, runlog
+from training.lazy import mx
+from training.options import Options, global_lr, local_lr, local_optimizer, option, proximal
+from training.schemes.base import LocallyUpdating
 
 SMOOTHING = 0.2  # a new sample's weight in the times a worker reports: one step's or round's is noisy on shared cores
 
@@ -37,14 +38,27 @@ def smoothed(previous, sample):
 
 @dataclass(frozen=True)
 class LocalSGDOptions(Options):
-    local_lr: float
-    local_optimizer: str
-    global_lr: float
-    overlap: bool
-    proximal: float
-    server_momentum: float
-    normalised_averaging: bool
-    scaffold: bool
+    local_lr: float = local_lr()
+    local_optimizer: str = local_optimizer()
+    global_lr: float = global_lr()
+    overlap: bool = option(
+        "--overlap", switch=True,
+        help="send a round's delta and go on with the next round's local steps while it is aggregated; the average "
+             "is applied at the end of that round, keeping the local progress made meanwhile (delayed averaging)")
+    proximal: float = proximal()
+    server_momentum: float = option(
+        "--server-momentum", default=0.0, type=argtypes.momentum,
+        help="beta of the global model's velocity: each aggregation moves it by beta x its last move + the average "
+             "of the deltas (default 0: the average alone)")
+    normalised_averaging: bool = option(
+        "--normalised-averaging", switch=True,
+        help="average each worker's delta divided by its local steps and scale the average by the workers' mean "
+             "steps (FedNova), so that a worker's share counts the same however many steps it took; SGD and momentum "
+             "local optimizers")
+    scaffold: bool = option(
+        "--scaffold", switch=True,
+        help="correct every local step's gradient by SCAFFOLD's control variates c - c_i (option II), which travel "
+             "with the deltas")
 
 
 def delayed_average(weights, start, sent, move):

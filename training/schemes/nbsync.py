@@ -14,14 +14,25 @@ The state server's answers come from a background long-poll (/watch/), so checki
 import concurrent.futures
 import threading
 from dataclasses import dataclass
+from typing import Optional
 
-import mxnet as mx
-
-from training.schemes.base import CoordinatedOptions, Scheme
+from training import argtypes
+from training.lazy import mx
+from training.options import CoordinatedOptions, ModeError, option
+from training.schemes.base import Scheme
 from training.state_client import StateClient
 from training.watchdog import give_up
 
 WATCH_SECONDS = 2.0  # one long-poll; the watcher asks again until the round's answer comes
+PART_SIZE = 32  # NBSSGD's seed splits its batches of 256 into parts of 32; parts of 8 cost more than they save
+
+
+def parts_of(batch_size, part_size=PART_SIZE):
+    """--mini-batches when not given: the most parts of at least `part_size` samples that divide the batch (1 when
+    the batch is smaller)."""
+    if batch_size < part_size:
+        return 1
+    return max(p for p in range(1, batch_size // part_size + 1) if batch_size % p == 0)
 
 
 class RoundWatch:
@@ -36,11 +47,26 @@ class RoundWatch:
 
 @dataclass(frozen=True)
 class NBSyncOptions(CoordinatedOptions):
-    mini_batches: int
+    mini_batches: Optional[int] = option(
+        "--mini-batches", type=argtypes.POSITIVE_INT,
+        help=f"split each batch into this many parts (-b must be a multiple; default: the most parts of at least "
+             f"{PART_SIZE} samples that divide -b, e.g. 2 at -b 64, 8 at -b 256)")
+
+    @classmethod
+    def resolve(cls, args):
+        if args.mini_batches is None:
+            args.mini_batches = parts_of(args.batch_size)
+
+    @classmethod
+    def check(cls, args, num_workers):
+        if args.batch_size % args.mini_batches:
+            raise ModeError(f"-b {args.batch_size} is not a multiple of --mini-batches {args.mini_batches}")
 
 
 class NonBlockingSync(Scheme):
     name = "nbsync"
+    description = ("NBSSGD, parts of a batch until everyone has arrived, then one weighted gradient sum "
+                   "(dist_sync)")
     Options = NBSyncOptions
     kvstore = "dist_sync"
     coordinated = True

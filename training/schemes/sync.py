@@ -9,6 +9,7 @@ from training.schemes.base import Scheme
 
 class Sync(Scheme):
     name = "sync"
+    description = "SSGD, one step per round: push gradients, pull their sum, apply lr x mean (dist_sync)"
     kvstore = "dist_sync"
 
     def setup(self):

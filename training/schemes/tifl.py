@@ -18,10 +18,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional
 
-import mxnet as mx
 import numpy as np
 
-from training import runlog
+from training import argtypes, runlog
+from training.lazy import mx
+from training.options import ModeError, fixed, option, sync_interval
 from training.schemes.base import FixedLocalSteps
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
 
@@ -57,14 +58,33 @@ def choose_tier(probabilities, credits, rng):
 
 @dataclass(frozen=True)
 class TiFLOptions(LocalSGDOptions):
-    sync_interval: int
-    tiers: int
-    tier_interval: int
-    tier_credits: Optional[int]
+    sync_interval: int = sync_interval()
+    tiers: int = option("--tiers", default=2, type=argtypes.POSITIVE_INT,
+                        help="group the workers into this many tiers by their step times; one tier trains per round "
+                             "(default 2)")
+    tier_interval: int = option("--tier-interval", default=10, type=argtypes.POSITIVE_INT,
+                                help="every this many rounds, make the tiers again and weigh them by their accuracy "
+                                     "(default 10)")
+    tier_credits: Optional[int] = option("--tier-credits", type=argtypes.POSITIVE_INT,
+                                         help="rounds each tier may train in (default: no limit)")
+    # Delta averaging's corrections and its overlap are not TiFL's.
+    overlap: bool = fixed(False)
+    proximal: float = fixed(0.0)
+    server_momentum: float = fixed(0.0)
+    normalised_averaging: bool = fixed(False)
+    scaffold: bool = fixed(False)
+
+    @classmethod
+    def check(cls, args, num_workers):
+        if args.tiers > num_workers:
+            raise ModeError(f"--tiers {args.tiers} is more than the {num_workers} workers (DMLC_NUM_WORKER): a tier "
+                            "needs one")
 
 
 class TiFL(FixedLocalSteps, DeltaAveraging):
     name = "tifl"
+    description = ("TiFL, the workers in tiers by step time; each round one tier, chosen by its accuracy, runs "
+                   "--sync-interval local steps and its models are averaged, the others sit it out (dist_sync)")
     Options = TiFLOptions
 
     def __init__(self, options, model, transport):

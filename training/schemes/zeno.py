@@ -25,14 +25,25 @@ emulation. BatchNorm statistics are the validators' mean.
 from dataclasses import dataclass
 from typing import Optional
 
-import mxnet as mx
 import numpy as np
 
 from data import partition
+from training import argtypes
 from training.attacks import attack_for
 from training.failures import JobSetupError
-from training.schemes.base import FixedLocalSteps, Options, Scheme
-from training.zeno_server import ZenoLayout, ZenoPlusPlus, judges
+from training.lazy import mx
+from training.options import (
+    ModeError,
+    Options,
+    check_constant_lr,
+    check_one_server,
+    global_lr,
+    local_lr,
+    option,
+    sync_interval,
+    validation_size,
+)
+from training.schemes.base import FixedLocalSteps, Scheme
 
 
 def split_validation(num_samples, validation_size, seed):
@@ -41,16 +52,58 @@ def split_validation(num_samples, validation_size, seed):
     return np.sort(order[:validation_size]), np.sort(order[validation_size:])
 
 
+def judges(training_ranks, validator_ranks):
+    """{training worker's rank: the rank of the validator that judges it}: worker j (0-based) goes to validator j mod V
+    (sync and async)."""
+    return {rank: validator_ranks[j % len(validator_ranks)] for j, rank in enumerate(training_ranks)}
+
+
 @dataclass(frozen=True)
 class ZenoOptions(Options):
-    local_lr: float
-    global_lr: float
-    validator: bool
-    validation_size: int
-    sync_interval: int
-    rho: float
-    eta: float
-    epsilon: Optional[float]
+    validator: bool = option(
+        "--validator", switch=True,
+        help="this worker is a trusted validator (one or more per job; each trains on the same --validation-size "
+             "held-out samples and scores the updates of its share of the workers)")
+    validation_size: int = validation_size()
+    rho: Optional[float] = option(
+        "--rho", type=argtypes.NON_NEGATIVE_FLOAT,
+        help="zeno: reject a layer's delta u unless mean(u^2) < (1 + rho) mean(v^2) (default 0.6); zeno-async: "
+             "reject g unless lr <g', v> - rho |v|^2 + lr epsilon >= 0 (default 0.02 x -l)")
+
+    @classmethod
+    def resolve(cls, args):
+        if args.rho is None:
+            args.rho = 0.02 * args.learning_rate if args.mode == "zeno-async" else 0.6
+
+    @classmethod
+    def check(cls, args, num_workers):
+        if num_workers < 2:
+            raise ModeError(f"-m {args.mode} needs DMLC_NUM_WORKER >= 2: the training workers and the --validator "
+                            "processes")
+        if args.validation_size < args.batch_size:
+            raise ModeError(f"--validation-size {args.validation_size} is smaller than the batch size "
+                            f"{args.batch_size}")
+
+
+@dataclass(frozen=True)
+class ZenoSyncOptions(ZenoOptions):
+    local_lr: float = local_lr()
+    global_lr: float = global_lr()
+    sync_interval: int = sync_interval()
+    eta: float = option("--eta", default=-0.001, type=float,
+                        help="reject a layer's delta unless mean(u.v) > eta mean(v^2)")
+
+
+@dataclass(frozen=True)
+class ZenoAsyncOptions(ZenoOptions):
+    epsilon: Optional[float] = option("--epsilon", type=argtypes.NON_NEGATIVE_FLOAT,
+                                      help="the rule's tolerance epsilon (default 0)")
+
+    @classmethod
+    def check(cls, args, num_workers):
+        super().check(args, num_workers)
+        check_one_server(args)
+        check_constant_lr(args)
 
 
 def zeno_layer_step(flat, judged_by, eta, rho):
@@ -74,7 +127,7 @@ class WithValidator(Scheme):
     """Roles shared by zeno and zeno-async: the validators check updates, the others train on what the validation
     set left."""
     validator_ranks = ()
-    Options = ZenoOptions
+    validator = True
 
     @property
     def is_validator(self):
@@ -130,6 +183,8 @@ class WithValidator(Scheme):
 
 class ZenoSync(FixedLocalSteps, WithValidator):
     name = "zeno"
+    description = "ZenoPS, local-step deltas scored per layer against a trusted validator's (dist_sync)"
+    Options = ZenoSyncOptions
     kvstore = "dist_sync"
 
     def setup(self):
@@ -207,16 +262,21 @@ class ZenoAsync(WithValidator):
 
     Every worker pushes its gradient to its own key range and pulls the global model back from it, one step per
     round; each validator pushes the gradient of one fresh batch of its validation data at the latest model, as
-    often as it can. The rule runs on the server (training/zeno_server.py), which needs the whole model: one
+    often as it can. The rule runs on the server (training/schemes/zeno_server.py), which needs the whole model: one
     server only. With several validators, training worker j's gradients are judged against validator j mod V's
     latest v alone (as in ZenoPS, where each update goes to one validator and the accepted ones are added to the
     model; no combination across validators). Trust: the validators, their data and the server are honest; a
     Byzantine worker pushes anything into its own range. BatchNorm statistics stay local to each worker.
     """
     name = "zeno-async"
+    description = ("Zeno++, the one server scores each gradient against the validator's before applying it "
+                   "(dist_async)")
+    Options = ZenoAsyncOptions
     kvstore = "dist_async"
 
     def setup(self):
+        from training.schemes.zeno_server import ZenoLayout, ZenoPlusPlus
+
         self.layout = layout = ZenoLayout(self.num_workers, len(self.model.trainable))
         ctx0 = self.model.ctxs[0]
         weights = [p.data(ctx0).copy() for p in self.model.trainable]

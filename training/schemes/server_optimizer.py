@@ -7,7 +7,7 @@ by name rather than reached as mx.nd.
 The server sees each push on its own and never learns which worker sent it.
 """
 from mxnet import ndarray as nd
-from mxnet import optimizer
+from mxnet import lr_scheduler, optimizer
 
 
 @optimizer.register
@@ -69,3 +69,15 @@ class OwnStateRule(optimizer.Optimizer):
 
     def update_multi_precision(self, index, weight, grad, state):
         self.update(index, weight, grad, state)
+
+
+class ServerSchedule(lr_scheduler.LRScheduler):
+    """The schedule by the count of updates MXNet's optimizer keeps (`num_update`)."""
+
+    def __init__(self, schedule, base_lr, updates_per_epoch):
+        super().__init__(base_lr=base_lr)
+        self.schedule = schedule
+        self.updates_per_epoch = max(1.0, float(updates_per_epoch))
+
+    def __call__(self, num_update):
+        return self.base_lr * self.schedule.factor_at(num_update / self.updates_per_epoch)

@@ -1,0 +1,31 @@
+"""MXNet, loaded at its first use.
+
+Every process builds its command line from the schemes' option declarations, so it imports every scheme module; a
+ps-lite scheduler or a summing server never needs MXNet's Python package, whose import costs about a second of CPU
+(it generates and compiles its operators). The scheme modules therefore take `mx` from here: the package is
+imported at the first attribute access (importlib's LazyLoader). A process that must import it with DMLC_ROLE hidden
+forces the load itself (training/ps_node.py).
+"""
+import importlib.util
+import sys
+
+
+def lazy_module(name):
+    """The module `name`, executed at the first access to one of its attributes (at once if already imported)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def loaded(name="mxnet"):
+    """Whether `name` has really been imported (not only registered lazily)."""
+    module = sys.modules.get(name)
+    return module is not None and type(module).__name__ != "_LazyModule"
+
+
+mx = lazy_module("mxnet")

@@ -1,0 +1,162 @@
+"""How a scheme declares the flags it reads: each field of its frozen `Options` dataclass is a flag of the command
+line, with its default and help (`option`). training/config.py builds the command line from these declarations,
+knows from them which modes read a flag (a flag changed for a mode that does not read it is refused), and passes a
+job the Options of its mode. Nothing here imports MXNet.
+
+The flags every scheme reads are on `Options`; the ones several schemes read are declared once below, as functions
+each of those schemes calls; the rest live beside their scheme (training/schemes/).
+"""
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from training import argtypes
+from training.attacks import ATTACKS
+
+LOCAL_OPTIMIZERS = ("sgd", "momentum", "adam")  # the original ESync's choices for its local steps (-ll)
+MOMENTUM_OPTIMIZER_DEFAULT = 0.9  # --momentum of --local-optimizer momentum when not given
+SCHEDULES = ("constant", "step", "cosine")  # --lr-schedule: training/schedule.py
+
+
+class OptionError(ValueError):
+    """A flag's value does not suit the mode; the message is one line (the command line exits 2 with it)."""
+
+
+class ModeError(ValueError):
+    """A job's options do not suit its mode; the message is one line."""
+
+
+def option(*flags, default=None, help, type=None, choices=None, switch=False, any_mode=False):
+    """A field of a scheme's Options that is a command-line flag. switch: a flag without a value (store_true).
+    any_mode: every mode accepts the flag (the original scripts hand it to every role), though only some read it."""
+    return dataclasses.field(default=default, metadata=dict(
+        flags=flags, help=help, type=type, choices=choices, switch=switch, any_mode=any_mode))
+
+
+def fixed(value):
+    """A field a scheme inherits but keeps at `value`: it does not read the flag of that name."""
+    return dataclasses.field(default=value, metadata=dict(fixed=True))
+
+
+def flag_fields(options_class):
+    """The fields of `options_class` that it reads from the command line."""
+    return [f for f in dataclasses.fields(options_class) if not f.metadata.get("fixed")]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The flags every scheme reads; a scheme that reads more declares a subclass as its `Options`."""
+    batch_size: int = option("-b", "--batch-size", default=64, type=argtypes.POSITIVE_INT,
+                             help="samples per step and device set")
+    learning_rate: float = option("-l", "--learning-rate", "--lr", default=0.001, type=argtypes.POSITIVE_FLOAT,
+                                  help="SGD learning rate, of the loss summed over a batch as the original "
+                                       "scripts use it")
+    momentum: Optional[float] = option("--momentum", type=argtypes.NON_NEGATIVE_FLOAT,
+                                       help=f"SGD momentum (default 0; {MOMENTUM_OPTIMIZER_DEFAULT} with "
+                                            "--local-optimizer momentum)")
+    wd: Optional[float] = option("--wd", type=argtypes.NON_NEGATIVE_FLOAT,
+                                 help="weight decay of the workers' optimizers and of the async and dcasgd servers' "
+                                      "(Gluon's wd: each step adds lr x wd x weight; default 0, or the dataset's "
+                                      "recipe)")
+    split_by_class: int = option("-s", "--split-by-class", default=0, type=argtypes.switch,
+                                 help="True or 1: non-i.i.d. data partition, each worker a contiguous block of "
+                                      "classes; False or 0: i.i.d.")
+    seed: int = option("--seed", default=0, type=argtypes.NON_NEGATIVE_INT, help="seed of the weights and the data")
+    byzantine: int = option("--byzantine", default=0, type=argtypes.NON_NEGATIVE_INT,
+                            help="the first K workers are Byzantine: they corrupt what they send (experiments)")
+    attack: str = option("--attack", default="signflip", choices=ATTACKS, help="what a Byzantine worker does")
+    attack_scale: float = option("--attack-scale", default=10.0, type=argtypes.POSITIVE_FLOAT,
+                                 help="S of the attack (see training/attacks.py)")
+    sync_timeout: float = option("--sync-timeout", default=300.0, type=argtypes.POSITIVE_FLOAT,
+                                 help="seconds a worker waits on the cluster or the state server before it exits "
+                                      "with an error (a dead process would otherwise block a synchronous job "
+                                      "forever)")
+    lr_schedule: Optional[str] = option("--lr-schedule", choices=SCHEDULES,
+                                        help="every learning rate x a factor of the epoch: step (x --lr-factor at "
+                                             "each of --lr-steps), cosine (to 0 over --epochs), constant (default; "
+                                             "cifar10: step at 100,150)")
+    lr_steps: Optional[tuple] = option("--lr-steps", type=argtypes.epochs_list,
+                                       help="--lr-schedule step: the epochs, e.g. 100,150")
+    lr_factor: float = option("--lr-factor", default=0.1, type=argtypes.POSITIVE_FLOAT,
+                              help="--lr-schedule step: the factor (default 0.1)")
+    epochs: Optional[float] = option("--epochs", type=argtypes.POSITIVE_FLOAT,
+                                     help="stop after this many passes over a worker's share")
+
+    @classmethod
+    def from_args(cls, args):
+        return cls(**{f.name: getattr(args, f.name) for f in flag_fields(cls)})
+
+    @classmethod
+    def resolve(cls, args):
+        """Fill the defaults that depend on other flags, in place; OptionError when the flags contradict."""
+
+    @classmethod
+    def check(cls, args, num_workers):
+        """ModeError when the options do not suit a job of `num_workers` workers."""
+
+
+@dataclass(frozen=True)
+class CoordinatedOptions(Options):
+    """A scheme whose workers talk to the state server (SimpleStateServer)."""
+    state_server_ip: str = option("-ip", "--state-server-ip", default="127.0.0.1", any_mode=True,
+                                  help="the state server's address")
+    state_server_port: int = option("-port", "--state-server-port", default=10010, type=argtypes.POSITIVE_INT,
+                                    any_mode=True, help="the state server's port")
+
+
+# The flags several schemes read, each declared once.
+
+def local_lr():
+    return option("-ll", "--local-lr", default=0.001, type=argtypes.POSITIVE_FLOAT,
+                  help="the learning rate of the local steps")
+
+
+def local_optimizer():
+    return option("--local-optimizer", default="sgd", choices=LOCAL_OPTIMIZERS,
+                  help="the optimizer of the local steps (learning rate -ll), whose state carries over from round to "
+                       "round: sgd (with --momentum if given), momentum (SGD with --momentum), adam (Adam's default "
+                       "betas; no --momentum)")
+
+
+def global_lr():
+    return option("-gl", "--global-lr", default=1.0, type=argtypes.POSITIVE_FLOAT,
+                  help="weights = start + global_lr x the mean delta")
+
+
+def sync_interval():
+    return option("--sync-interval", default=4, type=argtypes.POSITIVE_INT,
+                  help="local steps between aggregations")
+
+
+def proximal():
+    return option("--proximal", default=0.0, type=argtypes.NON_NEGATIVE_FLOAT,
+                  help="rho of the proximal term (rho / 2) |x - x_t|^2 the local steps add to the loss (x_t: the "
+                       "global model the worker last received; rho of the mean loss over a batch)")
+
+
+def validation_size():
+    return option("--validation-size", default=1000, type=argtypes.POSITIVE_INT,
+                  help="training samples a validator holds out and trains on")
+
+
+# The checks several schemes share.
+
+def check_one_server(args):
+    if os.environ.get("DMLC_NUM_SERVER", "1") != "1":
+        raise ModeError(f"-m {args.mode} needs each worker's whole push on one server: set DMLC_NUM_SERVER=1")
+
+
+def check_constant_lr(args):
+    """The rules written for the one server (Zeno++, the paper's DC-ASGD) keep their learning rate."""
+    if args.lr_schedule != "constant":
+        raise ModeError(f"-m {args.mode}'s rule on the server keeps -l constant: leave out --lr-schedule "
+                        f"{args.lr_schedule}")
+
+
+def local_update_rule(optimizer, momentum):
+    """The local optimizer's rule as its state shows it: adam (two moments per weight), adagrad (the summed squares),
+    momentum (one), sgd."""
+    if optimizer in ("adam", "adagrad"):
+        return optimizer
+    return "momentum" if momentum > 0 else "sgd"
