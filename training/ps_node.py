@@ -12,7 +12,7 @@ arrives (dist_async), with DMLC_ROLE hidden, as a worker imports it: ps-lite rea
 is created.
 """
 import ctypes
-import importlib.util
+import importlib.machinery
 import logging
 import os
 import pickle
@@ -31,8 +31,10 @@ class MXNetLibraryError(RuntimeError):
 
 def mxnet_library():
     """MXNet's C library, loaded as the mxnet package would load it (the same file, so the same library)."""
+    # The path finder, not importlib.util.find_spec: that would read the spec of the lazily registered module
+    # (training/lazy.py), which imports MXNet, which would run this node's role inside the import.
     path = os.environ.get("MXNET_LIBRARY_PATH") or os.path.join(
-        importlib.util.find_spec("mxnet").submodule_search_locations[0], "libmxnet.so")
+        importlib.machinery.PathFinder.find_spec("mxnet").submodule_search_locations[0], "libmxnet.so")
     lib = ctypes.CDLL(path, ctypes.RTLD_LOCAL)
     lib.MXGetLastError.restype = ctypes.c_char_p
     return lib
@@ -46,8 +48,7 @@ def check(lib, code):
 def import_mxnet_without_running_the_role():
     role = os.environ.pop("DMLC_ROLE")
     try:
-        import mxnet
-        mxnet.base  # noqa: B018  the scheme modules registered it lazily (training/lazy.py): load it now
+        import mxnet  # loads it, also when the scheme modules registered it lazily (training/lazy.py)
     finally:
         os.environ["DMLC_ROLE"] = role
     return mxnet

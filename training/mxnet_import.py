@@ -1,0 +1,119 @@
+"""MXNet's import, with the code it generates for its operators compiled once per machine instead of per process.
+
+`import mxnet` writes a Python function for each of its operators (about 2,300) and compiles it, which is most of
+the second of CPU the import costs every worker and server a job starts. The generated source of an operator differs
+from one process to the next only in its handle (an address), so the compiled code is cached in a file with a
+placeholder for the handle, and the handle is put into the constants of the cached code when it is used. The source
+is still generated, and its hash finds the cached code, so a changed MXNet or Python compiles anew.
+
+main.py installs this before anything imports MXNet; `install` only registers an import hook.
+"""
+import builtins
+import hashlib
+import importlib.machinery
+import logging
+import marshal
+import os
+import re
+import sys
+import tempfile
+import types
+
+log = logging.getLogger("mxnet-import")
+
+GENERATING_MODULES = ("mxnet.ndarray.register", "mxnet.symbol.register")  # they exec the operators' source
+HANDLE = re.compile(r"((?:_imperative_invoke|_symbol_creator)\()(\d+),")   # where the handle is in that source
+PLACEHOLDER = 987654321987654321
+
+
+def cache_path():
+    folder = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(folder, "esync-mxnet", f"operators-{sys.implementation.cache_tag}.marshal")
+
+
+class OperatorCache:
+    def __init__(self, path):
+        self.path = path
+        self.compiled = self._read()
+        self.added = 0
+
+    def _read(self):
+        try:
+            with open(self.path, "rb") as f:
+                return marshal.load(f)
+        except (OSError, ValueError, EOFError, TypeError):
+            return {}
+
+    def exec_in(self, module_globals):
+        """An `exec` for a generating module: the builtin's behaviour, the operators' code taken from the cache."""
+        def cached_exec(source, globals_=None, locals_=None):
+            code = self.code_for(source) if isinstance(source, str) else source
+            builtins.exec(code, module_globals if globals_ is None else globals_, locals_)
+        return cached_exec
+
+    def code_for(self, source):
+        found = HANDLE.search(source)
+        if not found:
+            return source
+        template = HANDLE.sub(lambda m: f"{m.group(1)}{PLACEHOLDER},", source, count=1)
+        key = hashlib.sha1(template.encode()).digest()
+        code = self.compiled.get(key)
+        if code is None:
+            code = self.compiled[key] = compile(template, "<string>", "exec")
+            self.added += 1
+        return with_handle(code, int(found.group(2)))
+
+    def save(self):
+        """Write the cache if this process compiled anything (atomically: processes start side by side)."""
+        if not self.added:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=os.path.dirname(self.path), suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                marshal.dump(self.compiled, f)
+            os.replace(temporary, self.path)
+        except OSError as err:  # a read-only home: every process compiles, as without the cache
+            log.debug("cannot write the operator cache %s: %s", self.path, err)
+        self.added = 0
+
+
+def with_handle(code, handle):
+    """`code` with the placeholder among its (and its functions') constants replaced by `handle`."""
+    constants = tuple(handle if type(c) is int and c == PLACEHOLDER else
+                      with_handle(c, handle) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_consts=constants)
+
+
+class _Loader(importlib.machinery.SourceFileLoader):
+    cache = None
+
+    def exec_module(self, module):
+        if module.__name__ in GENERATING_MODULES:
+            module.exec = self.cache.exec_in(module.__dict__)  # shadows the builtin for that module alone
+        super().exec_module(module)
+        if module.__name__ == "mxnet":  # the whole package has been imported: every operator is registered
+            self.cache.save()
+
+
+class _Finder:
+    def __init__(self, cache):
+        self.cache = cache
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "mxnet" and fullname not in GENERATING_MODULES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec
+        loader = _Loader(spec.loader.name, spec.loader.path)
+        loader.cache = self.cache
+        spec.loader = loader
+        return spec
+
+
+def install(path=None):
+    """Serve MXNet's operator code from the cache from now on (before MXNet is imported)."""
+    if "mxnet" in sys.modules or any(isinstance(finder, _Finder) for finder in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _Finder(OperatorCache(path or cache_path())))
