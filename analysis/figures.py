@@ -17,8 +17,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
+from analysis import metrics, tables  # noqa: E402
 from analysis import summary as runs_summary  # noqa: E402
+from analysis.cli import logs_parser, positive_int, run_command  # noqa: E402
 from training import modes, runlog  # noqa: E402
+from training.runlog import is_number  # noqa: E402
 
 log = logging.getLogger("drawer")
 
@@ -36,16 +39,25 @@ class DrawError(Exception):
 # Runs and their labels
 
 
-def catalog_entry(run):
-    """The run's mode in the catalog (training/modes.py), or None for a mode it no longer holds."""
-    return modes.MODES.get(runs_summary.split_mode(run["mode"])[0])
+def catalog_entry(mode):
+    """The mode in the catalog (training/modes.py) of a mode folder ('esync', 'sync-niid', ...), or None for a mode
+    it no longer holds."""
+    return modes.MODES.get(runs_summary.split_mode(mode)[0])
 
 
-def colour_for(run):
-    mode = catalog_entry(run)
-    if mode:
-        return mode.colour
-    return SPARE_COLOURS[sum(map(ord, run["algorithm"])) % len(SPARE_COLOURS)]
+def colour_for(mode, algorithm=""):
+    """The colour of a mode folder's mode ('esync', 'sync-niid', ...) in the catalog, in every figure; for a mode the
+    catalog no longer holds, a spare one picked by the run's algorithm name."""
+    entry = catalog_entry(mode)
+    if entry:
+        return entry.colour
+    return SPARE_COLOURS[sum(map(ord, algorithm)) % len(SPARE_COLOURS)]
+
+
+def slowdown_note(slowdown, separator=" "):
+    """'(4× slower)' after `separator`, to follow the name of a device whose log records an emulated slowdown above
+    1; '' for any other device."""
+    return f"{separator}({slowdown:g}× slower)" if is_number(slowdown) and slowdown > 1 else ""
 
 
 def standalone_mode():
@@ -65,7 +77,7 @@ def run_label(run):
 
 
 def is_standalone(run):
-    return catalog_entry(run) is standalone_mode()
+    return catalog_entry(run["mode"]) is standalone_mode()
 
 
 def obtain_summary(network_dir, mode, target, num_params, refresh):
@@ -126,7 +138,7 @@ def every_kth(values, k):
 
 def accuracy_curve(run, smooth=1, every=1, evaluator=False):
     """(minutes, accuracies) of the run's evaluating device, or of its evaluator process."""
-    points = runs_summary.evaluator_points(run) if evaluator else runs_summary.accuracy_points(run)
+    points = metrics.evaluator_points(run) if evaluator else metrics.accuracy_points(run)
     minutes = [p[1] / 60.0 for p in points]
     accuracies = moving_average([p[2] for p in points], smooth)
     return every_kth(minutes, every), every_kth(accuracies, every)
@@ -135,16 +147,16 @@ def accuracy_curve(run, smooth=1, every=1, evaluator=False):
 def step_curve(run, smooth=1, every=1, evaluator=False):
     """(global steps done, accuracies); a worker's iteration N ends after N + 1 global steps."""
     if evaluator:
-        points = [(p[0], p[2]) for p in runs_summary.evaluator_points(run)]
+        points = [(p[0], p[2]) for p in metrics.evaluator_points(run)]
     else:
-        points = [(p[0] + 1, p[2]) for p in runs_summary.accuracy_points(run)]
+        points = [(p[0] + 1, p[2]) for p in metrics.accuracy_points(run)]
     accuracies = moving_average([p[1] for p in points], smooth)
     return every_kth([p[0] for p in points], every), every_kth(accuracies, every)
 
 
 def headline_points(run):
     """The accuracy points the table reports: the workers' own, else the evaluator's."""
-    return runs_summary.accuracy_points(run) or runs_summary.evaluator_points(run)
+    return metrics.accuracy_points(run) or metrics.evaluator_points(run)
 
 
 def standalone_accuracy(runs, override=None):
@@ -177,13 +189,13 @@ def plot_curves(ax, run, curve, smooth, every, label):
                 style = "-." if not evaluator else ":"
             marker = ("x" if run.get("attacked") else ".") if len(xs) < 50 else None
             ax.plot(xs, accuracies, style, marker=marker,
-                    color=colour_for(run), label=label + suffix)
+                    color=colour_for(run["mode"], run["algorithm"]), label=label + suffix)
 
 
 def draw_accuracy(runs, network, non_iid, standalone, smooth=1, every=1):
     """Accuracy against wall-clock time for the distributed runs of one data split, or None if none evaluated."""
     curves = [r for r in runs if bool(r.get("non_iid")) == non_iid and not is_standalone(r)
-              and (runs_summary.accuracy_points(r) or runs_summary.evaluator_points(r))]
+              and (metrics.accuracy_points(r) or metrics.evaluator_points(r))]
     if not curves:
         return None
     split = "non-i.i.d." if non_iid else "i.i.d."
@@ -200,7 +212,7 @@ def draw_accuracy(runs, network, non_iid, standalone, smooth=1, every=1):
 
 def draw_accuracy_vs_step(runs, network, smooth=1, every=1):
     """Accuracy against global steps for the runs an evaluator process followed, or None without one."""
-    curves = [r for r in runs if runs_summary.evaluator_points(r)]
+    curves = [r for r in runs if metrics.evaluator_points(r)]
     if not curves:
         return None
     fig, ax = new_axes(f"{network}: test accuracy vs. global steps", "global steps", "test accuracy")
@@ -211,8 +223,9 @@ def draw_accuracy_vs_step(runs, network, smooth=1, every=1):
 
 
 def bar_style(run):
-    return {"color": colour_for(run), "hatch": NON_IID_HATCH if run.get("non_iid") else None,
-            "edgecolor": "black", "linewidth": 0.5}
+    colour = colour_for(run["mode"], run["algorithm"])
+    return {"color": colour, "hatch": NON_IID_HATCH if run.get("non_iid") else None, "edgecolor": "black",
+            "linewidth": 0.5}
 
 
 def draw_bars(runs, values, title, ylabel, value_format, missing_note=None):
@@ -243,11 +256,13 @@ def draw_traffic(runs, network):
 
 
 def device_labels(run):
-    """{label: compute_ratio} per device; the '-rankN' suffix is dropped where that stays unambiguous."""
-    full = {f"{node}/{device}": stats.get("compute_ratio")
-            for node, device, stats in runs_summary.iter_devices(run["devices"])}
-    short = {runlog.without_rank(label): value for label, value in full.items()}
-    return short if len(short) == len(full) else full
+    """{label: compute_ratio} per device, a slow device's label saying how much slower it is; the '-rankN' suffix is
+    dropped where that stays unambiguous."""
+    full = {f"{node}/{device}": stats for node, device, stats in metrics.iter_devices(run["devices"])}
+    short = {runlog.without_rank(label) for label in full}
+    name = runlog.without_rank if len(short) == len(full) else str
+    return {name(label) + slowdown_note(stats.get("slowdown")): stats.get("compute_ratio")
+            for label, stats in full.items()}
 
 
 def draw_compute_ratio(runs, network):
@@ -311,9 +326,9 @@ def mean(values):
 
 def table_row(run, target):
     points = headline_points(run)
-    ratios = [stats.get("compute_ratio") for _, _, stats in runs_summary.iter_devices(run["devices"])]
+    ratios = [stats.get("compute_ratio") for _, _, stats in metrics.iter_devices(run["devices"])]
     return [run_label(run), run.get("num_workers"), run.get("cluster_throughput"), run.get("traffic_mb_per_s"),
-            run.get("num_rounds"), runs_summary.time_to_reach(points, target),
+            run.get("num_rounds"), metrics.time_to_reach(points, target),
             points[-1][2] if points else None, mean(ratios)]
 
 
@@ -321,8 +336,8 @@ def format_table(runs, target):
     headers = ["algorithm", "workers", "samples/s", "MB/s", "rounds", f"time to {target:g} (s)",
                "final acc", "compute ratio"]
     specs = ["", "d", ".1f", ".2f", "d", ".1f", ".4f", ".3f"]
-    return runs_summary.text_table(headers, [[runs_summary.format_cell(v, spec)
-                                              for v, spec in zip(table_row(r, target), specs)] for r in runs])
+    return tables.text_table(headers, [[tables.format_cell(v, spec) for v, spec in zip(table_row(r, target), specs)]
+                                       for r in runs])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -337,19 +352,18 @@ def non_negative_fraction(text):
 
 
 def parse_args(argv):
-    parser = runs_summary.logs_parser(
-        "Draw accuracy, throughput, traffic and computing-ratio figures for every run of a network.")
+    parser = logs_parser("Draw accuracy, throughput, traffic and computing-ratio figures for every run of a network.")
     parser.add_argument("-o", "--outdir", help="folder for the images (default: <base>/<network>/figures)")
     parser.add_argument("--pdf", action="store_true", help="write a PDF beside every PNG")
-    parser.add_argument("--smooth", type=runs_summary.positive_int, default=1, metavar="W",
+    parser.add_argument("--smooth", type=positive_int, default=1, metavar="W",
                         help="moving-average window for accuracy curves (default: 1, raw)")
-    parser.add_argument("--every", type=runs_summary.positive_int, default=1, metavar="K",
+    parser.add_argument("--every", type=positive_int, default=1, metavar="K",
                         help="plot every K-th accuracy point (default: 1, all)")
     parser.add_argument("--standalone-accuracy", type=non_negative_fraction, metavar="A",
                         help="standalone accuracy line (default: best accuracy of the 'local' run, if any)")
     parser.add_argument("--target", type=float, default=runs_summary.DEFAULT_TARGET,
                         help=f"accuracy for the time-to-target column (default: {runs_summary.DEFAULT_TARGET})")
-    parser.add_argument("--num-params", type=runs_summary.positive_int,
+    parser.add_argument("--num-params", type=positive_int,
                         help="parameter count, used when summarizing logs without meta.json")
     parser.add_argument("--refresh", action="store_true", help="re-summarize runs even when a summary JSON exists")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress as well as problems")
@@ -370,4 +384,4 @@ def main(argv=None):
             print(path)
         return 0
 
-    return runs_summary.run_command("drawer.py", args.verbose, draw, DrawError)
+    return run_command("drawer.py", args.verbose, draw, DrawError)

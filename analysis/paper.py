@@ -12,7 +12,9 @@ import os
 import re
 import statistics
 
+from analysis import metrics
 from analysis import summary as summaries
+from analysis.tables import markdown_table
 from training import modes, runlog
 from training.files import write_json, write_text
 
@@ -86,7 +88,7 @@ def read_summary(network_dir, folder):
 
 
 def time_to_target(run, target):
-    return summaries.time_to_reach(summaries.accuracy_points(run), target)
+    return metrics.time_to_reach(metrics.accuracy_points(run), target)
 
 
 def per_repeat(runs_by_mode, mode, target):
@@ -204,11 +206,6 @@ def format_statistic(stat, spec, unit=""):
         text += f" ± {stat['std']:{spec.replace('+', '')}}"
     missing = len(stat["values"]) - stat["n"]
     return text + unit + (f" ({stat['n']} of {len(stat['values'])} repeats)" if missing else "")
-
-
-def markdown_table(headers, rows):
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def split_table(table, target):

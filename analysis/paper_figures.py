@@ -15,17 +15,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
-from analysis import figures  # noqa: E402
-from analysis import paper  # noqa: E402
-from analysis import summary as summaries  # noqa: E402
+from analysis import figures, metrics, paper  # noqa: E402
 from training import modes, runlog  # noqa: E402
 
 GRID_POINTS = 200
 DPI = figures.DPI
-
-
-def mode_colour(mode):
-    return modes.MODES[mode].colour
 
 
 def mode_name(mode):
@@ -41,7 +35,7 @@ def step_values(points, grid):
 
 
 def repeat_curves(runs, grid):
-    rows = [step_values(summaries.accuracy_points(run), grid) for run in runs if summaries.accuracy_points(run)]
+    rows = [step_values(metrics.accuracy_points(run), grid) for run in runs if metrics.accuracy_points(run)]
     return np.array(rows) if rows else None
 
 
@@ -56,11 +50,11 @@ def draw_accuracy_panel(ax, runs_by_mode, split, target, grid):
         mean[seen] = np.nanmean(curves[:, seen], axis=0)
         style = ":" if mode == baseline else "-"
         label = f"{mode_name(mode)} (sequential SGD)" if mode == baseline else mode_name(mode)
-        ax.plot(grid, mean, style, color=mode_colour(mode), label=label, linewidth=1.6)
+        ax.plot(grid, mean, style, color=figures.colour_for(mode), label=label, linewidth=1.6)
         if len(curves) > 1:
             low = np.where(seen, np.nanmin(np.where(np.isnan(curves), np.inf, curves), axis=0), np.nan)
             high = np.where(seen, np.nanmax(np.where(np.isnan(curves), -np.inf, curves), axis=0), np.nan)
-            ax.fill_between(grid, low, high, color=mode_colour(mode), alpha=0.15, linewidth=0)
+            ax.fill_between(grid, low, high, color=figures.colour_for(mode), alpha=0.15, linewidth=0)
     ax.axhline(target, color="gray", linestyle="--", linewidth=0.8)
     ax.set_title(f"{paper.SPLIT_NAMES[split]} data")
     ax.set_xlabel("wall-clock time (s)")
@@ -89,7 +83,7 @@ def draw_bar_panel(ax, report, key, ylabel, cluster_modes):
         means = [s["mean"] or 0.0 for s in stats]
         errors = [s["std"] or 0.0 for s in stats]
         ax.bar(np.arange(len(cluster_modes)) + offset, means, width=width, yerr=errors, capsize=3,
-               color=[mode_colour(m) for m in cluster_modes], edgecolor="black", linewidth=0.5,
+               color=[figures.colour_for(m) for m in cluster_modes], edgecolor="black", linewidth=0.5,
                hatch=figures.NON_IID_HATCH if split == "niid" else None,
                label=f"{paper.SPLIT_NAMES[split]} data")
     ax.set_xticks(range(len(cluster_modes)), [mode_name(m) for m in cluster_modes])
@@ -112,7 +106,7 @@ def draw_figure4(report, cluster_modes):
 def ordered_devices(run):
     """The run's devices, slowest last: [(slowdown, device summary)]; the order is the same in every repeat."""
     devices = [(stats.get("slowdown") or 1.0, node, runlog.without_rank(device), stats.get("rank") or 0, stats)
-               for node, device, stats in summaries.iter_devices(run["devices"])]
+               for node, device, stats in metrics.iter_devices(run["devices"])]
     return [(d[0], d[2], d[4]) for d in sorted(devices, key=lambda d: d[:4])]
 
 
@@ -124,7 +118,7 @@ def device_labels(runs_by_mode):
     for position, (slowdown, device, _) in enumerate(per_run[0]):
         speeds = [devices[position][2].get("throughput") for devices in per_run if position < len(devices)]
         speed = np.mean([s for s in speeds if s is not None]) if any(s is not None for s in speeds) else None
-        label = f"{position + 1}: {device}" + (f" x{slowdown:g}" if slowdown != 1 else "")
+        label = f"{position + 1}: {device}" + figures.slowdown_note(slowdown, separator="\n")  # its own line
         labels.append(label + ("" if speed is None else f"\n{speed:.0f} samples/s"))
     return labels
 
@@ -139,7 +133,7 @@ def draw_figure5(grid_runs, network, cluster_modes):
                            for run in runs_by_mode[mode]])
         positions = np.arange(ratios.shape[1]) + (index - (len(cluster_modes) - 1) / 2) * width
         ax.bar(positions, ratios.mean(axis=0), width=width, yerr=ratios.std(axis=0) if len(ratios) > 1 else None,
-               capsize=2, color=mode_colour(mode), edgecolor="black", linewidth=0.5, label=mode_name(mode))
+               capsize=2, color=figures.colour_for(mode), edgecolor="black", linewidth=0.5, label=mode_name(mode))
     ax.set_xticks(range(len(labels)), labels, fontsize="small")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("1 - aggregation time / total time")

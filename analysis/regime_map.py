@@ -16,7 +16,8 @@ import math
 import os
 
 from analysis import summary as summaries
-from analysis.paper import format_statistic, markdown_table, statistics_of
+from analysis.paper import format_statistic, statistics_of, time_to_target
+from analysis.tables import markdown_table
 from training import esync_variants, modes, runlog
 from training.files import write_json, write_text
 
@@ -87,7 +88,7 @@ def read_run(log_dir, plan, link, profile, split, repeat, scheme):
 def cell_of_scheme(runs, limit, target):
     """The numbers of one scheme in one cell from its repeats' runs."""
     done = [run["summary"] for run in runs if run["status"] == "ok"]
-    times = [summaries.time_to_reach(summaries.accuracy_points(s), target) for s in done]
+    times = [time_to_target(s, target) for s in done]
     speeds = [s.get("cluster_throughput") for s in done]
     return {
         "repeats": len(runs),

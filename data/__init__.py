@@ -227,16 +227,8 @@ def random_crop_and_flip(images, rng, padding=CROP_PADDING):
     return out
 
 
-class Augmented:
-    """The training batches of a stream, randomly cropped and flipped (--augment crop); test images never are."""
-
-    def __init__(self, stream, seed=0):
-        self.stream = stream
-        self.rng = np.random.RandomState(seed + 104729)
-
-    def next(self, batch_size=None):
-        images, labels = self.stream.next(batch_size)
-        return random_crop_and_flip(images, self.rng), labels
+class AugmentedStream:
+    """The batches of `self.stream` changed image by image: as many passes over the data, batches of the same size."""
 
     @property
     def passes(self):
@@ -247,7 +239,19 @@ class Augmented:
         return self.stream.batch_size
 
 
-class ResizedCropped:
+class Augmented(AugmentedStream):
+    """The training batches of a stream, randomly cropped and flipped (--augment crop); test images never are."""
+
+    def __init__(self, stream, seed=0):
+        self.stream = stream
+        self.rng = np.random.RandomState(seed + 104729)
+
+    def next(self, batch_size=None):
+        images, labels = self.stream.next(batch_size)
+        return random_crop_and_flip(images, self.rng), labels
+
+
+class ResizedCropped(AugmentedStream):
     """d2l's CIFAR-10 augmentation of the training batches (--augment resized-crop), with Gluon's transforms applied
     image by image: resized to 1.25 x its side, a random square of 64-100 % of that area resized back to the side,
     flipped left-right with probability 1/2. Gluon's crop draws from Python's `random`, its flip from MXNet's
@@ -274,14 +278,6 @@ class ResizedCropped:
         hwc = self.mx.nd.array(images.transpose(0, 2, 3, 1), dtype=np.uint8)
         out = self.mx.nd.stack(*[self.transform(image) for image in hwc])
         return out.asnumpy().transpose(0, 3, 1, 2), labels
-
-    @property
-    def passes(self):
-        return self.stream.passes
-
-    @property
-    def batch_size(self):
-        return self.stream.batch_size
 
 
 def augmented(stream, kind, seed=0):

@@ -3,6 +3,7 @@ import os
 import sys
 
 from analysis import summary
+from analysis.tables import format_cell, text_table
 from launcher.supervision import INTERRUPTS
 from training.failures import EXIT_FAILURE
 
@@ -42,5 +43,5 @@ def format_table(runs, target):
     headers = ["mode", "samples/s", f"time to {target:g} (s)", "final accuracy", "traffic (MB/s)"]
     columns = [("cluster_throughput", ".1f"), ("time_to_accuracy", ".1f"), ("final_accuracy", ".4f"),
                ("traffic_mb_per_s", ".2f")]
-    return summary.text_table(headers, [[run["mode"]] + [summary.format_cell(run.get(key), spec)
-                                                         for key, spec in columns] for run in runs])
+    return text_table(headers, [[run["mode"]] + [format_cell(run.get(key), spec) for key, spec in columns]
+                                for run in runs])

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench import run as bench
+from bench.sections import heterogeneity
 from launcher import netns
 from launcher.cluster import ROOT
 
@@ -16,7 +16,7 @@ from launcher.cluster import ROOT
 def test_whole_step_bound_counts_the_whole_steps_that_fit_in_the_slowest_one(steps, bound):
     step_times = [{"step_seconds": c, "busy": 1.0} for c in steps]
 
-    assert bench.whole_step_bound(step_times) == pytest.approx(bound)
+    assert heterogeneity.whole_step_bound(step_times) == pytest.approx(bound)
 
 
 @pytest.mark.slow

@@ -9,10 +9,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.image  # noqa: E402
+import matplotlib.pyplot  # noqa: E402
 import pytest  # noqa: E402
 
 from analysis import figures as drawer  # noqa: E402
-from analysis import summary  # noqa: E402
+from analysis import paper_figures, summary  # noqa: E402
 from tests import logfactory  # noqa: E402
 from tests.logfactory import MODES, NETWORK  # noqa: E402
 
@@ -109,6 +110,23 @@ def test_a_run_with_byzantine_workers_is_labelled_and_ordered_after_its_clean_ru
 
     assert drawer.run_label(attacked) == "Zeno (1 Byzantine)"
     assert sorted([attacked, clean], key=summary.run_order) == [clean, attacked]
+
+
+def test_a_slow_device_is_labelled_with_how_much_slower_it_is(tmp_path):
+    """The demo's three workers on one host, the last one emulated 4x slower (its meta.json says so): the compute
+    ratio figure names it with its factor, in the words of the paper's Figure 5."""
+    logfactory.write_run(str(tmp_path), "esync", nodes=("vm",), devices=("cpu",) * 3)
+    for rank, slowdown in enumerate((1, 1, 4)):
+        meta_path = tmp_path / NETWORK / "esync" / "vm" / f"cpu-rank{rank}" / "meta.json"
+        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "slowdown": slowdown}))
+    run = summary.summarize_mode(str(tmp_path / NETWORK), "esync")
+
+    fig = drawer.draw_compute_ratio([run], NETWORK)
+    labels = [label.get_text() for label in fig.axes[0].get_xticklabels()]
+    matplotlib.pyplot.close(fig)
+
+    assert labels == ["vm/cpu-rank0", "vm/cpu-rank1", "vm/cpu-rank2 (4× slower)"]
+    assert paper_figures.device_labels({"esync": [run]})[-1].startswith("3: cpu\n(4× slower)\n")
 
 
 def test_single_algorithm_is_drawn_without_non_iid_figure(tmp_path):

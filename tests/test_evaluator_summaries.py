@@ -5,7 +5,7 @@ import os
 import pytest
 
 from analysis import figures as drawer
-from analysis import summary
+from analysis import metrics
 from tests import logfactory
 from tests.logfactory import NETWORK
 from tests.test_drawer import assert_real_png, figure_path, run_drawer
@@ -111,4 +111,4 @@ def test_steps_of_the_workers_curve_count_global_steps_done():
 
 def test_no_evaluator_no_step_figure():
     assert drawer.draw_accuracy_vs_step([{"algorithm": "Sync", "devices": {}}], NETWORK) is None
-    assert summary.evaluator_points({"devices": {}}) == []
+    assert metrics.evaluator_points({"devices": {}}) == []

@@ -129,7 +129,8 @@ def test_drawer_orders_and_colours_runs_by_the_catalog():
     runs = [{"mode": name, "algorithm": mode.display} for name, mode in reversed(modes.MODES.items())]
 
     assert [run["mode"] for run in sorted(runs, key=summary.run_order)] == list(FIGURE_ORDER)
-    assert [drawer.colour_for(run) for run in runs] == [mode.colour for mode in reversed(modes.MODES.values())]
+    assert [drawer.colour_for(run["mode"], run["algorithm"]) for run in runs] == [
+        mode.colour for mode in reversed(modes.MODES.values())]
     assert [run["mode"] for run in runs if drawer.is_standalone(run)] == ["local"]
 
 
@@ -268,5 +269,5 @@ def test_a_mode_added_in_one_module_reaches_every_script_with_its_flag(gossip, t
     assert run["algorithm"] == "Gossip"
     runs = drawer.load_runs(str(tmp_path / logfactory.NETWORK), 0.85)
     assert [r["mode"] for r in runs] == ["local", "gossip"]  # the catalog's order: appended last
-    assert drawer.colour_for(runs[1]) == "darkslategray"
+    assert drawer.colour_for(runs[1]["mode"], runs[1]["algorithm"]) == "darkslategray"
     assert bench.unknown_modes({**bench.QUICK, "modes": ["esync", "gossip"]}) == []

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from analysis import summary
+from analysis import metrics, summary
 from tests import logfactory
 from tests.logfactory import MODES, NETWORK, NUM_PARAMS
 from training import runlog
@@ -357,7 +357,7 @@ def test_unknown_mode_exits_2(tmp_path):
 def test_summarize_device_without_files():
     records = logfactory.device_records("esync", rank=1, rounds=4, evaluates=True)
 
-    stats = summary.summarize_device(records)
+    stats = metrics.summarize_device(records)
 
     assert stats["self_iters_list"] == [2, 2, 2, 2]
     assert stats["throughput"] == pytest.approx(4 * 64 / records[4]["total_time"])
@@ -368,19 +368,19 @@ def test_summarize_device_without_files():
 def test_aggregate_time_reads_either_aggregation_phase(phase):
     record = {"time": {"0": {"forward and backward": 0.2, phase: 0.05}}, "num_samples": 64, "total_time": 0.3}
 
-    assert summary.summarize_device({1: record})["aggregate_time_list"] == [pytest.approx(0.05)]
+    assert metrics.summarize_device({1: record})["aggregate_time_list"] == [pytest.approx(0.05)]
 
 
 def test_missing_iterations_lists_the_gaps():
-    assert summary.missing_iterations([1, 4, 6]) == [2, 3, 5]
+    assert metrics.missing_iterations([1, 4, 6]) == [2, 3, 5]
 
 
 def test_iterations_numbered_from_one_have_no_gap():
-    assert summary.missing_iterations([1, 2, 3]) == []
+    assert metrics.missing_iterations([1, 2, 3]) == []
 
 
 def test_time_to_reach_is_none_when_never_reached():
-    assert summary.time_to_reach([[0, 1.0, 0.5], [1, 2.0, 0.8]], 0.85) is None
+    assert metrics.time_to_reach([[0, 1.0, 0.5], [1, 2.0, 0.8]], 0.85) is None
 
 
 def test_summary_file_name_for_non_iid_mode():
@@ -401,8 +401,8 @@ def test_attack_folders_keep_their_algorithm(mode, base, non_iid, attacked, name
 def test_validation_counts_add_up_the_judged_layers():
     records = [{"zeno_layers": 10, "zeno_accepted_layers": 7}, {"zeno_layers": 10, "zeno_accepted_layers": 0}, {}]
 
-    assert summary.validation_counts(records) == {"accepted_layers": 7, "rejected_layers": 13}
-    assert summary.validation_counts([{}]) == {}
+    assert metrics.validation_counts(records) == {"accepted_layers": 7, "rejected_layers": 13}
+    assert metrics.validation_counts([{}]) == {}
 
 
 def test_all_reports_an_unusable_mode_and_summarizes_the_others(tmp_path):
@@ -420,10 +420,10 @@ def test_all_reports_an_unusable_mode_and_summarizes_the_others(tmp_path):
 
 def test_traffic_is_what_the_workers_logged_when_every_one_did():
     stats = [{"sent_bytes": 3e6, "received_bytes": 1e6}, {"sent_bytes": 2e6, "received_bytes": 2e6}]
-    assert summary.traffic_mb_per_s(stats, param_bytes=10, num_workers=2, rounds=5, elapsed=2.0) == (4.0, True)
+    assert metrics.traffic_mb_per_s(stats, param_bytes=10, num_workers=2, rounds=5, elapsed=2.0) == (4.0, True)
 
     stats[1]["sent_bytes"] = None  # a log from before the counts: every worker is estimated
-    traffic, measured = summary.traffic_mb_per_s(stats, param_bytes=1e6, num_workers=2, rounds=5, elapsed=2.0)
+    traffic, measured = metrics.traffic_mb_per_s(stats, param_bytes=1e6, num_workers=2, rounds=5, elapsed=2.0)
     assert traffic == pytest.approx(10.0) and not measured
 
 
@@ -432,8 +432,8 @@ def test_a_device_sums_the_bytes_of_its_rounds_only_when_every_round_logged_them
     records = {n: {"num_samples": 64, "total_time": 0.1 * n, "time": step, runlog.SENT_BYTES: 100 * n,
                    runlog.RECEIVED_BYTES: 50} for n in (1, 2, 3)}
 
-    device = summary.summarize_device(records)
+    device = metrics.summarize_device(records)
     assert (device["sent_bytes"], device["received_bytes"], device["bytes_per_round"]) == (600, 150, 250)
 
     del records[2][runlog.RECEIVED_BYTES]
-    assert summary.summarize_device(records)["received_bytes"] is None
+    assert metrics.summarize_device(records)["received_bytes"] is None

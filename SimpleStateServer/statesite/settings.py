@@ -7,10 +7,33 @@ ESYNC_STATE_ALLOWED_HOSTS  comma-separated host names; default "*", because work
                            the server by its cluster IP. Access control is ESYNC_STATE_TOKEN.
 ESYNC_STATE_TOKEN          when set, every request must carry it in the X-ESync-Token header.
 ESYNC_STATE_LOG_LEVEL      level of the coordinator's own log lines (default INFO).
+
+Its log lines carry the machine's local time, as the workers' do: TIME_ZONE is the machine's zone (TZ, else the zone
+/etc/localtime names), not Django's default (America/Chicago), which Django would make the zone of the whole process.
 """
 
 import os
 import secrets
+import zoneinfo
+
+ZONEINFO = "/usr/share/zoneinfo"
+
+
+def _machine_time_zone():
+    """The name of the zone the machine's local time is in: TZ's (an empty TZ is UTC), else the zone file
+    /etc/localtime links to. None when it has no name the C library and Django both read (a POSIX rule such as
+    TZ=XYZ-3, a copied /etc/localtime): Django then leaves the process's zone as it is."""
+    tz = os.environ.get("TZ")
+    if tz is None:
+        linked = os.path.realpath("/etc/localtime")
+        name = os.path.relpath(linked, ZONEINFO) if linked.startswith(ZONEINFO + os.sep) else ""
+    else:
+        name = tz[1:] if tz.startswith(":") else tz or "UTC"
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (ValueError, OSError, zoneinfo.ZoneInfoNotFoundError):
+        return None
+    return name if os.path.isfile(os.path.join(ZONEINFO, name)) else None
 
 
 def _env_flag(name):
@@ -39,7 +62,10 @@ WSGI_APPLICATION = "statesite.wsgi.application"
 DATABASES = {}
 TEMPLATES = []
 USE_I18N = False
+# Datetimes stay aware (UTC inside); the server neither stores nor shows any, and its log lines take the process's
+# local time, which TIME_ZONE sets.
 USE_TZ = True
+TIME_ZONE = _machine_time_zone()
 # Requests carry a handful of numbers.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 100

@@ -1,0 +1,79 @@
+"""What the benchmark's sections share: launcher runs read back into summaries, each worker's step times, ESync's
+policies as rows of a table, and the cells of the tables."""
+import functools
+import logging
+import os
+import subprocess
+import sys
+
+from analysis import summary
+from analysis.tables import format_cell
+from launcher.cluster import ROOT
+from training import config, esync_variants, runlog
+
+log = logging.getLogger("bench")
+
+PY = sys.executable
+DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
+EVAL_EVERY = 5          # rank 0 evaluates every 5 global iterations in the runs that time accuracy
+
+fmt = functools.partial(format_cell, missing="–")  # a number of the tables, or a dash where there is none
+
+
+def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet", eval_every=EVAL_EVERY,
+           worker_options=()):
+    """Summaries of the modes run by launch.py; eval_every 0: rank 0 evaluates once, at the end."""
+    logs = os.path.join(workdir, "logs")
+    devices = ",".join(["cpu"] * len(profile.split(",")))
+    argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", network, *DATA,
+            "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "-ld", logs,
+            "--progress-every", "1000", "--no-figures", *launcher_options, "--", "-e", str(eval_every),
+            *worker_options]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    attacked = "--byzantine" in launcher_options
+    summaries = {}
+    for mode in modes:
+        folder = runlog.run_folder(mode, attacked)
+        summaries[mode] = summary.load_summary(os.path.join(logs, network), folder)
+        summaries[mode]["step_times"] = worker_step_times(os.path.join(logs, network, folder))
+    return summaries
+
+
+def worker_step_times(mode_folder):
+    """Per worker: the mean seconds of its own steps (batch, compute, local update, emulated slowdown), the share of
+    its time they take (the rest is aggregation, the state server and waiting for others) and the share the state
+    server's round trips take. Evaluation is left out."""
+    workers = []
+    for _, name, folder in runlog.device_folders(mode_folder):
+        if runlog.rank_in_folder(name) is None:
+            continue
+        steps = [s for r in runlog.DeviceLog(folder).ordered() for s in r["time"].values()]
+        own = sum(s.get(k, 0.0) for s in steps for k in runlog.OWN_STEP_PHASES)
+        total = sum(v for s in steps for k, v in s.items() if k != runlog.EVALUATION)
+        if steps and total > 0:
+            check_ready = sum(s.get(runlog.CHECK_READY, 0.0) for s in steps)
+            workers.append({"step_seconds": own / len(steps), "busy": own / total, "check_ready": check_ready / total})
+    return workers
+
+
+def policy_row(variant):
+    """The heterogeneity table's row of an ESync variant (training/esync_variants.py): 'esync' for the default
+    policy, 'esync-plan', 'esync-adaptive-overlap', ..."""
+    return "esync" if variant == config.default("esync_policy") else esync_variants.PREFIX + variant
+
+
+def runs_with_policies(modes, variants, profile, seconds, workdir, eval_every=EVAL_EVERY, launcher_options=()):
+    """The modes' summaries, plus one row per further ESync variant ('esync-plan', ...)."""
+    summaries = launch(modes, profile, seconds, workdir, launcher_options, eval_every=eval_every)
+    for variant in variants:
+        launcher_flags, worker_flags = esync_variants.flags(variant)
+        summaries[policy_row(variant)] = launch(["esync"], profile, seconds, os.path.join(workdir, variant),
+                                                [*launcher_flags, *launcher_options], eval_every=eval_every,
+                                                worker_options=worker_flags)["esync"]
+    return summaries
+
+
+def devices_of(summary):
+    return [d for node in summary["devices"].values() for d in node.values()]

@@ -1,0 +1,88 @@
+"""1. Sync overhead: our sync mode against gluon.Trainer(kvstore='dist_sync'), same network, batch, data and
+cluster (1 server, 2 workers)."""
+import glob
+import json
+import os
+import statistics
+import time
+
+from analysis.tables import markdown_table
+from bench.sections.common import DATA, log
+from launcher.cluster import ROOT, ProcessGroup, start_ps_job, tail
+from training import runlog
+
+
+def throughput_from_step_ends(step_ends, samples_per_step, warmup):
+    ends = step_ends[warmup:]
+    return samples_per_step * (len(ends) - 1) / (ends[-1] - ends[0])
+
+
+def run_ps_job(group, worker_argv, num_workers, timeout):
+    main = os.path.join(ROOT, "main.py")
+    workers = start_ps_job(group, [main, "-m", "sync"], [worker_argv] * num_workers)
+    deadline = time.monotonic() + timeout
+    while any(w.poll() is None for w in workers):
+        failed = group.failed()
+        if failed or time.monotonic() > deadline:
+            detail = f"{failed.name} exited {failed.poll()}:\n{tail(failed.output, 10)}" if failed else "timeout"
+            raise RuntimeError(f"benchmark job failed ({detail})")
+        time.sleep(0.2)
+    if any(w.poll() != 0 for w in workers):
+        raise RuntimeError(f"benchmark job failed; see {group.out_dir}")
+    group.wait(group.procs, 30)
+
+
+def trainer_throughput(network, iters, warmup, workdir):
+    out = os.path.join(workdir, "trainer-steps.json")
+    argv = ["-m", "bench.trainer_worker", "-n", network, *DATA, "--iters", str(iters),
+            "--out", out]
+    with ProcessGroup(os.path.join(workdir, "trainer")) as group:
+        run_ps_job(group, argv, 2, timeout=600)
+    with open(out) as f:
+        steps = json.load(f)
+    return 2 * throughput_from_step_ends(steps["step_ends"], steps["batch_size"], warmup)
+
+
+def our_sync_throughput(network, iters, warmup, workdir):
+    logs = os.path.join(workdir, "ours")
+    argv = [os.path.join(ROOT, "main.py"), "-m", "sync", "-n", network, *DATA, "-c", "1", "--max-iters", str(iters),
+            "-e", "0", "-ld", logs, "--node-name", "node"]
+    with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
+        run_ps_job(group, argv, 2, timeout=600)
+    folder = sorted(glob.glob(os.path.join(logs, "node", "*-rank0")))[0]
+    records = runlog.DeviceLog(folder).ordered()[:-1]  # rank 0 evaluates in the last iteration; the Trainer run does not
+    return 2 * throughput_from_step_ends([r["total_time"] for r in records], records[0]["num_samples"], warmup)
+
+
+def with_one_retry(measure, network, iters, warmup, run_dir):
+    """A ps-lite job on a loaded machine occasionally fails to start; one failure is logged and run again."""
+    try:
+        return measure(network, iters, warmup, run_dir)
+    except RuntimeError as err:
+        log.warning("%s failed, running it again: %s", measure.__name__, err)
+        return measure(network, iters, warmup, run_dir + "-again")
+
+
+def measure(cfg, workdir, earlier):
+    rows = []
+    for network, iters in cfg["trainer_iters"].items():
+        ratios, ours_all, theirs_all = [], [], []
+        for repeat in range(cfg["repeats"]):
+            run_dir = os.path.join(workdir, f"sync-{network}-{repeat}")
+            theirs = with_one_retry(trainer_throughput, network, iters, cfg["warmup"], run_dir + "-trainer")
+            ours = with_one_retry(our_sync_throughput, network, iters, cfg["warmup"], run_dir + "-ours")
+            ratios.append(ours / theirs)
+            ours_all.append(ours)
+            theirs_all.append(theirs)
+            log.info("sync vs Trainer, %s, repeat %d: %.0f vs %.0f samples/s", network, repeat, ours, theirs)
+        rows.append({"network": network, "ours": statistics.median(ours_all),
+                     "trainer": statistics.median(theirs_all), "ratio": statistics.median(ratios),
+                     "ratios": ratios})
+    return rows
+
+
+def markdown(results):
+    rows = [[r["network"], f"{r['ours']:.0f}", f"{r['trainer']:.0f}", f"{r['ratio']:.2f}"]
+            for r in results["sync_overhead"]]
+    return ["### Sync overhead: ours / gluon.Trainer(kvstore='dist_sync'), 1 server, 2 workers", "",
+            markdown_table(["network", "ours (samples/s)", "Trainer (samples/s)", "ratio (median)"], rows), ""]
