@@ -21,7 +21,7 @@ import os
 import sys
 
 from training import collectives, config
-from training import failures, fault_injection, modes
+from training import failures, fault_injection, modes, mxnet_import
 from training.checks import (
     UsageError,
     check_collective,
@@ -100,6 +100,7 @@ def traceback_folder(args):
 
 
 def main(argv=None):
+    mxnet_import.install()  # before anything imports MXNet (this module's imports do not)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     args = config.parse_args(argv)
