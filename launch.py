@@ -23,7 +23,7 @@ import sys
 from launcher import dmlc, netns, paper, preflight, regime_map, runner, sweep
 from launcher.experiment import parse
 from training.checks import UsageError
-from training.failures import EXIT_INTERRUPTED, EXIT_USAGE
+from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
                "sweep": sweep.run, "regimes": regime_map.run}

@@ -20,8 +20,11 @@ import logging
 import os
 import sys
 
-from training import collectives, config
-from training import failures, fault_injection, modes, mxnet_import
+from training import config
+
+from training.transport import collectives
+from training import modes, mxnet_import
+from training.faults import failures, fault_injection
 from training.checks import (
     UsageError,
     check_collective,
@@ -53,7 +56,7 @@ def run_evaluator(args, test_set):
 
 def watch_peers(args, role):
     """Start the peer monitor: a dead scheduler, server or worker ends this process instead of blocking it."""
-    from training.peers import PeerMonitor, grace_for, resolve
+    from training.faults.peers import PeerMonitor, grace_for, resolve
 
     scheduler = resolve(os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"]))
     return PeerMonitor(grace_for(args.sync_timeout), state_server_endpoints(args),
@@ -64,7 +67,7 @@ def watch_peers(args, role):
 def state_server_endpoints(args):
     """What the peer monitor leaves alone: the state server is no ps-lite peer (it may restart, and a worker may
     not call it for a while; the state client bounds that wait itself)."""
-    from training.peers import resolve
+    from training.faults.peers import resolve
 
     if not modes.MODES[args.mode].state_server:
         return set()
@@ -79,7 +82,7 @@ def expected_peers(role):
 
 
 def run_ps_role(args, role):
-    from training import ps_node
+    from training.transport import ps_node
 
     log.info("ps-lite %s (pid %d): scheduler at %s:%s, %s server(s), %s worker(s)", role, os.getpid(),
              os.environ["DMLC_PS_ROOT_URI"], os.environ["DMLC_PS_ROOT_PORT"],
@@ -183,7 +186,7 @@ def configure_fault_injection():
 
 def run_guarded(role, args, run, in_cluster, peers=None):
     """Run a role; whatever it raises ends it with one line and a non-zero exit, at once when in a cluster."""
-    from training.state_client import StateServerError, StateServerUnavailable
+    from training.transport.state_client import StateServerError, StateServerUnavailable
 
     failures.fail_on_thread_errors(role, traceback_folder(args))
     try:

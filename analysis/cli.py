@@ -4,7 +4,7 @@ import argparse
 import logging
 import sys
 
-from training.failures import EXIT_USAGE
+from training.faults.failures import EXIT_USAGE
 
 
 def positive_int(text):

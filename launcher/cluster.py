@@ -103,7 +103,7 @@ def start_state_server(group, host=LOCAL_HOST, port=None, name="state-server", t
 
 def wait_until_answering(proc, address, port, deadline, while_waiting):
     """True once the server at address:port answers; False when `proc` exits or the deadline passes first."""
-    from training.state_client import StateClient, StateServerUnavailable
+    from training.transport.state_client import StateClient, StateServerUnavailable
 
     # Connection attempts until it listens (the state client would log each refusal), then one request.
     while not accepts_connections(address, port):

@@ -10,7 +10,8 @@ import shlex
 import sys
 
 from launcher.cluster import ROOT
-from training import collectives, config, modes
+from training import config, modes
+from training.transport import collectives
 from training.checks import UsageError
 
 MAIN_PY = os.path.join(ROOT, "main.py")

@@ -17,7 +17,7 @@ from training import config
 from launcher.cluster import free_port
 from launcher.commands import MAIN_PY, device_flags
 from training.checks import UsageError
-from training.failures import EXIT_FAILURE, EXIT_USAGE
+from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 
 TRACKERS = ("local", "ssh", "mpi", "slurm", "sge", "yarn", "kubernetes")
 # Launchers that number their workers 0..N-1 in one of these variables; the others start identical workers.

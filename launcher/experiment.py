@@ -12,7 +12,8 @@ from launcher import netns
 from launcher.commands import device_flags
 from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
 from launcher.hosts import LOOPBACK
-from training import collectives, modes, runlog
+from training import modes, runlog
+from training.transport import collectives
 from training.attacks import ATTACKS
 from training.checks import UsageError
 from training.schemes import esync
@@ -80,7 +81,7 @@ class Experiment:
     devices: tuple                  # one --devices entry per worker
     slowdowns: tuple                # one factor per worker, as given ("1", "4")
     num_servers: int
-    collective: str                 # ps, or the MPI allreduce of the synchronous modes (training/collectives.py)
+    collective: str                 # ps, or the MPI allreduce of the synchronous modes (training/transport/collectives.py)
     max_time: float | None
     max_iters: int | None
     target_accuracy: float | None

@@ -27,7 +27,7 @@ from launcher.dmlc import split_at_double_dash
 from training import config, modes
 from training.schemes import esync
 from training.checks import UsageError
-from training.failures import EXIT_FAILURE, EXIT_USAGE
+from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 
 PAPER_SLOWDOWN = "1,1,1,1,20,20"   # 4 fast devices, 2 slow ones (the paper's GPU and CPU steps differ ~100x)
 PAPER_MODES = ("esync", "sync", "async", "dcasgd")

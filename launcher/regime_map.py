@@ -31,7 +31,7 @@ from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes
 from training.schemes import esync
 from training.checks import UsageError
-from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
 
 DEFAULT_LINKS = "loopback,0.3,3,12"   # 12: the ESync paper's cluster (launcher/comm_ratio.py)

@@ -5,7 +5,7 @@ import sys
 from analysis import summary
 from analysis.tables import format_cell, text_table
 from launcher.supervision import INTERRUPTS
-from training.failures import EXIT_FAILURE
+from training.faults.failures import EXIT_FAILURE
 
 
 def summarize_and_draw(experiment):

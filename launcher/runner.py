@@ -24,8 +24,9 @@ from launcher.supervision import (
     wait_for_group_to_drain,
     write_pid_file,
 )
-from training import collectives, modes
-from training.failures import EXIT_FAILURE, EXIT_INTERRUPTED
+from training import modes
+from training.transport import collectives
+from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 from training.files import write_json
 
 log = logging.getLogger("launch")

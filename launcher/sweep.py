@@ -20,7 +20,7 @@ from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
 from training.checks import UsageError
-from training.failures import EXIT_FAILURE, EXIT_USAGE
+from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 from training.files import write_json
 
 

@@ -18,7 +18,8 @@ def pytest_collection_modifyitems(items):
     """Two groups for pytest.ini's two workers (-n 2 --dist loadgroup): the tests that start real processes run one
     after another on one worker, the others on the other one, which ends within the first minutes; jobs of two
     tests at once would each take cores the other's timing counts on. A real-process test marked `beside_others`
-    mostly waits (on timeouts, not on cores) and runs with the in-process tests instead, which shortens the suite."""
+    checks nothing that depends on timing (or mostly waits on timeouts) and runs with the in-process tests instead, on
+    the cores they leave idle, which shortens the suite."""
     for item in items:
         alone = item.get_closest_marker("slow") and not item.get_closest_marker("beside_others")
         group = "real-processes" if alone else "in-process"

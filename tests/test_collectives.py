@@ -17,8 +17,10 @@ from analysis import summary
 from launcher import mpi
 from launcher.cluster import ROOT, ProcessGroup, is_running, processes_in_group, start_state_server, tail
 from tests.jobs import LENET_ARGS, iter_records, meta, run_main, worker_folders
-from training import collectives, config, fault_injection, modes, runlog, traffic
-from training.watchdog import EXIT_SYNC_TIMEOUT
+from training import config, modes, runlog
+from training.faults import fault_injection
+from training.transport import collectives, traffic
+from training.faults.watchdog import EXIT_SYNC_TIMEOUT
 
 MAIN = os.path.join(ROOT, "main.py")
 TARGET = 0.8  # each sync job trains until rank 0's test accuracy (every 10 rounds) reaches it
@@ -219,7 +221,7 @@ def test_sync_over_each_collective_keeps_every_rank_identical_and_learns(mpi_job
 @pytest.mark.parametrize("collective", SYNC_JOBS)
 def test_each_rank_logs_the_bytes_its_collective_moves(mpi_jobs, collective):
     """Every round sums the parameters and the stop vote in one float32 buffer; the first round also broadcasts rank
-    0's parameters. The bytes logged are MPICH's pattern for the rank (training/traffic.py), and each rank's are the
+    0's parameters. The bytes logged are MPICH's pattern for the rank (training/transport/traffic.py), and each rank's are the
     textbook's figure up to a block's rounding (the ring on any number of ranks, the others on a power of two)."""
     folders = worker_folders(mpi_jobs[collective])
     ranks = SYNC_JOBS[collective]

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from training import failures
-from training.fault_injection import FaultPlan, InjectedFault
+from training.faults import failures
+from training.faults.fault_injection import FaultPlan, InjectedFault
 
 
 def raise_from_project_code():

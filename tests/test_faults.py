@@ -15,6 +15,9 @@ from launcher.cluster import ROOT, start_state_server
 from tests import logfactory
 from tests.jobs import LENET_ARGS, finish, start_job, worker_folders
 
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
+pytestmark = pytest.mark.beside_others
+
 def run_summary(base, network, mode):
     return subprocess.run([sys.executable, os.path.join(ROOT, "summary.py"), "-b", base, "-n", network, "-m", mode],
                           capture_output=True, text=True, timeout=60)

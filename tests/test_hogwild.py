@@ -9,8 +9,9 @@ import pytest
 from launcher.cluster import ROOT, ProcessGroup, processes_in_group, tail
 from data import load_test_set
 from tests.jobs import LENET_ARGS, SAMPLE_DATA, iter_records, meta, run_main
-from training import config, fault_injection, runlog
-from training.failures import EXIT_FAILURE
+from training import config, runlog
+from training.faults import fault_injection
+from training.faults.failures import EXIT_FAILURE
 from training.hogwild import SharedWeights, apply_gradient
 from training.model import Model
 

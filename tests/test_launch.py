@@ -19,6 +19,9 @@ from launcher.cluster import ROOT, ProcessGroup, free_port, is_running, processe
 from launcher.supervision import ExitWatch
 from training.checks import UsageError
 
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
+pytestmark = pytest.mark.beside_others
+
 LAUNCH_PY = os.path.join(ROOT, "launch.py")
 NODE = "node"
 LENET = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data"), "--node-name", NODE]

@@ -14,6 +14,9 @@ from tests.test_launch import PNG_SIGNATURE, launcher, recorded_pids, still_runn
 from training import runlog
 from training.checks import UsageError
 
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
+pytestmark = pytest.mark.beside_others
+
 TARGET = 0.8
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from launcher.cluster import ROOT
-from training.peers import LISTEN, PeerMonitor, outgoing_connections, own_socket_fds, tcp_sockets
+from training.faults.peers import LISTEN, PeerMonitor, outgoing_connections, own_socket_fds, tcp_sockets
 
 # Answers the commands on its stdin: "accept" one connection, "close" all it accepted.
 PEER_PROCESS = """

@@ -11,7 +11,7 @@ import pytest
 
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
 from training import config, runlog
-from training.collectives import ParameterServer
+from training.transport.collectives import ParameterServer
 from training.schemes.dcasgd_server import DelayCompensatedPerWorker
 from training.schemes.fedasync_server import FedAsyncLayout, FedAsyncMixer, staleness_weight
 from training.model import Model

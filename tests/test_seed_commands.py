@@ -22,6 +22,9 @@ from launcher.cluster import ROOT, free_port, start_state_server, tail
 from tests.jobs import run_main
 from training import config
 
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
+pytestmark = pytest.mark.beside_others
+
 SCHEDULER = "python main.py -c True -m esync"
 SERVER = "python main.py -c True -m esync"
 GPU_WORKER = "python main.py -g 0 -m esync -n resnet18-v1"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from training.state_client import (
+from training.transport.state_client import (
     TOKEN_ENV,
     StateClient,
     StateServerError,

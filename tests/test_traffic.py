@@ -1,4 +1,4 @@
-"""The payload bytes of MPICH's allreduce and broadcast per rank (training/traffic.py): no MPI, no process."""
+"""The payload bytes of MPICH's allreduce and broadcast per rank (training/transport/traffic.py): no MPI, no process."""
 import ast
 import math
 from collections import Counter
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from training import collectives, traffic
+from training.transport import collectives, traffic
 
 ALGORITHMS = traffic.ALLREDUCE_ALGORITHMS
 SIZES = range(2, 10)

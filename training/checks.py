@@ -6,7 +6,9 @@ starts any process.
 import logging
 import os
 
-from training import collectives, modes
+from training import modes
+
+from training.transport import collectives
 from training.options import ModeError
 
 ROLES = ("scheduler", "server", "worker")
@@ -178,7 +180,7 @@ def check_ps_role(args):
 
 
 def check_state_server(args):
-    from training.state_client import StateClient, StateServerUnavailable
+    from training.transport.state_client import StateClient, StateServerUnavailable
 
     client = StateClient(args.state_server_ip, args.state_server_port,
                          retry_for=min(STATE_SERVER_STARTUP, args.sync_timeout))

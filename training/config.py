@@ -12,7 +12,9 @@ import functools
 import socket
 from dataclasses import dataclass, field
 
-from training import argtypes, collectives, modes
+from training import argtypes, modes
+
+from training.transport import collectives
 from training.options import MOMENTUM_OPTIMIZER_DEFAULT, OptionError, Options, flag_fields
 
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "mnist-5k")

@@ -4,7 +4,7 @@ Every process builds its command line from the schemes' option declarations, so 
 ps-lite scheduler or a summing server never needs MXNet's Python package, whose import costs about a second of CPU
 (it generates and compiles its operators). The scheme modules therefore take `mx` from here: the package is
 imported at the first attribute access (importlib's LazyLoader). A process that must import it with DMLC_ROLE hidden
-forces the load itself (training/ps_node.py).
+forces the load itself (training/transport/ps_node.py).
 """
 import importlib.util
 import sys

@@ -10,12 +10,14 @@ import time
 from dataclasses import dataclass
 
 from data import BatchStream, Prefetched, augmented, normalisation
-from training import checkpoints, collectives, fault_injection, runlog
+from training import checkpoints, runlog
+from training.faults import fault_injection
+from training.transport import collectives
 from training.devices import contexts, device_name
 from training.files import atomic_write
 from training.heterogeneity import EmulatedSlowdown
 from training.model import Model
-from training.watchdog import Watchdog
+from training.faults.watchdog import Watchdog
 
 log = logging.getLogger("worker")
 

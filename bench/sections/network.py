@@ -9,7 +9,8 @@ import statistics
 from analysis.tables import markdown_table
 from bench.sections.common import fmt, launch, log
 from launcher import netns
-from training import collectives, runlog, traffic
+from training import runlog
+from training.transport import collectives, traffic
 
 TRANSPORTS = (("ps", 1), ("ps", 2), ("ring", 1), ("butterfly", 1), ("binary-blocks", 1))  # (collective, servers)
 

@@ -7,7 +7,7 @@ import time
 from bench.sections.common import policy_row, runs_with_policies
 from launcher.cluster import ProcessGroup, start_state_server
 from training import config
-from training.state_client import StateClient
+from training.transport.state_client import StateClient
 
 
 def apply_latencies(num_workers, calls, workdir):

@@ -20,8 +20,8 @@ from training import argtypes, runlog
 from training.lazy import mx
 from training.options import CoordinatedOptions, ModeError, option
 from training.schemes.base import Scheme
-from training.state_client import StateClient
-from training.watchdog import give_up
+from training.transport.state_client import StateClient
+from training.faults.watchdog import give_up
 
 log = logging.getLogger("backup")
 

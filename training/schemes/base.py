@@ -4,7 +4,7 @@ A round is: local steps until round_done() says stop, then aggregate(). Sync and
 ESync does as many as fit while the slowest worker finishes one. Every scheme shares the kvstore key layout:
 one key per trainable parameter, one key for all BatchNorm running statistics packed into one flat array (one
 message per round instead of one per layer), and a control key whose value tells every worker of the round that
-someone wants to stop. A scheme exchanges arrays through its transport (training/collectives.py): the synchronous
+someone wants to stop. A scheme exchanges arrays through its transport (training/transport/collectives.py): the synchronous
 ones only declare, broadcast and sum, so they run over the ps-lite servers or MPI alike; the asynchronous ones
 also use the kvstore itself (`self.kv`), which only the parameter server has.
 """

@@ -31,7 +31,7 @@ from typing import Optional
 from training import argtypes, runlog
 from training.options import CoordinatedOptions, OptionError, option
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions, smoothed
-from training.state_client import StateClient, StateServerUnavailable
+from training.transport.state_client import StateClient, StateServerUnavailable
 
 log = logging.getLogger("esync")
 

@@ -20,8 +20,8 @@ from training import argtypes
 from training.lazy import mx
 from training.options import CoordinatedOptions, ModeError, option
 from training.schemes.base import Scheme
-from training.state_client import StateClient
-from training.watchdog import give_up
+from training.transport.state_client import StateClient
+from training.faults.watchdog import give_up
 
 WATCH_SECONDS = 2.0  # one long-poll; the watcher asks again until the round's answer comes
 PART_SIZE = 32  # NBSSGD's seed splits its batches of 256 into parts of 32; parts of 8 cost more than they save

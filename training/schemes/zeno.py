@@ -30,7 +30,7 @@ import numpy as np
 from data import partition
 from training import argtypes
 from training.attacks import attack_for
-from training.failures import JobSetupError
+from training.faults.failures import JobSetupError
 from training.lazy import mx
 from training.options import (
     ModeError,

@@ -10,7 +10,7 @@ not use shared memory), TCP carried these counts plus 32 bytes per message, and 
 more from the receiver back to the sender; the ring's allgather moves each block in pieces of 32768 bytes, each a
 message.
 
-The counts hold for what training/collectives.py does: MPI_SUM (built in, commutative) over a contiguous float32
+The counts hold for what training/transport/collectives.py does: MPI_SUM (built in, commutative) over a contiguous float32
 buffer on an intracommunicator, MPIR_CVAR_DEVICE_COLLECTIVES=none (so MPIR_<Coll>_impl picks the algorithm from
 MPIR_CVAR_<COLL>_INTRA_ALGORITHM), and for the broadcast BCAST_ENVIRONMENT below.
 
@@ -31,7 +31,7 @@ RING = "ring"
 RECURSIVE_DOUBLING = "recursive_doubling"
 REDUCE_SCATTER_ALLGATHER = "reduce_scatter_allgather"
 ALLREDUCE_ALGORITHMS = (RING, RECURSIVE_DOUBLING, REDUCE_SCATTER_ALLGATHER)
-# --collective's names (training/collectives.py) for MPICH's.
+# --collective's names (training/transport/collectives.py) for MPICH's.
 ALIASES = {"butterfly": RECURSIVE_DOUBLING, "binary-blocks": REDUCE_SCATTER_ALLGATHER}
 
 # The broadcast to pin. Unpinned, MPICH's default tree (maint/tuning/coll/mpir/generic.json) picks binomial below 8

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from training.watchdog import EXIT_SYNC_TIMEOUT
+from training.faults.watchdog import EXIT_SYNC_TIMEOUT
 
 log = logging.getLogger("peers")
 

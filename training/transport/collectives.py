@@ -13,7 +13,7 @@ makes exactly the kvstore calls the schemes made before.
 
 Every transport counts the payload bytes its worker sends and receives (`traffic`, which the training loop logs
 each round): on the parameter server one array per key pushed, pulled or initialised, whatever the number of
-servers; over MPI the bytes MPICH's algorithm moves for this rank (training/traffic.py).
+servers; over MPI the bytes MPICH's algorithm moves for this rank (training/transport/traffic.py).
 
 MPI waits without spinning. A rank blocked in an MPI call spins its core, stealing it from the workers that still
 compute on machines where they share cores. So every operation first waits at a nonblocking barrier, polled with a
@@ -29,7 +29,9 @@ import time
 
 import numpy as np
 
-from training import runlog, traffic
+from training import runlog
+
+from training.transport import traffic
 
 PS = "ps"
 # --collective: MPICH's allreduce algorithm (MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM). MPICH falls back silently to

@@ -3,8 +3,8 @@
 A process that has joined a ps-lite job must not unwind normally after an error: the kvstore's destructor waits at
 a barrier for every other node, and on rank 0 that barrier can also release the other workers' pulls before the
 servers were initialised. So a failing process writes its one line (and its traceback to a file, when it can),
-and leaves with os._exit; its peers notice the closed connections and end within --sync-timeout (training/peers.py,
-training/watchdog.py).
+and leaves with os._exit; its peers notice the closed connections and end within --sync-timeout (training/faults/peers.py,
+training/faults/watchdog.py).
 """
 import logging
 import os
@@ -22,7 +22,8 @@ class JobSetupError(RuntimeError):
 EXIT_FAILURE = 1
 EXIT_USAGE = 2          # bad input, reported in one line before anything starts
 EXIT_INTERRUPTED = 130
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# This file is training/faults/failures.py: three folders up is the repository.
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INJECTION_MODULE = os.path.join(PROJECT_ROOT, "training", "fault_injection.py")  # a fault's place is its caller
 
 

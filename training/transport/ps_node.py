@@ -17,7 +17,7 @@ import logging
 import os
 import pickle
 
-from training import failures, fault_injection
+from training.faults import failures, fault_injection
 
 log = logging.getLogger("ps-node")
 
