@@ -6,13 +6,12 @@ import os
 import socket
 from dataclasses import dataclass
 
-from training import config
 from analysis import summary
 from launcher import netns
 from launcher.commands import device_flags
 from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
 from launcher.hosts import LOOPBACK
-from training import modes, runlog
+from training import argtypes, config, modes, runlog
 from training.transport import collectives
 from training.attacks import ATTACKS
 from training.checks import UsageError
@@ -26,8 +25,7 @@ NETWORK_FILE = runlog.NETWORK_FILE
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
 DEFAULT_BANDWIDTH = "1gbit"
 LOOPBACK_LINKS = "loopback (no link limit)"
-# Worker flags the launcher sets itself; given after `--` they would silently break the run.
-RESERVED_WORKER_FLAGS = {
+RESERVED_WORKER_FLAGS = {  # set by the launcher itself; given after `--` they would silently break the run
     "-m", "--mode", "-dcasgd", "--use-dcasgd", "--zeno-flavour", "-ld", "--log-dir", "--node-name", "-c", "--cpu",
     "-g", "--gpu", "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class",
     "-n", "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
@@ -64,8 +62,8 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   traffic, or more than their rate, fails. --comm-ratio R states the links as a regime instead of a rate: before
   the first mode the launcher times the fastest worker's step alone and reads the model's size, and sets every
   worker link (and the servers', unless --ps-bandwidth) to the rate at which one transfer of the model lasts R
-  steps. The namespaces are removed at the end, also
-  on failure and Ctrl-C; after a killed launcher, `python launch.py clean-netns` removes what it left.
+  steps. The namespaces are removed at the end, also on failure and Ctrl-C; after a killed launcher,
+  `python launch.py clean-netns` removes what it left.
 
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
 """
@@ -317,18 +315,16 @@ def parse_devices(devices, slowdown):
 
 
 def parse_slowdowns(text, num_workers):
+    """The workers' factors as given (text), one per worker; a single factor is every worker's."""
+    try:
+        argtypes.slowdowns(text)  # the check a worker's --slowdown passes
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--slowdown: {err}")
     factors = tuple(f.strip() for f in text.split(","))
     if len(factors) == 1:
         factors *= num_workers
     if len(factors) != num_workers:
         raise UsageError(f"--slowdown has {len(factors)} factors but --devices has {num_workers} workers")
-    for factor in factors:
-        try:
-            value = float(factor)
-        except ValueError:
-            raise UsageError(f"--slowdown factor {factor!r} is not a number")
-        if not 1 <= value < float("inf"):
-            raise UsageError(f"--slowdown factor {factor} must be >= 1 (a device F times slower)")
     return factors
 
 
