@@ -15,15 +15,11 @@ The workers of a synchronous mode over MPI instead (--collective ring, butterfly
 no scheduler or servers; the rank and the number of workers come from MPI):
     mpiexec -hosts 10.1.1.34,10.1.1.35 -n 2 python main.py -c 1 -m sync --collective ring -n resnet18-v1
 """
-import ipaddress
 import logging
 import os
 import sys
 
-from training import config
-
-from training.transport import collectives
-from training import modes, mxnet_import
+from training import config, modes, mxnet_import
 from training.faults import failures, fault_injection
 from training.checks import (
     UsageError,
@@ -34,6 +30,8 @@ from training.checks import (
     check_worker,
     mpi_workers,
 )
+from training.threads import limit_compute_threads
+from training.transport import collectives
 
 log = logging.getLogger("main")
 
@@ -135,39 +133,6 @@ def main(argv=None):
     return run_guarded("worker", args, lambda: run_training(args, data, resume),
                        in_cluster=role is not None or collectives.uses_mpi(args.collective),
                        peers=watch_peers(args, role) if role else None)
-
-
-def limit_compute_threads(role):
-    """Set OMP_NUM_THREADS before MXNet's library is loaded (it reads it once), unless the environment sets it;
-    returns what was set and why, or None."""
-    threads, reason = compute_threads(role, os.environ, len(os.sched_getaffinity(0)))
-    if not threads:
-        return None
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    return f"{threads} OpenMP thread(s), {reason}"
-
-
-def compute_threads(role, env, cores):
-    """(threads, why) for a ps-lite role, or (None, None) to keep MXNet's default. Idle OpenMP threads spin before
-    they sleep: a process with more threads than it has cores to itself takes them from the processes beside it."""
-    if env.get("OMP_NUM_THREADS") or role is None:
-        return None, None
-    if role in ("scheduler", "server"):
-        return 1, "as the role hardly computes"
-    if on_loopback(env.get("DMLC_PS_ROOT_URI")) or on_loopback(env.get("DMLC_NODE_HOST")):
-        workers = int(env["DMLC_NUM_WORKER"])
-        return max(1, cores // workers), f"its share of {cores} core(s) among the job's {workers} workers on loopback"
-    return None, None
-
-
-def on_loopback(host):
-    """A loopback address: the whole job runs on this machine."""
-    if not host:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def job_workers(role, args):

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from launcher.hosts import LOCAL_HOST, LOOPBACK, Placement, on_host
+from training import threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANAGE_PY = os.path.join(ROOT, "SimpleStateServer", "manage.py")
@@ -53,8 +54,7 @@ def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface
         "DMLC_ROLE": role, "DMLC_PS_ROOT_URI": root_uri or host, "DMLC_PS_ROOT_PORT": str(root_port),
         "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers),
         "DMLC_NODE_HOST": host, "DMLC_INTERFACE": interface,
-        # One compute thread per process: the workers share this machine's cores like separate devices.
-        "OMP_NUM_THREADS": "1",
+        **threads.ONE_THREAD,
     }
 
 

@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 from launcher import commands
-from training import config, modes, runlog
+from training import config, modes, runlog, threads
 
 log = logging.getLogger("launch")
 
@@ -85,7 +85,7 @@ def measure(experiment):
     with tempfile.TemporaryDirectory(prefix="esync-probe-") as log_dir:
         argv = [sys.executable] + without_eval_seconds(probe_argv(experiment, log_dir))
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
-        env["OMP_NUM_THREADS"] = "1"  # as every worker of a cluster mode computes
+        env.update(threads.ONE_THREAD)  # as every worker of a cluster mode computes
         try:
             result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT)
         except subprocess.TimeoutExpired:

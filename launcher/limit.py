@@ -6,7 +6,7 @@ efficiency is its cluster samples/s over this sum.
 import os
 
 from launcher.cluster import ROOT, ProcessGroup
-from training import modes, runlog
+from training import modes, runlog, threads
 
 MAIN_PY = os.path.join(ROOT, "main.py")
 GRACE = 120.0   # seconds a standalone run may take beyond its training time (start-up, the final evaluation)
@@ -27,7 +27,7 @@ def concurrent_standalone(slowdowns, seconds, workdir, job_args):
     logs = os.path.join(workdir, "standalone")
     with ProcessGroup(os.path.join(workdir, "standalone-processes")) as group:
         procs = [group.start_python(f"local{i}", standalone_argv(i, factor, seconds, logs, job_args),
-                                    {"OMP_NUM_THREADS": "1"})
+                                    threads.ONE_THREAD)
                  for i, factor in enumerate(slowdowns)]
         if not group.wait(procs, seconds + GRACE) or any(p.poll() != 0 for p in procs):
             raise LimitFailed(f"the concurrent standalone runs failed; see {group.out_dir}")

@@ -11,6 +11,7 @@ import os
 import sys
 
 from launcher.cluster import ROOT
+from training import threads
 
 BIN = os.path.dirname(sys.executable)  # the mpich wheel installs its programs beside the interpreter
 GFORKER = os.path.join(BIN, "mpiexec.gforker")
@@ -18,7 +19,7 @@ HYDRA = os.path.join(BIN, "mpiexec.hydra")
 IN_NAMESPACE = os.path.join(ROOT, "launcher", "in-namespace")
 
 # One compute thread per rank, as for ps-lite workers: the ranks share this machine's cores like separate devices.
-RANK_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "OMP_NUM_THREADS": "1"}
+RANK_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", **threads.ONE_THREAD}
 LOOPBACK_ENV = {**RANK_ENV, "FI_TCP_IFACE": "lo"}
 
 

@@ -24,7 +24,7 @@ from launcher.supervision import (
     wait_for_group_to_drain,
     write_pid_file,
 )
-from training import modes
+from training import modes, threads
 from training.transport import collectives
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 from training.files import write_json
@@ -187,7 +187,7 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
 def start_standalone(experiment, mode, group, log_dir, host, after_start):
     """The one process of a mode without a cluster; one compute thread, as each worker of the cluster modes."""
     proc = group.start_python("standalone", commands.standalone_argv(experiment, mode, log_dir),
-                              {"OMP_NUM_THREADS": "1"}, role="worker", command_prefix=host.command_prefix,
+                              threads.ONE_THREAD, role="worker", command_prefix=host.command_prefix,
                               host=host.name)
     after_start()
     return proc

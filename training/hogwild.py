@@ -18,6 +18,7 @@ from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
+from training import threads
 from training.faults.failures import EXIT_FAILURE
 
 log = logging.getLogger("hogwild")
@@ -85,7 +86,7 @@ def run_coordinator(args, argv, data):
     workers = []
     try:
         env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // args.hogwild_workers)))
+        env.setdefault(threads.VARIABLE, str(threads.share(args.hogwild_workers)))
         for rank in range(args.hogwild_workers):
             command = [sys.executable, os.path.abspath(sys.argv[0]), *argv, "--hogwild-rank", str(rank),
                        "--hogwild-memory", weights.name]
