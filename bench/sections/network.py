@@ -12,7 +12,8 @@ from launcher import netns
 from training import runlog
 from training.transport import collectives, traffic
 
-TRANSPORTS = (("ps", 1), ("ps", 2), ("ring", 1), ("butterfly", 1), ("binary-blocks", 1))  # (collective, servers)
+# (collective, servers): one and two parameter servers, then every MPI collective
+TRANSPORTS = ((collectives.PS, 1), (collectives.PS, 2)) + tuple((name, 1) for name in collectives.MPI_ALGORITHMS)
 
 
 def matrix():

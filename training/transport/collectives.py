@@ -37,11 +37,7 @@ PS = "ps"
 # --collective: MPICH's allreduce algorithm (MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM). MPICH falls back silently to
 # another algorithm when one's precondition fails (reduce_scatter_allgather: at least as many elements as the
 # largest power of two not above the number of ranks).
-MPI_ALGORITHMS = {
-    "ring": "ring",
-    "butterfly": "recursive_doubling",
-    "binary-blocks": "reduce_scatter_allgather",  # Rabenseifner's reduce-scatter then allgather
-}
+MPI_ALGORITHMS = traffic.COLLECTIVES
 NAMES = (PS,) + tuple(MPI_ALGORITHMS)
 ALGORITHM_VARIABLE = "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"
 

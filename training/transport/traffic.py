@@ -31,8 +31,10 @@ RING = "ring"
 RECURSIVE_DOUBLING = "recursive_doubling"
 REDUCE_SCATTER_ALLGATHER = "reduce_scatter_allgather"
 ALLREDUCE_ALGORITHMS = (RING, RECURSIVE_DOUBLING, REDUCE_SCATTER_ALLGATHER)
-# --collective's names (training/transport/collectives.py) for MPICH's.
-ALIASES = {"butterfly": RECURSIVE_DOUBLING, "binary-blocks": REDUCE_SCATTER_ALLGATHER}
+# --collective's names for MPICH's algorithms (training/transport/collectives.py forces them).
+COLLECTIVES = {"ring": RING, "butterfly": RECURSIVE_DOUBLING,
+               "binary-blocks": REDUCE_SCATTER_ALLGATHER}  # Rabenseifner's reduce-scatter then allgather
+ALIASES = {name: algorithm for name, algorithm in COLLECTIVES.items() if name != algorithm}
 
 # The broadcast to pin. Unpinned, MPICH's default tree (maint/tuning/coll/mpir/generic.json) picks binomial below 8
 # ranks but, from 8 ranks on and above 12288 bytes, a scatter followed by a recursive-doubling (power-of-two ranks,
