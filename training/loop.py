@@ -284,11 +284,9 @@ def _checkpoint_writer(args, scheme, rank):
 
 
 def _meta(args, scheme, model, device, num_samples):
-    return {
-        "rank": scheme.rank, "num_workers": scheme.training_workers, "role": scheme.role,
-        "byzantine": scheme.attack.kind if scheme.attack else None, "mode": scheme.name, "network": args.network,
-        "dataset": args.dataset, "device": device, "node": args.node_name, "batch_size": args.batch_size,
-        "num_params": model.num_params, "param_bytes": model.param_bytes, "slowdown": args.slowdown,
-        "emulated_slowdown": args.slowdown > 1, "non_iid": bool(args.split_by_class),
-        "train_samples": num_samples, "pid": os.getpid(), "config": vars(args),
-    }
+    return runlog.worker_meta(
+        rank=scheme.rank, num_workers=scheme.training_workers, role=scheme.role,
+        byzantine=scheme.attack.kind if scheme.attack else None, mode=scheme.name, network=args.network,
+        dataset=args.dataset, device=device, node=args.node_name, batch_size=args.batch_size,
+        num_params=model.num_params, param_bytes=model.param_bytes, slowdown=args.slowdown,
+        non_iid=bool(args.split_by_class), train_samples=num_samples, config=vars(args))

@@ -224,6 +224,16 @@ def read_json(path, what):
         return None
 
 
+def worker_meta(*, rank, num_workers, role, byzantine, mode, network, dataset, device, node, batch_size, num_params,
+                param_bytes, slowdown, non_iid, train_samples, config):
+    """The fields of a worker's META_FILE (RunLog adds the log format's version): who it is in its job, what it
+    trains, and the resolved command line (`config`)."""
+    return dict(rank=rank, num_workers=num_workers, role=role, byzantine=byzantine, mode=mode, network=network,
+                dataset=dataset, device=device, node=node, batch_size=batch_size, num_params=num_params,
+                param_bytes=param_bytes, slowdown=slowdown, emulated_slowdown=slowdown > 1, non_iid=non_iid,
+                train_samples=train_samples, pid=os.getpid(), config=config)
+
+
 def read_meta(folder):
     """meta.json of a device folder; {} when there is none (the original scripts wrote none)."""
     path = os.path.join(folder, META_FILE)
