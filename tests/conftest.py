@@ -1,6 +1,8 @@
 import compileall
+import logging
 import os
 import re
+from unittest import mock
 
 import pytest
 
@@ -35,3 +37,11 @@ def processes(tmp_path):
         yield group
     finally:
         group.stop()
+
+
+@pytest.fixture
+def quiet_coordinator_console():
+    """Keeps the hundreds of expected 4xx log lines off the console under `pytest -s`;
+    assertLogs still sees them because it installs its own handler."""
+    with mock.patch.object(logging.getLogger("coordinator"), "handlers", [logging.NullHandler()]):
+        yield

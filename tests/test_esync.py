@@ -68,7 +68,7 @@ def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_on
 def test_plan_policy_workers_do_the_steps_the_state_server_plans_and_the_slow_one_a_single_step(processes,
                                                                                                    tmp_path):
     """The plan fills the slowest worker's step (plus the margin) with whole steps of each faster worker, from the
-    step times the workers report (the rule itself: tests/test_state_server.py). Here: every worker does exactly
+    step times the workers report (the rule itself: tests/test_state_server_rule.py). Here: every worker does exactly
     the steps it was planned, the emulated 4x slower worker one per round, the others several."""
     runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "plan", seconds=3).items()}
 
@@ -114,7 +114,7 @@ def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_it
     """--aggregation-share 0.01: the loopback aggregation (a few ms) must be at most 1 % of a round, which takes
     several steps of the slow worker (capped at 3); every worker steps while its next step would end within that
     time, so the fast one fills it with its own steps. The rule
-    itself: tests/test_state_server.py. With FedNova's normalised averaging, whose a_i travels beside the stop vote,
+    itself: tests/test_state_server_rule.py. With FedNova's normalised averaging, whose a_i travels beside the stop vote,
     the workers stay identical and learn."""
     extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3", "--normalised-averaging"]
     runs = {rank: iter_records(folder)

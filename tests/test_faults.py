@@ -59,7 +59,7 @@ def start_esync(processes, log_dir, sync_timeout, max_time, policy="apply", mode
 
 @pytest.mark.slow
 # The plan policy's requests go through the same client; a resumed job's readiness rule has its unit test
-# (test_state_server.py).
+# (test_state_server_coordinator.py).
 @pytest.mark.parametrize("mode, policy", [("esync", "apply"), ("nbsync", None)])
 def test_training_goes_on_when_the_state_server_restarts(processes, tmp_path, mode, policy):
     base = str(tmp_path / "logs")

@@ -1,0 +1,155 @@
+"""The regime map (`launch.py regimes`): its grid, the winner of a cell, runs that failed or never reached the
+target, and its report."""
+import os
+
+import pytest
+
+from analysis import paper, regime_map
+from analysis import summary as summaries
+from launcher import regime_map as regimes_command
+from training import runlog
+from training.checks import UsageError
+from training.files import write_json
+
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
+pytestmark = pytest.mark.beside_others
+
+
+# ----------------------------------------------------------------------------------------------
+# The regime map: its grid, the winner of a cell, runs that failed or never reached the target
+
+
+def parse_regimes(*argv):
+    return regimes_command.parse(["-ld", "runs", *argv])
+
+
+def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
+    ns, plan, runs = parse_regimes("--links", "loopback,3", "--profiles", "1,1,4/1,2", "--splits", "iid,niid",
+                                   "--schemes", "sync,esync-plan", "--repeats", "2", "--", "-b", "32")
+
+    assert len(runs) == 2 * 2 * 2 * 2 * 2
+    first, last = runs[0][2], runs[-1][2]
+    assert (first.modes, first.hosts, first.slowdowns, first.non_iid, first.seed) == (
+        ("sync",), "local", ("1", "1", "4"), False, 0)
+    assert (last.modes, last.esync_policy, last.hosts, last.comm_ratio, last.non_iid, last.seed) == (
+        ("esync",), "plan", "netns", 3.0, True, 1)
+    assert runs[-1][1] == os.path.join(ns.log_dir, "R3", "1-2", "niid", "repeat-2", "esync-plan")
+    assert last.worker_args[-2:] == ("-b", "32") and "--eval-seconds" in last.worker_args
+    assert plan["links"] == ["loopback", 3.0] and plan["schemes"] == ["sync", "esync-plan"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--links", "loopback,0"], "must be positive"),
+    (["--links", "fast"], "give loopback or a communication ratio"),
+    (["--links", "3,3"], "names an entry twice"),
+    (["--profiles", "1,0.5"], "must be >= 1"),
+    (["--splits", "both"], "give iid, niid or both"),
+    (["--schemes", "local"], "not a cluster mode"),
+    (["--schemes", "esync-greedy"], "has no policy 'greedy'"),
+    (["--repeats", "0"], "must be positive"),
+    (["--target", "85"], "not an accuracy"),
+    (["--", "-m", "sync"], "set by the launcher"),
+])
+def test_bad_grids_are_refused_before_anything_runs(argv, message):
+    with pytest.raises(UsageError, match=message):
+        parse_regimes(*argv)
+
+
+def test_resuming_keeps_only_the_runs_that_ended_well_of_the_same_grid(tmp_path):
+    grid = ["-ld", str(tmp_path), "--links", "loopback", "--profiles", "1,2", "--schemes", "sync,esync"]
+    with pytest.raises(UsageError, match="no regimes-plan.json"):
+        regimes_command.parse([*grid, "--resume"])
+    ns, plan, runs = regimes_command.parse(grid)
+    write_json(os.path.join(str(tmp_path), regime_map.PLAN_FILE), plan)
+
+    regimes_command.parse([*grid, "--repeats", "5", "--resume"])
+    regimes_command.parse([*grid[:-1], "sync,esync,backup", "--resume"])  # a scheme added to the map
+    with pytest.raises(UsageError, match="another max_time; only --repeats may differ"):
+        regimes_command.parse([*grid, "--max-time", "20", "--resume"])
+    with pytest.raises(UsageError, match="also has esync: --schemes may add schemes"):
+        regimes_command.parse([*grid[:-1], "sync", "--resume"])
+    ok, failed, cut_short = (folder for _, folder, _ in runs[:3])
+    for folder, status in ((ok, {"exit_code": 0}), (failed, {"exit_code": 1})):
+        os.makedirs(folder)
+        write_json(os.path.join(folder, regime_map.STATUS_FILE), status)
+    assert [regimes_command.done_before(f) for f in (ok, failed, cut_short)] == [True, False, False]
+
+
+def numbers(reached, mean, repeats=2):
+    times = [mean] * reached + [None] * (repeats - reached)
+    return {"reached": reached, "time_to_target": paper.statistics_of(times)}
+
+
+def test_the_winner_reached_the_target_most_often_then_soonest():
+    cell = {"async": numbers(2, 4.0), "esync": numbers(2, 2.0), "sync": numbers(1, 1.0), "fedavg": numbers(0, None)}
+
+    winner, relative = regime_map.rank(cell)
+
+    assert winner == "esync"
+    assert relative == {"esync": 1.0, "async": 2.0, "sync": 0.5}
+    assert regime_map.rank({"sync": numbers(0, None)}) == (None, {})
+
+
+def write_run(log_dir, plan, link, profile, split, repeat, scheme, code, accuracies=None):
+    folder = regime_map.run_dir(log_dir, link, profile, split, repeat, scheme)
+    os.makedirs(folder, exist_ok=True)
+    write_json(os.path.join(folder, regime_map.STATUS_FILE), {"exit_code": code})
+    if accuracies is None:
+        return
+    mode, _ = regime_map.mode_of(scheme)
+    mode_dir = os.path.join(folder, plan["network"], runlog.run_folder(mode, non_iid=split == "niid"))
+    os.makedirs(mode_dir)
+    points = [[i + 1, float(i + 1), a] for i, a in enumerate(accuracies)]
+    summary = {"mode": mode, "accuracy_device": "n/cpu-rank0", "devices": {"n": {"cpu-rank0": {
+        "accuracy_points": points}}}, "cluster_throughput": 1000.0, "traffic_mb_per_s": 2.0,
+        "final_accuracy": accuracies[-1], "links": "loopback (no link limit)"}
+    write_json(summaries.summary_path(os.path.dirname(mode_dir), os.path.basename(mode_dir)), summary)
+
+
+def test_failed_and_never_reaching_runs_show_as_such_not_as_zero(tmp_path):
+    log_dir = str(tmp_path)
+    plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
+            "schemes": ["sync", "async", "esync", "fedavg"], "repeats": 1, "seed": 0, "max_time": 5.0,
+            "target": 0.85, "eval_seconds": 0.5}
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    write_json(os.path.join(log_dir, regime_map.LIMITS_FILE), {"1,4": [1500.0, 500.0]})
+    write_run(log_dir, plan, "loopback", "1,4", "iid", 1, "sync", 0, [0.5, 0.7])
+    write_run(log_dir, plan, "loopback", "1,4", "iid", 1, "async", 1)
+    write_run(log_dir, plan, "loopback", "1,4", "iid", 1, "esync", 0, [0.8, 0.9])
+
+    result = regime_map.build(log_dir)
+    text, paths = regime_map.write(result, log_dir)
+
+    cell = result["cells"][0]
+    assert cell["winner"] == "esync"
+    outcomes = {s: regime_map.outcome(n) for s, n in cell["schemes"].items()}
+    assert outcomes == {"sync": "never", "async": "failed (1 of 1)", "esync": "2.0 s", "fedavg": "not run"}
+    assert cell["schemes"]["esync"]["efficiency"]["mean"] == pytest.approx(0.5)
+    assert cell["schemes"]["esync"]["bytes_per_sample"]["mean"] == pytest.approx(2000.0)
+    assert cell["schemes"]["async"]["samples_per_s"]["mean"] is None
+    assert "| 1,4 | **ESync** 2.0 s |" in text and "| 1,4 | loopback | Async | failed (1 of 1) |" in text
+    assert [os.path.basename(p) for p in paths] == ["regimes.json", "regimes.md", "regimes-iid.png"]
+
+
+def test_a_cell_no_scheme_finished_in_names_the_closest_by_final_accuracy(tmp_path):
+    log_dir = str(tmp_path)
+    plan = {"network": "lenet", "dataset": "mnist-5k", "links": [12.0], "profiles": ["1,4"], "splits": ["iid"],
+            "schemes": ["sync", "esync", "async"], "repeats": 1, "seed": 0, "max_time": 5.0, "target": 0.85,
+            "eval_seconds": 0.5}
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    write_run(log_dir, plan, 12.0, "1,4", "iid", 1, "sync", 0, [0.3, 0.5])
+    write_run(log_dir, plan, 12.0, "1,4", "iid", 1, "esync", 0, [0.6, 0.8])
+    write_run(log_dir, plan, 12.0, "1,4", "iid", 1, "async", 1)
+
+    text, _ = regime_map.write(regime_map.build(log_dir), log_dir, figures=False)
+
+    assert "| 1,4 | none reached the target; closest ESync at 0.800 |" in text
+    plan["links"] = [12.0, 3.0]
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    assert "| 1,4 | none reached the target; closest ESync at 0.800 | not run |" in regime_map.format_report(
+        regime_map.build(log_dir))
+
+
+def test_the_report_without_a_plan_says_where_it_looked(tmp_path):
+    with pytest.raises(regime_map.RegimeMapError, match="no regimes-plan.json under"):
+        regime_map.build(str(tmp_path))
