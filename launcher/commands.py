@@ -44,7 +44,7 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
     if modes.MODES[mode].state_server:
         address, port = state_server
         command += ["-ip", address, "-port", str(port)]
-    if mode == "esync":
+    if config.reads(mode, "esync_policy"):
         command += ["--esync-policy", e.esync_policy]
     if collectives.uses_mpi(e.collective) and modes.MODES[mode].cluster:
         command += ["--collective", e.collective]

@@ -234,6 +234,12 @@ def resolve_momentum(parser, args):
         args.momentum = MOMENTUM_OPTIMIZER_DEFAULT if args.local_optimizer == "momentum" else 0.0
 
 
+def reads(mode, name):
+    """Whether `mode`'s scheme reads the flag whose value lands in args.<name>."""
+    flag = scheme_flags().get(name)
+    return flag is None or mode in flag.readers
+
+
 def refuse_other_modes_flags(parser, args):
     """A scheme's flag changed from its default for a mode whose scheme does not read it."""
     for name, flag in scheme_flags().items():
