@@ -185,11 +185,11 @@ class Rounds:
         evaluated = self.evaluate(n, steps[-1], stopping)
         elapsed = time.time() - self.started
         self.save_checkpoint(n, steps[-1], stopping, elapsed)
-        extra = {"weights_digest": self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
+        extra = {runlog.WEIGHTS_DIGEST: self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
         if sitting_out:
             extra[runlog.SAT_OUT] = True
         if not scheme.schedule.constant:
-            extra["lr_factor"] = scheme.lr_factor
+            extra[runlog.LR_FACTOR] = scheme.lr_factor
         if scheme.transport:
             extra.update(scheme.transport.traffic.take())
         extra.update(scheme.round_record())

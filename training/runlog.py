@@ -68,6 +68,8 @@ BACKUP_STEP = "step"
 # lb-bsp: the round's batch (samples of its one step) and whether its aggregation made a new batch plan.
 BATCH = "batch"
 REPLANNED = "replanned"
+WEIGHTS_DIGEST = "weights_digest"  # --digest-weights: a fingerprint of the weights after the aggregation
+LR_FACTOR = "lr_factor"            # the learning-rate schedule's factor, where it is not constant
 DROPPED = "dropped"
 LATE_BY = "late_by"
 
