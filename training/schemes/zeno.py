@@ -71,11 +71,6 @@ class ZenoOptions(Options):
              "reject g unless lr <g', v> - rho |v|^2 + lr epsilon >= 0 (default 0.02 x -l)")
 
     @classmethod
-    def resolve(cls, args):
-        if args.rho is None:
-            args.rho = 0.02 * args.learning_rate if args.mode == "zeno-async" else 0.6
-
-    @classmethod
     def check(cls, args, num_workers):
         if num_workers < 2:
             raise ModeError(f"-m {args.mode} needs DMLC_NUM_WORKER >= 2: the training workers and the --validator "
@@ -93,11 +88,21 @@ class ZenoSyncOptions(ZenoOptions):
     eta: float = option("--eta", default=-0.001, type=float,
                         help="reject a layer's delta unless mean(u.v) > eta mean(v^2)")
 
+    @classmethod
+    def resolve(cls, args):
+        if args.rho is None:
+            args.rho = 0.6
+
 
 @dataclass(frozen=True)
 class ZenoAsyncOptions(ZenoOptions):
     epsilon: Optional[float] = option("--epsilon", type=argtypes.NON_NEGATIVE_FLOAT,
                                       help="the rule's tolerance epsilon (default 0)")
+
+    @classmethod
+    def resolve(cls, args):
+        if args.rho is None:
+            args.rho = 0.02 * args.learning_rate
 
     @classmethod
     def check(cls, args, num_workers):
