@@ -49,3 +49,17 @@ def test_apply_without_retries_fails_at_once():
             client.apply(0, k=1, c=0.1, te=0.0, retry_for=0)
 
     assert time.monotonic() - started < 1.0
+
+
+def test_a_retried_request_no_longer_wanted_is_dropped():
+    wanted = [True]
+
+    def hook():
+        wanted[0] = False  # e.g. the worker moved past the round while the server was away
+
+    with scripted_server(NO_JOB, (200, JSON, b'{"finished":1,"gathered":1}')) as (port, handler):
+        with StateClient("127.0.0.1", port, retry_for=5.0, on_not_initialised=hook) as client:
+            status = client.watch(0, t=3, arrived=True, wait=0.1, still_wanted=lambda: wanted[0])
+
+    assert status is None
+    assert len(handler.seen) == 1

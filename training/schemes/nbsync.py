@@ -129,16 +129,29 @@ class NonBlockingSync(Scheme):
         return watch.gathered.is_set()
 
     def _watch(self, watch):
-        """Long-polls the state server until round `watch.t` has gathered everyone."""
-        while not watch.finished.is_set():
-            if self.watch_client.watch(self.rank, watch.t, False, WATCH_SECONDS)["finished"]:
+        """Long-polls the state server until round `watch.t` has gathered everyone. The training thread may learn
+        first (from its own /arrive/): then this watch ends, and a request being retried is dropped rather than
+        telling a restarted server about a round that is over."""
+        over = watch.gathered.is_set
+
+        def wanted():
+            return not over()
+
+        # Until this worker arrives, the round's end; once it has, its arrival goes with every request, so a
+        # restarted server that lost it learns it again.
+        while not (watch.finished.is_set() or watch.arrived.is_set() or over()):
+            status = self.watch_client.watch(self.rank, watch.t, False, WATCH_SECONDS, still_wanted=wanted)
+            if status is not None and status["finished"]:
                 watch.finished.set()
         # The training thread arrives at its next part boundary. It keeps computing parts while it waits, so the
         # loop's watchdog would never fire: this thread bounds the wait.
         if not watch.arrived.wait(self.options.sync_timeout):
             give_up(f"round {watch.t} finished but no local step ended within {self.options.sync_timeout:g} s")
         for _ in range(max(1, int(self.options.sync_timeout / WATCH_SECONDS))):
-            if watch.gathered.is_set() or self.watch_client.watch(self.rank, watch.t, True, WATCH_SECONDS)["gathered"]:
+            if over():
+                return
+            status = self.watch_client.watch(self.rank, watch.t, True, WATCH_SECONDS, still_wanted=wanted)
+            if status is not None and status["gathered"]:
                 watch.gathered.set()
                 return
         give_up(f"not every worker arrived for the aggregation of round {watch.t} within "

@@ -111,9 +111,12 @@ class StateClient:
         """NBSSGD: at a mini-batch boundary of round t, ready to aggregate; the round's status."""
         return self._call("POST", "/arrive/", {"r": rank, "t": t})
 
-    def watch(self, rank, t, arrived, wait):
-        """NBSSGD: round t's status once it is finished (gathered, when `arrived`) or after `wait` s."""
-        return self._call("POST", "/watch/", {"r": rank, "t": t, "arrived": int(arrived), "wait": wait})
+    def watch(self, rank, t, arrived, wait, still_wanted=None):
+        """NBSSGD: round t's status once it is finished (gathered, when `arrived`) or after `wait` s; None when
+        `still_wanted()` turns false while the request is being retried (the worker has moved past round t, and a
+        restarted server must not hear of that round again)."""
+        return self._call("POST", "/watch/", {"r": rank, "t": t, "arrived": int(arrived), "wait": wait},
+                          still_wanted=still_wanted)
 
     def state(self):
         return self._call("GET", "/")
@@ -137,7 +140,7 @@ class StateClient:
     def __exit__(self, *exc_info):
         self.close()
 
-    def _call(self, method, path, fields=None, retry_for=None):
+    def _call(self, method, path, fields=None, retry_for=None, still_wanted=None):
         retry_for = self.retry_for if retry_for is None else retry_for
         deadline = time.monotonic() + retry_for
         delay = FIRST_RETRY_DELAY
@@ -161,6 +164,8 @@ class StateClient:
                 self.on_not_initialised()
             time.sleep(min(delay, remaining))
             delay = min(2 * delay, MAX_RETRY_DELAY)
+            if still_wanted is not None and not still_wanted():
+                return None
 
     def _attempt(self, method, path, fields):
         """One request: (None, answer) on success, (reason, None) when worth retrying."""
