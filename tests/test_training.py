@@ -157,9 +157,10 @@ def test_dist_async_improves_accuracy(processes, tmp_path):
     finish(processes, workers, timeout=180)
 
     # Asynchronous training dips now and then (0.884 to 0.787 at the last evaluation in one run): the curve is
-    # judged by the best accuracy it reaches and by ending well above where it started.
+    # judged by the best accuracy it reaches and by ending well above an untrained LeNet's 0.1. Where the first
+    # evaluation stands depends on how many pushes the other worker made before it (0.62 in one run).
     curve = accuracies(rank0(worker_folders(log_dir)))
-    assert curve[0] < 0.6 and max(curve) > 0.85 and curve[-1] > 0.7, curve
+    assert max(curve) > 0.85 and curve[-1] > 0.7, curve
     for folder in worker_folders(log_dir):  # each round pushes the gradients and pulls the weights, once each
         round_bytes = meta(folder)["param_bytes"] + 4  # and the stop vote
         assert all(r[runlog.SENT_BYTES] == r[runlog.RECEIVED_BYTES] == round_bytes for r in iter_records(folder)[1:])
