@@ -5,7 +5,8 @@ and tests/test_collectives.py (MPI's ring)."""
 import numpy as np
 import pytest
 
-from training.schemes.local_sgd import delayed_average, global_move, scaffold_change, step_norm
+from training.schemes.local_sgd import (delayed_average, global_move, normalised_scale, normalised_weight,
+                                       scaffold_change, step_norm)
 
 
 def test_a_late_average_moves_the_global_model_and_keeps_the_progress_made_since_sending():
@@ -78,6 +79,25 @@ def test_fednova_weighs_every_worker_alike_however_many_steps_it_took():
     move = global_move(total, 1.0 / 2 * (sum(norms) / 2))
 
     assert np.allclose(move, [5.25, 5.25])
+
+
+@pytest.mark.parametrize("power, expected", [
+    (1.0, [5.25, 5.25]),                                  # FedNova: both directions alike
+    (0.5, [10.5 * 20 ** 0.5 / (20 ** 0.5 + 1), 10.5 / (20 ** 0.5 + 1)]),
+])
+def test_a_normalisation_power_weighs_a_worker_by_its_steps_to_that_power_and_keeps_the_mean_work(power, expected):
+    """The same two workers as above, each delta divided by a_i^p: worker i's direction gets weight a_i^(1 - p)
+    (20^0.5 against 1 at p = 0.5, where the plain average gives 20 against 1), and the move's total length in
+    steps stays the workers' mean work, 10.5, as the plain average's and FedNova's."""
+    g = [np.array([1.0, 0.0]), np.array([0.0, 1.0])]
+    steps = [20, 1]
+    divisors, complements = zip(*(normalised_weight(step_norm(s), power) for s in steps))
+
+    total = sum(s * gi / d for s, gi, d in zip(steps, g, divisors))
+    move = global_move(total, normalised_scale(sum(steps), sum(complements), workers=2))
+
+    assert np.allclose(move, expected)
+    assert move.sum() == pytest.approx(10.5)
 
 
 def test_fednova_norm_counts_the_gradients_momentum_accumulated():

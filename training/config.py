@@ -227,6 +227,8 @@ def resolve_momentum(parser, args):
         parser.error("--momentum is SGD's; --server-optimizer adagrad scales each weight's step by its own history")
     if args.normalised_averaging and args.local_optimizer == "adam":
         parser.error("--normalised-averaging divides a delta by its SGD steps; Adam's steps have no such norm")
+    if args.normalisation_power != 1.0 and not args.normalised_averaging:
+        parser.error("--normalisation-power is a power of --normalised-averaging's a_i: give both")
     if args.local_optimizer == "momentum" and args.momentum == 0:
         parser.error("--local-optimizer momentum needs --momentum > 0 (or leave it out: "
                      f"{MOMENTUM_OPTIMIZER_DEFAULT})")

@@ -55,6 +55,11 @@ class LocalSGDOptions(Options):
         help="average each worker's delta divided by its local steps and scale the average by the workers' mean "
              "steps (FedNova), so that a worker's share counts the same however many steps it took; SGD and momentum "
              "local optimizers")
+    normalisation_power: float = option(
+        "--normalisation-power", default=1.0, type=argtypes.SHARE,
+        help="with --normalised-averaging: divide each delta by a_i^ALPHA instead of a_i, the average scaled so "
+             "that the global model still moves the workers' mean a_i steps (1: FedNova; between 0, the plain "
+             "average, and 1 a slow worker's share counts more than its steps without FedNova's amplified noise)")
     scaffold: bool = option(
         "--scaffold", switch=True,
         help="correct every local step's gradient by SCAFFOLD's control variates c - c_i (option II), which travel "
@@ -76,6 +81,20 @@ def step_norm(steps, momentum=0.0):
     if not momentum:
         return float(steps)
     return (steps - momentum * (1 - momentum ** steps) / (1 - momentum)) / (1 - momentum)
+
+
+def normalised_weight(norm, power):
+    """What a worker's delta is divided by before it is summed, for its FedNova a_i (`norm`): a_i^power; and what
+    travels beside it for the scale, a_i^(1 - power)."""
+    return norm ** power, norm ** (1 - power)
+
+
+def normalised_scale(sum_norms, sum_complements, workers):
+    """The factor of the sum of the divided deltas (delta_i / a_i^p) that moves the global model by as many steps
+    as the workers' mean a_i, as the plain average does:
+        sum_i k a_i^-p a_i = sum_i a_i / n   =>   k = sum_i a_i / (n sum_i a_i^(1 - p))
+    (p = 1: k = mean a_i / n, FedNova's; p = 0: k = 1 / n, the plain average)."""
+    return sum_norms / (workers * sum_complements)
 
 
 def scaffold_change(local_cv, global_cv, delta, steps, lr):
@@ -106,7 +125,8 @@ class DeltaAveraging(LocallyUpdating):
 
     def setup(self):
         if self.options.normalised_averaging:
-            self.control = mx.nd.zeros((2,))  # [the stop vote, this worker's a_i]; summed: [votes, sum of a_i]
+            # [the stop vote, this worker's a_i, a_i^(1 - power)], summed over the workers
+            self.control = mx.nd.zeros((3,))
         self.broadcast_initial_weights()
         self.local_trainer(self.options.local_lr, self.options.local_optimizer)
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
@@ -227,18 +247,23 @@ class DeltaAveraging(LocallyUpdating):
         if self.options.scaffold:
             self.change_control_variates(steps)
         if self.options.normalised_averaging:
-            self.control[1] = norm = step_norm(steps, self.options.momentum)
+            norm = step_norm(steps, self.options.momentum)
+            divisor, self.control[2] = normalised_weight(norm, self.options.normalisation_power)
+            self.control[1] = norm
             for delta in self.delta:
-                delta /= norm
+                delta /= divisor
         self.corrupt(self.delta)
         self.control[0] = float(stop_vote)
         self.stats.gather()
 
     def global_moves(self):
         """Per trainable parameter, the global model's move for the sums now in the delta buffers."""
-        scale = self.options.global_lr * self.lr_factor / self.averaged_workers()
+        scale = self.options.global_lr * self.lr_factor
         if self.options.normalised_averaging:
-            scale *= self.control[1].asscalar() / self.num_workers  # the workers' mean a_i
+            sum_norms, sum_complements = self.control[1:3].asnumpy()
+            scale *= normalised_scale(sum_norms, sum_complements, self.averaged_workers())
+        else:
+            scale /= self.averaged_workers()
         return [global_move(total, scale, velocity, self.options.server_momentum)
                 for total, velocity in zip(self.delta, self.velocity)]
 

@@ -72,6 +72,7 @@ class TiFLOptions(LocalSGDOptions):
     proximal: float = fixed(0.0)
     server_momentum: float = fixed(0.0)
     normalised_averaging: bool = fixed(False)
+    normalisation_power: float = fixed(1.0)
     scaffold: bool = fixed(False)
 
     @classmethod
