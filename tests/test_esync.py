@@ -114,9 +114,10 @@ def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_it
     """--aggregation-share 0.01: the loopback aggregation (a few ms) must be at most 1 % of a round, which takes
     several steps of the slow worker (capped at 3); every worker steps while its next step would end within that
     time, so the fast one fills it with its own steps. The rule
-    itself: tests/test_state_server_rule.py. With FedNova's normalised averaging, whose a_i travels beside the stop vote,
-    the workers stay identical and learn."""
-    extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3", "--normalised-averaging"]
+    itself: tests/test_state_server_rule.py. With normalised averaging to the power 0.5 (each delta divided by the
+    root of its steps), whose a_i and a_i^0.5 travel beside the stop vote, the workers stay identical and learn."""
+    extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3", "--normalised-averaging",
+             "--normalisation-power", "0.5"]
     runs = {rank: iter_records(folder)
             for rank, folder in run_esync(processes, tmp_path, "adaptive", rounds=40, extra=extra).items()}
 
