@@ -51,7 +51,7 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             modes=["esync", "sync", "async"],
             accuracy_profile_modes=["dcasgd", "dcasgd-paper", "downpour", "nbsync", "backup", "lb-bsp", "zeno", "zeno-async", "fedavg",
                                     "fedasync", "tifl", "feddrop", "hogwild"],
-            esync_policies=["apply", "plan", "nonblocking", "overlap"],
+            esync_policies=["apply", "plan", "nonblocking", "overlap", "apply-drift"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",
             network_runs=network.matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15},
             pipeline_networks={"lenet": 300, "resnet20": 15}, pipeline_batch=128)

@@ -11,7 +11,7 @@ Links: `loopback`, or a communication ratio R (launcher/comm_ratio.py): every li
 the model over a worker's link lasts R steps of the fastest worker, measured once before the first shaped run.
 Profiles: the workers' slowdowns, profiles separated by `/`. Schemes: cluster modes, and ESync's variants
 (training/esync_variants.py): `esync-<policy>` under a policy other than its default, `esync-<policy>-overlap` and
-`esync-overlap` with --overlap. Each scheme runs alone in one launcher run per cell and repeat (a failing
+`esync-overlap` with --overlap, `esync-<policy>-drift` with the drift correction for non-i.i.d. data. Each scheme runs alone in one launcher run per cell and repeat (a failing
 run is recorded and the map goes on); before them, each profile's concurrent standalone limit is measured once,
 for the efficiencies. The plan, the limits, every run's logs and exit code, regimes.json, regimes.md and
 regimes-<split>.png go under --log-dir. `--resume` keeps every run that ended well and the limits of an earlier
@@ -36,7 +36,7 @@ from training.files import read_json, write_json
 
 DEFAULT_LINKS = "loopback,0.3,3,12"   # 12: the ESync paper's cluster (launcher/comm_ratio.py)
 DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
-DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-apply,esync-nonblocking,esync-overlap,"
+DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-apply,esync-nonblocking,esync-overlap,esync-apply-drift,"
                    "nbsync,backup,lb-bsp,downpour,fedavg,fedasync,tifl,feddrop")
 DEFAULT_LOG_DIR = os.path.join("logs", "regimes")
 START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (for the estimate printed)
@@ -53,7 +53,7 @@ def build_parser():
                    help=f"the workers' slowdowns, profiles separated by / (default {DEFAULT_PROFILES})")
     p.add_argument("--splits", default="iid,niid", help="iid, niid or both (default iid,niid)")
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
-                   help=f"cluster modes and esync-<policy>[-overlap] (default {DEFAULT_SCHEMES})")
+                   help=f"cluster modes and esync-<policy>[-overlap][-drift] (default {DEFAULT_SCHEMES})")
     p.add_argument("--repeats", type=int, default=2, help="runs of every scheme in every cell (default 2)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
     p.add_argument("--max-time", type=float, default=10.0, help="seconds each run trains (default 10)")
@@ -119,7 +119,7 @@ def parse_schemes(text):
         mode, variant = regime_map.mode_of(scheme)
         if mode not in modes.MODES or not modes.MODES[mode].cluster:
             raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}) "
-                             f"or esync-<policy>[-overlap] ({', '.join(esync.POLICIES)})")
+                             f"or esync-<policy>[-overlap][-drift] ({', '.join(esync.POLICIES)})")
         if variant is not None:
             try:
                 esync_variants.parse(variant)

@@ -45,14 +45,17 @@ def test_workers_that_apply_every_average_a_round_late_share_the_global_model_of
     assert all(np.allclose(weights[w], start[w] + sent[w]) for w in range(workers))
 
 
-def test_esync_variants_name_a_policy_and_the_overlap():
+def test_esync_variants_name_a_policy_the_overlap_and_the_drift_correction():
     from training import esync_variants
 
     assert esync_variants.flags("adaptive-overlap") == (["--esync-policy", "adaptive"], ["--overlap"])
     assert esync_variants.flags("plan") == (["--esync-policy", "plan"], [])
-    assert esync_variants.parse("overlap") == ("adaptive", True)  # the default policy
-    assert esync_variants.parse("apply") == ("apply", False)
+    assert esync_variants.parse("overlap") == ("adaptive", True, False)  # the default policy
+    assert esync_variants.parse("apply") == ("apply", False, False)
     assert esync_variants.describe("adaptive-overlap") == "adaptive, overlap"
+    assert esync_variants.flags("apply-drift") == (["--esync-policy", "apply"], esync_variants.DRIFT_CORRECTION)
+    assert esync_variants.parse("plan-overlap-drift") == ("plan", True, True)
+    assert esync_variants.describe("apply-drift") == "apply, drift correction"
     with pytest.raises(ValueError, match="no policy 'greedy'"):
         esync_variants.parse("greedy-overlap")
 
