@@ -47,6 +47,8 @@ def worker_env():
     (["-m", "esync", *BASE, "--esync-policy", "plan", "--max-slowest-steps", "4"], "add --esync-policy adaptive"),
     (["-m", "esync", *BASE, "--esync-policy", "adaptive", "--aggregation-share", "0"], "expected a number in (0, 1]"),
     (["-m", "esync", *BASE, "--esync-policy", "adaptive", "--max-slowest-steps", "0"], "expected a positive number"),
+    (["-m", "esync", *BASE, "--normalisation-power", "0.5"], "--normalisation-power is a power of --normalised-averaging"),
+    (["-m", "esync", *BASE, "--normalised-averaging", "--normalisation-power", "0"], "expected a number in (0, 1]"),
 ])
 def test_bad_worker_input_is_one_line_and_exits_before_the_network(args, message):
     result = run_main(args, worker_env(), timeout=30)
