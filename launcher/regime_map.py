@@ -11,12 +11,13 @@ Links: `loopback`, or a communication ratio R (launcher/comm_ratio.py): every li
 the model over a worker's link lasts R steps of the fastest worker, measured once before the first shaped run.
 Profiles: the workers' slowdowns, profiles separated by `/`. Schemes: cluster modes, and ESync's variants
 (training/esync_variants.py): `esync-<policy>` under a policy other than its default, `esync-<policy>-overlap` and
-`esync-overlap` with --overlap, `esync-<policy>-drift` with the drift correction for non-i.i.d. data. Each scheme runs alone in one launcher run per cell and repeat (a failing
-run is recorded and the map goes on); before them, each profile's concurrent standalone limit is measured once,
-for the efficiencies. The plan, the limits, every run's logs and exit code, regimes.json, regimes.md and
-regimes-<split>.png go under --log-dir. `--resume` keeps every run that ended well and the limits of an earlier
-map of the same grid in --log-dir (only --repeats may differ, and --schemes may add schemes) and runs the rest. Exit codes: 0 every run done, 1 a
-run failed (the map is still written, showing it), 2 bad input, 130 interrupted.
+`esync-overlap` with --overlap, `esync-<policy>-drift` with the drift correction for non-i.i.d. data. Each scheme
+runs alone in one launcher run per cell and repeat (a failing run is recorded and the map goes on); before them,
+each profile's concurrent standalone limit is measured once, for the efficiencies. The plan, the limits, every
+run's logs and exit code, regimes.json, regimes.md and regimes-<split>.png go under --log-dir. `--resume` keeps
+every run that ended well and the limits of an earlier map of the same grid in --log-dir (only --repeats may
+differ, and --schemes may add schemes) and runs the rest. Exit codes: 0 every run done, 1 a run failed (the map is
+still written, showing it), 2 bad input, 130 interrupted.
 """
 import argparse
 import logging
@@ -36,8 +37,8 @@ from training.files import read_json, write_json
 
 DEFAULT_LINKS = "loopback,0.3,3,12"   # 12: the ESync paper's cluster (launcher/comm_ratio.py)
 DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
-DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-apply,esync-nonblocking,esync-overlap,esync-apply-drift,"
-                   "nbsync,backup,lb-bsp,downpour,fedavg,fedasync,tifl,feddrop")
+DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-apply,esync-nonblocking,esync-overlap,"
+                   "esync-apply-drift,nbsync,backup,lb-bsp,downpour,fedavg,fedasync,tifl,feddrop")
 DEFAULT_LOG_DIR = os.path.join("logs", "regimes")
 START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (for the estimate printed)
 

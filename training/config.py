@@ -225,10 +225,6 @@ def resolve_momentum(parser, args):
         parser.error("--momentum is SGD's; --local-optimizer adam keeps its own moments")
     if args.server_optimizer == "adagrad" and args.momentum is not None:
         parser.error("--momentum is SGD's; --server-optimizer adagrad scales each weight's step by its own history")
-    if args.normalised_averaging and args.local_optimizer == "adam":
-        parser.error("--normalised-averaging divides a delta by its SGD steps; Adam's steps have no such norm")
-    if args.normalisation_power != 1.0 and not args.normalised_averaging:
-        parser.error("--normalisation-power is a power of --normalised-averaging's a_i: give both")
     if args.local_optimizer == "momentum" and args.momentum == 0:
         parser.error("--local-optimizer momentum needs --momentum > 0 (or leave it out: "
                      f"{MOMENTUM_OPTIMIZER_DEFAULT})")
@@ -269,6 +265,14 @@ def flags_for_mode(argv, mode):
     return kept
 
 
+def check_normalised_averaging(parser, args):
+    """--normalised-averaging counts SGD steps; --normalisation-power is a power of that count."""
+    if args.normalised_averaging and args.local_optimizer == "adam":
+        parser.error("--normalised-averaging divides a delta by its SGD steps; Adam's steps have no such norm")
+    if args.normalisation_power != 1.0 and not args.normalised_averaging:
+        parser.error("--normalisation-power is a power of --normalised-averaging's a_i: give both")
+
+
 def resolve_mode(parser, args):
     """The mode's scheme fills the defaults that depend on other flags."""
     if args.mode in modes.MODES:
@@ -285,6 +289,7 @@ def parse_args(argv=None):
     refuse_other_modes_flags(parser, args)
     resolve_recipe(parser, args)
     resolve_momentum(parser, args)
+    check_normalised_averaging(parser, args)
     resolve_slowdown(parser, args)
     resolve_mode(parser, args)
     if args.node_name is None:

@@ -57,9 +57,9 @@ class LocalSGDOptions(Options):
              "local optimizers")
     normalisation_power: float = option(
         "--normalisation-power", default=1.0, type=argtypes.SHARE,
-        help="with --normalised-averaging: divide each delta by a_i^ALPHA instead of a_i, the average scaled so "
-             "that the global model still moves the workers' mean a_i steps (1: FedNova; between 0, the plain "
-             "average, and 1 a slow worker's share counts more than its steps without FedNova's amplified noise)")
+        help="with --normalised-averaging: divide each delta by a_i to this power p instead of a_i, the sum scaled "
+             "so that the global model still moves the workers' mean a_i steps (1: FedNova; below 1 a slow worker's "
+             "share counts more than in the plain average without FedNova's amplified noise)")
     scaffold: bool = option(
         "--scaffold", switch=True,
         help="correct every local step's gradient by SCAFFOLD's control variates c - c_i (option II), which travel "
@@ -248,8 +248,8 @@ class DeltaAveraging(LocallyUpdating):
             self.change_control_variates(steps)
         if self.options.normalised_averaging:
             norm = step_norm(steps, self.options.momentum)
-            divisor, self.control[2] = normalised_weight(norm, self.options.normalisation_power)
-            self.control[1] = norm
+            divisor, complement = normalised_weight(norm, self.options.normalisation_power)
+            self.control[1], self.control[2] = norm, complement
             for delta in self.delta:
                 delta /= divisor
         self.corrupt(self.delta)
