@@ -5,7 +5,7 @@ import pytest
 
 from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
-from training import runlog
+from training import esync_variants, runlog
 
 pytestmark = pytest.mark.slow  # real processes
 
@@ -114,10 +114,9 @@ def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_it
     """--aggregation-share 0.01: the loopback aggregation (a few ms) must be at most 1 % of a round, which takes
     several steps of the slow worker (capped at 3); every worker steps while its next step would end within that
     time, so the fast one fills it with its own steps. The rule
-    itself: tests/test_state_server_rule.py. With normalised averaging to the power 0.5 (each delta divided by the
-    root of its steps), whose a_i and a_i^0.5 travel beside the stop vote, the workers stay identical and learn."""
-    extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3", "--normalised-averaging",
-             "--normalisation-power", "0.5"]
+    itself: tests/test_state_server_rule.py. With the drift correction (normalised averaging to the power 0.5, whose
+    a_i and a_i^0.5 travel beside the stop vote, and server momentum), the workers stay identical and learn."""
+    extra = ["--aggregation-share", "0.01", "--max-slowest-steps", "3", *esync_variants.DRIFT_CORRECTION]
     runs = {rank: iter_records(folder)
             for rank, folder in run_esync(processes, tmp_path, "adaptive", rounds=40, extra=extra).items()}
 
@@ -134,8 +133,9 @@ def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_it
     assert statistics.mean(r[runlog.PLANNED_SLOWEST_STEPS] for r in later) > 1.5
     assert statistics.mean(runlog.local_steps(r) for r in later) > 1.5
     assert mean_steps(runs[1 - slow][3:]) > 2 * mean_steps(later)
-    # How far 40 rounds get depends on how many steps fit each, which a busy machine changes (0.69-0.93 seen):
-    # the floor asks only that the normalised averages learn, far above chance.
+    # How far 40 rounds get depends on how many steps fit each, which a busy machine changes (0.94-0.97 seen beside
+    # two busy loops; the power alone, without server momentum, once ended at 0.40): the floor asks only that the
+    # corrected averages learn, far above chance.
     assert [r["accuracy"] for r in runs[0] if "accuracy" in r][-1] >= 0.5
 
 
