@@ -155,8 +155,8 @@ def step_curve(run, smooth=1, every=1, evaluator=False):
 
 
 def headline_points(run):
-    """The accuracy points the table reports: the workers' own, else the evaluator's."""
-    return metrics.accuracy_points(run) or metrics.evaluator_points(run)
+    """The accuracy points the table reports (metrics.curve_points)."""
+    return metrics.curve_points(run)
 
 
 def standalone_accuracy(runs, override=None):
@@ -180,9 +180,10 @@ def new_axes(title, xlabel, ylabel):
 
 
 def plot_curves(ax, run, curve, smooth, every, label):
-    """The run's inline curve (solid) and its evaluator's (dashed), whichever exist; dash-dotted and crosses for a
-    run with Byzantine workers."""
-    for evaluator, style, suffix in ((False, "-", ""), (True, "--", " (evaluator)")):
+    """The run's curve: its evaluator's alone where it has no inline one (solid), else the inline one (solid) and
+    the evaluator's (dashed); dash-dotted and crosses for a run with Byzantine workers."""
+    both = bool(metrics.accuracy_points(run)) and bool(metrics.evaluator_points(run))
+    for evaluator, style, suffix in ((False, "-", ""), (True, "--" if both else "-", " (evaluator)" if both else "")):
         xs, accuracies = curve(run, smooth, every, evaluator)
         if xs:
             if run.get("attacked"):

@@ -147,6 +147,12 @@ def evaluator_points(summary):
     return (summary.get("evaluator") or {}).get("points", [])
 
 
+def curve_points(summary):
+    """The accuracy points a run is judged by: its evaluator process's where it had one (the model tested off the
+    training path), else its evaluating worker's."""
+    return evaluator_points(summary) or accuracy_points(summary)
+
+
 def summarize_cluster(devices, num_workers, param_bytes, target, standalone=False, validators=()):
     """Cluster-level numbers from {node: {device: summarize_device(...)}}; the validators' summaries (Zeno) count
     in the traffic only."""

@@ -19,6 +19,7 @@ from training import modes, runlog
 from training.files import write_json, write_text
 
 PAPER_TARGET = 0.8          # the paper's speedup is the ratio of the times to reach test accuracy 0.8
+PAPER_DATASET = "fashion-mnist"  # the paper's data (Debian: apt-get install dataset-fashion-mnist)
 SPLITS = ("iid", "niid")
 SPLIT_NAMES = {"iid": "i.i.d.", "niid": "non-i.i.d."}
 REPEAT_FOLDER = "repeat-{}"
@@ -88,7 +89,7 @@ def read_summary(network_dir, folder):
 
 
 def time_to_target(run, target):
-    return metrics.time_to_reach(metrics.accuracy_points(run), target)
+    return metrics.time_to_reach(metrics.curve_points(run), target)
 
 
 def per_repeat(runs_by_mode, mode, target):

@@ -35,7 +35,7 @@ def step_values(points, grid):
 
 
 def repeat_curves(runs, grid):
-    rows = [step_values(metrics.accuracy_points(run), grid) for run in runs if metrics.accuracy_points(run)]
+    rows = [step_values(metrics.curve_points(run), grid) for run in runs if metrics.curve_points(run)]
     return np.array(rows) if rows else None
 
 

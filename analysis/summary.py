@@ -10,14 +10,22 @@ Workers log one JSON object per global iteration at
 after the mode's summary name in training/modes.py (esync -> ESync.json, sync-niid -> Sync-Non-IID.json,
 zeno-async -> ZenoAsync.json, ...). An evaluator process's log beside the node folders
 (<base>/<network>/<mode>/evaluator.jsonl, see training/evaluator.py) becomes the summary's "evaluator" entry: its
-accuracy points [step, seconds, accuracy] and their final, best and time-to-target numbers.
+accuracy points [step, seconds, accuracy] and their final, best and time-to-target numbers, which are then the
+summary's own (accuracy_source "evaluator"; "worker" where the evaluating worker's in-loop evaluations are all
+there is).
 """
 import json
 import logging
 import os
 
 from analysis.cli import logs_parser, positive_int, run_command
-from analysis.metrics import summarize_cluster, summarize_device, summarize_evaluator, validation_counts
+from analysis.metrics import (
+    accuracy_numbers,
+    summarize_cluster,
+    summarize_device,
+    summarize_evaluator,
+    validation_counts,
+)
 from training import modes, runlog
 from training.evaluator import EVALUATOR_LOG
 from training.files import write_json
@@ -226,8 +234,10 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         "notes": notes,
     }
     evaluations = read_evaluator_log(mode_dir)
-    if evaluations:
+    cluster["accuracy_source"] = "evaluator" if evaluations else "worker"
+    if evaluations:  # the headline numbers are the evaluator's, whose model was tested off the training path
         cluster["evaluator"] = summarize_evaluator(evaluations, target)
+        cluster.update(accuracy_numbers(cluster["evaluator"]["points"], target))
     return {**header, **cluster}
 
 

@@ -3,6 +3,10 @@
 Layouts read (nothing is downloaded; the published files go through Gluon's dataset classes, data/originals.py):
   <data_dir>/<dataset>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]   fashion-mnist, mnist, mnist-5k
   <data_dir>/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin          cifar10
+
+Without -dd the data folder is the first of DATA_DIRS that holds the dataset: the repository's data/ (the shipped
+mnist-5k, or a user's copy), then /usr/share/datasets/, where Debian's package dataset-fashion-mnist puts
+Fashion-MNIST. $ESYNC_DATA_PATH (folders separated by ':') replaces that list.
 """
 import gzip
 import os
@@ -15,7 +19,8 @@ import numpy as np
 
 from data import originals
 
-Dataset = namedtuple("Dataset", "train_images train_labels test_images test_labels")
+# source: one line naming the files read and what they are, for the log
+Dataset = namedtuple("Dataset", "train_images train_labels test_images test_labels source", defaults=("",))
 
 IDX_IMAGES_MAGIC = 2051
 IDX_LABELS_MAGIC = 2049
@@ -31,8 +36,11 @@ CROP_PADDING = 4  # --augment crop: crops of the image padded by 4 pixels on eac
 RESIZED_CROP_ZOOM = 1.25  # --augment resized-crop (d2l's): 32 px images resized to 40 px,
 RESIZED_CROP_AREA = (0.64, 1.0)  # then a square of this share of the area, resized back to 32 px
 
+DATA_DIRS = ("data", "/usr/share/datasets")
+DATA_PATH_VARIABLE = "ESYNC_DATA_PATH"
 WHERE_TO_GET = {
-    "fashion-mnist": "https://github.com/zalandoresearch/fashion-mnist (the four *-ubyte.gz files)",
+    "fashion-mnist": "Debian's package: apt-get install dataset-fashion-mnist (it lands in /usr/share/datasets), "
+                     "or the four *-ubyte.gz files of https://github.com/zalandoresearch/fashion-mnist",
     "mnist": "http://yann.lecun.com/exdb/mnist/ (the four *-ubyte.gz files)",
     "mnist-5k": "this repository (data/mnist-5k)",
     "cifar10": "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz (extract it there)",
@@ -41,6 +49,30 @@ WHERE_TO_GET = {
 
 class DataError(Exception):
     """A dataset that is missing or malformed; the message says which file and what to do."""
+
+
+def data_dirs():
+    """The folders searched, in order, for a dataset when -dd is not given."""
+    variable = os.environ.get(DATA_PATH_VARIABLE)
+    return tuple(filter(None, variable.split(":"))) if variable is not None else DATA_DIRS
+
+
+def find_data_dir(dataset):
+    """The first folder of data_dirs() that holds every file of `dataset`; DataError naming them all otherwise."""
+    searched = data_dirs()
+    for folder in searched:
+        try:
+            check_dataset(folder, dataset)
+        except DataError:
+            continue
+        return folder
+    raise DataError(f"{dataset} not found in {' or '.join(searched) or '(no folder: $' + DATA_PATH_VARIABLE + ')'} "
+                    f"(or give -dd); get it from {WHERE_TO_GET[dataset]}")
+
+
+def resolve_data_dir(data_dir, dataset):
+    """-dd as given, or the folder find_data_dir finds; DataError when none holds the dataset."""
+    return find_data_dir(dataset) if data_dir is None else data_dir
 
 
 def dataset_path(data_dir, dataset):
@@ -65,31 +97,36 @@ def check_dataset(data_dir, dataset, splits=("train", "t10k")):
 def load_dataset(data_dir, dataset):
     check_dataset(data_dir, dataset)
     root = dataset_path(data_dir, dataset)
-    (train_images, train_labels), (test_images, test_labels) = [_read_split(root, dataset, split)
-                                                                for split in ("train", "t10k")]
+    (train_images, train_labels, train_origin), (test_images, test_labels, test_origin) = [
+        _read_split(root, dataset, split) for split in ("train", "t10k")]
+    source = (f"{dataset} from {root}: {len(train_labels)} training and {len(test_labels)} test samples"
+              f"{originals.describe(train_origin, test_origin)}")
     if train_images.shape[1:] != test_images.shape[1:]:  # idx files only: CIFAR-10's batches are all 32 px
         raise DataError(f"{_idx_file(root, 't10k', 'images')} holds images of {test_images.shape[2:]} pixels, "
                         f"{_idx_file(root, 'train', 'images')} of {train_images.shape[2:]}")
-    return Dataset(train_images, train_labels, test_images, test_labels)
+    return Dataset(train_images, train_labels, test_images, test_labels, source)
 
 
 def load_test_set(data_dir, dataset):
     """(test images, test labels) alone: all the evaluator process reads."""
     check_dataset(data_dir, dataset, splits=("t10k",))
-    return _read_split(dataset_path(data_dir, dataset), dataset, "t10k")
+    root = dataset_path(data_dir, dataset)
+    images, labels, _ = _read_split(root, dataset, "t10k")
+    return images, labels
 
 
 def _read_split(root, dataset, split):
-    """(images N x C x H x W uint8, labels int32) of "train" or "t10k": Gluon's dataset class reads the published
-    files (data/originals.py), this module's readers anything else."""
+    """(images N x C x H x W uint8, labels int32, origin) of "train" or "t10k": Gluon's dataset class reads the
+    published files (data/originals.py), this module's readers anything else; origin says which files they were
+    (originals.PUBLISHED, originals.RECOMPRESSED, or None for other files)."""
     published = originals.read_split(root, dataset, train=split == "train")
     if published is not None:
-        return published
+        return (*published, originals.PUBLISHED)
     if dataset == "cifar10":
         names = CIFAR_TRAIN_FILES if split == "train" else CIFAR_TEST_FILES
         parts = [_read_cifar(os.path.join(root, name)) for name in names]
-        return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
-    return _read_idx_pair(root, split)
+        return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts]), None
+    return _read_idx_pair(root, dataset, split)
 
 
 def _idx_stem(root, split, kind):
@@ -105,13 +142,16 @@ def _idx_file(root, split, kind):
     return None
 
 
-def _read_idx_pair(root, split):
+def _read_idx_pair(root, dataset, split):
     images_path, labels_path = _idx_file(root, split, "images"), _idx_file(root, split, "labels")
-    images = _read_idx(images_path, IDX_IMAGES_MAGIC)
-    labels = _checked_labels(labels_path, _read_idx(labels_path, IDX_LABELS_MAGIC))
+    (images, images_raw), (labels, labels_raw) = (_read_idx(images_path, IDX_IMAGES_MAGIC),
+                                                  _read_idx(labels_path, IDX_LABELS_MAGIC))
+    labels = _checked_labels(labels_path, labels)
     if len(images) != len(labels):
         raise DataError(f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels")
-    return images[:, None, :, :], labels.astype(np.int32)
+    same = all(originals.same_contents(dataset, path, raw)
+               for path, raw in ((images_path, images_raw), (labels_path, labels_raw)))
+    return images[:, None, :, :], labels.astype(np.int32), originals.RECOMPRESSED if same else None
 
 
 def _checked_labels(path, labels):
@@ -121,6 +161,7 @@ def _checked_labels(path, labels):
 
 
 def _read_idx(path, magic):
+    """(the array, the file's uncompressed bytes)."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -141,7 +182,7 @@ def _read_idx(path, magic):
     if len(raw) - header != expected:
         raise DataError(f"{path}: truncated or padded: header says {expected} bytes of data, "
                         f"file has {len(raw) - header}")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape), raw
 
 
 def _read_cifar(path):

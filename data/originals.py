@@ -6,6 +6,10 @@ instead of downloading, so Gluon reads a user's original files and anything else
 subset, uncompressed copies, a test's tiny files) falls back to data/__init__'s readers. Nothing is ever fetched.
 The same hashes are checked once more before MXNet is imported (PUBLISHED_SHA1), so that other files, and damaged
 ones, reach those readers and their one-line errors without the second MXNet takes to load.
+
+Copies recompressed by someone else (Debian's package dataset-fashion-mnist) have other .gz hashes but the published
+contents: data/__init__'s readers read them, and they are recognised by the MD5 of their uncompressed bytes
+(PUBLISHED_CONTENT_MD5), so that the log says the published dataset was trained on.
 """
 import hashlib
 import logging
@@ -36,6 +40,34 @@ _CIFAR10 = {"data_batch_1.bin": "aadd24acce27caa71bf4b10992e9e7b2d74c2540",
             "data_batch_5.bin": "26e2849e66a845b7f1e4614ae70f4889ae604628",
             "test_batch.bin": "67eb016db431130d61cd03c7ad570b013799c88c"}
 PUBLISHED_SHA1["cifar10"] = {"train": _CIFAR10, "t10k": _CIFAR10}
+
+
+# MD5 of each published file's uncompressed bytes, by the stem of its name (the same for the .gz and the plain file).
+PUBLISHED_CONTENT_MD5 = {
+    "fashion-mnist": {"train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+                      "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
+                      "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
+                      "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965"},
+}
+PUBLISHED = "published"          # the published files themselves, read by Gluon's class
+RECOMPRESSED = "recompressed"    # other files holding the published contents, read by data/__init__'s readers
+
+
+def same_contents(dataset, path, raw):
+    """Whether `raw`, the uncompressed bytes of the file at `path`, are the published file's of that name."""
+    stem = os.path.basename(path)
+    stem = stem[:-3] if stem.endswith(".gz") else stem
+    expected = PUBLISHED_CONTENT_MD5.get(dataset, {}).get(stem)
+    return expected is not None and hashlib.md5(raw).hexdigest() == expected
+
+
+def describe(*origins):
+    """How the log names the files of the splits read (their origins as _read_split gives them)."""
+    if all(origin == PUBLISHED for origin in origins):
+        return " (the published files)"
+    if all(origin in (PUBLISHED, RECOMPRESSED) for origin in origins):
+        return " (the published contents, recognised by their uncompressed bytes' MD5)"
+    return ""
 
 
 class NotTheOriginals(Exception):

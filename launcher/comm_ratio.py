@@ -60,19 +60,6 @@ def probe_argv(experiment, log_dir):
             + ["--max-iters", str(PROBE_STEPS), "-e", "0", "-ld", log_dir, "--node-name", "probe"])
 
 
-def without_eval_seconds(argv):
-    """--eval-seconds would override -e 0; the probe never evaluates during its steps."""
-    kept, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-        elif token == "--eval-seconds":
-            skip = True
-        elif not token.startswith("--eval-seconds="):
-            kept.append(token)
-    return kept
-
-
 def fast_step_of(records):
     """The median seconds of a step's own phases (batch, compute, local update, emulated slowdown) after warm-up."""
     steps = [sum(step.get(phase, 0.0) for phase in runlog.OWN_STEP_PHASES)
@@ -83,7 +70,7 @@ def fast_step_of(records):
 def measure(experiment):
     """(fast step in seconds, model bytes) measured by one short standalone run; MeasurementFailed otherwise."""
     with tempfile.TemporaryDirectory(prefix="esync-probe-") as log_dir:
-        argv = [sys.executable] + without_eval_seconds(probe_argv(experiment, log_dir))
+        argv = [sys.executable] + probe_argv(experiment, log_dir)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
         env.update(threads.ONE_THREAD)  # as every worker of a cluster mode computes
         try:

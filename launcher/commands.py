@@ -54,7 +54,27 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
                         ("--target-accuracy", e.target_accuracy)):
         if value is not None:
             command += [flag, str(value)]
-    return command + config.flags_for_mode(e.worker_args, mode)
+    return command + evaluation_args(experiment, mode) + config.flags_for_mode(e.worker_args, mode)
+
+
+def evaluation_args(experiment, mode):
+    """How rank 0 hands its model to be evaluated: snapshots for the evaluator process; in its loop at the same
+    period where the snapshots would land on another host; at the end only with --snapshot-seconds 0."""
+    period = experiment.snapshot_seconds
+    if not period:
+        return ["-e", "0"]
+    if not experiment.evaluator_runs:
+        return ["--eval-seconds", f"{period:g}"]
+    return ["--snapshot-seconds", f"{period:g}", "--snapshot-dir", experiment.snapshot_folder(mode)]
+
+
+def evaluator_argv(experiment, mode):
+    """The evaluator process of a mode: it tests the snapshots in the mode's folder and logs beside its nodes. It
+    waits for snapshots as long as the mode may run."""
+    e = experiment
+    return [MAIN_PY, "-m", config.EVALUATE_MODE, "--train-dir", e.snapshot_folder(mode), "-n", e.network,
+            "--dataset", e.dataset, "-dd", e.data_dir, "-c", "1", "-ld", e.mode_folder(mode),
+            "--eval-timeout", f"{e.wall_limit:g}"]
 
 
 def worker_argv(experiment, mode, index, log_dir, state_server=None):

@@ -23,6 +23,8 @@ PROCESSES_FOLDER = runlog.PROCESSES_FOLDER
 PID_FILE = "pids.json"
 NETWORK_FILE = runlog.NETWORK_FILE
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
+SNAPSHOT_FOLDER = "snapshots"   # in a mode's folder: rank 0's snapshots, which the evaluator process tests
+DEFAULT_SNAPSHOT_SECONDS = 0.5
 DEFAULT_BANDWIDTH = "1gbit"
 LOOPBACK_LINKS = "loopback (no link limit)"
 RESERVED_WORKER_FLAGS = {  # set by the launcher itself; given after `--` they would silently break the run
@@ -30,7 +32,9 @@ RESERVED_WORKER_FLAGS = {  # set by the launcher itself; given after `--` they w
     "-g", "--gpu", "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class",
     "-n", "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
     "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator", "--collective",
+    "--snapshot-seconds", "--snapshot-dir",
 }
+IN_LOOP_EVALUATION_FLAGS = ("-e", "--eval-duration", "--eval-freq", "--eval-seconds")
 
 STANDALONE_HELP = ("a mode without a cluster (local) trains one process alone on the fastest worker's device "
                    "and slowdown: the sequential baseline")
@@ -65,6 +69,14 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   steps. The namespaces are removed at the end, also on failure and Ctrl-C; after a killed launcher,
   `python launch.py clean-netns` removes what it left.
 
+accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds of training time, and when
+  training stops, rank 0 copies the model (ESync's after an aggregation, an asynchronous scheme's as it holds it)
+  and a thread writes the copy to <mode>/{SNAPSHOT_FOLDER}/; the evaluator process, started with each mode at the
+  lowest CPU priority, tests every snapshot on the whole test set and logs it with the training time it was taken
+  at (<mode>/evaluator.jsonl). The table, the summaries and the figures take their accuracy from that log.
+  --snapshot-seconds 0 evaluates nothing (throughput runs). With a remote --tracker the snapshots would land on the
+  workers' hosts: there rank 0 evaluates in its loop every --snapshot-seconds instead, and the launcher says so.
+
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
 """
 
@@ -96,6 +108,7 @@ class Experiment:
     wall_limit: float               # seconds after which a mode is stopped as hung
     progress_every: float
     figures: bool                   # draw the comparison figures after the modes
+    snapshot_seconds: float         # rank 0 snapshots the model for the evaluator this often; 0: no evaluation
     worker_args: tuple              # after `--`, for every worker
     tracker: str | None             # None: the launcher starts every process itself
     hostfile: str | None            # absolute, or None
@@ -144,6 +157,14 @@ class Experiment:
         own; else 0."""
         return validator_hosts(self.modes, self.validators)
 
+    @property
+    def evaluator_runs(self):
+        """Whether an evaluator process tests rank 0's snapshots (on this machine, where they land)."""
+        return self.snapshot_seconds > 0 and self.tracker in (None, "local")
+
+    def snapshot_folder(self, mode):
+        return os.path.join(self.mode_folder(mode), SNAPSHOT_FOLDER)
+
     def mode_folder(self, mode):
         """<log-dir>/<network>/<mode>[-attack][-niid]: one mode's logs, summary and processes/ folder."""
         return os.path.join(self.log_dir, self.network, runlog.run_folder(mode, bool(self.byzantine), self.non_iid))
@@ -170,7 +191,8 @@ def build_parser():
                         f"{STANDALONE_HELP}")
     p.add_argument("-n", "--network", default=config.default("network"), help="network (see main.py --help)")
     p.add_argument("--dataset", default=config.default("dataset"), choices=config.DATASETS)
-    p.add_argument("-dd", "--data-dir", default=config.default("data_dir"), help="folder holding the dataset")
+    p.add_argument("-dd", "--data-dir", help="folder holding the dataset (default: the first of data, "
+                                             "/usr/share/datasets that holds it)")
     p.add_argument("--devices", help="one entry per worker, e.g. cpu,cpu,gpu0+gpu1 (default: one cpu per "
                                      "--slowdown factor)")
     p.add_argument("--slowdown",
@@ -204,11 +226,18 @@ def build_parser():
     p.add_argument("--progress-every", type=float, default=2.0, help="seconds between progress lines (default 2)")
     p.add_argument("--no-figures", dest="figures", action="store_false",
                    help="end with the summaries and the table only (no matplotlib)")
+    add_snapshot_option(p)
     p.add_argument("--tracker", choices=TRACKERS, help="start the job through MXNet's dmlc_tracker (see below)")
     p.add_argument("-H", "--hostfile", help="--tracker ssh/mpi: the hosts, one per line")
     p.add_argument("--host-ip", help="--tracker: this machine's address as the other hosts reach it "
                                      f"(default {LOOPBACK} for --tracker local)")
     return p
+
+
+def add_snapshot_option(p):
+    p.add_argument("--snapshot-seconds", type=float, default=DEFAULT_SNAPSHOT_SECONDS,
+                   help="seconds of training between the snapshots of the model the evaluator process tests "
+                        f"(default {DEFAULT_SNAPSHOT_SECONDS:g}; 0: no evaluation; see below)")
 
 
 def add_aggregation_options(p):
@@ -266,19 +295,21 @@ def parse(argv):
     check_standalone(ns, chosen)
     check_collective(ns, chosen)
     check_worker_args(worker_args)
+    check_snapshot_seconds(ns.snapshot_seconds)
     if ns.validators < 1 or ns.validators > len(devices):
         raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
     worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))
     netns_on = ns.hosts == "netns"
     return Experiment(
-        modes=chosen, network=ns.network, dataset=ns.dataset, data_dir=os.path.abspath(ns.data_dir),
+        modes=chosen, network=ns.network, dataset=ns.dataset, data_dir=data_dir(ns),
         devices=devices, slowdowns=slowdowns, num_servers=ns.num_servers, collective=ns.collective,
         max_time=ns.max_time,
         max_iters=ns.max_iters, target_accuracy=ns.target_accuracy, seed=ns.seed, non_iid=ns.non_iid,
         esync_policy=ns.esync_policy, byzantine=ns.byzantine, attack=ns.attack, attack_scale=ns.attack_scale,
         validator_device=ns.validator_device, validators=ns.validators, log_dir=os.path.abspath(ns.log_dir),
         node_name=node_name(ns),
-        wall_limit=wall_limit(ns), progress_every=ns.progress_every, figures=ns.figures, worker_args=tuple(worker_args),
+        wall_limit=wall_limit(ns), progress_every=ns.progress_every, figures=ns.figures,
+        snapshot_seconds=ns.snapshot_seconds, worker_args=tuple(worker_args),
         tracker=ns.tracker, hostfile=ns.hostfile and os.path.abspath(ns.hostfile), host_ip=host_ip(ns),
         hosts=ns.hosts, bandwidth=bandwidth(ns), ps_bandwidth=ns.ps_bandwidth or bandwidth(ns),
         worker_rate=worker_rate, ps_rate=ps_rate,
@@ -390,8 +421,17 @@ def check_collective(ns, chosen):
 
 def check_worker_args(worker_args):
     for token in worker_args:
-        if token.split("=", 1)[0] in RESERVED_WORKER_FLAGS:
+        flag = token.split("=", 1)[0]
+        if flag in IN_LOOP_EVALUATION_FLAGS:
+            raise UsageError(f"{token} after --: the launcher's workers never evaluate in their loop; the evaluator "
+                             "process tests rank 0's snapshots every --snapshot-seconds (a launcher option)")
+        if flag in RESERVED_WORKER_FLAGS:
             raise UsageError(f"{token} after -- is set by the launcher; use the launcher's own option")
+
+
+def check_snapshot_seconds(seconds):
+    if not 0 <= seconds < float("inf"):
+        raise UsageError(f"--snapshot-seconds {seconds:g}: give a period in seconds, or 0 for no evaluation")
 
 
 def link_rates(ns, num_hosts):
@@ -425,6 +465,17 @@ def check_comm_ratio(ns):
 
 # ----------------------------------------------------------------------------------------------
 # Values derived from the command line
+
+
+def data_dir(ns):
+    """The absolute data folder of ns.dataset: -dd, or the first folder that holds the dataset; where none does, the
+    first folder searched, so that the workers' checks name the files missing there and where to get them."""
+    from data import DataError, data_dirs, resolve_data_dir
+
+    try:
+        return os.path.abspath(resolve_data_dir(ns.data_dir, ns.dataset))
+    except DataError:
+        return os.path.abspath((data_dirs() or ("data",))[0])
 
 
 def bandwidth(ns):

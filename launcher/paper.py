@@ -2,9 +2,9 @@
 20x slower), its modes (ESync, SSGD, ASGD, DC-ASGD), i.i.d. and non-i.i.d. data, repeats with different seeds, and
 the standalone baseline (sequential SGD on the fastest device); then Table 1 and Figures 3-5.
 
-    python launch.py paper                                  # lenet on mnist-5k, 6 CPU workers at 1,1,1,1,20,20
+    python launch.py paper                                  # lenet on Fashion-MNIST, 6 CPU workers at 1,1,1,1,20,20
     python launch.py paper --repeats 2 --max-time 5         # a quick look
-    python launch.py paper -n resnet18-v1 --dataset fashion-mnist -dd ~/data --devices gpu0,gpu1,gpu2,gpu3,cpu,cpu \\
+    python launch.py paper -n resnet18-v1 -dd ~/data --devices gpu0,gpu1,gpu2,gpu3,cpu,cpu \\
         --slowdown 1 --max-time 900                         # real devices: no emulated slowdown
     python launch.py paper --report-only                    # the table and figures again from the logs
     sudo .venv/bin/python launch.py paper --hosts netns --comm-ratio 12   # on links shaped to the paper's regime
@@ -13,8 +13,9 @@ Repeat r trains every mode on i.i.d. data, then on non-i.i.d. data (the launcher
 one launch.py run each, logging under <log-dir>/repeat-<r>/<network>/. Table 1 (table1.md, paper.json) and the
 figures go to <log-dir>/<network>/. The launcher's host and aggregation options (--hosts netns, --bandwidth,
 --comm-ratio, --ps-bandwidth, -s, --collective) go to every run, and the table and figures name the links. Every
-mode trains --max-time seconds; rank 0 evaluates every
---eval-seconds, so that a mode with short global iterations (async) does not spend its time evaluating.
+mode trains --max-time seconds; every --snapshot-seconds of training rank 0 hands a copy of the model to the
+launcher's evaluator process, which tests it off the training path (launch.py --help), the same for every mode.
+The data is the paper's, Fashion-MNIST (apt-get install dataset-fashion-mnist puts it where it is found).
 """
 import argparse
 import logging
@@ -41,8 +42,9 @@ def build_parser():
         allow_abbrev=False,
         usage="%(prog)s [options] [-- extra worker args]")
     p.add_argument("-n", "--networks", default="lenet", help="comma list of networks, a Table 1 each (default lenet)")
-    p.add_argument("--dataset", default="mnist-5k", choices=config.DATASETS, help="(default mnist-5k)")
-    p.add_argument("-dd", "--data-dir", default=config.default("data_dir"))
+    p.add_argument("--dataset", default=paper.PAPER_DATASET, choices=config.DATASETS,
+                   help=f"(default {paper.PAPER_DATASET})")
+    p.add_argument("-dd", "--data-dir", help="(default: the first of data, /usr/share/datasets that holds it)")
     p.add_argument("--devices", help="one entry per worker, as launch.py's (default: one cpu per --slowdown factor)")
     p.add_argument("--slowdown", default=PAPER_SLOWDOWN, help=f"as launch.py's (default {PAPER_SLOWDOWN})")
     experiment.add_aggregation_options(p)
@@ -61,7 +63,7 @@ def build_parser():
     p.add_argument("--thresholds", default="0.7,0.8,0.9",
                    help="accuracies whose time to reach each mode's repeats report as mean ± stddev beside Table 1 "
                         "(NBSSGD's measure; default 0.7,0.8,0.9; '' for none)")
-    p.add_argument("--eval-seconds", type=float, default=0.5, help="rank 0 evaluates this often (default 0.5)")
+    experiment.add_snapshot_option(p)
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
                    help=f"(default {DEFAULT_LOG_DIR})")
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")
@@ -85,8 +87,8 @@ def parse(argv):
     before anything runs."""
     own, worker_args = split_at_double_dash(list(argv))
     ns = build_parser().parse_args(own)
-    if ns.repeats < 1 or ns.max_time <= 0 or ns.eval_seconds <= 0:
-        raise UsageError("--repeats, --max-time and --eval-seconds must be positive")
+    if ns.repeats < 1 or ns.max_time <= 0 or ns.snapshot_seconds <= 0:
+        raise UsageError("--repeats, --max-time and --snapshot-seconds must be positive")
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
     ns.thresholds = parse_thresholds(ns.thresholds)
@@ -95,6 +97,8 @@ def parse(argv):
     if alone:
         raise UsageError(f"--modes {alone[0]}: the standalone baseline always runs; list cluster modes only")
     networks = tuple(n.strip() for n in ns.networks.split(",") if n.strip())
+    if not ns.report_only:
+        ns.data_dir = experiment.data_dir(ns)
     runs = [] if ns.report_only else planned_runs(ns, networks, cluster_modes, worker_args)
     return ns, networks, runs, cluster_modes
 
@@ -110,13 +114,14 @@ def launcher_argv(ns, network, repeat, split, cluster_modes, worker_args):
     chosen = cluster_modes + ((modes.STANDALONE,) if split == "iid" else ())
     argv = ["--modes", ",".join(chosen), "-n", network, "--dataset", ns.dataset, "-dd", ns.data_dir,
             "--slowdown", ns.slowdown, "--esync-policy", ns.esync_policy, "--max-time", str(ns.max_time), "--seed", str(ns.seed + repeat - 1),
-            "-ld", paper.repeat_dir(ns.log_dir, repeat), "--progress-every", str(ns.progress_every), "--no-figures"]
+            "-ld", paper.repeat_dir(ns.log_dir, repeat), "--progress-every", str(ns.progress_every), "--no-figures",
+            "--snapshot-seconds", f"{ns.snapshot_seconds:g}"]
     argv += experiment.passed_on(ns)
     if ns.devices:
         argv += ["--devices", ns.devices]
     if split == "niid":
         argv.append("--non-iid")
-    return argv + ["--", "--eval-seconds", str(ns.eval_seconds)] + list(worker_args)
+    return argv + ["--"] + list(worker_args)
 
 
 def main(argv):

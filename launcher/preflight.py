@@ -36,5 +36,7 @@ def check_workers_can_start(experiment):
         # As a sync worker (no state server to reach), in the first mode's real log folder: main.py checks that
         # it can be created and written.
         argv = commands.worker_argv(experiment, "sync", index, experiment.mode_folder(first_mode))
-        checks.check_worker(config.parse_args(argv[1:]), experiment.num_workers)
+        args = config.parse_args(argv[1:])
+        args.snapshot_dir = args.snapshot_seconds = None  # the launcher empties a mode's snapshots when it starts
+        checks.check_worker(args, experiment.num_workers)
         checked.add(device)

@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 
-from analysis import regime_map
+from analysis import paper, regime_map
 from launcher import experiment, limit, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes
@@ -57,14 +57,16 @@ def build_parser():
                    help=f"cluster modes and esync-<policy>[-overlap][-drift] (default {DEFAULT_SCHEMES})")
     p.add_argument("--repeats", type=int, default=2, help="runs of every scheme in every cell (default 2)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
-    p.add_argument("--max-time", type=float, default=10.0, help="seconds each run trains (default 10)")
-    p.add_argument("--target", type=float, default=0.85, help="the accuracy the times are taken to (default 0.85)")
-    p.add_argument("--eval-seconds", type=float, default=0.5, help="rank 0 evaluates this often (default 0.5)")
+    p.add_argument("--max-time", type=float, default=30.0, help="seconds each run trains (default 30)")
+    p.add_argument("--target", type=float, default=paper.PAPER_TARGET,
+                   help=f"the accuracy the times are taken to (default {paper.PAPER_TARGET:g}, the paper's)")
+    experiment.add_snapshot_option(p)
     p.add_argument("--limit-seconds", type=float, default=10.0,
                    help="seconds of each profile's concurrent standalone runs (default 10)")
     p.add_argument("-n", "--network", default="lenet", help="(default lenet)")
-    p.add_argument("--dataset", default="mnist-5k", choices=config.DATASETS, help="(default mnist-5k)")
-    p.add_argument("-dd", "--data-dir", default=config.default("data_dir"))
+    p.add_argument("--dataset", default=paper.PAPER_DATASET, choices=config.DATASETS,
+                   help=f"(default {paper.PAPER_DATASET})")
+    p.add_argument("-dd", "--data-dir", help="(default: the first of data, /usr/share/datasets that holds it)")
     experiment.add_aggregation_options(p)
     experiment.add_host_options(p, rates=False)
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
@@ -141,7 +143,7 @@ def plan_of(ns):
     return {"network": ns.network, "dataset": ns.dataset, "links": parse_links(ns.links),
             "profiles": parse_profiles(ns.profiles), "splits": parse_splits(ns.splits),
             "schemes": parse_schemes(ns.schemes), "repeats": ns.repeats, "seed": ns.seed, "max_time": ns.max_time,
-            "target": ns.target, "eval_seconds": ns.eval_seconds}
+            "target": ns.target, "snapshot_seconds": ns.snapshot_seconds}
 
 
 def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
@@ -151,6 +153,7 @@ def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
     argv = ["--modes", mode, "-n", plan["network"], "--dataset", plan["dataset"], "-dd", ns.data_dir,
             "--slowdown", profile, "--max-time", str(plan["max_time"]), "--seed", str(plan["seed"] + repeat - 1),
             "--progress-every", str(ns.progress_every), "--no-figures",
+            "--snapshot-seconds", f"{plan['snapshot_seconds']:g}",
             "-ld", regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme)]
     argv += ["-s", str(ns.num_servers), "--collective", ns.collective]
     if link == regime_map.LOOPBACK:
@@ -162,7 +165,7 @@ def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
     argv += launcher_flags
     if split == "niid":
         argv.append("--non-iid")
-    return argv + ["--", "--eval-seconds", str(plan["eval_seconds"]), *worker_flags] + list(worker_args)
+    return argv + ["--", *worker_flags] + list(worker_args)
 
 
 def planned_runs(ns, plan, worker_args):
@@ -188,10 +191,11 @@ def parse(argv):
     ns.log_dir = os.path.abspath(ns.log_dir)
     if ns.report_only:
         return ns, None, []
-    if ns.repeats < 1 or ns.max_time <= 0 or ns.eval_seconds <= 0 or ns.limit_seconds <= 0:
-        raise UsageError("--repeats, --max-time, --eval-seconds and --limit-seconds must be positive")
+    if ns.repeats < 1 or ns.max_time <= 0 or ns.snapshot_seconds <= 0 or ns.limit_seconds <= 0:
+        raise UsageError("--repeats, --max-time, --snapshot-seconds and --limit-seconds must be positive")
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
+    ns.data_dir = experiment.data_dir(ns)
     plan = plan_of(ns)
     if ns.resume:
         check_resumable(ns.log_dir, plan)

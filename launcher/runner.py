@@ -6,13 +6,22 @@ import glob
 import logging
 import os
 import shlex
+import shutil
 import sys
+import time
 from dataclasses import dataclass
 
 from analysis import summary
 from launcher import commands, comm_ratio, mpi, netns
-from launcher.cluster import JobFailed, ProcessGroup, start_ps_job, start_state_server
-from launcher.experiment import NETWORK_FILE, PROCESSES_FOLDER
+from launcher.cluster import (
+    POLL_SECONDS,
+    JobFailed,
+    ProcessGroup,
+    describe_exit,
+    start_ps_job,
+    start_state_server,
+)
+from launcher.experiment import NETWORK_FILE, PROCESSES_FOLDER, SNAPSHOT_FOLDER
 from launcher.hosts import LOOPBACK, Host, Placement
 from launcher.results import summarize_and_draw
 from launcher.supervision import (
@@ -27,11 +36,13 @@ from launcher.supervision import (
 from training import modes, threads
 from training.transport import collectives
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
+from training.evaluator import EVALUATOR_LOG
 from training.files import write_json
 
 log = logging.getLogger("launch")
 
 PS_EXIT_GRACE = 10.0            # seconds scheduler and servers get to exit after the workers
+EVALUATOR_PRIORITY = ("nice", "-n", "19")  # the evaluator takes what CPU the job leaves
 
 
 @dataclass(frozen=True)
@@ -137,17 +148,21 @@ def train_mode(experiment, mode, label, log_dir, hosts):
         meter = netns.LinkMeter(hosts.network) if hosts.network else None
         try:
             state_server = start_mode_state_server(group, hosts.placement.scheduler, mode)
+            evaluator = start_evaluator(experiment, mode, group, label)
             start = start_tracker if experiment.tracker else start_processes
             finishers = start(experiment, mode, group, log_dir, state_server, hosts, label)
-            progress = Progress(label, log_dir, experiment.progress_every)
+            progress = Progress(label, log_dir, experiment.progress_every,
+                                experiment.snapshot_folder(mode) if evaluator else None)
             supervise(group, finishers, progress, experiment.wall_limit)
+            print(progress.finished_line(), flush=True)
+            if evaluator:
+                finish_evaluation(evaluator, progress, experiment.wall_limit)
         except JobFailed as failure:
             report_failure(label, failure, group)
             return EXIT_FAILURE
         finally:
             if meter:
                 meter.stop()
-        print(progress.finished_line(), flush=True)
         if meter:
             code = report_links(experiment, mode, label, meter, group.out_dir)
         else:
@@ -164,6 +179,35 @@ def start_mode_state_server(group, host, mode):
     port = start_state_server(group, host, after_start=lambda: write_pid_file(group, mode),
                               while_waiting=INTERRUPTS.check)
     return host.address, port
+
+
+def start_evaluator(experiment, mode, group, label):
+    """The evaluator process of the mode's snapshots, on this machine at the lowest CPU priority; None when the
+    experiment has none (--snapshot-seconds 0, or a remote --tracker: then rank 0 evaluates in its loop)."""
+    if not experiment.evaluator_runs:
+        if experiment.snapshot_seconds:
+            print(f"[{label}] --tracker {experiment.tracker}: the snapshots would stay on the workers' hosts, so "
+                  f"rank 0 evaluates in its loop every {experiment.snapshot_seconds:g} s instead", flush=True)
+        return None
+    proc = group.start_python("evaluator", commands.evaluator_argv(experiment, mode), threads.ONE_THREAD,
+                              role="evaluator", command_prefix=EVALUATOR_PRIORITY)
+    write_pid_file(group, mode)
+    return proc
+
+
+def finish_evaluation(evaluator, progress, timeout):
+    """Wait for the evaluator to test the snapshots left once training ended; JobFailed if it fails or hangs."""
+    if evaluator.poll() is None:
+        print(progress.evaluation_line(), flush=True)
+    deadline = time.monotonic() + timeout
+    while evaluator.poll() is None:
+        INTERRUPTS.check()
+        if time.monotonic() > deadline:
+            raise JobFailed(evaluator, f"had not evaluated every snapshot {timeout:g} s after training ended")
+        progress.tick(progress.evaluation_line)
+        time.sleep(POLL_SECONDS)
+    if evaluator.poll() != 0:
+        raise JobFailed(evaluator, f"exited with {describe_exit(evaluator.poll())}")
 
 
 def start_processes(experiment, mode, group, log_dir, state_server, hosts, label):
@@ -208,10 +252,15 @@ def start_tracker(experiment, mode, group, log_dir, state_server, hosts, label):
 
 def clear_earlier_run(mode_dir, summary_name):
     """A mode folder holds one run: an earlier run's iteration logs would mix into this run's summary."""
-    patterns = ["*/*/iter-*.txt", "*/*/meta.json", "*/*/model-final.params", f"{PROCESSES_FOLDER}/*", summary_name]
+    patterns = ["*/*/iter-*.txt", "*/*/meta.json", "*/*/model-final.params", f"{PROCESSES_FOLDER}/*", summary_name,
+                EVALUATOR_LOG]
     stale = [path for pattern in patterns for path in glob.glob(os.path.join(mode_dir, pattern))]
     for path in stale:
         os.unlink(path)
+    snapshots = os.path.join(mode_dir, SNAPSHOT_FOLDER)
+    if os.path.isdir(snapshots):
+        stale.append(snapshots)
+        shutil.rmtree(snapshots)
     for folder in glob.glob(os.path.join(mode_dir, "*", "*")) + glob.glob(os.path.join(mode_dir, "*")):
         if os.path.isdir(folder) and not os.listdir(folder):
             os.rmdir(folder)

@@ -7,6 +7,9 @@ import time
 from launcher.cluster import POLL_SECONDS, JobFailed, describe_exit, processes_in_group, tail
 from launcher.experiment import PID_FILE
 from training import runlog
+from training.checkpoints import saved_steps
+from training.evaluator import EVALUATOR_LOG, read_evaluations
+from training.snapshots import reported_accuracy
 from training.files import write_json
 
 FINISH_GRACE = 20.0             # seconds the other workers get once one has exited 0 (they stop together)
@@ -48,34 +51,50 @@ def write_pid_file(group, mode):
 
 
 class Progress:
-    """One line every `every` seconds: global iteration, elapsed time, rank 0's accuracy, cluster samples/s."""
+    """One line every `every` seconds: global iteration, elapsed time, the latest test accuracy (rank 0's, or the
+    evaluator's of the snapshots in `snapshot_folder`), cluster samples/s."""
 
-    def __init__(self, label, mode_dir, every):
+    def __init__(self, label, mode_dir, every, snapshot_folder=None):
         self.label = label
         self.reader = runlog.RunFollower(mode_dir)
         self.every = every
+        self.snapshot_folder = snapshot_folder
         self.started = self.last = time.monotonic()
 
-    def tick(self):
+    def tick(self, line=None):
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now
-            print(self.line(), flush=True)
+            print((line or self.line)(), flush=True)
+
+    @property
+    def accuracy(self):
+        if self.snapshot_folder:
+            return reported_accuracy(self.snapshot_folder)
+        return self.reader.accuracy
 
     def line(self):
         r = self.reader.update()
         elapsed = time.monotonic() - self.started
         if not r.rounds:
             return f"[{self.label}] {elapsed:6.1f} s  starting (no iteration logged yet)"
-        accuracy = "-" if r.accuracy is None else f"{r.accuracy:.4f}"
+        accuracy = "-" if self.accuracy is None else f"{self.accuracy:.4f}"
         return (f"[{self.label}] {elapsed:6.1f} s  iteration {r.rounds}  test accuracy {accuracy}  "
                 f"{r.throughput:.0f} samples/s")
 
     def finished_line(self):
         r = self.reader.update()
-        accuracy = "" if r.accuracy is None else f", test accuracy {r.accuracy:.4f}"
+        accuracy = "" if self.snapshot_folder or r.accuracy is None else f", test accuracy {r.accuracy:.4f}"
         return (f"[{self.label}] finished: {r.rounds} global iterations in {r.training_time:.1f} s of training"
                 f"{accuracy}, {r.throughput:.0f} samples/s")
+
+    def evaluation_line(self):
+        saved, evaluated = len(saved_steps(self.snapshot_folder)), len(read_evaluations(self.evaluator_log))
+        return f"[{self.label}] the evaluator has tested {evaluated} of {saved} snapshots"
+
+    @property
+    def evaluator_log(self):
+        return os.path.join(self.reader.mode_dir, EVALUATOR_LOG)
 
 
 class ExitWatch:

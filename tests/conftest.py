@@ -2,11 +2,24 @@ import compileall
 import logging
 import os
 import re
+import shutil
+import tempfile
 from unittest import mock
 
 import pytest
 
+from data import DATA_PATH_VARIABLE
 from launcher.cluster import ROOT, ProcessGroup
+
+
+def pytest_configure(config):
+    """Where a process looks for a dataset without -dd: the repository's data/, then a folder of this session's where
+    fashion-mnist is the shipped MNIST sample under that name (standing in for /usr/share/datasets), so that no test
+    depends on what this machine has installed. A test of the real Fashion-MNIST gives its folder with -dd."""
+    stand_in = tempfile.mkdtemp(prefix="esync-test-datasets-")
+    os.symlink(os.path.join(ROOT, "data", "mnist-5k"), os.path.join(stand_in, "fashion-mnist"))
+    os.environ[DATA_PATH_VARIABLE] = f"{os.path.join(ROOT, 'data')}:{stand_in}"
+    config.add_cleanup(lambda: shutil.rmtree(stand_in, ignore_errors=True))
 
 
 def pytest_sessionstart(session):

@@ -138,7 +138,7 @@ def test_cifar10_batches_that_are_not_the_published_ones_are_read_here_without_a
 def test_the_published_mnist_files_are_read_by_gluons_class_into_the_same_arrays(
         tmp_path, no_downloads, files_taken_for_the_published_ones):
     root = mnist_copy(tmp_path, "mnist")
-    ours = _read_idx_pair(root, "train")
+    ours = _read_idx_pair(root, "mnist", "train")
 
     images, labels = originals.read_split(root, "mnist", train=True)
     data = load_dataset(str(tmp_path), "mnist")
@@ -146,7 +146,7 @@ def test_the_published_mnist_files_are_read_by_gluons_class_into_the_same_arrays
     assert images.dtype == np.uint8 and labels.dtype == np.int32
     np.testing.assert_array_equal(images, ours[0])
     np.testing.assert_array_equal(labels, ours[1])
-    np.testing.assert_array_equal(data.test_images, _read_idx_pair(root, "t10k")[0])
+    np.testing.assert_array_equal(data.test_images, _read_idx_pair(root, "mnist", "t10k")[0])
 
 
 def test_the_published_cifar10_batches_are_read_by_gluons_class_into_the_same_arrays(

@@ -46,7 +46,7 @@ def test_the_summary_holds_the_evaluator_curve_and_its_numbers(evaluated_run):
     assert evaluator["time_to_accuracy"] == pytest.approx(2.0)
 
 
-def test_the_workers_own_accuracy_stays_as_it_was(evaluated_run):
+def test_a_run_with_an_evaluator_is_judged_by_the_evaluators_accuracy(evaluated_run):
     base, _ = evaluated_run
     plain = str(os.path.join(base, "plain"))
     logfactory.write_run(plain, "sync")
@@ -55,9 +55,12 @@ def test_the_workers_own_accuracy_stays_as_it_was(evaluated_run):
 
     with_evaluator, without = load_summary(base, "sync"), load_summary(plain, "sync")
 
-    assert "evaluator" not in without
-    for key in ("final_accuracy", "best_accuracy", "time_to_accuracy", "accuracy_device"):
-        assert with_evaluator[key] == without[key]
+    assert "evaluator" not in without and without["accuracy_source"] == "worker"
+    assert with_evaluator["accuracy_source"] == "evaluator"
+    for key in ("final_accuracy", "best_accuracy", "time_to_accuracy"):
+        assert with_evaluator[key] == with_evaluator["evaluator"][key]
+    assert with_evaluator["final_accuracy"] != without["final_accuracy"]
+    assert with_evaluator["accuracy_device"] == without["accuracy_device"]  # the worker's own points stay
 
 
 def test_bad_evaluator_lines_are_reported_and_skipped(tmp_path):

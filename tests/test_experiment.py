@@ -141,7 +141,36 @@ def test_hogwild_starts_one_process_per_device_each_with_its_slowdown_and_other_
 
 
 def test_worker_arguments_after_the_double_dash_are_kept_in_order():
-    assert parse("--devices", "cpu", "--", "-b", "32", "-e", "5").worker_args == ("-b", "32", "-e", "5")
+    assert parse("--devices", "cpu", "--", "-b", "32", "-l", "0.01").worker_args == ("-b", "32", "-l", "0.01")
+
+
+@pytest.mark.parametrize("flag", ["-e", "--eval-seconds", "--eval-freq=3"])
+def test_evaluation_in_the_workers_loop_is_refused_in_one_line_naming_the_evaluator(flag):
+    with pytest.raises(UsageError, match="never evaluate in their loop.*--snapshot-seconds"):
+        parse("--devices", "cpu", "--", *flag.split(" "), *([] if "=" in flag else ["5"]))
+
+
+def test_every_worker_gets_the_snapshot_period_and_rank_0s_folder_and_the_evaluator_reads_it():
+    from launcher import commands
+
+    described = parse("--modes", "esync,local", "--devices", "cpu,cpu", "--snapshot-seconds", "2", "-ld", "/tmp/x")
+    workers = [config.parse_args(argv[1:]) for argv in commands.workers_argv(described, "esync", "logs", (LOOPBACK, 1))]
+    standalone = config.parse_args(commands.standalone_argv(described, "local", "logs")[1:])
+    evaluator = config.parse_args(commands.evaluator_argv(described, "esync")[1:])
+
+    assert {(w.snapshot_seconds, w.snapshot_dir) for w in workers} == {(2.0, described.snapshot_folder("esync"))}
+    assert standalone.snapshot_dir == described.snapshot_folder("local") != described.snapshot_folder("esync")
+    assert (evaluator.mode, evaluator.train_dir) == ("evaluate", described.snapshot_folder("esync"))
+    assert evaluator.log_dir == described.mode_folder("esync")
+
+
+def test_snapshot_seconds_0_evaluates_at_the_end_only():
+    from launcher import commands
+
+    described = parse("--devices", "cpu,cpu", "--snapshot-seconds", "0")
+    worker = config.parse_args(commands.worker_argv(described, "sync", 0, "logs")[1:])
+
+    assert not described.evaluator_runs and worker.snapshot_dir is None and worker.eval_duration == 0
 
 
 def test_clean_netns_with_too_many_arguments_is_a_usage_error():
@@ -169,16 +198,16 @@ def test_a_flag_of_some_modes_reaches_the_workers_of_those_modes_only():
     from launcher import commands
 
     described = experiment.parse(["--modes", "fedasync,dcasgd-paper,sync", *LENET, "--devices", "cpu,cpu", "--",
-                                  "-e", "10", "--proximal", "0.01", "--dc-adaptive=0.95", "--local-optimizer", "adam"])
+                                  "-b", "10", "--proximal", "0.01", "--dc-adaptive=0.95", "--local-optimizer", "adam"])
     argvs = {mode: commands.worker_argv(described, mode, 0, "logs") for mode in described.modes}
 
     def extra(mode):
         """The extra arguments that reached the mode's worker, in their order."""
-        return [arg for arg in argvs[mode] if arg in ("-e", "10", "--proximal", "0.01", "--dc-adaptive=0.95",
+        return [arg for arg in argvs[mode] if arg in ("-b", "10", "--proximal", "0.01", "--dc-adaptive=0.95",
                                                        "--local-optimizer", "adam")]
 
-    assert extra("fedasync") == ["-e", "10", "--proximal", "0.01", "--local-optimizer", "adam"]
-    assert extra("dcasgd-paper") == ["-e", "10", "--dc-adaptive=0.95"]
-    assert extra("sync") == ["-e", "10"]
+    assert extra("fedasync") == ["-b", "10", "--proximal", "0.01", "--local-optimizer", "adam"]
+    assert extra("dcasgd-paper") == ["-b", "10", "--dc-adaptive=0.95"]
+    assert extra("sync") == ["-b", "10"]
     for argv in argvs.values():  # each passes main.py's parser, which refuses a flag of another mode
         config.parse_args(argv[1:])

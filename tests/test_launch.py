@@ -25,7 +25,6 @@ pytestmark = pytest.mark.beside_others
 LAUNCH_PY = os.path.join(ROOT, "launch.py")
 NODE = "node"
 LENET = ["-n", "lenet", "--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data"), "--node-name", NODE]
-WORKER_ARGS = ["--", "-e", "20"]  # evaluating every round would slow the short runs down
 STARTUP_TIMEOUT = 90.0
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -150,7 +149,7 @@ def test_two_jobs_in_one_process_group_keep_their_outputs_apart(tmp_path):
 
 def test_a_killed_worker_stops_the_run_and_is_named(tmp_path):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *WORKER_ARGS]
+    args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET]
     with launcher(args, logs) as proc:
         wait_for(lambda: training_started(logs, "sync", 2), STARTUP_TIMEOUT, "iteration logs")
         victim = pid_of(logs, "sync", "worker-1")
@@ -162,6 +161,7 @@ def test_a_killed_worker_stops_the_run_and_is_named(tmp_path):
         assert proc.returncode == 1, output
         assert f"worker-1 (worker, pid {victim}) exited with signal SIGKILL" in output
         assert os.path.join(logs, "lenet", "sync", "processes", "worker-1.log") in output
+        assert pid_of(logs, "sync", "evaluator") in recorded_pids(logs)
         assert still_running(recorded_pids(logs)) == []
 
 
@@ -169,7 +169,7 @@ def test_a_killed_worker_stops_the_run_and_is_named(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupt_stops_every_process(tmp_path, sig):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "esync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *WORKER_ARGS]
+    args = ["--modes", "esync", "--devices", "cpu,cpu", "--max-time", "120", *LENET]
     with launcher(args, logs) as proc:
         wait_for(lambda: training_started(logs, "esync", 2), STARTUP_TIMEOUT, "iteration logs")
         started = recorded_pids(logs)
@@ -178,7 +178,7 @@ def test_an_interrupt_stops_every_process(tmp_path, sig):
         proc.wait(timeout=30)
 
         assert proc.returncode == 130, read_output(proc)
-        assert len(started) == 5  # state server, scheduler, server, 2 workers
+        assert len(started) == 6  # state server, evaluator, scheduler, server, 2 workers
         assert still_running(started) == []
 
 
@@ -244,7 +244,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 def test_zeno_with_an_attacker_over_mpi_starts_a_validator_and_logs_to_an_attack_folder(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--modes", "zeno", "--devices", "cpu,cpu", "--byzantine", "1", "--max-iters", "20", "--collective", "ring",
-            *LENET, *WORKER_ARGS]
+            *LENET]
 
     code, output = run_launcher(args, logs, timeout=300)
 
@@ -268,7 +268,7 @@ def test_zeno_with_an_attacker_over_mpi_starts_a_validator_and_logs_to_an_attack
 def test_the_local_tracker_trains_a_two_worker_job_and_exits_cleanly(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--tracker", "local", "--modes", "sync", "--devices", "cpu,cpu", "--slowdown", "1,2",
-            "--max-time", "2", *LENET, *WORKER_ARGS]
+            "--max-time", "2", *LENET]
 
     code, output = run_launcher(args, logs, timeout=120)
 

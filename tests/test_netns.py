@@ -21,7 +21,7 @@ import pytest
 from launcher import hosts, netns
 from launcher.cluster import ROOT, is_running
 from training import runlog
-from tests.test_launch import (LAUNCH_PY, LENET, WORKER_ARGS, launcher, launcher_env, pid_of, read_output,
+from tests.test_launch import (LAUNCH_PY, LENET, launcher, launcher_env, pid_of, read_output,
                                recorded_pids, still_running, training_started, wait_for)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
@@ -143,7 +143,7 @@ def test_clean_removes_what_a_killed_run_left(prefix):
 def test_esync_and_sync_train_across_namespaces_within_the_link_limit_each_server_carrying_half(tmp_path, prefix):
     logs = str(tmp_path / "logs")
     args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "-s", "2", "--max-time", "3", *LENET,
-            *netns_args(prefix), *WORKER_ARGS]
+            *netns_args(prefix)]
 
     with launcher(args, logs) as proc:
         proc.wait(timeout=300)
@@ -153,6 +153,7 @@ def test_esync_and_sync_train_across_namespaces_within_the_link_limit_each_serve
     for mode in ("esync", "sync"):
         run = json.load(open(os.path.join(logs, "lenet", mode, f"{'ESync' if mode == 'esync' else 'Sync'}.json")))
         assert run["num_workers"] == 3 and run["final_accuracy"] > 0.3, mode
+        assert run["accuracy_source"] == "evaluator", mode  # rank 0's snapshots, tested outside the namespaces
         links = network_report(logs, mode)["links"]
         carried = {name: links[name]["rx_bytes"] + links[name]["tx_bytes"] for name in ("ps", "ps1")}
         for name in carried:
@@ -177,7 +178,7 @@ def test_mpi_ranks_cross_the_shaped_links_and_log_the_bytes_the_kernel_counts(tm
     moves twice what ranks 0 and 2 do; each worker's link carries what its rank logged plus the headers."""
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--collective", "butterfly", "--devices", "cpu,cpu,cpu", "--max-iters", "30", *LENET,
-            *netns_args(prefix, "10.213.95.0/24"), *WORKER_ARGS]
+            *netns_args(prefix, "10.213.95.0/24")]
 
     with launcher(args, logs) as proc:
         proc.wait(timeout=300)
@@ -203,8 +204,7 @@ def test_mpi_ranks_cross_the_shaped_links_and_log_the_bytes_the_kernel_counts(tm
 @pytest.mark.slow
 def test_an_interrupt_removes_every_namespace(tmp_path, prefix):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "esync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix),
-            *WORKER_ARGS]
+    args = ["--modes", "esync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix)]
     with launcher(args, logs) as proc:
         wait_for(lambda: training_started(logs, "esync", 2), STARTUP_TIMEOUT, "iteration logs")
         assert netns.namespaces(prefix) != []
@@ -220,8 +220,7 @@ def test_an_interrupt_removes_every_namespace(tmp_path, prefix):
 @pytest.mark.slow
 def test_a_failing_worker_removes_every_namespace(tmp_path, prefix):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix),
-            *WORKER_ARGS]
+    args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix)]
     with launcher(args, logs) as proc:
         wait_for(lambda: training_started(logs, "sync", 2), STARTUP_TIMEOUT, "iteration logs")
         victim = pid_of(logs, "sync", "worker-1")

@@ -13,6 +13,7 @@ from launcher.cluster import ROOT
 from tests.test_launch import PNG_SIGNATURE, launcher, recorded_pids, still_running
 from training import runlog
 from training.checks import UsageError
+from training.evaluator import EVALUATOR_LOG, read_evaluations
 
 # Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
@@ -104,7 +105,7 @@ def test_a_missing_run_names_its_folder(tmp_path):
 
 
 def parse(*argv):
-    return paper_command.parse(["-ld", "runs", *argv])
+    return paper_command.parse(["-ld", "runs", "--dataset", "mnist-5k", *argv])
 
 
 def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_the_iid_modes():
@@ -118,7 +119,8 @@ def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_
     assert first.esync_policy == "apply"  # the paper's rule, whatever the project's default
     assert parse("--esync-policy", "adaptive")[2][0][2].esync_policy == "adaptive"
     assert first.log_dir == os.path.abspath(os.path.join("runs", "repeat-1"))
-    assert first.worker_args == ("--eval-seconds", "0.5", "-b", "32") and not first.figures
+    assert first.worker_args == ("-b", "32") and not first.figures
+    assert first.snapshot_seconds == 0.5 and first.evaluator_runs  # accuracy off the training path
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -144,7 +146,7 @@ def quick_form(tmp_path_factory):
     """2 repeats of sync on a fast and a 20x slower worker, half a second each, and the standalone baseline (ESync's
     own runs are the benchmark's and the full form's; a real run of every ESync policy is in test_esync.py)."""
     logs = str(tmp_path_factory.mktemp("paper") / "logs")
-    args = ["--repeats", "2", "--max-time", "0.5", "--slowdown", "1,20", "--modes", "sync",
+    args = ["--repeats", "2", "--max-time", "0.5", "--slowdown", "1,20", "--modes", "sync", "--dataset", "mnist-5k",
             "-dd", os.path.join(ROOT, "data"), "--progress-every", "0.5"]
     with launcher(args, logs, subprogram=["paper"]) as proc:
         proc.wait(timeout=300)
@@ -158,13 +160,9 @@ def repeat_folder(logs, repeat, folder):
 
 
 def logged_accuracies(mode_dir):
-    """The test accuracies the evaluating worker logged, read from its iteration files."""
-    for _, _, folder in runlog.device_folders(mode_dir):
-        log = runlog.DeviceLog(folder)
-        accuracies = [r["accuracy"] for _, r in sorted(log.rounds.items()) if r.get("accuracy") is not None]
-        if accuracies:
-            return accuracies
-    return []
+    """The test accuracies the evaluator process logged for the run's snapshots, in step order."""
+    return [r["accuracy"] for r in sorted(read_evaluations(os.path.join(mode_dir, EVALUATOR_LOG)),
+                                          key=lambda r: r["step"])]
 
 
 @pytest.mark.slow
@@ -234,7 +232,7 @@ def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
     assert "[local 2/2] 1 worker (cpu), no cluster" in output
     outputs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(repeat_folder(logs, 1, "sync"),
                                                                           "processes", "*.log")))
-    assert outputs == ["scheduler.log", "server-0.log", "worker-0.log", "worker-1.log"]
+    assert outputs == ["evaluator.log", "scheduler.log", "server-0.log", "worker-0.log", "worker-1.log"]
     assert output.count("[paper ") == 4
 
 

@@ -36,13 +36,13 @@ def test_the_fast_step_is_the_median_of_the_own_phases_after_the_warm_up():
 
 def test_the_probe_runs_the_fastest_worker_alone_with_the_workers_options_and_never_evaluates():
     run = experiment.parse(["--modes", "esync", "-n", "lenet", "--slowdown", "4,1,2", "--max-time", "5",
-                            "--hosts", "netns", "--comm-ratio", "3", "--", "-b", "32", "--eval-seconds", "0.5",
-                            "--local-optimizer", "adam"])
+                            "--hosts", "netns", "--comm-ratio", "3", "--", "-b", "32", "--local-optimizer", "adam"])
 
-    argv = comm_ratio.without_eval_seconds(comm_ratio.probe_argv(run, "/tmp/probe"))
+    argv = comm_ratio.probe_argv(run, "/tmp/probe")
 
     assert argv[argv.index("-m") + 1] == "local" and argv[argv.index("--slowdown") + 1] == "1"
-    assert argv[argv.index("-b") + 1] == "32" and "--eval-seconds" not in argv and argv[argv.index("-e") + 1] == "0"
+    assert argv[argv.index("-b") + 1] == "32" and argv[argv.index("-e") + 1] == "0"
+    assert "--snapshot-dir" not in argv and "--eval-seconds" not in argv
     assert "--local-optimizer" not in argv  # ESync's: the standalone probe refuses it
     assert run.links_pending and run.worker_rate is None
 

@@ -34,7 +34,7 @@ def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
     assert (last.modes, last.esync_policy, last.hosts, last.comm_ratio, last.non_iid, last.seed) == (
         ("esync",), "plan", "netns", 3.0, True, 1)
     assert runs[-1][1] == os.path.join(ns.log_dir, "R3", "1-2", "niid", "repeat-2", "esync-plan")
-    assert last.worker_args[-2:] == ("-b", "32") and "--eval-seconds" in last.worker_args
+    assert last.worker_args == ("-b", "32") and last.snapshot_seconds == 0.5 and last.dataset == "fashion-mnist"
     assert plan["links"] == ["loopback", 3.0] and plan["schemes"] == ["sync", "esync-plan"]
 
 

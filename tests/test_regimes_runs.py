@@ -24,7 +24,7 @@ from tests.test_netns import pytestmark as needs_netns
 # Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
 
-DATA = ["-dd", os.path.join(ROOT, "data")]
+DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
 
 
 # ----------------------------------------------------------------------------------------------

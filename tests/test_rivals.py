@@ -263,7 +263,7 @@ def test_a_sweep_runs_the_experiment_once_per_value_and_plots_final_accuracy_aga
     logs = tmp_path / "logs"
     result = subprocess.run([sys.executable, LAUNCH_PY, "sweep", "-l", "0.0001,0.002", "--modes", "local",
                              "--slowdown", "1", "-n", "lenet", "--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data"),
-                             "--max-iters", "40", "--no-figures", "-ld", str(logs), "--", "-e", "0"],
+                             "--max-iters", "40", "--no-figures", "-ld", str(logs)],
                             cwd=ROOT, env=launcher_env(), capture_output=True, text=True, timeout=120)
 
     assert result.returncode == 0, result.stdout + result.stderr

@@ -186,23 +186,35 @@ class CheckpointWriter:
 
     def save(self, step, elapsed, epochs, model, optimizer_states=None):
         """The weights, and the local optimizer's state when the scheme has one (Scheme.local_optimizer_states)."""
-        atomic_write(checkpoint_path(self.train_dir, step, "params"), model.save)
-        written = [checkpoint_path(self.train_dir, step, "params")]
+        files = [("params", model.save)]
         if optimizer_states is not None:
             def write_states(path):
                 with open(path, "wb") as f:
                     f.write(optimizer_states)
-            written.append(checkpoint_path(self.train_dir, step, "states"))
-            atomic_write(written[-1], write_states)
-        record = {"step": step, "time": round(elapsed, 6), "epochs": epochs, **self.description,
-                  "params": os.path.basename(written[0]),
-                  "files": {os.path.basename(path): file_checksum(path) for path in written}}
-        write_json(checkpoint_path(self.train_dir, step, "json"), record)
+            files.append(("states", write_states))
+        write_checkpoint(self.train_dir, step, elapsed, epochs, self.description, files)
         self.last_saved = step
 
     def finish(self, step, elapsed, epochs, model, optimizer_states=None):
         """The last checkpoint (unless this step was just saved), then the marker an evaluator stops at."""
         if self.last_saved != step:
             self.save(step, elapsed, epochs, model, optimizer_states)
-        write_json(os.path.join(self.train_dir, FINAL_MARKER), {"step": step, "time": round(elapsed, 6)})
+        write_final_marker(self.train_dir, step, elapsed)
         log.info("last checkpoint: step %d in %s", step, self.train_dir)
+
+
+def write_checkpoint(train_dir, step, elapsed, epochs, description, files):
+    """One checkpoint: each of `files`, [(suffix, write(path))], written atomically, then the .json that names them
+    with their checksums (so that the checkpoint exists once all of them do)."""
+    written = []
+    for suffix, write in files:
+        written.append(checkpoint_path(train_dir, step, suffix))
+        atomic_write(written[-1], write)
+    record = {"step": step, "time": round(elapsed, 6), "epochs": epochs, **description,
+              "params": os.path.basename(written[0]),
+              "files": {os.path.basename(path): file_checksum(path) for path in written}}
+    write_json(checkpoint_path(train_dir, step, "json"), record)
+
+
+def write_final_marker(train_dir, step, elapsed):
+    write_json(os.path.join(train_dir, FINAL_MARKER), {"step": step, "time": round(elapsed, 6)})

@@ -88,23 +88,29 @@ def check_dmlc_variables(role):
 
 def check_worker(args, num_workers):
     """Everything a worker can check before it waits on the network; returns its data and where it starts."""
-    from data import DataError, load_dataset
+    from data import DataError, load_dataset, resolve_data_dir
     from training.checkpoints import CheckpointError, check_train_dir
     from training.devices import DeviceError, check_devices
+    from training.snapshots import SnapshotError, check_snapshot_dir
 
+    searched = args.data_dir is None
     try:
         check_devices(args.gpu)
+        check_snapshot_dir(args)
+        args.data_dir = resolve_data_dir(args.data_dir, args.dataset)
         data = load_dataset(args.data_dir, args.dataset)
         resume = check_train_dir(args)
-    except (DataError, DeviceError, CheckpointError) as err:
+    except (DataError, DeviceError, CheckpointError, SnapshotError) as err:
         raise UsageError(str(err))
     mode = modes.MODES[args.mode]
     check_mode(mode, args, num_workers)
     check_byzantine(args, num_workers)
     check_share(mode, args, num_workers, len(data.train_labels))
-    check_folders({"-ld": os.path.join(args.log_dir, args.node_name), "--train-dir": args.train_dir})
+    check_folders({"-ld": os.path.join(args.log_dir, args.node_name), "--train-dir": args.train_dir,
+                   "--snapshot-dir": args.snapshot_dir})
     if mode.state_server:
         check_state_server(args)
+    log.info("%s%s", data.source, " (-dd not given: the first of the data folders that holds it)" if searched else "")
     return data, resume
 
 
@@ -151,7 +157,7 @@ def check_byzantine(args, num_workers):
 
 def check_evaluator(args):
     """Everything the evaluator needs before it starts watching: the folders and the test set."""
-    from data import DataError, load_test_set
+    from data import DataError, load_test_set, resolve_data_dir
     from training.devices import DeviceError, check_devices
 
     if not args.train_dir:
@@ -160,6 +166,7 @@ def check_evaluator(args):
         raise UsageError(f"--resume is for the workers, not -m {args.mode}")
     try:
         check_devices(args.gpu)
+        args.data_dir = resolve_data_dir(args.data_dir, args.dataset)
         test_set = load_test_set(args.data_dir, args.dataset)
     except (DataError, DeviceError) as err:
         raise UsageError(str(err))

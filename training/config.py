@@ -12,6 +12,7 @@ import functools
 import socket
 from dataclasses import dataclass, field
 
+from data import DATA_DIRS, DATA_PATH_VARIABLE
 from training import argtypes, modes
 
 from training.transport import collectives
@@ -101,7 +102,9 @@ def build_parser():
 def add_job_flags(p):
     from models import NETWORKS
 
-    p.add_argument("-dd", "--data-dir", default="data", help="folder holding <dataset>/ (or cifar-10-batches-bin/)")
+    p.add_argument("-dd", "--data-dir",
+                   help="folder holding <dataset>/ (or cifar-10-batches-bin/); default: the first of "
+                        f"{', '.join(DATA_DIRS)} that holds it (${DATA_PATH_VARIABLE} replaces that list)")
     p.add_argument("--dataset", default="fashion-mnist", choices=DATASETS)
     p.add_argument("-n", "--network", default="resnet18-v1", choices=sorted(NETWORKS))
     p.add_argument("-g", "--gpu", type=argtypes.gpu_ids,
@@ -169,6 +172,12 @@ def add_checkpoint_flags(p):
                         "local optimizer state")
     p.add_argument("--eval-timeout", type=argtypes.POSITIVE_FLOAT, default=300.0,
                    help=f"-m {EVALUATE_MODE}: stop after this many seconds without a new checkpoint")
+    p.add_argument("--snapshot-seconds", type=argtypes.POSITIVE_FLOAT,
+                   help="with --snapshot-dir: instead of evaluating in its loop (-e), rank 0 hands a copy of the "
+                        "model to the evaluator process every this many seconds of training and at the end "
+                        "(training/snapshots.py; what launch.py does)")
+    p.add_argument("--snapshot-dir", help="with --snapshot-seconds: the folder the snapshots go to; "
+                                          f"-m {EVALUATE_MODE} --train-dir reads it")
 
 
 # The older way to pick a variant, still accepted: -m async -dcasgd 1 is -m dcasgd (as in the original scripts), and

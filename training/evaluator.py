@@ -1,16 +1,19 @@
-"""The evaluator process (-m evaluate): tests each checkpoint rank 0 saves in --train-dir, exactly once.
+"""The evaluator process (-m evaluate): tests each checkpoint or snapshot rank 0 saves in --train-dir, exactly once.
 
-It holds the test set only and runs beside the job, so evaluation costs the training devices nothing (start
-the workers with -e 0 to turn rank 0's own evaluation off). It stops after the job's final marker, once every
-checkpoint up to it is evaluated, or after --eval-timeout seconds without a new checkpoint. A checkpoint whose
-files do not match the checksums in its .json is skipped with a warning naming it.
+It holds the test set only and runs beside the job, so evaluation costs the training devices nothing: the workers
+either snapshot the model for it (--snapshot-dir, --snapshot-seconds: training/snapshots.py, what launch.py does) or
+save checkpoints with -e 0. It stops after the job's final marker, once every checkpoint up to it is evaluated, or
+after --eval-timeout seconds without a new checkpoint. A checkpoint whose files do not match the checksums in its
+.json is skipped with a warning naming it. After each evaluation it tells rank 0 the accuracy it found
+(snapshots.report_evaluation), and when it stops it logs the CPU time it used.
 
 Its log is <log-dir>/evaluator.jsonl (give it the workers' -ld, so it lies beside their node folders where
 summary.py looks), one JSON object per checkpoint in the order evaluated:
   step      global iterations done when the checkpoint was saved
   time      the job's training seconds at that step (the clock of the iteration logs' total_time)
   accuracy  correct predictions over the whole test set
-  checkpoint, mode, network, dataset, test_samples, eval_seconds, evaluated_at (Unix time)
+  checkpoint, mode, network, dataset, test_samples, eval_seconds, evaluated_at (Unix time),
+  cpu_seconds (this process's CPU time so far)
 The file is rewritten atomically after each evaluation; a restarted evaluator reads it and skips the steps
 it holds, so each checkpoint is evaluated once across restarts too.
 """
@@ -22,6 +25,7 @@ import time
 from training.checkpoints import (CheckpointError, checkpoint_path, damage, final_step, read_checkpoint,
                                   saved_steps)
 from training.files import atomic_write
+from training.snapshots import report_evaluation
 
 log = logging.getLogger("evaluator")
 
@@ -103,8 +107,10 @@ class Evaluator:
                   "checkpoint": os.path.basename(checkpoint_path(self.args.train_dir, step, "params")),
                   "mode": checkpoint.get("mode"), "network": checkpoint["network"],
                   "dataset": checkpoint["dataset"], "test_samples": len(self.test_labels),
-                  "eval_seconds": round(time.perf_counter() - started, 6), "evaluated_at": round(time.time(), 3)}
+                  "eval_seconds": round(time.perf_counter() - started, 6), "evaluated_at": round(time.time(), 3),
+                  "cpu_seconds": round(time.process_time(), 3)}
         self.results.append(record)
+        report_evaluation(self.args.train_dir, step, checkpoint["time"], accuracy)
         log.info("step %d (%.1f s of training): test accuracy %.4f", step, checkpoint["time"], accuracy)
 
     def run(self, clock=time.monotonic, sleep=time.sleep):
@@ -121,7 +127,8 @@ class Evaluator:
                     self.evaluate(step)
                     evaluated += 1
             if final is not None:
-                log.info("the job finished at step %d: %d checkpoint(s) evaluated", final, evaluated)
+                log.info("the job finished at step %d: %d checkpoint(s) evaluated, %.1f s of CPU time", final,
+                         evaluated, time.process_time())
                 return evaluated
             if pending:
                 last_new = clock()

@@ -106,7 +106,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     if args.digest_weights:
         log.info("weights digest at global step %d: %s", resume.step, model.digest())
     rounds = Rounds(args, scheme, model, stream, data, run_log, stop, watchdog, resume,
-                    _checkpoint_writer(args, scheme, rank))
+                    _checkpoint_writer(args, scheme, rank), _snapshot_writer(args, scheme))
     try:
         accuracy = rounds.run()
     finally:
@@ -144,6 +144,7 @@ class Rounds:
     watchdog: Watchdog
     resume: checkpoints.ResumePoint
     checkpoints: object     # a CheckpointWriter on rank 0 with --train-dir, else None
+    snapshots: object       # a SnapshotWriter on the evaluating worker with --snapshot-dir, else None
 
     def run(self):
         """Train round after round; the last test accuracy (None where this worker never evaluated)."""
@@ -159,9 +160,13 @@ class Rounds:
             stopping, reason = self.round(n)
             if stopping:
                 log.info("finished: %d global iterations in %.1f s (%s)%s", n, time.time() - self.started,
-                         reason or "another worker reached a stop condition",
-                         f", final test accuracy {self.accuracy:.4f}" if self.accuracy is not None else "")
+                         reason or "another worker reached a stop condition", self.accuracy_note())
                 return self.accuracy
+
+    def accuracy_note(self):
+        if self.snapshots:
+            return "; the evaluator process tests the final model's snapshot"
+        return f", final test accuracy {self.accuracy:.4f}" if self.accuracy is not None else ""
 
     def round(self, n):
         """Round n (from 1): local steps, the aggregation, evaluation and checkpoint when due, its log file.
@@ -185,6 +190,7 @@ class Rounds:
         evaluated = self.evaluate(n, steps[-1], stopping)
         elapsed = time.time() - self.started
         self.save_checkpoint(n, steps[-1], stopping, elapsed)
+        self.take_snapshot(n, steps[-1], stopping, elapsed)
         extra = {runlog.WEIGHTS_DIGEST: self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
         if sitting_out:
             extra[runlog.SAT_OUT] = True
@@ -244,8 +250,9 @@ class Rounds:
         return stopping
 
     def evaluate(self, n, last_step, stopping):
-        """Rank 0's test accuracy when due (-e or --eval-seconds), else None."""
-        if not self.scheme.evaluates or not (stopping or self.evaluation_due(n)):
+        """Rank 0's test accuracy when due (-e or --eval-seconds), else None; never with snapshots (the evaluator
+        process tests them)."""
+        if self.snapshots or not self.scheme.evaluates or not (stopping or self.evaluation_due(n)):
             return None
         with Timer(last_step, runlog.EVALUATION):
             self.accuracy = self.model.accuracy(self.data.test_images, self.data.test_labels)
@@ -266,6 +273,15 @@ class Rounds:
                 save = writer.finish if stopping else writer.save
                 save(n, elapsed, self.epochs, self.model, self.scheme.local_optimizer_states())
 
+    def take_snapshot(self, n, last_step, stopping, elapsed):
+        """A copy of the model for the evaluator when due; the evaluator's latest accuracy becomes this worker's."""
+        writer = self.snapshots
+        if writer and (stopping or writer.due(elapsed)):
+            with Timer(last_step, runlog.SNAPSHOT):
+                take = writer.finish if stopping else writer.take
+                take(n, elapsed, self.epochs, self.model)
+                self.accuracy = writer.reported_accuracy()
+
     def report_progress(self, n, elapsed, stopping):
         if stopping or elapsed - self.last_progress >= PROGRESS_EVERY:
             self.last_progress = elapsed
@@ -281,6 +297,17 @@ def _checkpoint_writer(args, scheme, rank):
     description = {"mode": scheme.name, "network": args.network, "dataset": args.dataset,
                    "num_workers": scheme.num_workers, "batch_size": args.batch_size, "seed": args.seed}
     return checkpoints.CheckpointWriter(args.train_dir, args.save_freq, description)
+
+
+def _snapshot_writer(args, scheme):
+    """The evaluating worker snapshots the model with --snapshot-dir; the others never do."""
+    if not args.snapshot_dir or not scheme.evaluates:
+        return None
+    from training.snapshots import SnapshotWriter
+
+    description = {"mode": scheme.name, "network": args.network, "dataset": args.dataset,
+                   "num_workers": scheme.num_workers, "seed": args.seed, "snapshot": True}
+    return SnapshotWriter(args.snapshot_dir, args.snapshot_seconds, description, resumed=args.resume)
 
 
 def _meta(args, scheme, model, device, num_samples):

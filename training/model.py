@@ -12,6 +12,19 @@ EVAL_BATCH = 500
 EVAL_BATCH_LARGE_INPUT = 50  # networks whose input is resized up (224 px and more) hold far larger activations
 
 
+SNAPSHOT_ENGINE_COPY = 1 << 16  # parameters of at least this many values are snapshot by MXNet's engine
+
+
+def copy_of(array):
+    return array.copyto(mx.cpu()) if array.size >= SNAPSHOT_ENGINE_COPY else array.asnumpy()
+
+
+def save_snapshot(path, arrays):
+    """MXNet's parameter file of Model.snapshot()'s arrays: what Model.load reads."""
+    mx.nd.save(path, {name: mx.nd.array(a, dtype=a.dtype) if isinstance(a, np.ndarray) else a
+                      for name, a in arrays.items()})
+
+
 class Model:
     """A Gluon network replicated on one or more devices of one worker."""
 
@@ -132,6 +145,14 @@ class Model:
 
     def save(self, path):
         self.net.save_parameters(path)
+
+    def snapshot(self):
+        """A copy of every parameter on the first device, by the names save() gives them: {name: numpy array or
+        NDArray}. Small parameters are copied to numpy at once (making an NDArray costs ~30 us, more than copying
+        thousands of values); large ones are copied by MXNet's engine, not waited for here (the next update of the
+        weight waits for its copy). save_snapshot() writes the result."""
+        ctx = self.ctxs[0]
+        return {name: copy_of(param.data(ctx)) for name, param in self.net._collect_params_with_prefix().items()}
 
     def load(self, path):
         """Weights saved by save() (a checkpoint), onto every device."""

@@ -43,6 +43,7 @@ GLOBAL_AGGREGATE = "global aggregate"   # every other scheme's aggregation
 ABANDONED_STEP = "abandoned step"       # ESync's nonblocking policy: a step cut short by READY, not applied
 EVALUATION = "evaluation"
 CHECKPOINT = "checkpoint"
+SNAPSHOT = "snapshot"  # rank 0 copying the model for the evaluator (training/snapshots.py)
 AGGREGATION_PHASES = (GLOBAL_UPDATE, GLOBAL_AGGREGATE)
 SENT_BYTES = "sent_bytes"             # a cluster worker's payload of the round, by its transport's count
 RECEIVED_BYTES = "received_bytes"

@@ -9,26 +9,27 @@ import sys
 from analysis import summary
 from analysis.tables import format_cell
 from launcher.cluster import ROOT
+from launcher.experiment import DEFAULT_SNAPSHOT_SECONDS
 from training import config, esync_variants, runlog
 
 log = logging.getLogger("bench")
 
 PY = sys.executable
 DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
-EVAL_EVERY = 5          # rank 0 evaluates every 5 global iterations in the runs that time accuracy
 
 fmt = functools.partial(format_cell, missing="–")  # a number of the tables, or a dash where there is none
 
 
-def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet", eval_every=EVAL_EVERY,
-           worker_options=()):
-    """Summaries of the modes run by launch.py; eval_every 0: rank 0 evaluates once, at the end."""
+def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet",
+           snapshot_seconds=DEFAULT_SNAPSHOT_SECONDS, worker_options=()):
+    """Summaries of the modes run by launch.py; accuracy from the evaluator process's tests of rank 0's snapshots
+    every `snapshot_seconds` (0: no evaluation, for the runs that measure throughput)."""
     logs = os.path.join(workdir, "logs")
     devices = ",".join(["cpu"] * len(profile.split(",")))
     argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", network, *DATA,
             "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "-ld", logs,
-            "--progress-every", "1000", "--no-figures", *launcher_options, "--", "-e", str(eval_every),
-            *worker_options]
+            "--progress-every", "1000", "--no-figures", "--snapshot-seconds", f"{snapshot_seconds:g}",
+            *launcher_options, "--", *worker_options]
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -64,13 +65,15 @@ def policy_row(variant):
     return "esync" if variant == config.default("esync_policy") else esync_variants.PREFIX + variant
 
 
-def runs_with_policies(modes, variants, profile, seconds, workdir, eval_every=EVAL_EVERY, launcher_options=()):
+def runs_with_policies(modes, variants, profile, seconds, workdir, snapshot_seconds=DEFAULT_SNAPSHOT_SECONDS,
+                       launcher_options=()):
     """The modes' summaries, plus one row per further ESync variant ('esync-plan', ...)."""
-    summaries = launch(modes, profile, seconds, workdir, launcher_options, eval_every=eval_every)
+    summaries = launch(modes, profile, seconds, workdir, launcher_options, snapshot_seconds=snapshot_seconds)
     for variant in variants:
         launcher_flags, worker_flags = esync_variants.flags(variant)
         summaries[policy_row(variant)] = launch(["esync"], profile, seconds, os.path.join(workdir, variant),
-                                                [*launcher_flags, *launcher_options], eval_every=eval_every,
+                                                [*launcher_flags, *launcher_options],
+                                                snapshot_seconds=snapshot_seconds,
                                                 worker_options=worker_flags)["esync"]
     return summaries
 

@@ -4,6 +4,7 @@ and accuracy after a fixed budget; 5. traffic: bytes per second each worker send
 import os
 import statistics
 
+from analysis import metrics
 from analysis.tables import markdown_table
 from bench.sections.common import DATA, devices_of, fmt, launch, log, runs_with_policies
 from launcher import limit
@@ -26,8 +27,8 @@ def whole_step_bound(step_times):
 
 
 def accuracy_at(summary, budget):
-    points = [(t, a) for device in devices_of(summary) for _, t, a in device.get("accuracy_points", [])]
-    before = [a for t, a in sorted(points) if t <= budget]
+    """The last accuracy the run's evaluator (or evaluating worker) measured up to `budget` seconds of training."""
+    before = [a for _, t, a in sorted(metrics.curve_points(summary), key=lambda p: p[1]) if t <= budget]
     return before[-1] if before else None
 
 
@@ -45,9 +46,10 @@ def measure(cfg, workdir, earlier):
         modes = cfg["modes"] + (cfg["accuracy_profile_modes"] if profile == cfg["accuracy_profile"] else [])
         run_dir = os.path.join(workdir, "profile-" + profile.replace(",", "-"))
         limit = sum(standalone_throughputs(slowdowns, cfg["seconds"], run_dir))
-        # Throughput runs evaluate only at the end, like the standalone runs they are compared with: on a machine
-        # with fewer cores than processes, inline evaluation would take the cores from training.
-        summaries = runs_with_policies(modes, cfg["esync_policies"], profile, cfg["seconds"], run_dir, eval_every=0,
+        # Throughput runs evaluate nothing, like the standalone runs they are compared with: on a machine with fewer
+        # cores than processes even the evaluator process takes some of the cores from training.
+        summaries = runs_with_policies(modes, cfg["esync_policies"], profile, cfg["seconds"], run_dir,
+                                       snapshot_seconds=0,
                                        launcher_options=links)
         accuracy = (launch(modes, profile, cfg["accuracy_budget"], os.path.join(run_dir, "accuracy"), links)
                     if profile == cfg["accuracy_profile"] and cfg["accuracy_budget"] else {})

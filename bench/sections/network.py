@@ -49,7 +49,7 @@ def measure(cfg, workdir, earlier):
         options = ["--hosts", "netns", "--bandwidth", rate, "-s", str(servers), "--collective", collective,
                    "--netns-prefix", prefix]
         summaries = launch(list(run_modes), ",".join(["1"] * workers), cfg["network_seconds"][network], run_dir,
-                           options, network, eval_every=0)
+                           options, network, snapshot_seconds=0)
         for mode, run in summaries.items():
             mode_folder = os.path.join(run_dir, "logs", network, mode)
             rows.append(network_row(network, rate, workers, collective, servers, mode, run, read_links(mode_folder),

@@ -49,7 +49,7 @@ def check_ready_shares(cfg, workdir, earlier):
     rows = [r for r in earlier.get("heterogeneity", []) if r["profile"] == cfg["accuracy_profile"]]
     if not rows:
         runs = runs_with_policies(["esync"], cfg["esync_policies"], cfg["accuracy_profile"], cfg["seconds"],
-                                  os.path.join(workdir, "policies"), eval_every=0)
+                                  os.path.join(workdir, "policies"), snapshot_seconds=0)
         rows = [{"mode": mode, "check_ready": statistics.mean(w["check_ready"] for w in run["step_times"])}
                 for mode, run in runs.items()]
     share = {r["mode"]: r["check_ready"] for r in rows}
