@@ -93,7 +93,26 @@ def run_ps_role(args, role):
 def run_training(args, data, resume):
     from training.loop import train
 
-    train(args, modes.scheme_class(args.mode), data, resume)
+    device = device_quota(args)
+    try:
+        train(args, modes.scheme_class(args.mode), data, resume, on_start=device.enter if device else None)
+    finally:
+        if device:
+            device.leave()
+
+
+def device_quota(args):
+    """With --device-share, this worker's device (its CPU quota, entered when training starts); else None."""
+    from training import cpu_quota
+
+    if not args.device_share:
+        return None
+    try:
+        device = cpu_quota.DeviceQuota(args.device_share / args.slowdown)
+    except (cpu_quota.QuotaUnavailable, OSError) as err:
+        raise UsageError(f"--device-share: could not give this worker its CPU quota: {err}")
+    log.info("emulated device: %s", device.describe())
+    return device
 
 
 def traceback_folder(args):

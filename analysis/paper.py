@@ -239,7 +239,8 @@ def format_report(report):
     target = report["target"]
     lines = [f"# Table 1: {report['network']} on {report['dataset']}, {len(report['repeats'])} repeats "
              f"(seeds {', '.join(map(str, report['seeds']))}), mean ± stddev", "",
-             f"Links: {'; '.join(report['links']) or 'not recorded'}.", ""]
+             f"Links: {'; '.join(report['links']) or 'not recorded'}.", "",
+             f"Devices: {'; '.join(report.get('devices') or []) or 'not recorded'}.", ""]
     for split in SPLITS:
         lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target), ""]
         claim = describe_headline(report["headline"][split], target)
@@ -258,9 +259,10 @@ def thresholds_table(times):
     return markdown_table(["mode"] + [f"to {t}" for t in thresholds], rows)
 
 
-def links_of(grid, cluster_modes):
-    """The distinct links the cluster modes' runs recorded (one, unless runs of the grid had different ones)."""
-    found = [run.get("links") for split in SPLITS for mode in cluster_modes for run in grid[split][mode]]
+def links_of(grid, cluster_modes, key="links"):
+    """The distinct links the cluster modes' runs recorded (one, unless runs of the grid had different ones); with
+    key="devices", how their devices were emulated."""
+    found = [run.get(key) for split in SPLITS for mode in cluster_modes for run in grid[split][mode]]
     return sorted({links for links in found if links})
 
 
@@ -271,6 +273,7 @@ def build_report(log_dir, network, cluster_modes, repeats, target, description, 
     return {
         **description,
         "links": links_of(grid, cluster_modes),
+        "devices": links_of(grid, list(cluster_modes) + [modes.STANDALONE], "device_emulation"),
         "network": network,
         "target": target,
         "repeats": list(repeats),

@@ -2,7 +2,7 @@
 
     python -m bench.run                 # the full table (about 25 minutes on 2 cores)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
-                                        # network, input_pipeline, evaluation), written to results-<section>.json/md
+                                        # network, input_pipeline, evaluation, devices), into results-<section>.*
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
     python -m bench.run --only heterogeneity --hosts netns --comm-ratio 3   # that section on shaped links
 
@@ -24,7 +24,9 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections (each a 
      CIFAR-10's crops and flips made in the step, with them made one batch ahead (--augment crop), and with d2l's
      resized crops made one batch ahead by Gluon's transforms (--augment resized-crop);
   9. evaluation off the training path: SSGD and LB-BSP on 1,1,4 with rank 0's snapshots and the evaluator process
-     against no evaluation at all, and what one snapshot costs rank 0's step (lenet, resnet18-v1).
+     against no evaluation at all, and what one snapshot costs rank 0's step (lenet, resnet18-v1);
+ 10. devices: on 1,1,1,1,20,20 the fast workers' median step under SSGD and ESync and the standalone baseline's, each
+     device under its CPU quota, and with the sleeping slowdown beside it.
 """
 import argparse
 import logging
@@ -35,6 +37,7 @@ import time
 
 from bench.sections import (
     byzantine,
+    devices,
     evaluation,
     heterogeneity,
     input_pipeline,
@@ -65,8 +68,9 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",
             network_runs=network.matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15},
             pipeline_networks={"lenet": 300, "resnet20": 15}, pipeline_batch=128,
-            evaluation_modes=["sync", "lb-bsp"], evaluation_profile="1,1,4", evaluation_seconds=15,
-            snapshot_networks={"lenet": 100, "resnet18-v1": 10})
+            evaluation_modes=["sync", "lb-bsp"], evaluation_profile="1,1,4", evaluation_seconds=15, evaluation_repeats=5,
+            snapshot_networks={"lenet": 200, "resnet18-v1": 15},
+            devices_profile="1,1,1,1,20,20", devices_seconds=15, devices_emulations=["cpu-quota", "sleeping"])
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs, two
 # workers where the full benchmark has three or more.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
@@ -75,7 +79,8 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              byzantine_profile="1,1",
              network_runs=[("lenet", "100mbit", 2, "ring", 1, ("esync",))], network_seconds={"lenet": 1},
              pipeline_networks={"lenet": 6}, pipeline_batch=32,
-             evaluation_modes=["sync"], evaluation_profile="1,4", evaluation_seconds=2, snapshot_networks={"lenet": 5})
+             evaluation_modes=["sync"], evaluation_profile="1,4", evaluation_seconds=2, evaluation_repeats=1,
+             snapshot_networks={"lenet": 5}, devices_profile="1,4", devices_seconds=1, devices_emulations=["cpu-quota"])
 
 
 def unknown_modes(cfg):
@@ -90,9 +95,10 @@ def unknown_modes(cfg):
 # Each section is a module of bench/sections/ (their order here is the order they run in): its measure(cfg, workdir,
 # earlier) -> its results, `earlier` holding the sections that ran before it; its markdown(results) -> its table.
 SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server,
-            "byzantine": byzantine, "network": network, "input_pipeline": input_pipeline, "evaluation": evaluation}
+            "byzantine": byzantine, "network": network, "input_pipeline": input_pipeline, "evaluation": evaluation,
+            "devices": devices}
 TABLE_ORDER = ("sync_overhead", "heterogeneity", "byzantine", "state_server", "network", "input_pipeline",
-               "evaluation")
+               "evaluation", "devices")
 
 
 def markdown(results):

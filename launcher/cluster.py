@@ -58,25 +58,29 @@ def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface
     }
 
 
-def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=None, placement=None, envs=None):
+def start_ps_job(group, ps_argv, workers_argv, num_servers=1, after_each_start=None, placement=None, envs=None,
+                 worker_prefixes=None):
     """Scheduler, servers and one worker per argv list of a ps-lite job; returns the workers.
 
     `ps_argv` is the scheduler's and servers' command line; `after_each_start()` runs after every process starts
     (to record its PID, or to stop starting more). Every role runs on loopback unless `placement` puts it on
     another host. `envs` adds variables to some processes' environments, by process name ("scheduler",
-    "server-0", "worker-1", ...)."""
+    "server-0", "worker-1", ...); `worker_prefixes[w]` goes before worker w's command (its CPU quota's group)."""
     placement = placement or Placement()
     # A free port of this namespace; a host namespace of our own has nothing else listening.
     root_port = free_port()
-    starts = [("scheduler", ps_argv, "scheduler", placement.scheduler)]
-    starts += [(f"server-{s}", ps_argv, "server", placement.server(s)) for s in range(num_servers)]
-    starts += [(f"worker-{w}", argv, "worker", placement.worker(w)) for w, argv in enumerate(workers_argv)]
+    prefixes = worker_prefixes or {}
+    starts = [("scheduler", ps_argv, "scheduler", placement.scheduler, [])]
+    starts += [(f"server-{s}", ps_argv, "server", placement.server(s), []) for s in range(num_servers)]
+    starts += [(f"worker-{w}", argv, "worker", placement.worker(w), list(prefixes.get(w, ())))
+               for w, argv in enumerate(workers_argv)]
     workers = []
-    for name, argv, role, host in starts:
+    for name, argv, role, host, prefix in starts:
         env = dmlc_env(role, root_port, num_servers, len(workers_argv), host.address, host.interface,
                        root_uri=placement.scheduler.address)
         env.update((envs or {}).get(name, {}))
-        proc = group.start_python(name, argv, env, role=role, command_prefix=host.command_prefix, host=host.name)
+        proc = group.start_python(name, argv, env, role=role, command_prefix=prefix + list(host.command_prefix),
+                                  host=host.name)
         if role == "worker":
             workers.append(proc)
         if after_each_start:

@@ -56,6 +56,7 @@ def probe_argv(experiment, log_dir):
     return ([commands.MAIN_PY, "-m", modes.STANDALONE, "-n", experiment.network, "--dataset", experiment.dataset,
              "-dd", experiment.data_dir]
             + commands.device_flags(experiment.devices[fastest]) + ["--slowdown", experiment.slowdowns[fastest]]
+            + (["--device-share", f"{experiment.device_share:g}"] if experiment.device_share else [])
             + config.flags_for_mode(experiment.worker_args, modes.STANDALONE)
             + ["--max-iters", str(PROBE_STEPS), "-e", "0", "-ld", log_dir, "--node-name", "probe"])
 

@@ -54,6 +54,8 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
                         ("--target-accuracy", e.target_accuracy)):
         if value is not None:
             command += [flag, str(value)]
+    if e.device_share:
+        command += ["--device-share", f"{e.device_share:g}"]
     return command + evaluation_args(experiment, mode) + config.flags_for_mode(e.worker_args, mode)
 
 

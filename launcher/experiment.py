@@ -24,6 +24,7 @@ PID_FILE = "pids.json"
 NETWORK_FILE = runlog.NETWORK_FILE
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
 SNAPSHOT_FOLDER = "snapshots"   # in a mode's folder: rank 0's snapshots, which the evaluator process tests
+RESERVED_CORES = 0.5            # kept free of the device quotas: scheduler, servers, state server, evaluator
 DEFAULT_SNAPSHOT_SECONDS = 0.5
 DEFAULT_BANDWIDTH = "1gbit"
 LOOPBACK_LINKS = "loopback (no link limit)"
@@ -32,7 +33,7 @@ RESERVED_WORKER_FLAGS = {  # set by the launcher itself; given after `--` they w
     "-g", "--gpu", "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class",
     "-n", "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
     "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator", "--collective",
-    "--snapshot-seconds", "--snapshot-dir",
+    "--snapshot-seconds", "--snapshot-dir", "--device-share",
 }
 IN_LOOP_EVALUATION_FLAGS = ("-e", "--eval-duration", "--eval-freq", "--eval-seconds")
 
@@ -68,6 +69,13 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   worker link (and the servers', unless --ps-bandwidth) to the rate at which one transfer of the model lasts R
   steps. The namespaces are removed at the end, also on failure and Ctrl-C; after a killed launcher,
   `python launch.py clean-netns` removes what it left.
+
+devices: a worker is a device of fixed capacity, a cgroup of its own whose CPU quota is --device-share cores divided
+  by its --slowdown (default share: what fits the cores with {RESERVED_CORES:g} to spare for the scheduler, the
+  servers, the state server and the evaluator, at most 1; printed), as a shaped link has a rate; the standalone
+  baseline runs on a fast device's quota. Where no quota can be given (not root, no cgroup CPU controller), where
+  the launcher does not start the workers itself (--tracker, the MPI ranks of --collective) or with
+  --sleeping-slowdown, a slow worker sleeps after each step instead, and the launcher says so.
 
 accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds of training time, and when
   training stops, rank 0 copies the model (ESync's after an aggregation, an asynchronous scheme's as it holds it)
@@ -109,6 +117,8 @@ class Experiment:
     progress_every: float
     figures: bool                   # draw the comparison figures after the modes
     snapshot_seconds: float         # rank 0 snapshots the model for the evaluator this often; 0: no evaluation
+    device_share: float | None      # a fast device's cores under a CPU quota; None: slow devices sleep instead
+    devices_described: str          # one line naming how the devices are emulated, for tables
     worker_args: tuple              # after `--`, for every worker
     tracker: str | None             # None: the launcher starts every process itself
     hostfile: str | None            # absolute, or None
@@ -227,6 +237,7 @@ def build_parser():
     p.add_argument("--no-figures", dest="figures", action="store_false",
                    help="end with the summaries and the table only (no matplotlib)")
     add_snapshot_option(p)
+    add_device_options(p)
     p.add_argument("--tracker", choices=TRACKERS, help="start the job through MXNet's dmlc_tracker (see below)")
     p.add_argument("-H", "--hostfile", help="--tracker ssh/mpi: the hosts, one per line")
     p.add_argument("--host-ip", help="--tracker: this machine's address as the other hosts reach it "
@@ -238,6 +249,15 @@ def add_snapshot_option(p):
     p.add_argument("--snapshot-seconds", type=float, default=DEFAULT_SNAPSHOT_SECONDS,
                    help="seconds of training between the snapshots of the model the evaluator process tests "
                         f"(default {DEFAULT_SNAPSHOT_SECONDS:g}; 0: no evaluation; see below)")
+
+
+def add_device_options(p):
+    p.add_argument("--device-share", type=float,
+                   help="the cores of a fast device: each worker runs under a CPU quota of this share divided by its "
+                        "--slowdown (default: what fits the cores beside the servers and the evaluator; see below)")
+    p.add_argument("--sleeping-slowdown", action="store_true",
+                   help="no CPU quotas: a slow worker sleeps after each step instead (the emulation where cgroups "
+                        "cannot be used)")
 
 
 def add_aggregation_options(p):
@@ -266,17 +286,20 @@ def add_host_options(p, rates=True):
 
 # Launcher options that experiment commands (paper, regimes, the benchmark) hand on to every run they start.
 AGGREGATION_FLAGS = (("num_servers", "-s"), ("collective", "--collective"))
+DEVICE_FLAGS = (("device_share", "--device-share"), ("sleeping_slowdown", "--sleeping-slowdown"))
 HOST_FLAGS = (("hosts", "--hosts"), ("bandwidth", "--bandwidth"), ("comm_ratio", "--comm-ratio"),
               ("ps_bandwidth", "--ps-bandwidth"), ("netns_prefix", "--netns-prefix"),
               ("netns_subnet", "--netns-subnet"))
 
 
 def passed_on(ns):
-    """The launcher arguments of the aggregation and host options a command parsed into `ns`, as given."""
+    """The launcher arguments of the aggregation, host and device options a command parsed into `ns`, as given."""
     argv = []
-    for attribute, flag in AGGREGATION_FLAGS + HOST_FLAGS:
+    for attribute, flag in AGGREGATION_FLAGS + HOST_FLAGS + DEVICE_FLAGS:
         value = getattr(ns, attribute, None)
-        if value is not None:
+        if value is True:
+            argv.append(flag)
+        elif value is not None and value is not False:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv
 
@@ -296,6 +319,8 @@ def parse(argv):
     check_collective(ns, chosen)
     check_worker_args(worker_args)
     check_snapshot_seconds(ns.snapshot_seconds)
+    share, devices_described = device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker,
+                                            ns.collective)
     if ns.validators < 1 or ns.validators > len(devices):
         raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
     worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))
@@ -309,7 +334,8 @@ def parse(argv):
         validator_device=ns.validator_device, validators=ns.validators, log_dir=os.path.abspath(ns.log_dir),
         node_name=node_name(ns),
         wall_limit=wall_limit(ns), progress_every=ns.progress_every, figures=ns.figures,
-        snapshot_seconds=ns.snapshot_seconds, worker_args=tuple(worker_args),
+        snapshot_seconds=ns.snapshot_seconds, device_share=share, devices_described=devices_described,
+        worker_args=tuple(worker_args),
         tracker=ns.tracker, hostfile=ns.hostfile and os.path.abspath(ns.hostfile), host_ip=host_ip(ns),
         hosts=ns.hosts, bandwidth=bandwidth(ns), ps_bandwidth=ns.ps_bandwidth or bandwidth(ns),
         worker_rate=worker_rate, ps_rate=ps_rate,
@@ -427,6 +453,40 @@ def check_worker_args(worker_args):
                              "process tests rank 0's snapshots every --snapshot-seconds (a launcher option)")
         if flag in RESERVED_WORKER_FLAGS:
             raise UsageError(f"{token} after -- is set by the launcher; use the launcher's own option")
+
+
+def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective=collectives.PS):
+    """(a fast device's cores under a CPU quota or None, the line that says how the devices are emulated) for workers
+    of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
+    where no CPU quota can be given (not root, no CPU controller) or the launcher does not start the workers itself
+    (--tracker, MPI's ranks), the sleeping slowdown."""
+    from training import cpu_quota
+
+    cores = len(os.sched_getaffinity(0))
+    if given is not None and not 0 < given <= cores:
+        raise UsageError(f"--device-share {given:g}: give a share of the {cores} core(s), above 0")
+    others_start_them = tracker or collectives.uses_mpi(collective)
+    if sleeping or others_start_them:
+        why = ("--sleeping-slowdown" if sleeping else f"--tracker {tracker} starts the workers" if tracker
+               else f"mpiexec starts --collective {collective}'s ranks")
+        if given is not None:
+            raise UsageError(f"--device-share puts the workers the launcher starts under CPU quotas: {why}")
+        return None, f"slow devices sleep after each step ({why})"
+    try:
+        found = cpu_quota.controller()
+    except cpu_quota.QuotaUnavailable as error:
+        if given is not None:
+            raise UsageError(f"--device-share needs a CPU quota: {error}")
+        return None, f"slow devices sleep after each step (no CPU quotas: {error})"
+    share = given or default_device_share(slowdowns, cores)
+    return share, (f"CPU quotas: a fast device {share:.3g} of a core, one with --slowdown F that / F "
+                   f"({found.describe()})")
+
+
+def default_device_share(slowdowns, cores):
+    """The largest share of a core (at most 1) at which every worker's quota fits the cores beside RESERVED_CORES."""
+    demand = sum(1 / float(f) for f in slowdowns)
+    return round(min(1.0, (cores - RESERVED_CORES) / demand), 3)
 
 
 def check_snapshot_seconds(seconds):

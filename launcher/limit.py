@@ -16,17 +16,19 @@ class LimitFailed(Exception):
     """A standalone run failed; the message names its output folder."""
 
 
-def standalone_argv(index, slowdown, seconds, log_dir, job_args):
-    return ([MAIN_PY, "-m", modes.STANDALONE, *job_args, "-c", "1", "--slowdown", str(slowdown),
+def standalone_argv(index, slowdown, seconds, log_dir, job_args, device_share=None):
+    quota = ["--device-share", f"{device_share:g}"] if device_share else []
+    return ([MAIN_PY, "-m", modes.STANDALONE, *job_args, "-c", "1", "--slowdown", str(slowdown), *quota,
              "--max-time", str(seconds), "-e", "0", "-ld", log_dir, "--node-name", f"w{index}"])
 
 
-def concurrent_standalone(slowdowns, seconds, workdir, job_args):
-    """[samples/s of each worker] trained alone by `main.py -m local JOB-ARGS` under its slowdown, all at once, one
-    compute thread each (as every cluster worker); `job_args` name the network and data (-n, --dataset, -dd, ...)."""
+def concurrent_standalone(slowdowns, seconds, workdir, job_args, device_share=None):
+    """[samples/s of each worker] trained alone by `main.py -m local JOB-ARGS` under its slowdown (on its device's CPU
+    quota with `device_share`), all at once, one compute thread each (as every cluster worker); `job_args` name the
+    network and data (-n, --dataset, -dd, ...)."""
     logs = os.path.join(workdir, "standalone")
     with ProcessGroup(os.path.join(workdir, "standalone-processes")) as group:
-        procs = [group.start_python(f"local{i}", standalone_argv(i, factor, seconds, logs, job_args),
+        procs = [group.start_python(f"local{i}", standalone_argv(i, factor, seconds, logs, job_args, device_share),
                                     threads.ONE_THREAD)
                  for i, factor in enumerate(slowdowns)]
         if not group.wait(procs, seconds + GRACE) or any(p.poll() != 0 for p in procs):

@@ -49,6 +49,7 @@ def build_parser():
     p.add_argument("--slowdown", default=PAPER_SLOWDOWN, help=f"as launch.py's (default {PAPER_SLOWDOWN})")
     experiment.add_aggregation_options(p)
     experiment.add_host_options(p)
+    experiment.add_device_options(p)
     p.add_argument("--modes", default=",".join(PAPER_MODES),
                    help=f"the cluster modes to compare (default {','.join(PAPER_MODES)}); the standalone baseline "
                         "always runs")

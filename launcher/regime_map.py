@@ -69,6 +69,7 @@ def build_parser():
     p.add_argument("-dd", "--data-dir", help="(default: the first of data, /usr/share/datasets that holds it)")
     experiment.add_aggregation_options(p)
     experiment.add_host_options(p, rates=False)
+    experiment.add_device_options(p)
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
                    help=f"(default {DEFAULT_LOG_DIR})")
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")
@@ -156,6 +157,8 @@ def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
             "--snapshot-seconds", f"{plan['snapshot_seconds']:g}",
             "-ld", regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme)]
     argv += ["-s", str(ns.num_servers), "--collective", ns.collective]
+    argv += ["--device-share", f"{ns.device_share:g}"] if ns.device_share else []
+    argv += ["--sleeping-slowdown"] if ns.sleeping_slowdown else []
     if link == regime_map.LOOPBACK:
         argv += ["--hosts", "local"]
     else:
@@ -260,8 +263,10 @@ def measure_limits(ns, plan, worker_args):
             continue
         print(f"[regimes] the concurrent standalone limit of workers {profile} ({ns.limit_seconds:g} s)", flush=True)
         workdir = os.path.join(ns.log_dir, "limits", regime_map.profile_folder(profile))
-        limits[profile] = limit.concurrent_standalone([float(f) for f in profile.split(",")], ns.limit_seconds,
-                                                      workdir, config.flags_for_mode(job_args, modes.STANDALONE))
+        slowdowns = [float(f) for f in profile.split(",")]
+        share, _ = experiment.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown)
+        limits[profile] = limit.concurrent_standalone(slowdowns, ns.limit_seconds, workdir,
+                                                      config.flags_for_mode(job_args, modes.STANDALONE), share)
         print(f"[regimes] workers {profile}: {sum(limits[profile]):.0f} samples/s together", flush=True)
     write_json(os.path.join(ns.log_dir, regime_map.LIMITS_FILE), limits, indent=1)
 

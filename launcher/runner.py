@@ -2,6 +2,7 @@
 condition), on this machine's loopback or on hosts made of network namespaces, then the summaries and figures.
 """
 import contextlib
+import dataclasses
 import glob
 import logging
 import os
@@ -33,7 +34,7 @@ from launcher.supervision import (
     wait_for_group_to_drain,
     write_pid_file,
 )
-from training import modes, threads
+from training import cpu_quota, modes, threads
 from training.transport import collectives
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 from training.evaluator import EVALUATOR_LOG
@@ -42,7 +43,10 @@ from training.files import write_json
 log = logging.getLogger("launch")
 
 PS_EXIT_GRACE = 10.0            # seconds scheduler and servers get to exit after the workers
-EVALUATOR_PRIORITY = ("nice", "-n", "19")  # the evaluator takes what CPU the job leaves
+DEVICE_GROUP_PREFIX = "launch"  # the workers' cgroups: esync/launch<launcher pid>-w<worker index>
+IN_CGROUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "in-cgroup")
+# The evaluator runs only on CPU time no worker wants: Linux's SCHED_IDLE, below even nice 19.
+EVALUATOR_PRIORITY = ("chrt", "--idle", "0")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class JobHosts:
     with --hosts netns, the network of namespaces it lies on."""
     placement: Placement
     network: netns.VirtualNetwork | None = None
+    quotas: dict = dataclasses.field(default_factory=dict)  # device_groups(): the prefix of each worker's CPU quota
 
 
 def run(experiment, measured=None):
@@ -93,7 +98,9 @@ def run_subprogram(main, argv):
 
 
 def run_experiment(experiment):
-    with hosts_of_the_job(experiment) as hosts:
+    print(f"devices: {experiment.devices_described}", flush=True)
+    with hosts_of_the_job(experiment) as hosts, device_groups(experiment) as quotas:
+        hosts = dataclasses.replace(hosts, quotas=quotas)
         for position, mode in enumerate(experiment.modes):
             code = run_mode(experiment, mode, position, hosts)
             if code:
@@ -102,6 +109,29 @@ def run_experiment(experiment):
     code = summarize_and_draw(experiment)
     INTERRUPTS.check()
     return code
+
+
+@contextlib.contextmanager
+def device_groups(experiment):
+    """With CPU quotas, {worker index: the prefix that starts it in its cgroup} for every worker and validator, and
+    "standalone" for the standalone baseline's (the fastest worker's device); the groups, and those Hogwild!'s
+    processes make themselves under this run's tag, are removed on the way out, whatever happens. {} without."""
+    if not experiment.device_share:
+        yield {}
+        return
+    tag = f"{DEVICE_GROUP_PREFIX}{os.getpid()}"
+    os.environ[cpu_quota.TAG_VARIABLE] = tag
+    found = cpu_quota.controller()
+    cpu_quota.remove_orphans(DEVICE_GROUP_PREFIX, found)
+    try:
+        factors = list(experiment.slowdowns) + ["1"] * experiment.validator_hosts
+        prefixes = {index: (IN_CGROUP, found.create(f"{tag}-w{index}", experiment.device_share / float(factor)))
+                    for index, factor in enumerate(factors)}
+        prefixes["standalone"] = prefixes[experiment.fastest_worker]
+        yield prefixes
+    finally:
+        os.environ.pop(cpu_quota.TAG_VARIABLE, None)
+        cpu_quota.remove_groups(tag, found, keep_alive=False)
 
 
 @contextlib.contextmanager
@@ -166,7 +196,8 @@ def train_mode(experiment, mode, label, log_dir, hosts):
         if meter:
             code = report_links(experiment, mode, label, meter, group.out_dir)
         else:
-            write_json(os.path.join(group.out_dir, NETWORK_FILE), {"links_described": experiment.describe_links()})
+            write_json(os.path.join(group.out_dir, NETWORK_FILE), {"links_described": experiment.describe_links(),
+                                                                    "devices_described": experiment.devices_described})
             code = 0
         let_parameter_servers_exit(experiment, group, finishers)
     return code
@@ -197,8 +228,6 @@ def start_evaluator(experiment, mode, group, label):
 
 def finish_evaluation(evaluator, progress, timeout):
     """Wait for the evaluator to test the snapshots left once training ended; JobFailed if it fails or hangs."""
-    if evaluator.poll() is None:
-        print(progress.evaluation_line(), flush=True)
     deadline = time.monotonic() + timeout
     while evaluator.poll() is None:
         INTERRUPTS.check()
@@ -218,20 +247,23 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
         INTERRUPTS.check()
 
     if not modes.MODES[mode].cluster:
-        return [start_standalone(experiment, mode, group, log_dir, hosts.placement.worker(0), record_and_check)]
+        quota = hosts.quotas.get("standalone", ()) if mode != modes.HOGWILD else ()  # its processes make their own
+        return [start_standalone(experiment, mode, group, log_dir, hosts.placement.worker(0), record_and_check,
+                                 quota)]
     workers_argv = commands.workers_argv(experiment, mode, log_dir, state_server)
     if collectives.uses_mpi(experiment.collective):
         job = mpi.start_job(group, workers_argv, hosts.placement)
         record_and_check()
         return [job]
     return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.num_servers,
-                        record_and_check, hosts.placement)
+                        record_and_check, hosts.placement, worker_prefixes=hosts.quotas)
 
 
-def start_standalone(experiment, mode, group, log_dir, host, after_start):
-    """The one process of a mode without a cluster; one compute thread, as each worker of the cluster modes."""
+def start_standalone(experiment, mode, group, log_dir, host, after_start, quota=()):
+    """The one process of a mode without a cluster; one compute thread, as each worker of the cluster modes; `quota`,
+    the prefix that starts it under the fastest worker's CPU quota."""
     proc = group.start_python("standalone", commands.standalone_argv(experiment, mode, log_dir),
-                              threads.ONE_THREAD, role="worker", command_prefix=host.command_prefix,
+                              threads.ONE_THREAD, role="worker", command_prefix=[*quota, *host.command_prefix],
                               host=host.name)
     after_start()
     return proc
@@ -294,6 +326,7 @@ def report_links(experiment, mode, label, meter, out_dir):
     carried no traffic or a link carried more than its rate: then the run did not measure the links it names."""
     report = meter.report()
     report["links_described"] = experiment.describe_links()
+    report["devices_described"] = experiment.devices_described
     report["regime"] = experiment.regime
     problems = netns.link_problems(report, worker_links=modes.MODES[mode].cluster)
     report["problems"] = problems

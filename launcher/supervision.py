@@ -65,7 +65,9 @@ class Progress:
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now
-            print((line or self.line)(), flush=True)
+            text = (line or self.line)()
+            if text:
+                print(text, flush=True)
 
     @property
     def accuracy(self):
@@ -89,8 +91,9 @@ class Progress:
                 f"{accuracy}, {r.throughput:.0f} samples/s")
 
     def evaluation_line(self):
+        """How far the evaluator is once training has ended, or None when it only has to notice the end."""
         saved, evaluated = len(saved_steps(self.snapshot_folder)), len(read_evaluations(self.evaluator_log))
-        return f"[{self.label}] the evaluator has tested {evaluated} of {saved} snapshots"
+        return f"[{self.label}] the evaluator has tested {evaluated} of {saved} snapshots" if evaluated < saved else None
 
     @property
     def evaluator_log(self):

@@ -94,6 +94,7 @@ def check_worker(args, num_workers):
     from training.snapshots import SnapshotError, check_snapshot_dir
 
     searched = args.data_dir is None
+    check_device_share(args.device_share)
     try:
         check_devices(args.gpu)
         check_snapshot_dir(args)
@@ -112,6 +113,23 @@ def check_worker(args, num_workers):
         check_state_server(args)
     log.info("%s%s", data.source, " (-dd not given: the first of the data folders that holds it)" if searched else "")
     return data, resume
+
+
+def check_device_share(share):
+    """A --device-share this machine can give: at most its cores, with a CPU controller this process may use."""
+    from training import cpu_quota
+
+    if share is None:
+        return
+    cores = len(os.sched_getaffinity(0))
+    if share > cores:
+        raise UsageError(f"--device-share {share:g}: this machine has {cores} core(s)")
+    if cpu_quota.launcher_fd() is not None:
+        return  # the launcher made its group
+    try:
+        cpu_quota.controller()
+    except cpu_quota.QuotaUnavailable as err:
+        raise UsageError(f"--device-share needs a CPU quota: {err}")
 
 
 def check_mode(mode, args, num_workers):

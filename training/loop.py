@@ -62,9 +62,10 @@ class Timer:
         self.record[self.key] = self.record.get(self.key, 0.0) + time.perf_counter() - self.start
 
 
-def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
+def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), on_start=None):
     """Train until a stop condition; return the last test accuracy (None where this worker never evaluated).
-    `resume` is where training starts (checkpoints.check_train_dir)."""
+    `resume` is where training starts (checkpoints.check_train_dir); `on_start()` runs just before the first step
+    (the worker enters its CPU quota)."""
     ctxs = contexts(args.gpu, args.cpu)
     watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
     fault_injection.point("worker", "start")
@@ -101,12 +102,15 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint()):
     log.info("%s %s rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
              scheme.name, scheme.role, rank, scheme.num_workers, device, os.getpid(), args.network, len(share),
              model.num_params, model.param_bytes / 1e6,
-             f", emulated slowdown x{args.slowdown:g}" if args.slowdown > 1 else "",
+             f", emulated slowdown x{args.slowdown:g} ({'CPU quota' if args.device_share else 'sleeping'})"
+             if args.slowdown > 1 else "",
              f", Byzantine ({scheme.attack.kind} x{scheme.attack.scale:g})" if scheme.attack else "")
     if args.digest_weights:
         log.info("weights digest at global step %d: %s", resume.step, model.digest())
     rounds = Rounds(args, scheme, model, stream, data, run_log, stop, watchdog, resume,
                     _checkpoint_writer(args, scheme, rank), _snapshot_writer(args, scheme))
+    if on_start:
+        on_start()
     try:
         accuracy = rounds.run()
     finally:
@@ -148,7 +152,8 @@ class Rounds:
 
     def run(self):
         """Train round after round; the last test accuracy (None where this worker never evaluated)."""
-        self.slowdown = EmulatedSlowdown(self.args.slowdown)
+        # Under --device-share the CPU quota makes the device slow; otherwise each step is padded with sleep.
+        self.slowdown = EmulatedSlowdown(1.0 if self.args.device_share else self.args.slowdown)
         self.started = time.time() - self.resume.elapsed  # a resumed job's clock continues from its checkpoint
         self.samples = 0
         self.accuracy = None
@@ -280,7 +285,7 @@ class Rounds:
             with Timer(last_step, runlog.SNAPSHOT):
                 take = writer.finish if stopping else writer.take
                 take(n, elapsed, self.epochs, self.model)
-                self.accuracy = writer.reported_accuracy()
+            self.accuracy = writer.reported_accuracy()
 
     def report_progress(self, n, elapsed, stopping):
         if stopping or elapsed - self.last_progress >= PROGRESS_EVERY:
@@ -316,4 +321,5 @@ def _meta(args, scheme, model, device, num_samples):
         byzantine=scheme.attack.kind if scheme.attack else None, mode=scheme.name, network=args.network,
         dataset=args.dataset, device=device, node=args.node_name, batch_size=args.batch_size,
         num_params=model.num_params, param_bytes=model.param_bytes, slowdown=args.slowdown,
+        device_share=args.device_share,
         non_iid=bool(args.split_by_class), train_samples=num_samples, config=vars(args))

@@ -228,13 +228,24 @@ def read_json(path, what):
 
 
 def worker_meta(*, rank, num_workers, role, byzantine, mode, network, dataset, device, node, batch_size, num_params,
-                param_bytes, slowdown, non_iid, train_samples, config):
+                param_bytes, slowdown, device_share, non_iid, train_samples, config):
     """The fields of a worker's META_FILE (RunLog adds the log format's version): who it is in its job, what it
-    trains, and the resolved command line (`config`)."""
+    trains, how its device is emulated (EMULATIONS), and the resolved command line (`config`)."""
     return dict(rank=rank, num_workers=num_workers, role=role, byzantine=byzantine, mode=mode, network=network,
                 dataset=dataset, device=device, node=node, batch_size=batch_size, num_params=num_params,
-                param_bytes=param_bytes, slowdown=slowdown, emulated_slowdown=slowdown > 1, non_iid=non_iid,
+                param_bytes=param_bytes, slowdown=slowdown, emulated_slowdown=slowdown > 1,
+                emulation=emulation(slowdown, device_share), device_share=device_share, non_iid=non_iid,
                 train_samples=train_samples, pid=os.getpid(), config=config)
+
+
+CPU_QUOTA, SLEEPING = "cpu-quota", "sleeping"  # a device of fixed capacity; one whose steps are padded with sleep
+
+
+def emulation(slowdown, device_share):
+    """How a worker's device is emulated: under a CPU quota, by sleeping after each step, or not at all (None)."""
+    if device_share:
+        return CPU_QUOTA
+    return SLEEPING if slowdown > 1 else None
 
 
 def read_meta(folder):
@@ -302,14 +313,14 @@ def device_folders(mode_dir):
             for device in subfolders(os.path.join(mode_dir, node))]
 
 
-def links_described(mode_dir):
-    """The one-line description of the links a run had, as the launcher recorded it; None for a run it did not
-    start."""
+def links_described(mode_dir, what="links_described"):
+    """The one-line description of the links a run had (or with what="devices_described", of how its devices were
+    emulated), as the launcher recorded it; None for a run it did not start."""
     path = os.path.join(mode_dir, PROCESSES_FOLDER, NETWORK_FILE)
     if not os.path.exists(path):
         return None
     record = read_json(path, "network record")
-    return record.get("links_described") if isinstance(record, dict) else None
+    return record.get(what) if isinstance(record, dict) else None
 
 
 def has_rounds(mode_dir):

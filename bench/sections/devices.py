@@ -1,0 +1,54 @@
+"""10. Devices of fixed capacity: on the paper's profile, the fast workers' median step under SSGD and under ESync, and
+the standalone baseline's step, each device under its CPU quota (training/cpu_quota.py), in one run; the same with the
+sleeping slowdown beside it, which CPU quotas replace."""
+import os
+import statistics
+
+from analysis.tables import markdown_table
+from bench.sections.common import fmt, launch, log
+from training import runlog
+
+MODES = ("sync", "esync", "local")
+
+
+def fast_steps(mode_folder):
+    """The median seconds of the fast workers' own steps (batch, compute, local update, slowdown) after the first 20
+    (all of them in a run too short for more)."""
+    steps = []
+    for _, _, folder in runlog.device_folders(mode_folder):
+        device_log = runlog.DeviceLog(folder)
+        if device_log.meta.get("slowdown", 1.0) > 1:
+            continue
+        own = [sum(s.get(k, 0.0) for k in runlog.OWN_STEP_PHASES)
+               for record in device_log.ordered() for s in record["time"].values()]
+        steps += own[20:] or own
+    return statistics.median(steps) if steps else None
+
+
+def measure(cfg, workdir, earlier):
+    rows = []
+    emulations = {"cpu-quota": [], "sleeping": ["--sleeping-slowdown"]}
+    for emulation in cfg["devices_emulations"]:
+        options = emulations[emulation]
+        folder = os.path.join(workdir, "devices", emulation)
+        summaries = launch(list(MODES), cfg["devices_profile"], cfg["devices_seconds"], folder, options,
+                           snapshot_seconds=0)
+        steps = {mode: fast_steps(os.path.join(folder, "logs", "lenet", mode)) for mode in MODES}
+        rows.append({"emulation": emulation, "profile": cfg["devices_profile"],
+                     "devices": summaries["sync"]["device_emulation"],
+                     "fast_step_seconds": steps,
+                     "esync_over_sync": steps["esync"] / steps["sync"],
+                     "standalone_over_sync": steps["local"] / steps["sync"]})
+        log.info("%s: fast steps sync %.1f ms, esync %.1f ms, standalone %.1f ms", emulation,
+                 *(1e3 * steps[m] for m in MODES))
+    return rows
+
+
+def markdown(results):
+    rows = [[r["emulation"], r["profile"]] + [fmt(1e3 * r["fast_step_seconds"][m], ".1f") for m in MODES]
+            + [f"{r['esync_over_sync']:.2f}", f"{r['standalone_over_sync']:.2f}"] for r in results["devices"]]
+    described = sorted({r["devices"] for r in results["devices"] if r.get("devices")})
+    return ["### Devices: the fast workers' median step (ms) under SSGD and ESync, and the standalone baseline's", "",
+            f"Devices as the runs recorded them: {'; '.join(described)}.", "",
+            markdown_table(["emulation", "profile", "SSGD", "ESync", "standalone", "ESync / SSGD",
+                            "standalone / SSGD"], rows), ""]

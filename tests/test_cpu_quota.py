@@ -1,0 +1,187 @@
+"""Emulated devices of fixed capacity: a worker under a CPU quota of its own (root and a cgroup CPU controller; the
+tests that give real quotas skip without them)."""
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from launcher import experiment
+from launcher.cluster import ROOT
+from tests.jobs import LENET_ARGS
+from tests.test_launch import LENET, launcher, pid_of, read_output, recorded_pids, still_running, \
+    training_started, wait_for
+from training import cpu_quota, runlog
+from training.checks import UsageError
+
+
+def quotas_available():
+    try:
+        cpu_quota.controller()
+        return True
+    except cpu_quota.QuotaUnavailable:
+        return False
+
+
+needs_quotas = pytest.mark.skipif(not quotas_available(), reason="CPU quotas need root and a cgroup CPU controller")
+
+
+def standalone(tmp_path, name, share, steps=120):
+    """A lenet worker alone under `share` of a core; its processes."""
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"), "-m", "local", *LENET_ARGS,
+                             "--max-iters", str(steps), "-e", "0", "--device-share", str(share),
+                             "-ld", str(tmp_path / name), "--node-name", "node"],
+                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def median_step(tmp_path, name):
+    """The median seconds of the steps' compute (forward, backward, update) after the first 20, from the logs."""
+    (folder,) = [f for _, _, f in runlog.device_folders(str(tmp_path / name))]
+    steps = [step for record in runlog.DeviceLog(folder).ordered() for step in record["time"].values()]
+    return statistics.median(s[runlog.FORWARD_BACKWARD] + s.get(runlog.LOCAL_UPDATE, 0.0) for s in steps[20:])
+
+
+def finish(procs):
+    try:
+        for proc in procs:
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+
+# ----------------------------------------------------------------------------------------------
+# The quota's size, the period, the launcher's default
+
+
+def test_a_share_too_small_for_a_1_ms_quota_gets_a_longer_period():
+    assert cpu_quota.period_for(0.5) == cpu_quota.PERIOD_US
+    assert cpu_quota.period_for(0.01) == 100_000 and 0.01 * cpu_quota.period_for(0.01) >= cpu_quota.MIN_QUOTA_US
+
+
+@pytest.mark.parametrize("slowdowns, cores, share", [((1, 1, 4), 2, 0.667), ((1, 1, 1, 1, 20, 20), 2, 0.366),
+                                                      ((1, 2), 2, 1.0), ((1, 1, 4), 4, 1.0)])
+def test_the_default_share_fits_every_quota_beside_what_the_launcher_keeps_free(slowdowns, cores, share):
+    found = experiment.default_device_share(slowdowns, cores)
+
+    assert found == pytest.approx(share, abs=1e-3)
+    assert sum(found / f for f in slowdowns) <= cores - experiment.RESERVED_CORES + 1e-3
+
+
+def test_without_a_cpu_controller_the_launcher_says_so_and_slow_devices_sleep(monkeypatch):
+    def unavailable():
+        raise cpu_quota.QuotaUnavailable("cannot create a cgroup under /sys/fs/cgroup/cpu (root only)")
+    monkeypatch.setattr(cpu_quota, "controller", unavailable)
+
+    run = experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5"])
+
+    assert run.device_share is None
+    assert run.devices_described == ("slow devices sleep after each step (no CPU quotas: cannot create a cgroup "
+                                     "under /sys/fs/cgroup/cpu (root only))")
+    with pytest.raises(UsageError, match="--device-share needs a CPU quota: cannot create"):
+        experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--device-share", "0.5"])
+
+
+@pytest.mark.parametrize("share", ["0", "-1", "1000"])
+def test_a_share_that_is_no_share_of_the_cores_is_one_line_and_exit_2(tmp_path, share):
+    launch = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "--modes", "sync", "--slowdown", "1,4",
+                             "--max-time", "5", "--device-share", share, "-ld", str(tmp_path / "logs")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    main = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "-m", "local", *LENET_ARGS,
+                           "--max-iters", "5", "--device-share", share, "-ld", str(tmp_path / "logs")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    for result in (launch, main):
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "--device-share" in result.stderr
+    assert not os.path.exists(tmp_path / "logs")
+
+
+# ----------------------------------------------------------------------------------------------
+# Real quotas
+
+
+@needs_quotas
+@pytest.mark.slow
+def test_a_quarter_of_a_core_runs_a_step_at_least_3_times_slower_than_a_whole_core(tmp_path):
+    finish([standalone(tmp_path, "whole", 1.0)])
+    finish([standalone(tmp_path, "quarter", 0.25)])
+
+    assert median_step(tmp_path, "quarter") >= 3 * median_step(tmp_path, "whole")
+
+
+@needs_quotas
+@pytest.mark.slow
+def test_two_devices_computing_at_once_keep_the_step_time_each_has_alone(tmp_path):
+    finish([standalone(tmp_path, "alone", 0.5)])
+    finish([standalone(tmp_path, "first", 0.5), standalone(tmp_path, "second", 0.5)])
+
+    alone = median_step(tmp_path, "alone")
+    for name in ("first", "second"):
+        assert abs(median_step(tmp_path, name) / alone - 1) < 0.2, (name, median_step(tmp_path, name), alone)
+
+
+def launcher_groups(proc):
+    from launcher.runner import DEVICE_GROUP_PREFIX
+
+    return cpu_quota.controller().groups(f"{DEVICE_GROUP_PREFIX}{proc.pid}")
+
+
+@needs_quotas
+@pytest.mark.slow
+@pytest.mark.beside_others
+def test_every_worker_of_a_run_trains_under_its_quota_and_the_groups_are_gone_when_it_ends(tmp_path):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "sync,local", "--slowdown", "1,4", "--max-time", "2", "--device-share", "0.5", *LENET]
+    with launcher(args, logs) as proc:
+        wait_for(lambda: training_started(logs, "sync", 2), 90, "iteration logs")
+        during = launcher_groups(proc)
+        proc.wait(timeout=300)
+        output = read_output(proc)
+
+    assert proc.returncode == 0, output
+    assert len(during) == 2 and launcher_groups(proc) == []
+    metas = [runlog.read_meta(f) for mode in ("sync", "local")
+             for _, _, f in runlog.device_folders(os.path.join(logs, "lenet", mode))]
+    assert sorted((m["emulation"], m["device_share"], m["slowdown"]) for m in metas) == [
+        ("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
+    assert "devices: CPU quotas: a fast device 0.5 of a core" in output
+
+
+@needs_quotas
+@pytest.mark.slow
+@pytest.mark.beside_others
+def test_the_groups_of_a_failed_run_are_gone_too(tmp_path):
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "sync", "--slowdown", "1,1", "--max-time", "120", *LENET]
+    with launcher(args, logs) as proc:
+        wait_for(lambda: training_started(logs, "sync", 2), 90, "iteration logs")
+        os.kill(pid_of(logs, "sync", "worker-1"), 9)
+        proc.wait(timeout=60)
+        output = read_output(proc)
+
+    assert proc.returncode == 1, output
+    assert launcher_groups(proc) == [] and still_running(recorded_pids(logs)) == []
+
+
+@needs_quotas
+def test_the_groups_a_killed_launcher_left_are_removed_by_the_next_one():
+    from launcher.runner import DEVICE_GROUP_PREFIX
+
+    found = cpu_quota.controller()
+    with open("/proc/sys/kernel/pid_max") as f:
+        dead = int(f.read()) + 1  # no process has this PID
+    orphan = found.create(f"{DEVICE_GROUP_PREFIX}{dead}-w0", 0.5)
+    mine = found.create(f"{DEVICE_GROUP_PREFIX}{os.getpid()}-w0", 0.5)
+    try:
+        cpu_quota.remove_orphans(DEVICE_GROUP_PREFIX, found)
+
+        assert not os.path.exists(orphan) and os.path.exists(mine)
+    finally:
+        for group in (orphan, mine):
+            if os.path.exists(group):
+                os.rmdir(group)

@@ -1,0 +1,189 @@
+"""Emulated devices of fixed capacity: a worker in a cgroup of its own whose CPU quota is its device's share of the
+cores, as a shaped link has a rate (--device-share S: a worker with --slowdown F gets S / F of a core).
+
+A device emulated by sleeping (--slowdown alone) computes as fast as the cores let it, which depends on how many other
+processes compute at the same moment; under a quota its speed is fixed whatever runs beside it, as long as the quotas
+fit the cores. The kernel's CPU controller enforces the quota: cgroup v1's cpu.cfs_quota_us / cpu.cfs_period_us
+(mounted at /sys/fs/cgroup/cpu) or cgroup v2's cpu.max. A short period keeps a step's time smooth: with the kernel's
+default 100 ms a 7 ms step under a third of a core may run at once or wait most of a period for the next slice
+(lenet at 0.37 of a core, 300 steps: coefficient of variation 1.06 at 100 ms, 0.30 at 20 ms, 0.19-0.23 at 10 ms,
+0.14-0.15 at 5 ms). A share too small for a 1 ms quota in that period gets a longer period (its steps are long).
+Under a quota a step takes about 1.2-1.3 x its time on a whole core divided by the share (throttling's cost).
+
+A worker moves itself into its group when its training starts (after MXNet has loaded, the data is read and the
+warm-up pass is done: at a twentieth of a core those alone would take a minute), and out of it when training ends. By
+hand it makes its own group, <controller>/esync/<tag>-<pid> (tag: $ESYNC_DEVICE_GROUP, or "hand"), and removes it
+when it exits; a group a killed process left behind is removed by the next worker of the same tag that starts. The
+launcher makes each worker's group itself, esync/launch<pid>-w<index>, and starts the worker with that group's
+cgroup.procs open as file descriptor $ESYNC_CGROUP_FD (launcher/in-cgroup: under `ip netns exec` the worker no longer
+sees the cgroups); it removes the groups when the run ends. Needs root (or a delegated cgroup).
+"""
+import logging
+import os
+
+log = logging.getLogger("cpu_quota")
+
+V1_ROOT = "/sys/fs/cgroup/cpu"
+V2_ROOT = "/sys/fs/cgroup"
+PARENT = "esync"
+PERIOD_US = 5_000  # measured: a lenet step at 0.37 of a core varies by 15 % (cv) at 5 ms, 20 % at 10 ms, 106 % at 100 ms
+MIN_QUOTA_US = 1000  # the kernel's smallest quota
+TAG_VARIABLE = "ESYNC_DEVICE_GROUP"
+HAND_TAG = "hand"
+
+
+class QuotaUnavailable(Exception):
+    """This machine or user cannot give a process a CPU quota; the message says why."""
+
+
+class Controller:
+    """The CPU controller of one cgroup hierarchy: v1 (cpu.cfs_*) or v2 (cpu.max)."""
+
+    def __init__(self, root, version):
+        self.root, self.version = root, version
+
+    @property
+    def parent(self):
+        return os.path.join(self.root, PARENT)
+
+    def describe(self):
+        return f"cgroup v{self.version} CPU controller at {self.root}, period {PERIOD_US / 1000:g} ms"
+
+    def create(self, name, cores):
+        """A group under esync/ limited to `cores` CPUs; its path."""
+        os.makedirs(self.parent, exist_ok=True)
+        if self.version == 2:
+            enable_cpu_controller(self.root, self.parent)
+        path = os.path.join(self.parent, name)
+        os.makedirs(path, exist_ok=True)
+        period = period_for(cores)
+        quota = int(round(cores * period))
+        if self.version == 1:
+            write(os.path.join(path, "cpu.cfs_period_us"), period)
+            write(os.path.join(path, "cpu.cfs_quota_us"), quota)
+        else:
+            write(os.path.join(path, "cpu.max"), f"{quota} {period}")
+        return path
+
+    def groups(self, tag=None):
+        """Paths of the groups of `tag` (of every tag with None) under esync/."""
+        if not os.path.isdir(self.parent):
+            return []
+        return [os.path.join(self.parent, name) for name in sorted(os.listdir(self.parent))
+                if (tag is None or name.startswith(f"{tag}-")) and os.path.isdir(os.path.join(self.parent, name))]
+
+
+def period_for(cores):
+    """PERIOD_US, or the shortest period whose quota the kernel accepts (1 ms at least) for so small a share."""
+    return max(PERIOD_US, int(-(-MIN_QUOTA_US // cores)))
+
+
+def write(path, value):
+    with open(path, "w") as f:
+        f.write(f"{value}\n")
+
+
+def enable_cpu_controller(root, parent):
+    for folder in (root, parent):
+        with open(os.path.join(folder, "cgroup.subtree_control"), "w") as f:
+            f.write("+cpu\n")
+
+
+def controller():
+    """The CPU controller this process can use; QuotaUnavailable (one line) otherwise."""
+    if os.path.isfile(os.path.join(V1_ROOT, "cpu.cfs_quota_us")):
+        found = Controller(V1_ROOT, 1)
+    elif "cpu" in read_words(os.path.join(V2_ROOT, "cgroup.controllers")):
+        found = Controller(V2_ROOT, 2)
+    else:
+        raise QuotaUnavailable(f"no cgroup CPU controller ({V1_ROOT}/cpu.cfs_quota_us or cpu in "
+                               f"{V2_ROOT}/cgroup.controllers)")
+    if not os.access(found.root, os.W_OK):
+        raise QuotaUnavailable(f"cannot create a cgroup under {found.root} (root only)")
+    return found
+
+
+def read_words(path):
+    try:
+        with open(path) as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def pid_of(group):
+    """The PID a group's name ends with (<tag>-<pid>), or None."""
+    suffix = os.path.basename(group).rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else None
+
+
+def remove_orphans(prefix, found):
+    """Remove the groups of launchers that are gone (`prefix`<launcher pid>-...): a launcher killed outright left them;
+    the number removed."""
+    removed = 0
+    for group in found.groups():
+        tag = os.path.basename(group).split("-", 1)[0]
+        pid = tag[len(prefix):]
+        if tag.startswith(prefix) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            removed += remove_groups(tag, found, keep_alive=False)
+    return removed
+
+
+def remove_groups(tag, found=None, keep_alive=True):
+    """Remove the groups of `tag` (with keep_alive, only those whose process is gone); the number removed."""
+    found = found or controller()
+    removed = 0
+    for group in found.groups(tag):
+        pid = pid_of(group)
+        if keep_alive and pid is not None and os.path.exists(f"/proc/{pid}"):
+            continue
+        try:
+            os.rmdir(group)
+            removed += 1
+        except OSError as err:  # a process still in it: the caller stops it first
+            log.warning("could not remove %s: %s", group, err.strerror or err)
+    return removed
+
+
+PROCS_FD_VARIABLE = "ESYNC_CGROUP_FD"
+
+
+def launcher_fd():
+    """The file descriptor of the cgroup.procs the launcher opened for this worker, or None."""
+    value = os.environ.get(PROCS_FD_VARIABLE, "")
+    return int(value) if value.isdigit() else None
+
+
+class DeviceQuota:
+    """This process's device: `cores` CPUs from enter() to leave(), in the group the launcher made for it or in a
+    group of its own, made here."""
+
+    def __init__(self, cores, tag=None, found=None):
+        self.cores = cores
+        self.fd = launcher_fd()
+        self.controller = self.group = None
+        if self.fd is None:
+            self.controller = found or controller()
+            self.tag = tag or os.environ.get(TAG_VARIABLE) or HAND_TAG
+            remove_groups(self.tag, self.controller)  # what killed workers of this tag left
+            self.group = self.controller.create(f"{self.tag}-{os.getpid()}", cores)
+
+    def describe(self):
+        where = "the launcher's group" if self.fd is not None else f"{self.controller.describe()}, group {self.group}"
+        return f"{self.cores:.3g} of a core ({where})"
+
+    def enter(self):
+        if self.fd is not None:
+            os.write(self.fd, f"{os.getpid()}\n".encode())
+        else:
+            write(os.path.join(self.group, "cgroup.procs"), os.getpid())
+
+    def leave(self):
+        """Out of the quota (into the root group); a group made here is removed."""
+        if self.fd is not None:
+            return  # the process ends next; the launcher removes its group
+        write(os.path.join(self.controller.root, "cgroup.procs"), os.getpid())
+        try:
+            os.rmdir(self.group)
+        except OSError as err:
+            log.warning("could not remove %s: %s", self.group, err.strerror or err)
