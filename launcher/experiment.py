@@ -320,7 +320,8 @@ def parse(argv):
     check_worker_args(worker_args)
     check_snapshot_seconds(ns.snapshot_seconds)
     share, devices_described = device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker,
-                                            ns.collective)
+                                            ns.collective, hogwild_in_namespace=modes.HOGWILD in chosen
+                                            and ns.hosts == "netns")
     if ns.validators < 1 or ns.validators > len(devices):
         raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
     worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))
@@ -455,20 +456,22 @@ def check_worker_args(worker_args):
             raise UsageError(f"{token} after -- is set by the launcher; use the launcher's own option")
 
 
-def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective=collectives.PS):
+def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective=collectives.PS,
+                 hogwild_in_namespace=False):
     """(a fast device's cores under a CPU quota or None, the line that says how the devices are emulated) for workers
     of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
     where no CPU quota can be given (not root, no CPU controller) or the launcher does not start the workers itself
-    (--tracker, MPI's ranks), the sleeping slowdown."""
+    (--tracker, MPI's ranks, Hogwild!'s processes inside a namespace), the sleeping slowdown."""
     from training import cpu_quota
 
     cores = len(os.sched_getaffinity(0))
     if given is not None and not 0 < given <= cores:
         raise UsageError(f"--device-share {given:g}: give a share of the {cores} core(s), above 0")
-    others_start_them = tracker or collectives.uses_mpi(collective)
+    others_start_them = tracker or collectives.uses_mpi(collective) or hogwild_in_namespace
     if sleeping or others_start_them:
         why = ("--sleeping-slowdown" if sleeping else f"--tracker {tracker} starts the workers" if tracker
-               else f"mpiexec starts --collective {collective}'s ranks")
+               else f"mpiexec starts --collective {collective}'s ranks" if collectives.uses_mpi(collective)
+               else "hogwild starts its processes inside a namespace")
         if given is not None:
             raise UsageError(f"--device-share puts the workers the launcher starts under CPU quotas: {why}")
         return None, f"slow devices sleep after each step ({why})"

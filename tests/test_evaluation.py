@@ -2,6 +2,7 @@
 model every --snapshot-seconds of training and at the end, the evaluator process tests every snapshot, and the
 summaries, the table and the figures take their accuracy from the evaluator's log. The evaluator ends with the job,
 also when something fails."""
+import glob
 import os
 import signal
 
@@ -113,8 +114,9 @@ def test_a_target_accuracy_stops_the_job_once_the_evaluator_has_measured_it(tmp_
 
     evaluations = read_evaluations(os.path.join(mode_dir(logs, "sync"), EVALUATOR_LOG))
     records = rank0_records(logs, "sync")
+    outputs = "".join(open(path).read() for path in glob.glob(os.path.join(mode_dir(logs, "sync"), "processes",
+                                                                             "worker-*.log")))
     assert proc.returncode == 0, output
-    assert "reached --target-accuracy 0.5" in open(os.path.join(mode_dir(logs, "sync"), "processes",
-                                                                "worker-0.log")).read()
+    assert "reached --target-accuracy 0.5" in outputs  # rank 0's, whichever process ps-lite made rank 0
     assert records[-1]["total_time"] < 120
     assert any(e["accuracy"] >= 0.5 for e in evaluations[:-1])  # measured before training stopped
