@@ -58,9 +58,10 @@ def finish(procs):
 # The quota's size, the period, the launcher's default
 
 
-def test_a_share_too_small_for_a_1_ms_quota_gets_a_longer_period():
-    assert cpu_quota.period_for(0.5) == cpu_quota.PERIOD_US
-    assert cpu_quota.period_for(0.01) == 100_000 and 0.01 * cpu_quota.period_for(0.01) >= cpu_quota.MIN_QUOTA_US
+@pytest.mark.parametrize("cores, period", [(1.0, 1000), (2.0, 1000), (0.5, 2000), (0.366, 2733), (0.01, 100_000)])
+def test_the_period_is_the_shortest_whose_quota_the_kernel_accepts(cores, period):
+    assert cpu_quota.period_for(cores) == period
+    assert cores * period >= cpu_quota.MIN_QUOTA_US - 1e-6
 
 
 @pytest.mark.parametrize("slowdowns, cores, share", [((1, 1, 4), 2, 0.667), ((1, 1, 1, 1, 20, 20), 2, 0.366),

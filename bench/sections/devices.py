@@ -12,16 +12,17 @@ MODES = ("sync", "esync", "local")
 
 
 def fast_steps(mode_folder):
-    """The median seconds of the fast workers' own steps (batch, compute, local update, slowdown) after the first 20
-    (all of them in a run too short for more)."""
+    """The median seconds of the fast workers' forward and backward passes, the computation every scheme's step
+    makes the same (SSGD updates in its aggregation, ESync and the standalone baseline in a local update), after the
+    first 20 (all of them in a run too short for more)."""
     steps = []
     for _, _, folder in runlog.device_folders(mode_folder):
         device_log = runlog.DeviceLog(folder)
         if device_log.meta.get("slowdown", 1.0) > 1:
             continue
-        own = [sum(s.get(k, 0.0) for k in runlog.OWN_STEP_PHASES)
-               for record in device_log.ordered() for s in record["time"].values()]
-        steps += own[20:] or own
+        compute = [s[runlog.FORWARD_BACKWARD] for record in device_log.ordered() for s in record["time"].values()
+                   if runlog.FORWARD_BACKWARD in s]
+        steps += compute[20:] or compute
     return statistics.median(steps) if steps else None
 
 
@@ -48,7 +49,8 @@ def markdown(results):
     rows = [[r["emulation"], r["profile"]] + [fmt(1e3 * r["fast_step_seconds"][m], ".1f") for m in MODES]
             + [f"{r['esync_over_sync']:.2f}", f"{r['standalone_over_sync']:.2f}"] for r in results["devices"]]
     described = sorted({r["devices"] for r in results["devices"] if r.get("devices")})
-    return ["### Devices: the fast workers' median step (ms) under SSGD and ESync, and the standalone baseline's", "",
+    return ["### Devices: the fast workers' median forward and backward pass (ms) under SSGD and ESync, and the "
+            "standalone baseline's", "",
             f"Devices as the runs recorded them: {'; '.join(described)}.", "",
             markdown_table(["emulation", "profile", "SSGD", "ESync", "standalone", "ESync / SSGD",
                             "standalone / SSGD"], rows), ""]
