@@ -261,7 +261,7 @@ def thresholds_table(times):
 
 def links_of(grid, cluster_modes, key="links"):
     """The distinct links the cluster modes' runs recorded (one, unless runs of the grid had different ones); with
-    key="devices", how their devices were emulated."""
+    key="device_emulation", how their devices were emulated."""
     found = [run.get(key) for split in SPLITS for mode in cluster_modes for run in grid[split][mode]]
     return sorted({links for links in found if links})
 

@@ -231,7 +231,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         "num_params": num_params,
         "param_bytes": param_bytes,
         "links": runlog.links_described(mode_dir),
-        "device_emulation": runlog.links_described(mode_dir, "devices_described"),
+        "device_emulation": runlog.devices_described(mode_dir),
         "notes": notes,
     }
     evaluations = read_evaluator_log(mode_dir)

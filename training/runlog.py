@@ -313,14 +313,24 @@ def device_folders(mode_dir):
             for device in subfolders(os.path.join(mode_dir, node))]
 
 
-def links_described(mode_dir, what="links_described"):
-    """The one-line description of the links a run had (or with what="devices_described", of how its devices were
-    emulated), as the launcher recorded it; None for a run it did not start."""
+def links_described(mode_dir):
+    """The one-line description of the links a run had, as the launcher recorded it; None for a run it did not
+    start."""
+    return launcher_record(mode_dir, "links_described")
+
+
+def devices_described(mode_dir):
+    """The one-line description of how a run's devices were emulated, as the launcher recorded it; None for a run it
+    did not start or recorded before it said."""
+    return launcher_record(mode_dir, "devices_described")
+
+
+def launcher_record(mode_dir, key):
     path = os.path.join(mode_dir, PROCESSES_FOLDER, NETWORK_FILE)
     if not os.path.exists(path):
         return None
     record = read_json(path, "network record")
-    return record.get(what) if isinstance(record, dict) else None
+    return record.get(key) if isinstance(record, dict) else None
 
 
 def has_rounds(mode_dir):
