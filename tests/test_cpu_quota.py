@@ -12,7 +12,7 @@ import pytest
 from launcher import experiment
 from launcher.cluster import ROOT
 from tests.jobs import LENET_ARGS
-from tests.test_launch import LENET, launcher, pid_of, read_output, recorded_pids, still_running, \
+from tests.test_launch import LENET, kill_once_training, launcher, read_output, recorded_pids, still_running, \
     training_started, wait_for
 from training import cpu_quota, runlog
 from training.checks import UsageError
@@ -157,6 +157,14 @@ def launcher_groups(proc):
     return cpu_quota.controller().groups(f"{DEVICE_GROUP_PREFIX}{proc.pid}")
 
 
+def launcher_tags():
+    """The launcher runs that hold cgroups now (the tag of each group)."""
+    from launcher.runner import DEVICE_GROUP_PREFIX
+
+    tags = (os.path.basename(g).split("-", 1)[0] for g in cpu_quota.controller().groups())
+    return [tag for tag in tags if tag.startswith(DEVICE_GROUP_PREFIX)]
+
+
 @needs_quotas
 @pytest.mark.slow
 @pytest.mark.beside_others
@@ -184,14 +192,12 @@ def test_every_worker_of_a_run_trains_under_its_quota_and_the_groups_are_gone_wh
 def test_the_groups_of_a_failed_run_are_gone_too(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--slowdown", "1,1", "--max-time", "120", *LENET]
-    with launcher(args, logs) as proc:
-        wait_for(lambda: training_started(logs, "sync", 2), 90, "iteration logs")
-        os.kill(pid_of(logs, "sync", "worker-1"), 9)
-        proc.wait(timeout=60)
-        output = read_output(proc)
+    launcher_pids = set(launcher_tags())
 
-    assert proc.returncode == 1, output
-    assert launcher_groups(proc) == [] and still_running(recorded_pids(logs)) == []
+    code, _, output = kill_once_training(args, logs, "worker-1")
+
+    assert code == 1, output
+    assert set(launcher_tags()) <= launcher_pids and still_running(recorded_pids(logs)) == []
 
 
 @needs_quotas

@@ -4,13 +4,12 @@ summaries, the table and the figures take their accuracy from the evaluator's lo
 also when something fails."""
 import glob
 import os
-import signal
 
 import pytest
 
 from analysis import summary
-from tests.test_launch import (LENET, launcher, pid_of, read_output, recorded_pids, still_running, table_rows,
-                               training_started, wait_for)
+from tests.test_launch import LENET, kill_once_training, launcher, read_output, recorded_pids, still_running, \
+    table_rows
 from training import runlog
 from training.evaluator import EVALUATOR_LOG, read_evaluations
 
@@ -92,17 +91,12 @@ def test_the_figures_draw_the_evaluators_curves(evaluated_run):
 def test_a_failing_evaluator_stops_the_run_and_is_named(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET]
-    with launcher(args, logs) as proc:
-        wait_for(lambda: training_started(logs, "sync", 2), 90, "iteration logs")
-        victim = pid_of(logs, "sync", "evaluator")
 
-        os.kill(victim, signal.SIGKILL)
-        proc.wait(timeout=30)
+    code, victim, output = kill_once_training(args, logs, "evaluator")
 
-        output = read_output(proc)
-        assert proc.returncode == 1, output
-        assert f"evaluator (evaluator, pid {victim}) exited with signal SIGKILL" in output
-        assert still_running(recorded_pids(logs)) == []
+    assert code == 1, output
+    assert f"evaluator (evaluator, pid {victim}) exited with signal SIGKILL" in output
+    assert still_running(recorded_pids(logs)) == []
 
 
 def test_a_target_accuracy_stops_the_job_once_the_evaluator_has_measured_it(tmp_path):

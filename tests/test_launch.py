@@ -102,6 +102,17 @@ def read_output(proc):
         return f.read()
 
 
+def kill_once_training(args, logs, name, startup=STARTUP_TIMEOUT):
+    """Run the launcher on `args` (a sync job), SIGKILL its process `name` once both workers train; (the launcher's
+    exit code, the PID killed, the launcher's output)."""
+    with launcher(args, logs) as proc:
+        wait_for(lambda: training_started(logs, "sync", 2), startup, "iteration logs")
+        victim = pid_of(logs, "sync", name)
+        os.kill(victim, signal.SIGKILL)
+        proc.wait(timeout=30)
+        return proc.returncode, victim, read_output(proc)
+
+
 # ----------------------------------------------------------------------------------------------
 # Output (a whole comparison run with its progress, table and process outputs: tests/test_paper.py)
 
@@ -150,19 +161,14 @@ def test_two_jobs_in_one_process_group_keep_their_outputs_apart(tmp_path):
 def test_a_killed_worker_stops_the_run_and_is_named(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET]
-    with launcher(args, logs) as proc:
-        wait_for(lambda: training_started(logs, "sync", 2), STARTUP_TIMEOUT, "iteration logs")
-        victim = pid_of(logs, "sync", "worker-1")
 
-        os.kill(victim, signal.SIGKILL)
-        proc.wait(timeout=30)
+    code, victim, output = kill_once_training(args, logs, "worker-1")
 
-        output = read_output(proc)
-        assert proc.returncode == 1, output
-        assert f"worker-1 (worker, pid {victim}) exited with signal SIGKILL" in output
-        assert os.path.join(logs, "lenet", "sync", "processes", "worker-1.log") in output
-        assert pid_of(logs, "sync", "evaluator") in recorded_pids(logs)
-        assert still_running(recorded_pids(logs)) == []
+    assert code == 1, output
+    assert f"worker-1 (worker, pid {victim}) exited with signal SIGKILL" in output
+    assert os.path.join(logs, "lenet", "sync", "processes", "worker-1.log") in output
+    assert pid_of(logs, "sync", "evaluator") in recorded_pids(logs)
+    assert still_running(recorded_pids(logs)) == []
 
 
 @pytest.mark.slow

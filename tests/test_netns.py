@@ -21,7 +21,7 @@ import pytest
 from launcher import hosts, netns
 from launcher.cluster import ROOT, is_running
 from training import runlog
-from tests.test_launch import (LAUNCH_PY, LENET, launcher, launcher_env, pid_of, read_output,
+from tests.test_launch import (LAUNCH_PY, LENET, kill_once_training, launcher, launcher_env, pid_of, read_output,
                                recorded_pids, still_running, training_started, wait_for)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
@@ -221,18 +221,13 @@ def test_an_interrupt_removes_every_namespace(tmp_path, prefix):
 def test_a_failing_worker_removes_every_namespace(tmp_path, prefix):
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", *LENET, *netns_args(prefix)]
-    with launcher(args, logs) as proc:
-        wait_for(lambda: training_started(logs, "sync", 2), STARTUP_TIMEOUT, "iteration logs")
-        victim = pid_of(logs, "sync", "worker-1")
 
-        os.kill(victim, signal.SIGKILL)
-        proc.wait(timeout=30)
+    code, victim, output = kill_once_training(args, logs, "worker-1", STARTUP_TIMEOUT)
 
-        output = read_output(proc)
-        assert proc.returncode == 1, output
-        assert f"worker-1 (worker, pid {victim}) exited with signal SIGKILL" in output
-        assert still_running(recorded_pids(logs)) == []
-        assert leftovers(prefix) == []
+    assert code == 1, output
+    assert f"worker-1 (worker, pid {victim}) exited with signal SIGKILL" in output
+    assert still_running(recorded_pids(logs)) == []
+    assert leftovers(prefix) == []
 
 
 def test_without_ip_and_tc_it_refuses_in_one_line(tmp_path, prefix):
