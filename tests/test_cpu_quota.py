@@ -140,17 +140,6 @@ def test_a_worker_under_a_quarter_of_a_core_computes_at_most_a_quarter_of_the_ti
     assert steps > 0 and used <= 0.25 * 1.1 + 2 / os.sysconf("SC_CLK_TCK")
 
 
-@needs_quotas
-@pytest.mark.slow
-def test_two_devices_computing_at_once_keep_the_step_time_each_has_alone(tmp_path):
-    finish([standalone(tmp_path, "alone", 0.25)])
-    finish([standalone(tmp_path, "first", 0.25), standalone(tmp_path, "second", 0.25)])
-
-    alone = median_step(tmp_path, "alone")
-    for name in ("first", "second"):
-        assert abs(median_step(tmp_path, name) / alone - 1) < 0.2, (name, median_step(tmp_path, name), alone)
-
-
 def launcher_groups(proc):
     from launcher.runner import DEVICE_GROUP_PREFIX
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from analysis import summary
-from tests.test_launch import LENET, kill_once_training, launcher, read_output, recorded_pids, still_running, \
+from tests.test_launch import LENET, kill_once_training, launcher, pid_of, read_output, recorded_pids, still_running, \
     table_rows
 from training import runlog
 from training.evaluator import EVALUATOR_LOG, read_evaluations
