@@ -2,7 +2,6 @@
 tests that give real quotas skip without them)."""
 import glob
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -37,24 +36,6 @@ def standalone(tmp_path, name, share, steps=120, max_time=None):
                              "-ld", str(tmp_path / name), "--node-name", "node"],
                             cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-
-
-def median_step(tmp_path, name):
-    """The median seconds of the steps' compute (forward, backward, update) after the first 20, from the logs."""
-    (folder,) = [f for _, _, f in runlog.device_folders(str(tmp_path / name))]
-    steps = [step for record in runlog.DeviceLog(folder).ordered() for step in record["time"].values()]
-    return statistics.median(s[runlog.FORWARD_BACKWARD] + s.get(runlog.LOCAL_UPDATE, 0.0) for s in steps[20:])
-
-
-def finish(procs):
-    try:
-        for proc in procs:
-            _, err = proc.communicate(timeout=300)
-            assert proc.returncode == 0, err
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
 
 
 # ----------------------------------------------------------------------------------------------
