@@ -16,6 +16,7 @@ import math
 import os
 
 from analysis import summary as summaries
+from analysis import significance
 from analysis.paper import format_statistic, statistics_of, time_to_target
 from analysis.tables import markdown_table
 from training import esync_variants, modes, runlog
@@ -92,6 +93,7 @@ def cell_of_scheme(runs, limit, target):
     speeds = [s.get("cluster_throughput") for s in done]
     return {
         "repeats": len(runs),
+        "censored_times": significance.censored_times(times, [s.get("elapsed_time") for s in done]),
         "failed": sum(run["status"] == "failed" for run in runs),
         "not_run": sum(run["status"] == "not run" for run in runs),
         "reached": sum(t is not None for t in times),
@@ -100,8 +102,18 @@ def cell_of_scheme(runs, limit, target):
         "efficiency": statistics_of([v / limit if v is not None and limit else None for v in speeds]),
         "bytes_per_sample": statistics_of([bytes_per_sample(s) for s in done]),
         "final_accuracy": statistics_of([s.get("final_accuracy") for s in done]),
+        "fast_compute_ms": statistics_of([1e3 * s["fast_compute_seconds"] if s.get("fast_compute_seconds") else None
+                                          for s in done]),
+        "fast_compute_over_probe": statistics_of([compute_over_probe(s) for s in done]),
         "links": sorted({s["links"] for s in done if s.get("links")}),
     }
+
+
+def compute_over_probe(run):
+    """The fast devices' median forward and backward pass in the run over the probe's alone: 1 where the run met
+    the regime its links were set for."""
+    run_step, probe_step = run.get("fast_compute_seconds"), run.get("probe_compute_seconds")
+    return run_step / probe_step if run_step and probe_step else None
 
 
 def bytes_per_sample(run):
@@ -122,6 +134,14 @@ def rank(cell):
     return winner, {scheme: c["time_to_target"]["mean"] / best for scheme, c in reaching.items()}
 
 
+def decide(leader, cell):
+    """{winner, tied, p_values} of a cell: the leader wins where its lead holds beyond the repeats' spread."""
+    if leader is None:
+        return {"winner": None, "tied": [], "p_values": {}}
+    times = {scheme: numbers["censored_times"] for scheme, numbers in cell.items() if numbers["censored_times"]}
+    return significance.verdict(leader, times)
+
+
 def build(log_dir):
     """The map as a dict (written to regimes.json) from the plan and the runs under log_dir."""
     plan_path = os.path.join(log_dir, PLAN_FILE)
@@ -140,11 +160,11 @@ def build(log_dir):
                 cell = {scheme: cell_of_scheme([read_run(log_dir, plan, link, profile, split, r, scheme)
                                                 for r in range(1, plan["repeats"] + 1)], limit, plan["target"])
                         for scheme in plan["schemes"]}
-                winner, relative = rank(cell)
+                leader, relative = rank(cell)
                 for scheme, numbers in cell.items():
                     numbers["relative_time"] = relative.get(scheme)
                 cells.append({"split": split, "profile": profile, "link": link, "limit_samples_per_s": limit,
-                              "winner": winner, "schemes": cell})
+                              "leader": leader, **decide(leader, cell), "schemes": cell})
     return {**plan, "cells": cells}
 
 
@@ -162,21 +182,31 @@ def outcome(numbers):
 
 
 def winner_table(result, split):
-    """Rows: profiles; columns: links; each entry the winner, its time and the runner-up's relative time."""
+    """Rows: profiles; columns: links; each entry the winner, its time and the runner-up's relative time, or the
+    schemes that tie."""
     rows = []
     for profile in result["profiles"]:
         row = [profile]
         for link in result["links"]:
             cell = find_cell(result, split, profile, link)
-            if cell["winner"] is None:
-                row.append(nobody_reached(cell))
-                continue
-            others = sorted((n["relative_time"], s) for s, n in cell["schemes"].items()
-                            if n["relative_time"] is not None and s != cell["winner"])
-            entry = f"**{display(cell['winner'])}** {outcome(cell['schemes'][cell['winner']])}"
-            row.append(entry + (f"; next {display(others[0][1])} ×{others[0][0]:.2f}" if others else ""))
+            row.append(nobody_reached(cell) if cell["leader"] is None else cell_entry(cell))
         rows.append(row)
     return markdown_table(["workers"] + [describe_link(link) for link in result["links"]], rows)
+
+
+def cell_entry(cell):
+    leader = cell["leader"]
+    entry = f"**{display(leader)}** {outcome(cell['schemes'][leader])}"
+    if cell["winner"] is None:
+        others = [f"{display(s)} {relative_text(cell['schemes'][s])}" for s in cell["tied"][1:]]
+        return f"tie: {entry}, " + ", ".join(others)
+    others = sorted((n["relative_time"], s) for s, n in cell["schemes"].items()
+                    if n["relative_time"] is not None and s != leader)
+    return entry + (f"; next {display(others[0][1])} ×{others[0][0]:.2f}" if others else "")
+
+
+def relative_text(numbers):
+    return "never" if numbers["relative_time"] is None else f"×{numbers['relative_time']:.2f}"
 
 
 def nobody_reached(cell):
@@ -193,7 +223,7 @@ def nobody_reached(cell):
 
 def detail_table(result, split):
     headers = ["workers", "links", "scheme", f"time to {result['target']:g}", "× winner", "samples/s",
-               "efficiency", "bytes/sample", "final accuracy"]
+               "efficiency", "bytes/sample", "final accuracy", "fast step (ms)", "step / probe's"]
     rows = []
     for profile in result["profiles"]:
         for link in result["links"]:
@@ -206,7 +236,9 @@ def detail_table(result, split):
                              "-" if relative is None else f"{relative:.2f}",
                              format_statistic(n["samples_per_s"], ".0f"), format_statistic(n["efficiency"], ".2f"),
                              format_statistic(n["bytes_per_sample"], ".0f"),
-                             format_statistic(n["final_accuracy"], ".3f")])
+                             format_statistic(n["final_accuracy"], ".3f"),
+                             format_statistic(n["fast_compute_ms"], ".1f"),
+                             format_statistic(n["fast_compute_over_probe"], ".2f")])
     return markdown_table(headers, rows)
 
 
@@ -223,7 +255,11 @@ def format_report(result):
              f"{result['repeats']} repeat(s) (seeds from {result['seed']}), {result['max_time']:g} s per run, "
              f"time to test accuracy {result['target']:g} (mean ± stddev over the repeats that reached it). "
              "Links: loopback, or every link shaped so that one transfer of the model over a worker's link lasts "
-             "R steps of the fastest worker. Efficiency: samples/s over the concurrent standalone limit.", ""]
+             "R steps of the fastest worker. Efficiency: samples/s over the concurrent standalone limit. A cell names "
+             f"a winner where its lead over every other scheme holds by {significance.TEST_NAME} on the repeats' "
+             "times (a repeat that never reached the target counting with its training time); otherwise "
+             "\"tie\" lists the schemes it does not lead beyond the spread. Fast step: the fast devices' median "
+             "forward and backward pass in the run, and its ratio to the --comm-ratio probe's alone.", ""]
     for split in result["splits"]:
         lines += [f"## {SPLIT_NAMES[split]} data", "", "Winner by time to the target:", "",
                   winner_table(result, split), "", detail_table(result, split), ""]
@@ -233,6 +269,19 @@ def format_report(result):
 
 # ----------------------------------------------------------------------------------------------
 # The heatmaps
+
+
+def heatmap_text(cell, scheme):
+    """A heatmap entry: 'best' or 'tie' with the time where the scheme leads, its relative time, or why it has none
+    (with its final accuracy); 'tie' marks every scheme the leader does not lead beyond the spread."""
+    numbers = cell["schemes"][scheme]
+    tie = "tie " if cell["winner"] is None and scheme in cell["tied"] else ""
+    if scheme == cell["leader"]:
+        return f"{'best' if cell['winner'] else 'tie'}\n{numbers['time_to_target']['mean']:.1f} s"
+    if numbers["relative_time"] is not None:
+        return f"{tie}×{numbers['relative_time']:.1f}"
+    final = numbers["final_accuracy"]["mean"]
+    return tie + outcome(numbers).split(" (")[0] + (f"\n{final:.2f}" if final is not None else "")
 
 
 def draw(result, out_dir):
@@ -252,15 +301,10 @@ def draw(result, out_dir):
         for j, (profile, link) in enumerate(columns):
             cell = find_cell(result, split, profile, link)
             for i, scheme in enumerate(schemes):
-                numbers = cell["schemes"][scheme]
-                relative = numbers["relative_time"]
+                relative = cell["schemes"][scheme]["relative_time"]
                 if relative is not None:
                     values[i, j] = math.log2(relative)
-                    best = scheme == cell["winner"]
-                    texts[i][j] = f"best\n{numbers['time_to_target']['mean']:.1f} s" if best else f"×{relative:.1f}"
-                else:
-                    final = numbers["final_accuracy"]["mean"]
-                    texts[i][j] = outcome(numbers).split(" (")[0] + (f"\n{final:.2f}" if final is not None else "")
+                texts[i][j] = heatmap_text(cell, scheme)
         fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(columns) + 3), 0.45 * len(schemes) + 2.2), dpi=120)
         cmap = matplotlib.colormaps["RdYlGn_r"].copy()
         cmap.set_bad("lightgrey")
@@ -268,14 +312,15 @@ def draw(result, out_dir):
         for i in range(len(schemes)):
             for j in range(len(columns)):
                 ax.text(j, i, texts[i][j], ha="center", va="center", fontsize=6.5,
-                        fontweight="bold" if "best" in texts[i][j] else "normal")
+                        fontweight="bold" if texts[i][j].startswith(("best", "tie")) else "normal")
         ax.set_xticks(range(len(columns)), [f"{p}\n{describe_link(link)}" for p, link in columns], fontsize=7)
         ax.set_yticks(range(len(schemes)), [display(s) for s in schemes], fontsize=8)
         bar = fig.colorbar(image, ax=ax, ticks=[0, 1, 2, 3])
         bar.ax.set_yticklabels(["×1", "×2", "×4", "≥×8"])
-        bar.set_label("time to the target / the winner's")
+        bar.set_label("time to the target / the leader's")
         ax.set_title(f"{result['network']}, {SPLIT_NAMES[split]} data: time to {result['target']:g} relative to "
-                     "each cell's winner\n(grey: never reached, with the final accuracy; failed or not run)",
+                     "each cell's leader\n(best: its lead holds by " + significance.TEST_NAME + "; tie: the schemes "
+                     "it does not lead beyond the spread; grey: never reached, failed or not run)",
                      fontsize=9)
         fig.tight_layout()
         path = os.path.join(out_dir, f"regimes-{split}.png")

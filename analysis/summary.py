@@ -17,10 +17,12 @@ there is).
 import json
 import logging
 import os
+import statistics
 
 from analysis.cli import logs_parser, positive_int, run_command
 from analysis.metrics import (
     accuracy_numbers,
+    iter_devices,
     summarize_cluster,
     summarize_device,
     summarize_evaluator,
@@ -147,6 +149,8 @@ def describe_device(device, records, meta):
     stats["rank"] = rank_of(device, meta)
     stats["slowdown"] = meta.get("slowdown")
     stats["byzantine"] = meta.get("byzantine")
+    stats["compute_seconds"] = runlog.median_step_seconds([records[i] for i in sorted(records)],
+                                                         (runlog.FORWARD_BACKWARD,))
     stats.update(validation_counts(records.values()))
     return stats
 
@@ -234,12 +238,25 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         "device_emulation": runlog.devices_described(mode_dir),
         "notes": notes,
     }
+    cluster.update(fast_devices_compute(devices, mode_dir))
     evaluations = read_evaluator_log(mode_dir)
     cluster["accuracy_source"] = "evaluator" if evaluations else "worker"
     if evaluations:  # the headline numbers are the evaluator's, whose model was tested off the training path
         cluster["evaluator"] = summarize_evaluator(evaluations, target)
         cluster.update(accuracy_numbers(cluster["evaluator"]["points"], target))
     return {**header, **cluster}
+
+
+def fast_devices_compute(devices, mode_dir):
+    """The fastest devices' median forward and backward pass in the run, and the one the launcher's --comm-ratio
+    probe measured alone on the same device before it (None without a probe): their ratio says whether the run met
+    the regime the links were set for."""
+    stats = [s for _, _, s in iter_devices(devices) if s.get("compute_seconds") is not None]
+    fastest = min((s.get("slowdown") or 1.0 for s in stats), default=None)
+    steps = [s["compute_seconds"] for s in stats if (s.get("slowdown") or 1.0) == fastest]
+    regime = runlog.launcher_record(mode_dir, "regime") or {}
+    return {"fast_compute_seconds": statistics.median(steps) if steps else None,
+            "probe_compute_seconds": regime.get("fast_compute_seconds")}
 
 
 def summary_path(network_dir, mode):

@@ -20,7 +20,6 @@ over 10 Gbit/s R = 1.2. The paper's Figure 5 (its GPUs computing a small share o
 import dataclasses
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,13 +62,12 @@ def probe_argv(experiment, log_dir):
 
 def fast_step_of(records):
     """The median seconds of a step's own phases (batch, compute, local update, emulated slowdown) after warm-up."""
-    steps = [sum(step.get(phase, 0.0) for phase in runlog.OWN_STEP_PHASES)
-             for record in records for step in record["time"].values()]
-    return statistics.median(steps[PROBE_WARMUP:] or steps)
+    return runlog.median_step_seconds(records, runlog.OWN_STEP_PHASES, PROBE_WARMUP)
 
 
 def measure(experiment):
-    """(fast step in seconds, model bytes) measured by one short standalone run; MeasurementFailed otherwise."""
+    """(fast step, its forward and backward pass, in seconds; model bytes) measured by one short standalone run;
+    MeasurementFailed otherwise."""
     with tempfile.TemporaryDirectory(prefix="esync-probe-") as log_dir:
         argv = [sys.executable] + probe_argv(experiment, log_dir)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
@@ -85,7 +83,9 @@ def measure(experiment):
         if not folders:
             raise MeasurementFailed(f"--comm-ratio: timing the fast step logged nothing under {log_dir}")
         device_log = runlog.DeviceLog(folders[0])
-        return fast_step_of(device_log.ordered()), device_log.meta["param_bytes"]
+        records = device_log.ordered()
+        compute = runlog.median_step_seconds(records, (runlog.FORWARD_BACKWARD,), PROBE_WARMUP)
+        return fast_step_of(records), compute, device_log.meta["param_bytes"]
 
 
 def resolve(experiment, measured=None):
@@ -98,9 +98,10 @@ def resolve(experiment, measured=None):
     first = key not in measured
     if first:
         measured[key] = measure(experiment)
-    step, model_bytes = measured[key]
+    step, compute, model_bytes = measured[key]
     rate = rate_for(experiment.comm_ratio, step, model_bytes)
-    regime = {"comm_ratio": experiment.comm_ratio, "fast_step_seconds": step, "model_bytes": model_bytes,
+    regime = {"comm_ratio": experiment.comm_ratio, "fast_step_seconds": step, "fast_compute_seconds": compute,
+              "model_bytes": model_bytes,
               "rate_bps": rate, "transfer_seconds": 8 * model_bytes / rate}
     ps_rate = experiment.ps_rate or rate
     resolved = dataclasses.replace(

@@ -102,7 +102,7 @@ def write_run(log_dir, plan, link, profile, split, repeat, scheme, code, accurac
     points = [[i + 1, float(i + 1), a] for i, a in enumerate(accuracies)]
     summary = {"mode": mode, "accuracy_device": "n/cpu-rank0", "devices": {"n": {"cpu-rank0": {
         "accuracy_points": points}}}, "cluster_throughput": 1000.0, "traffic_mb_per_s": 2.0,
-        "final_accuracy": accuracies[-1], "links": "loopback (no link limit)"}
+        "final_accuracy": accuracies[-1], "links": "loopback (no link limit)", "elapsed_time": float(len(accuracies))}
     write_json(summaries.summary_path(os.path.dirname(mode_dir), os.path.basename(mode_dir)), summary)
 
 
@@ -121,13 +121,14 @@ def test_failed_and_never_reaching_runs_show_as_such_not_as_zero(tmp_path):
     text, paths = regime_map.write(result, log_dir)
 
     cell = result["cells"][0]
-    assert cell["winner"] == "esync"
+    assert cell["leader"] == "esync" and cell["winner"] is None  # one repeat has no spread to name a winner by
+    assert cell["tied"] == ["esync", "sync"]
     outcomes = {s: regime_map.outcome(n) for s, n in cell["schemes"].items()}
     assert outcomes == {"sync": "never", "async": "failed (1 of 1)", "esync": "2.0 s", "fedavg": "not run"}
     assert cell["schemes"]["esync"]["efficiency"]["mean"] == pytest.approx(0.5)
     assert cell["schemes"]["esync"]["bytes_per_sample"]["mean"] == pytest.approx(2000.0)
     assert cell["schemes"]["async"]["samples_per_s"]["mean"] is None
-    assert "| 1,4 | **ESync** 2.0 s |" in text and "| 1,4 | loopback | Async | failed (1 of 1) |" in text
+    assert "| 1,4 | tie: **ESync** 2.0 s, Sync never |" in text and "| 1,4 | loopback | Async | failed (1 of 1) |" in text
     assert [os.path.basename(p) for p in paths] == ["regimes.json", "regimes.md", "regimes-iid.png"]
 
 
@@ -153,3 +154,58 @@ def test_a_cell_no_scheme_finished_in_names_the_closest_by_final_accuracy(tmp_pa
 def test_the_report_without_a_plan_says_where_it_looked(tmp_path):
     with pytest.raises(regime_map.RegimeMapError, match="no regimes-plan.json under"):
         regime_map.build(str(tmp_path))
+
+
+def test_a_runs_fast_step_is_read_against_the_probes():
+    assert regime_map.compute_over_probe({"fast_compute_seconds": 0.012, "probe_compute_seconds": 0.010}) == \
+        pytest.approx(1.2)
+    assert regime_map.compute_over_probe({"fast_compute_seconds": 0.012, "probe_compute_seconds": None}) is None
+
+
+def write_repeats(log_dir, plan, scheme, curves):
+    for repeat, accuracies in enumerate(curves, start=1):
+        write_run(log_dir, plan, "loopback", "1,4", "iid", repeat, scheme, 0, accuracies)
+
+
+def curve_reaching(seconds, length=12):
+    """Accuracies one per second that first reach 0.85 at `seconds`."""
+    return [0.5] * (seconds - 1) + [0.9] * (length - seconds + 1)
+
+
+@pytest.mark.parametrize("sync_seconds, winner, tied", [
+    ((9, 10, 11), "esync", ["esync"]),                 # 3-4-5 s against 9-10-11 s: the lead holds
+    ((3, 6, 9), None, ["esync", "sync"]),             # 3-4-5 s against 3-6-9 s: within the spread
+])
+def test_a_cell_names_a_winner_only_where_its_lead_holds_beyond_the_repeats_spread(tmp_path, sync_seconds, winner,
+                                                                                   tied):
+    log_dir = str(tmp_path)
+    plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
+            "schemes": ["esync", "sync"], "repeats": 3, "seed": 0, "max_time": 12.0, "target": 0.85,
+            "eval_seconds": 0.5}
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    write_repeats(log_dir, plan, "esync", [curve_reaching(s) for s in (3, 4, 5)])
+    write_repeats(log_dir, plan, "sync", [curve_reaching(s) for s in sync_seconds])
+
+    result = regime_map.build(log_dir)
+    text, paths = regime_map.write(result, log_dir)
+
+    cell = result["cells"][0]
+    assert (cell["leader"], cell["winner"], cell["tied"]) == ("esync", winner, tied)
+    assert ("| 1,4 | tie: **ESync**" in text) == (winner is None)
+    assert regime_map.heatmap_text(cell, "esync").startswith("best" if winner else "tie")
+    assert os.path.exists(paths[-1])
+
+
+def test_a_repeat_that_never_reached_the_target_counts_with_its_training_time(tmp_path):
+    log_dir = str(tmp_path)
+    plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
+            "schemes": ["esync", "sync"], "repeats": 3, "seed": 0, "max_time": 12.0, "target": 0.85,
+            "eval_seconds": 0.5}
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    write_repeats(log_dir, plan, "esync", [curve_reaching(s) for s in (3, 4, 5)])
+    write_repeats(log_dir, plan, "sync", [[0.5] * 12, [0.5] * 11, [0.5] * 13])
+
+    cell = regime_map.build(log_dir)["cells"][0]
+
+    assert cell["schemes"]["sync"]["censored_times"] == [12.0, 11.0, 13.0]
+    assert cell["winner"] == "esync"

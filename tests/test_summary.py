@@ -182,6 +182,15 @@ def test_accuracy_points_pair_iteration_time_and_accuracy(four_modes):
     assert device_summary(result, node, device)["accuracy_points"] == expected
 
 
+def test_the_fast_step_is_the_fastest_devices_median_forward_and_backward_pass(four_modes):
+    base, written, _ = four_modes
+    result = load_summary(base, "esync")
+
+    # rank 0 (slowdown 1) steps once per round in 0.01 s; the slower ranks' steps (0.01, 0.02, ...) do not count
+    assert result["fast_compute_seconds"] == pytest.approx(0.01)
+    assert result["probe_compute_seconds"] is None  # no --comm-ratio probe ran before these logs
+
+
 def test_model_size_workers_and_ranks_come_from_meta(four_modes):
     base, written, _ = four_modes
 

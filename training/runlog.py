@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import re
+import statistics
 
 from training import files
 from training.files import write_json
@@ -49,6 +50,7 @@ SENT_BYTES = "sent_bytes"             # a cluster worker's payload of the round,
 RECEIVED_BYTES = "received_bytes"
 TRAFFIC_FIELDS = (SENT_BYTES, RECEIVED_BYTES)
 OWN_STEP_PHASES = (GET_BATCH, FORWARD_BACKWARD, LOCAL_UPDATE, EMULATED_SLOWDOWN)  # a worker's own work
+COMPUTE_WARMUP = 10  # the first steps of a device, which MXNet's first calls slow, left out of its median step
 # A planned ESync round (the plan and adaptive policies): the worker's planned local steps; adaptive also logs the
 # slowest worker's, the aggregation time (s) the round was sized to, which bound set the round's length, and the
 # round's computing time (a worker steps while its next step would end within it; planned_steps is then the count
@@ -317,6 +319,15 @@ def links_described(mode_dir):
     """The one-line description of the links a run had, as the launcher recorded it; None for a run it did not
     start."""
     return launcher_record(mode_dir, "links_described")
+
+
+def median_step_seconds(records, phases, warmup=COMPUTE_WARMUP):
+    """The median seconds of `phases` per local step over `records` (in step order) after the first `warmup` steps
+    (all of them when there are no more); None without a step that logged one of the phases."""
+    steps = [sum(step.get(phase, 0.0) for phase in phases) for record in records for step in record["time"].values()
+             if any(phase in step for phase in phases)]
+    steps = steps[warmup:] or steps
+    return statistics.median(steps) if steps else None
 
 
 def devices_described(mode_dir):

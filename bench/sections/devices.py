@@ -2,28 +2,11 @@
 the standalone baseline's step, each device under its CPU quota (training/cpu_quota.py), in one run; the same with the
 sleeping slowdown beside it, which CPU quotas replace."""
 import os
-import statistics
 
 from analysis.tables import markdown_table
 from bench.sections.common import fmt, launch, log
-from training import runlog
 
 MODES = ("sync", "esync", "local")
-
-
-def fast_steps(mode_folder):
-    """The median seconds of the fast workers' forward and backward passes, the computation every scheme's step
-    makes the same (SSGD updates in its aggregation, ESync and the standalone baseline in a local update), after the
-    first 20 (all of them in a run too short for more)."""
-    steps = []
-    for _, _, folder in runlog.device_folders(mode_folder):
-        device_log = runlog.DeviceLog(folder)
-        if device_log.meta.get("slowdown", 1.0) > 1:
-            continue
-        compute = [s[runlog.FORWARD_BACKWARD] for record in device_log.ordered() for s in record["time"].values()
-                   if runlog.FORWARD_BACKWARD in s]
-        steps += compute[20:] or compute
-    return statistics.median(steps) if steps else None
 
 
 def measure(cfg, workdir, earlier):
@@ -34,7 +17,9 @@ def measure(cfg, workdir, earlier):
         folder = os.path.join(workdir, "devices", emulation)
         summaries = launch(list(MODES), cfg["devices_profile"], cfg["devices_seconds"], folder, options,
                            snapshot_seconds=0)
-        steps = {mode: fast_steps(os.path.join(folder, "logs", "lenet", mode)) for mode in MODES}
+        # the forward and backward pass: the computation every scheme's step makes the same (SSGD updates in its
+        # aggregation, ESync and the standalone baseline in a local update)
+        steps = {mode: summaries[mode]["fast_compute_seconds"] for mode in MODES}
         rows.append({"emulation": emulation, "profile": cfg["devices_profile"],
                      "devices": summaries["sync"]["device_emulation"],
                      "fast_step_seconds": steps,
