@@ -36,6 +36,21 @@ def ratio(numerator, denominator):
     return numerator / denominator if denominator > 0 else None
 
 
+PLATEAU_BAND = 0.01  # accuracy: a curve whose last quarter moved less than this from the quarter before levelled off
+
+
+def plateau(points):
+    """{accuracy, levelled}: the mean accuracy of points [[iteration, seconds, accuracy], ...] over the last quarter
+    of the curve's time, and whether the curve had levelled off: that mean within PLATEAU_BAND of the third
+    quarter's, each quarter holding at least 2 evaluations."""
+    end = points[-1][1] if points else 0.0
+    last = [a for _, t, a in points if t >= 0.75 * end]
+    before = [a for _, t, a in points if 0.5 * end <= t < 0.75 * end]
+    accuracy = sum(last) / len(last) if last else None
+    levelled = len(last) >= 2 and len(before) >= 2 and abs(accuracy - sum(before) / len(before)) <= PLATEAU_BAND
+    return {"accuracy": accuracy, "levelled": levelled}
+
+
 def summarize_device(records):
     """Turn {iteration: record} of one device into lists over iterations plus rates.
 

@@ -5,14 +5,18 @@ repeats, beside the standalone baseline (sequential SGD on one fast device).
 The runs lie at <log-dir>/repeat-<r>/<network>/<mode>[-niid]/ with their summary JSON (launch.py paper writes
 them); the standalone baseline runs once per repeat, on i.i.d. data, and serves both splits. A ratio between two
 modes (a speedup, a throughput or traffic ratio) is taken within each repeat, whose runs share a seed, and then
-averaged over the repeats.
+averaged over the repeats. A repeat whose run never reached the target counts with a lower bound (its training
+time; for a speedup, SSGD's training time over the mode's time), and a mean over such repeats is shown as a lower
+bound ("≥"). Final accuracies are compared with sequential SGD's only in the repeats where both curves had levelled
+off (metrics.plateau), and whether the ESync's lead over a rival holds beyond the repeats' spread is Welch's t-test
+(analysis/significance.py).
 """
 import glob
 import os
 import re
 import statistics
 
-from analysis import metrics
+from analysis import metrics, significance
 from analysis import summary as summaries
 from analysis.tables import markdown_table
 from training import modes, runlog
@@ -35,6 +39,7 @@ COLUMNS = (
     ("samples_per_s", "samples/s", ".0f"),
     ("traffic_mb_per_s", "traffic (MB/s)", ".2f"),
     ("final_accuracy", "final accuracy", ".3f"),
+    ("levelled", "levelled off", ""),
 )
 
 
@@ -93,19 +98,36 @@ def time_to_target(run, target):
 
 
 def per_repeat(runs_by_mode, mode, target):
-    """{key: [value of each repeat or None]} of one mode; ratios are against the same repeat's baselines."""
+    """{key: [value of each repeat or None]} of one mode; ratios are against the same repeat's baselines. `*_bound`
+    lists hold, where a repeat never got there, a lower bound of its value."""
     runs = runs_by_mode[mode]
     times = [time_to_target(run, target) for run in runs]
     values = {
         "time_to_target": times,
+        "time_to_target_bound": [run.get("elapsed_time") if t is None else None for run, t in zip(runs, times)],
         "samples_per_s": [run.get("cluster_throughput") for run in runs],
         "traffic_mb_per_s": [run.get("traffic_mb_per_s") for run in runs],
         "final_accuracy": [run.get("final_accuracy") for run in runs],
+        "plateau": [metrics.plateau(metrics.curve_points(run)) for run in runs],
     }
     if BASELINE in runs_by_mode:
-        baseline_times = [time_to_target(run, target) for run in runs_by_mode[BASELINE]]
+        baselines = runs_by_mode[BASELINE]
+        baseline_times = [time_to_target(run, target) for run in baselines]
         values["speedup"] = [ratio(base, own) for base, own in zip(baseline_times, times)]
+        values["speedup_bound"] = [ratio(run.get("elapsed_time"), own) if base is None else None
+                                   for run, base, own in zip(baselines, baseline_times, times)]
     return values
+
+
+def with_lower_bounds(values, bounds):
+    """statistics_of the repeats, where a repeat without a value counts with its lower bound from `bounds` (None
+    where it has none): the mean is then itself a lower bound, marked `lower_bound`."""
+    return {**statistics_of(fill(values, bounds)),
+            "lower_bound": any(value is None and bound is not None for value, bound in zip(values, bounds))}
+
+
+def levelled_count(plateaus):
+    return {"levelled": sum(p["levelled"] for p in plateaus), "of": len(plateaus)}
 
 
 def ratio(numerator, denominator):
@@ -133,56 +155,67 @@ def times_to_thresholds(runs_by_mode, thresholds):
             for mode, runs in runs_by_mode.items()}
 
 
-def speedup_lower_bound(runs_by_mode, mode, target):
-    """Where SSGD never reached the target, its training time over the mode's time to it: the speedup is at least
-    this. None when no repeat gives a bound."""
-    bounds = [ratio(base["elapsed_time"], time_to_target(own, target))
-              for base, own in zip(runs_by_mode[BASELINE], runs_by_mode[mode])
-              if time_to_target(base, target) is None]
-    bounds = [b for b in bounds if b is not None]
-    return min(bounds) if bounds else None
-
-
 def cells(runs_by_mode, target):
     """{mode: {key: statistics}} of one split."""
     table = {}
     for mode in runs_by_mode:
-        table[mode] = {key: statistics_of(values) for key, values in per_repeat(runs_by_mode, mode, target).items()}
-        if BASELINE in runs_by_mode and mode != modes.STANDALONE:
-            table[mode]["speedup"]["at_least"] = speedup_lower_bound(runs_by_mode, mode, target)
+        values = per_repeat(runs_by_mode, mode, target)
+        table[mode] = {key: statistics_of(values[key]) for key in ("samples_per_s", "traffic_mb_per_s",
+                                                                  "final_accuracy")}
+        table[mode]["time_to_target"] = with_lower_bounds(values["time_to_target"], values["time_to_target_bound"])
+        table[mode]["levelled"] = levelled_count(values["plateau"])
+        if "speedup" in values:
+            table[mode]["speedup"] = with_lower_bounds(values["speedup"], values["speedup_bound"])
     return table
 
 
 def headline(runs_by_mode, target):
     """The paper's claims for ESync in one split, each as statistics over the repeats (None where a mode is
     missing): speedup to the target and samples/s against SSGD, traffic against ASGD, final accuracy minus
-    sequential SGD's."""
+    sequential SGD's where both had levelled off, and whether ASGD and DC-ASGD reached the target later."""
     if "esync" not in runs_by_mode:
         return {}
     own = per_repeat(runs_by_mode, "esync", target)
     claims = {}
     if BASELINE in runs_by_mode:
         base = per_repeat(runs_by_mode, BASELINE, target)
-        claims["speedup_vs_ssgd"] = statistics_of(own["speedup"])
+        claims["speedup_vs_ssgd"] = with_lower_bounds(own["speedup"], own["speedup_bound"])
         claims["samples_per_s_vs_ssgd"] = statistics_of(paired(ratio, own["samples_per_s"], base["samples_per_s"]))
     if TRAFFIC_BASELINE in runs_by_mode:
         base = per_repeat(runs_by_mode, TRAFFIC_BASELINE, target)
         claims["traffic_vs_asgd"] = statistics_of(paired(ratio, own["traffic_mb_per_s"], base["traffic_mb_per_s"]))
-    sequential = per_repeat(runs_by_mode, modes.STANDALONE, target)["final_accuracy"]
-    claims["accuracy_minus_sequential"] = statistics_of(paired(difference, own["final_accuracy"], sequential))
+    claims.update(accuracy_claim(own["plateau"], per_repeat(runs_by_mode, modes.STANDALONE, target)["plateau"]))
     for rival in LATER_RIVALS:
         if rival in runs_by_mode:
-            claims[f"{rival}_later"] = later_than(per_repeat(runs_by_mode, rival, target)["time_to_target"],
-                                                  own["time_to_target"])
+            claims[f"{rival}_later"] = later_than(per_repeat(runs_by_mode, rival, target), own)
     return claims
 
 
-def later_than(rival_times, own_times):
-    """{later, of}: in how many repeats the rival reached the target after ESync (or never, where ESync did), of the
-    repeats in which either reached it."""
-    decided = [(rival, own) for rival, own in zip(rival_times, own_times) if (rival, own) != (None, None)]
-    later = sum(1 for rival, own in decided if own is not None and (rival is None or rival > own))
-    return {"later": later, "of": len(decided)}
+def accuracy_claim(own, sequential):
+    """ESync's accuracy minus sequential SGD's, each the mean of its curve's last quarter, in the repeats where both
+    curves had levelled off; and how many those were."""
+    both = [(o, s) for o, s in zip(own, sequential) if o["levelled"] and s["levelled"]]
+    return {"accuracy_minus_sequential": statistics_of([o["accuracy"] - s["accuracy"] for o, s in both]),
+            "accuracy_compared": {"levelled": len(both), "of": len(own)}}
+
+
+def later_than(rival, own):
+    """{later, of, p_value, holds}: in how many repeats the rival reached the target after ESync (or never, where
+    ESync did), of the repeats in which either reached it; Welch's p-value between the two modes' times (a repeat
+    that never reached counting with its training time) and which mode's lead it supports ("esync", "rival", or
+    None for a tie within the spread)."""
+    decided = [(r, o) for r, o in zip(rival["time_to_target"], own["time_to_target"]) if (r, o) != (None, None)]
+    later = sum(1 for r, o in decided if o is not None and (r is None or r > o))
+    own_times, rival_times = ([t for t in fill(m["time_to_target"], m["time_to_target_bound"]) if t is not None]
+                              for m in (own, rival))
+    holds = ("esync" if significance.leads(own_times, rival_times)
+             else "rival" if significance.leads(rival_times, own_times) else None)
+    return {"later": later, "of": len(decided), "p_value": significance.p_value(own_times, rival_times),
+            "holds": holds}
+
+
+def fill(values, bounds):
+    return [bound if value is None else value for value, bound in zip(values, bounds)]
 
 
 def paired(function, values, others):
@@ -198,12 +231,16 @@ def difference(value, other):
 
 
 def format_statistic(stat, spec, unit=""):
-    """'mean ± std', with the number of repeats that have a value when some lack one; '> bound' when none has."""
+    """'mean ± std', with the number of repeats that have a value when some lack one; '≥ mean' where some repeats
+    gave only a lower bound; 'k of n' for a count of levelled-off curves."""
+    if "levelled" in stat:
+        return f"{stat['levelled']} of {stat['of']}"
     if stat["mean"] is None:
-        bound = stat.get("at_least")
-        return "-" if bound is None else f"> {bound:{spec}}{unit}"
+        return "-"
     text = format(stat["mean"], spec)
-    if stat["std"] is not None:
+    if stat.get("lower_bound"):
+        text = "≥ " + text
+    elif stat["std"] is not None:
         text += f" ± {stat['std']:{spec.replace('+', '')}}"
     missing = len(stat["values"]) - stat["n"]
     return text + unit + (f" ({stat['n']} of {len(stat['values'])} repeats)" if missing else "")
@@ -223,16 +260,33 @@ def describe_headline(claims, target):
     parts = []
     described = (("speedup_vs_ssgd", "{} SSGD's speed to " + f"{target:g}", ".1f", "×"),
                  ("samples_per_s_vs_ssgd", "{} SSGD's samples/s", ".1f", "×"),
-                 ("traffic_vs_asgd", "{} of ASGD's traffic", ".2f", ""),
-                 ("accuracy_minus_sequential", "final accuracy {} against sequential SGD's", "+.3f", ""))
+                 ("traffic_vs_asgd", "{} of ASGD's traffic", ".2f", ""))
     for key, text, spec, unit in described:
         if key in claims:
             parts.append(text.format(format_statistic(claims[key], spec, unit)))
+    if "accuracy_compared" in claims:
+        parts.append(describe_accuracy(claims))
     for rival, name in LATER_RIVALS.items():
         if f"{rival}_later" in claims:
-            count = claims[f"{rival}_later"]
-            parts.append(f"{name} reached {target:g} later in {count['later']} of {count['of']} repeats")
+            parts.append(describe_rival(claims[f"{rival}_later"], name, target))
     return "ESync: " + ", ".join(parts) if parts else ""
+
+
+def describe_accuracy(claims):
+    compared = claims["accuracy_compared"]
+    if not compared["levelled"]:
+        return (f"final accuracy not compared with sequential SGD's: both curves had levelled off in 0 of "
+                f"{compared['of']} repeats")
+    return (f"final accuracy {format_statistic(claims['accuracy_minus_sequential'], '+.3f')} against sequential "
+            f"SGD's (the mean of each curve's last quarter, in the {compared['levelled']} of {compared['of']} "
+            "repeats where both had levelled off)")
+
+
+def describe_rival(count, name, target):
+    verdict = {"esync": "ESync's lead holds", "rival": f"{name}'s lead holds",
+               None: "a tie within the repeats' spread"}[count.get("holds")]
+    return (f"{name} reached {target:g} later in {count['later']} of {count['of']} repeats ({verdict}, "
+            f"{significance.TEST_NAME}: p = {count['p_value']:.2g})")
 
 
 def format_report(report):
@@ -240,7 +294,10 @@ def format_report(report):
     lines = [f"# Table 1: {report['network']} on {report['dataset']}, {len(report['repeats'])} repeats "
              f"(seeds {', '.join(map(str, report['seeds']))}), mean ± stddev", "",
              f"Links: {'; '.join(report['links']) or 'not recorded'}.", "",
-             f"Devices: {'; '.join(report.get('devices') or []) or 'not recorded'}.", ""]
+             f"Devices: {'; '.join(report.get('devices') or []) or 'not recorded'}.", "",
+             f"A time or speedup marked ≥ is a lower bound: in some repeats the run (or SSGD's) never reached "
+             f"{target:g}, and counts with its training time. Levelled off: the curves whose last quarter's mean "
+             f"accuracy was within {metrics.PLATEAU_BAND:g} of the quarter's before.", ""]
     for split in SPLITS:
         lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target), ""]
         claim = describe_headline(report["headline"][split], target)

@@ -149,5 +149,20 @@ def test_a_mode_whose_links_carried_nothing_fails_and_says_why(tmp_path, capsys)
 # Table 1's claims about the rivals
 
 
+def times(values, training=10.0):
+    return {"time_to_target": values, "time_to_target_bound": [training if v is None else None for v in values]}
+
+
 def test_a_rival_is_later_where_it_reached_the_target_after_esync_or_never():
-    assert paper.later_than([3.0, None, 1.0, None], [2.0, 5.0, 2.0, None]) == {"later": 2, "of": 3}
+    count = paper.later_than(times([3.0, None, 1.0, None]), times([2.0, 5.0, 2.0, None]))
+
+    assert (count["later"], count["of"]) == (2, 3)
+    assert count["holds"] is None  # 2, 5, 2, 10 against 3, 10, 1, 10: within the spread
+
+
+def test_a_rivals_lateness_holds_where_welchs_test_says_so_either_way():
+    fast, slow = times([2.0, 2.5, 3.0]), times([8.0, None, 9.0])  # the rival never reached it once: 10 s counts
+
+    assert paper.later_than(slow, fast)["holds"] == "esync"
+    assert paper.later_than(fast, slow)["holds"] == "rival"
+    assert paper.later_than(slow, fast)["p_value"] < 0.05
