@@ -163,8 +163,8 @@ def quick_form(tmp_path_factory):
     """2 repeats of sync on a fast and a 20x slower worker, half a second each, and the standalone baseline (ESync's
     own runs are the benchmark's and the full form's; a real run of every ESync policy is in test_esync.py)."""
     logs = str(tmp_path_factory.mktemp("paper") / "logs")
-    args = ["--repeats", "2", "--max-time", "0.5", "--slowdown", "1,20", "--modes", "sync", "--dataset", "mnist-5k",
-            "-dd", os.path.join(ROOT, "data"), "--progress-every", "0.5"]
+    # no --dataset: the paper's, Fashion-MNIST, as tiny files in its layout where the tests put it (tests/conftest.py)
+    args = ["--repeats", "2", "--max-time", "0.5", "--slowdown", "1,20", "--modes", "sync", "--progress-every", "0.5"]
     with launcher(args, logs, subprogram=["paper"]) as proc:
         proc.wait(timeout=300)
         with open(proc.output) as f:
@@ -196,7 +196,7 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
     logs, _, output = quick_form
     report = json.load(open(os.path.join(logs, "lenet", paper.RESULTS_FILE)))
 
-    assert report["repeats"] == [1, 2] and report["seeds"] == [0, 1]
+    assert report["repeats"] == [1, 2] and report["seeds"] == [0, 1] and report["dataset"] == "fashion-mnist"
     for split in paper.SPLITS:
         assert list(report["cells"][split]) == ["sync", "local"]
         for mode, cells in report["cells"][split].items():

@@ -24,7 +24,9 @@ from tests.test_netns import pytestmark as needs_netns
 # Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
 
-DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
+# The commands' default data, Fashion-MNIST, found where the tests put it (tests/conftest.py: tiny files in its
+# layout, the shipped sample standing in)
+DATA = []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -135,6 +137,9 @@ def test_the_regime_map_fills_every_cell_from_real_runs_and_redraws_from_the_log
         for scheme, n in cell["schemes"].items():
             assert (n["failed"], n["not_run"], n["samples_per_s"]["n"]) == (0, 0, 1), (cell["link"], scheme)
             assert n["efficiency"]["mean"] == pytest.approx(n["samples_per_s"]["mean"] / limit)
+            assert n["fast_compute_ms"]["n"] == 1 and n["fast_compute_ms"]["mean"] > 0
+            # only a shaped link had a probe to set its rate by
+            assert n["fast_compute_over_probe"]["n"] == (cell["link"] != "loopback"), (cell["link"], scheme)
     for scheme in ("sync", "esync-plan"):
         shaped = os.path.join(regime_map.run_dir(logs, 4.0, "1,2", "iid", 1, scheme), "lenet",
                               regime_map.mode_of(scheme)[0], "processes", "network.json")
