@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from training import config, modes, mxnet_import
+from training import config, modes, mxnet_internals
 from training.faults import failures, fault_injection
 from training.checks import (
     UsageError,
@@ -120,7 +120,7 @@ def traceback_folder(args):
 
 
 def main(argv=None):
-    mxnet_import.install()  # before anything imports MXNet (this module's imports do not)
+    mxnet_internals.install()  # before anything imports MXNet (this module's imports do not)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     args = config.parse_args(argv)

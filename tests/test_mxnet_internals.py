@@ -1,11 +1,16 @@
-"""MXNet's import with its operators' compiled code cached (training/mxnet_import.py): real processes, each importing
-MXNet once, as main.py does."""
+"""MXNet's internals in one module (training/mxnet_internals.py): no other module reaches past MXNet's public API;
+its import with the operators' compiled code cached, in real processes, each importing MXNet once, as main.py
+does."""
 import json
+import os
+import re
 import subprocess
 import sys
 
+import pytest
+
 from launcher.cluster import ROOT
-from training.mxnet_import import PLACEHOLDER, with_handle
+from training.mxnet_internals import PLACEHOLDER, with_handle
 
 # What a process computes with the operators it registered: a generated ndarray function (Convolution), and a symbol
 # built from generated symbol functions and run.
@@ -13,19 +18,19 @@ PROBE = """
 import json, sys
 {install}
 import mxnet as mx
-from training import mxnet_import
+from training import mxnet_internals
 x = mx.nd.arange(16).reshape((1, 1, 4, 4))
 w = mx.nd.ones((2, 1, 3, 3))
 conv = mx.nd.Convolution(x, w, no_bias=True, kernel=(3, 3), num_filter=2).asnumpy().tolist()
 s = mx.sym.FullyConnected(mx.sym.var("d"), num_hidden=1, no_bias=True, name="fc")
 fc = s.eval(d=mx.nd.ones((1, 3)), fc_weight=mx.nd.array([[1, 2, 3]]))[0].asnumpy().tolist()
-cache = mxnet_import.installed_cache()
+cache = mxnet_internals.installed_cache()
 print(json.dumps(dict(conv=conv, fc=fc, compiled=cache.compiled_here if cache else None)))
 """
 
 
 def probe(cache_file=None):
-    install = f"from training import mxnet_import; mxnet_import.install({str(cache_file)!r})" if cache_file else ""
+    install = f"from training import mxnet_internals; mxnet_internals.install({str(cache_file)!r})" if cache_file else ""
     result = subprocess.run([sys.executable, "-c", PROBE.format(install=install)], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -48,3 +53,29 @@ def test_the_handle_goes_into_the_cached_code_of_the_function_it_calls():
     exec(with_handle(code, 12345), namespace)
 
     assert namespace["op"]("x") == (12345, "x")
+
+
+# What reaching past MXNet's public API looks like in this code base: its private attributes and its C library.
+PRIVATE_MXNET = re.compile(r"\._barrier\(|\._updaters\b|\._optimizer\._|_collect_params_with_prefix|libmxnet|"
+                           r"\.MX[A-Z][A-Za-z]+\(|kvstore\.KVStore\(")
+
+
+def source_files():
+    for folder, _, names in os.walk(ROOT):
+        if any(part.startswith(".") or part in ("tests", "__pycache__") for part in
+               os.path.relpath(folder, ROOT).split(os.sep)):
+            continue
+        yield from (os.path.join(folder, name) for name in names if name.endswith(".py"))
+
+
+def test_no_module_but_mxnet_internals_reaches_past_mxnets_public_api():
+    reaching = sorted(os.path.relpath(path, ROOT) for path in source_files()
+                      if PRIVATE_MXNET.search(open(path, encoding="utf-8").read()))
+
+    assert reaching == [os.path.join("training", "mxnet_internals.py")]
+
+
+@pytest.mark.parametrize("line", ["self.kv._barrier()", "trainer._updaters[0]", "lib.MXKVStoreCreate(b'dist', h)",
+                                  "net._collect_params_with_prefix()"])
+def test_the_check_sees_a_private_call(line):
+    assert PRIVATE_MXNET.search(line)

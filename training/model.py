@@ -7,6 +7,7 @@ from mxnet import autograd, gluon
 
 import models
 from data import CIFAR_SIDE, to_float
+from training import mxnet_internals
 
 EVAL_BATCH = 500
 EVAL_BATCH_LARGE_INPUT = 50  # networks whose input is resized up (224 px and more) hold far larger activations
@@ -152,7 +153,7 @@ class Model:
         thousands of values); large ones are copied by MXNet's engine, not waited for here (the next update of the
         weight waits for its copy). save_snapshot() writes the result."""
         ctx = self.ctxs[0]
-        return {name: copy_of(param.data(ctx)) for name, param in self.net._collect_params_with_prefix().items()}
+        return {name: copy_of(param.data(ctx)) for name, param in mxnet_internals.parameters_by_name(self.net).items()}
 
     def load(self, path):
         """Weights saved by save() (a checkpoint), onto every device."""

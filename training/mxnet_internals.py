@@ -1,16 +1,24 @@
-"""MXNet's import, with the code it generates for its operators compiled once per machine instead of per process.
+"""Every place the project reaches past MXNet 1.9.1's public Python API, each with its reason; no other module names
+a private MXNet attribute or calls MXNet's C library.
 
-`import mxnet` writes a Python function for each of its operators (about 2,300) and compiles it, which is most of
-the second of CPU the import costs every worker and server a job starts. The generated source of an operator differs
-from one process to the next only in its handle (an address), so the compiled code is cached in a file with a
-placeholder for the handle, and the handle is put into the constants of the cached code when it is used. The source
-is still generated, and its hash finds the cached code, so a changed MXNet or Python compiles anew.
+- **The import hook**: MXNet's operators' generated code, compiled once per machine instead of per process.
+- **The C library**: loading it as the package would, its errors, and a kvstore node's server loop
+  (training/transport/ps_node.py runs the scheduler and the servers through it).
+- **The kvstore's barrier**, which the Python API has only as `_barrier`.
+- **A Trainer's optimizer state without its pickled optimizer**: the updaters and the update counts.
+- **A block's parameters by their structural names**, the names `save_parameters` writes.
 
-main.py installs this before anything imports MXNet; `install` only registers an import hook. Measured with
+The import hook: `import mxnet` writes a Python function for each of its operators (about 2,300) and compiles it,
+which is most of the second of CPU the import costs every worker and server a job starts. The generated source of
+an operator differs from one process to the next only in its handle (an address), so the compiled code is cached in
+a file with a placeholder for the handle, and the handle is put into the constants of the cached code when it is
+used. The source is still generated, and its hash finds the cached code, so a changed MXNet or Python compiles
+anew. main.py installs it before anything imports MXNet; `install` only registers an import hook. Measured with
 farm-bench (10 runs each, 2 cores): `import mxnet` 1.34 s of CPU, 0.95 s with the cache (0.78 s with the standard
 library's distutils too, below).
 """
 import builtins
+import ctypes
 import hashlib
 import importlib.machinery
 import logging
@@ -129,3 +137,83 @@ def install(path=None):
     # standard library's (still in Python 3.11) next to nothing.
     os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
     sys.meta_path.insert(0, _Finder(OperatorCache(path or cache_path())))
+
+
+# ----------------------------------------------------------------------------------------------
+# The C library
+
+
+class MXNetLibraryError(RuntimeError):
+    pass
+
+
+# The callback a kvstore server runs for a command a worker sent (kv.set_optimizer sends SET_OPTIMIZER).
+CONTROLLER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+SET_OPTIMIZER = 0
+
+
+def library():
+    """MXNet's C library, loaded as the mxnet package would load it (the same file, so the same library), without
+    importing the package: with DMLC_ROLE=server or scheduler the import itself would run the role."""
+    # The path finder, not importlib.util.find_spec: that would read the spec of the lazily registered module
+    # (training/lazy.py), which imports MXNet.
+    path = os.environ.get("MXNET_LIBRARY_PATH") or os.path.join(
+        importlib.machinery.PathFinder.find_spec("mxnet").submodule_search_locations[0], "libmxnet.so")
+    lib = ctypes.CDLL(path, ctypes.RTLD_LOCAL)
+    lib.MXGetLastError.restype = ctypes.c_char_p
+    return lib
+
+
+def check(lib, code):
+    if code != 0:
+        raise MXNetLibraryError(lib.MXGetLastError().decode(errors="replace"))
+
+
+def serve_kvstore(lib, controller):
+    """Create this node's distributed kvstore and run its server loop (the scheduler's or a server's, by
+    DMLC_ROLE) until every worker has left; `controller(command, body, kvstore handle)` receives the workers'
+    commands. Returns the kvstore's handle."""
+    handle = ctypes.c_void_p()
+    check(lib, lib.MXKVStoreCreate(b"dist", ctypes.byref(handle)))
+    callback = CONTROLLER(lambda command, body, _: controller(command, body, handle))
+    check(lib, lib.MXKVStoreRunServer(handle, callback, None))
+    return handle
+
+
+def kvstore_of(mx, handle):
+    """The Python kvstore around a handle the C library created (the server's, to hold the workers' update rule)."""
+    return mx.kvstore.KVStore(handle)
+
+
+def leave_to_the_process_end(kv):
+    """MXNet 1.9.1 crashes freeing a server's kvstore that holds an update rule: the Python wrapper's destructor is
+    given nothing to free, and the kvstore ends with the process."""
+    kv.handle = ctypes.c_void_p()
+
+
+# ----------------------------------------------------------------------------------------------
+# The kvstore, the Trainer, a block's parameters
+
+
+def barrier(kv):
+    """Wait until every worker of the job reaches this point: KVStore's Python API has it only as `_barrier`."""
+    kv._barrier()
+
+
+def trainer_updaters(trainer):
+    """The per-device updaters of a gluon.Trainer. Its public save_states/load_states carry the pickled optimizer,
+    which would bring back an earlier run's learning rate and momentum: the states alone are reached here."""
+    return trainer._updaters
+
+
+def update_counts(trainer, ctx):
+    """{weight index: updates so far} of the Trainer's optimizer on `ctx` (the dict the optimizer itself counts in,
+    one per device). They live on the optimizer, not in the updaters' states, and Adam's step size depends on them."""
+    counts = trainer._optimizer._all_index_update_counts
+    return counts.setdefault(ctx.device_id, {})
+
+
+def parameters_by_name(net):
+    """{structural name: Parameter} of a block, the names save_parameters writes and load_parameters reads (the
+    public collect_params() names carry the block's prefix instead)."""
+    return net._collect_params_with_prefix()

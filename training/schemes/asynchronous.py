@@ -59,7 +59,7 @@ class Async(Scheme):
         self.broadcast_initial_weights()
         self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), stats_key=self.stats_key,
                                               control_key=self.control_key, num_workers=self.num_workers))
-        self.kv._barrier()  # no worker pushes before every server holds the rule
+        self.transport.barrier()  # no worker pushes before every server holds the rule
         self.pushed = self.exchanged(p.list_grad() for p in self.model.trainable)
         self.pulled = self.exchanged(p.list_data() for p in self.model.trainable)
 

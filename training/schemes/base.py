@@ -12,7 +12,7 @@ import logging
 import pickle
 
 from data import partition
-from training import runlog
+from training import mxnet_internals, runlog
 from training.attacks import attack_for, flatten_arrays
 from training.lazy import mx
 from training.options import Options, local_update_rule
@@ -211,9 +211,9 @@ class Scheme:
         counts them). None when the weights are updated on the servers."""
         if not self.has_local_optimizer:
             return None
-        return pickle.dumps({"rule": self.update_rule,
-                             "states": _updaters(self.trainer)[0].get_states(dump_optimizer=False),
-                             "update_counts": dict(_update_counts(self.trainer, self.model.ctxs[0]))})
+        updater = mxnet_internals.trainer_updaters(self.trainer)[0]
+        return pickle.dumps({"rule": self.update_rule, "states": updater.get_states(dump_optimizer=False),
+                             "update_counts": dict(mxnet_internals.update_counts(self.trainer, self.model.ctxs[0]))})
 
     def load_local_optimizer_states(self, saved):
         """Restore what local_optimizer_states() returned; this run's learning rate, momentum and weight decay stay.
@@ -224,10 +224,10 @@ class Scheme:
             log.warning("the checkpoint holds the state of a %s optimizer, this run's is %s: its local optimizer "
                         "starts afresh", saved["rule"], self.update_rule)
             return
-        for updater in _updaters(self.trainer):
+        for updater in mxnet_internals.trainer_updaters(self.trainer):
             updater.set_states(saved["states"])
         for ctx in self.model.ctxs:
-            counts = _update_counts(self.trainer, ctx)
+            counts = mxnet_internals.update_counts(self.trainer, ctx)
             counts.clear()
             counts.update(saved["update_counts"])
 
@@ -237,7 +237,7 @@ class Scheme:
         self.kv.init(keys, values)
         if self.rank == 0:
             self.kv.set_optimizer(rule)
-        self.kv._barrier()
+        self.transport.barrier()
 
     def stop_requested(self):
         return self.control[0].asscalar() > 0
@@ -266,19 +266,6 @@ class FixedLocalSteps(LocallyUpdating):
 
     def round_done(self, steps, step_seconds):
         return steps >= self.options.sync_interval
-
-
-def _updaters(trainer):
-    """The per-device updaters of a gluon.Trainer. Its public save_states/load_states carry the pickled optimizer,
-    which would bring back an earlier run's learning rate and momentum: the states alone are reached here."""
-    return trainer._updaters
-
-
-def _update_counts(trainer, ctx):
-    """{weight index: updates so far} of the Trainer's optimizer on `ctx` (the dict the optimizer itself counts in,
-    one per device). They live on the optimizer, not in the updaters' states, and Adam's step size depends on them."""
-    counts = trainer._optimizer._all_index_update_counts
-    return counts.setdefault(ctx.device_id, {})
 
 
 def _saved_optimizer_state(data):

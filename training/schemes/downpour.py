@@ -44,7 +44,7 @@ class Downpour(Scheme):
 
         self.broadcast_initial_weights()
         self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), control_key=self.control_key))
-        self.kv._barrier()  # no worker pushes before every server holds the rule
+        self.transport.barrier()  # no worker pushes before every server holds the rule
         self.local_trainer(self.options.learning_rate, self.options.server_optimizer)
         ctx0 = self.model.ctxs[0]
         self.sums = [mx.nd.zeros(p.shape, ctx=ctx0, dtype=p.dtype) for p in self.model.trainable]

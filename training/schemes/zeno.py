@@ -304,7 +304,7 @@ class ZenoAsync(WithValidator):
         layout = self.layout
         self.kv.push(layout.role_base + self.rank, mx.nd.array([float(bool(self.options.validator))]))
         mx.nd.waitall()  # a push is an engine operation: the barrier alone does not wait for it
-        self.kv._barrier()
+        self.transport.barrier()
         roles = [mx.nd.zeros((1,)) for _ in range(self.num_workers)]
         self.kv.pull(list(range(layout.role_base, layout.verdict_base)), out=roles)
         return [role.asscalar() > 0 for role in roles]
@@ -317,12 +317,12 @@ class ZenoAsync(WithValidator):
         self.control[:] = float(stop_vote)
         grads = [p.list_grad()[0] for p in self.model.trainable]
         if self.first_round and not self.is_validator:
-            self.kv._barrier()  # the validators' first gradients are on the server before any worker's
+            self.transport.barrier()  # the validators' first gradients are on the server before any worker's
         self.kv.push(self.model_keys + [self.verdict_key, self.layout.control_key],
                      grads + [self.verdict, self.control])
         if self.first_round and self.is_validator:
             mx.nd.waitall()
-            self.kv._barrier()
+            self.transport.barrier()
         self.first_round = False
         self.kv.pull(self.model_keys + [self.verdict_key, self.layout.control_key],
                      out=[p.list_data() for p in self.model.trainable] + [self.verdict, self.control])

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from training import runlog
+from training import mxnet_internals, runlog
 
 from training.transport import traffic
 
@@ -181,7 +181,7 @@ class ParameterServer:
         return PendingSum(started, _arrival_of(arrays))
 
     def barrier(self):
-        self.kv._barrier()
+        mxnet_internals.barrier(self.kv)
 
 
 class PendingSum:

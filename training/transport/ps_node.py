@@ -11,38 +11,14 @@ Python package, whose import costs about a second of CPU per process. A server i
 arrives (dist_async), with DMLC_ROLE hidden, as a worker imports it: ps-lite reads the role only when a kvstore
 is created.
 """
-import ctypes
-import importlib.machinery
 import logging
 import os
 import pickle
 
+from training import mxnet_internals
 from training.faults import failures, fault_injection
 
 log = logging.getLogger("ps-node")
-
-SET_OPTIMIZER = 0  # the command a worker's kv.set_optimizer sends to every server
-CONTROLLER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-
-
-class MXNetLibraryError(RuntimeError):
-    pass
-
-
-def mxnet_library():
-    """MXNet's C library, loaded as the mxnet package would load it (the same file, so the same library)."""
-    # The path finder, not importlib.util.find_spec: that would read the spec of the lazily registered module
-    # (training/lazy.py), which imports MXNet, which would run this node's role inside the import.
-    path = os.environ.get("MXNET_LIBRARY_PATH") or os.path.join(
-        importlib.machinery.PathFinder.find_spec("mxnet").submodule_search_locations[0], "libmxnet.so")
-    lib = ctypes.CDLL(path, ctypes.RTLD_LOCAL)
-    lib.MXGetLastError.restype = ctypes.c_char_p
-    return lib
-
-
-def check(lib, code):
-    if code != 0:
-        raise MXNetLibraryError(lib.MXGetLastError().decode(errors="replace"))
 
 
 def import_mxnet_without_running_the_role():
@@ -56,28 +32,23 @@ def import_mxnet_without_running_the_role():
 
 def run(role, traceback_folder=None):
     """Join the job as its scheduler or one of its servers and serve until every worker has left."""
-    lib = mxnet_library()
-    handle = ctypes.c_void_p()
-    check(lib, lib.MXKVStoreCreate(b"dist", ctypes.byref(handle)))
     kvstores = []  # the Python kvstore that holds the update rule, once one arrived
-    controller = CONTROLLER(_guarded(_controller(handle, kvstores, role, traceback_folder), role, traceback_folder))
-    check(lib, lib.MXKVStoreRunServer(handle, controller, None))
-    # The node's kvstore is left to the end of the process: MXNet 1.9.1 crashes freeing a server's kvstore that
-    # holds an update rule, so the Python wrapper's destructor is given nothing to free.
+    mxnet_internals.serve_kvstore(mxnet_internals.library(),
+                                  _guarded(_controller(kvstores, role, traceback_folder), role, traceback_folder))
     for kv in kvstores:
-        kv.handle = ctypes.c_void_p()
+        mxnet_internals.leave_to_the_process_end(kv)
 
 
-def _controller(handle, kvstores, role, traceback_folder):
-    def handle_command(command, body, _):
-        if command != SET_OPTIMIZER:
+def _controller(kvstores, role, traceback_folder):
+    def handle_command(command, body, handle):
+        if command != mxnet_internals.SET_OPTIMIZER:
             log.warning("unknown server command %d ignored", command)
             return
         mx = import_mxnet_without_running_the_role()
         optimizer = pickle.loads(body)  # the update rule a worker sent with kv.set_optimizer
         update = optimizer.update_multi_precision
         optimizer.update_multi_precision = _guarded(_injectable(update, role), role, traceback_folder)
-        kv = mx.kvstore.KVStore(handle)
+        kv = mxnet_internals.kvstore_of(mx, handle)
         kv.set_optimizer(optimizer)
         kvstores.append(kv)
     return handle_command
