@@ -3,7 +3,9 @@ target accuracy, its speedup against SSGD, samples/s, traffic and final accuracy
 repeats, beside the standalone baseline (sequential SGD on one fast device).
 
 The runs lie at <log-dir>/repeat-<r>/<network>/<mode>[-niid]/ with their summary JSON (launch.py paper writes
-them); the standalone baseline runs once per repeat, on i.i.d. data, and serves both splits. A ratio between two
+them), ESync's further configurations (`esync-<variant>` rows, training/esync_variants.py) at
+<log-dir>/repeat-<r>/esync-<variant>/<network>/esync[-niid]/; the standalone baseline runs once per repeat, on
+i.i.d. data, and serves both splits. A ratio between two
 modes (a speedup, a throughput or traffic ratio) is taken within each repeat, whose runs share a seed, and then
 averaged over the repeats. A repeat whose run never reached the target counts with a lower bound (its training
 time; for a speedup, SSGD's training time over the mode's time), and a mean over such repeats is shown as a lower
@@ -19,7 +21,7 @@ import statistics
 from analysis import metrics, significance
 from analysis import summary as summaries
 from analysis.tables import markdown_table
-from training import modes, runlog
+from training import esync_variants, modes, runlog
 from training.files import write_json, write_text
 
 PAPER_TARGET = 0.8          # the paper's speedup is the ratio of the times to reach test accuracy 0.8
@@ -62,20 +64,51 @@ def folder_of(mode, split):
     return runlog.run_folder(mode, non_iid=split == "niid")
 
 
+def variant_of(row):
+    """The ESync variant a Table 1 row names ('esync-adaptive-drift' -> 'adaptive-drift'), None for a mode."""
+    return row[len(esync_variants.PREFIX):] if row.startswith(esync_variants.PREFIX) and row not in modes.MODES \
+        else None
+
+
+def variant_dir(log_dir, repeat, variant):
+    """Where the launcher runs of one ESync variant log in a repeat (their own log folder: each is its own run)."""
+    return os.path.join(repeat_dir(log_dir, repeat), esync_variants.PREFIX + variant)
+
+
+def is_esync(row):
+    return row == "esync" or variant_of(row) is not None
+
+
+def display(row, esync_policy=None):
+    """A row's name in the tables and figures: ESync with its policy ('the paper's rule' for apply) or its
+    variant, every other mode by its catalog name."""
+    variant = variant_of(row)
+    if variant is not None:
+        return f"ESync ({esync_variants.describe(variant)})"
+    if row == "esync" and esync_policy:
+        return "ESync (the paper's rule)" if esync_policy == "apply" else f"ESync ({esync_policy})"
+    return modes.MODES[row].display if row in modes.MODES else row
+
+
 # ----------------------------------------------------------------------------------------------
 # Reading the repeats
 
 
 def load_grid(log_dir, network, cluster_modes, repeats):
-    """{split: {mode: [summary of each repeat]}}, the standalone mode under both splits; PaperError when a run's
-    summary is missing."""
+    """{split: {row: [summary of each repeat]}}, the standalone mode under both splits; `cluster_modes` may hold
+    ESync variants' rows; PaperError when a run's summary is missing."""
     baseline = modes.STANDALONE
     grid = {split: {mode: [] for mode in cluster_modes + (baseline,)} for split in SPLITS}
     for repeat in repeats:
         network_dir = os.path.join(repeat_dir(log_dir, repeat), network)
         for split in SPLITS:
             for mode in cluster_modes:
-                grid[split][mode].append(read_summary(network_dir, folder_of(mode, split)))
+                variant = variant_of(mode)
+                if variant is None:
+                    grid[split][mode].append(read_summary(network_dir, folder_of(mode, split)))
+                else:
+                    grid[split][mode].append(read_summary(os.path.join(variant_dir(log_dir, repeat, variant),
+                                                                       network), folder_of("esync", split)))
         standalone = read_summary(network_dir, folder_of(baseline, "iid"))
         for split in SPLITS:
             grid[split][baseline].append(standalone)
@@ -169,13 +202,13 @@ def cells(runs_by_mode, target):
     return table
 
 
-def headline(runs_by_mode, target):
-    """The paper's claims for ESync in one split, each as statistics over the repeats (None where a mode is
+def headline(runs_by_mode, target, esync="esync"):
+    """The paper's claims for ESync (the row `esync`: the mode, or one of its variants) in one split, each as statistics over the repeats (None where a mode is
     missing): speedup to the target and samples/s against SSGD, traffic against ASGD, final accuracy minus
     sequential SGD's where both had levelled off, and whether ASGD and DC-ASGD reached the target later."""
-    if "esync" not in runs_by_mode:
+    if esync not in runs_by_mode:
         return {}
-    own = per_repeat(runs_by_mode, "esync", target)
+    own = per_repeat(runs_by_mode, esync, target)
     claims = {}
     if BASELINE in runs_by_mode:
         base = per_repeat(runs_by_mode, BASELINE, target)
@@ -246,17 +279,17 @@ def format_statistic(stat, spec, unit=""):
     return text + unit + (f" ({stat['n']} of {len(stat['values'])} repeats)" if missing else "")
 
 
-def split_table(table, target):
+def split_table(table, target, esync_policy=None):
     headers = ["mode"] + [title.format(target=target) for _, title, _ in COLUMNS]
     rows = []
     for mode, stats in table.items():
-        name = modes.MODES[mode].display if mode in modes.MODES else mode
+        name = display(mode, esync_policy)
         rows.append([name] + [format_statistic(stats[key], spec) if key in stats else "-"
                               for key, _, spec in COLUMNS])
     return markdown_table(headers, rows)
 
 
-def describe_headline(claims, target):
+def describe_headline(claims, target, name="ESync"):
     parts = []
     described = (("speedup_vs_ssgd", "{} SSGD's speed to " + f"{target:g}", ".1f", "×"),
                  ("samples_per_s_vs_ssgd", "{} SSGD's samples/s", ".1f", "×"),
@@ -269,7 +302,7 @@ def describe_headline(claims, target):
     for rival, name in LATER_RIVALS.items():
         if f"{rival}_later" in claims:
             parts.append(describe_rival(claims[f"{rival}_later"], name, target))
-    return "ESync: " + ", ".join(parts) if parts else ""
+    return f"{name}: " + ", ".join(parts) if parts else ""
 
 
 def describe_accuracy(claims):
@@ -299,19 +332,21 @@ def format_report(report):
              f"{target:g}, and counts with its training time. Levelled off: the curves whose last quarter's mean "
              f"accuracy was within {metrics.PLATEAU_BAND:g} of the quarter's before.", ""]
     for split in SPLITS:
-        lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target), ""]
-        claim = describe_headline(report["headline"][split], target)
-        if claim:
-            lines += [claim, ""]
+        policy = report.get("esync_policy")
+        lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target, policy), ""]
+        for row, claims in report["headline"][split].items():
+            claim = describe_headline(claims, target, display(row, policy))
+            if claim:
+                lines += [claim, ""]
         if report.get("thresholds"):
             lines += [f"Time to each accuracy (s), {SPLIT_NAMES[split]}:", "",
-                      thresholds_table(report["thresholds"][split]), ""]
+                      thresholds_table(report["thresholds"][split], policy), ""]
     return "\n".join(lines)
 
 
-def thresholds_table(times):
+def thresholds_table(times, esync_policy=None):
     thresholds = list(next(iter(times.values())))
-    rows = [[modes.MODES[mode].display if mode in modes.MODES else mode]
+    rows = [[display(mode, esync_policy)]
             + [format_statistic(by_threshold[t], ".1f") for t in thresholds] for mode, by_threshold in times.items()]
     return markdown_table(["mode"] + [f"to {t}" for t in thresholds], rows)
 
@@ -334,8 +369,10 @@ def build_report(log_dir, network, cluster_modes, repeats, target, description, 
         "network": network,
         "target": target,
         "repeats": list(repeats),
+        "names": {row: display(row, description.get("esync_policy")) for row in tuple(cluster_modes) + (modes.STANDALONE,)},
         "cells": {split: cells(grid[split], target) for split in SPLITS},
-        "headline": {split: headline(grid[split], target) for split in SPLITS},
+        "headline": {split: {row: headline(grid[split], target, row) for row in cluster_modes if is_esync(row)}
+                     for split in SPLITS},
         "thresholds": {split: times_to_thresholds(grid[split], thresholds) for split in SPLITS} if thresholds else {},
     }, grid
 

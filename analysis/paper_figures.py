@@ -22,8 +22,9 @@ GRID_POINTS = 200
 DPI = figures.DPI
 
 
-def mode_name(mode):
-    return modes.MODES[mode].display
+def colour(row):
+    """A mode's colour in the catalog; an ESync variant's a spare one of its own."""
+    return figures.colour_for(row, algorithm=row)
 
 
 def step_values(points, grid):
@@ -39,7 +40,7 @@ def repeat_curves(runs, grid):
     return np.array(rows) if rows else None
 
 
-def draw_accuracy_panel(ax, runs_by_mode, split, target, grid):
+def draw_accuracy_panel(ax, runs_by_mode, split, target, grid, names):
     baseline = modes.STANDALONE
     for mode, runs in runs_by_mode.items():
         curves = repeat_curves(runs, grid)
@@ -49,12 +50,12 @@ def draw_accuracy_panel(ax, runs_by_mode, split, target, grid):
         mean = np.full(grid.shape, np.nan)
         mean[seen] = np.nanmean(curves[:, seen], axis=0)
         style = ":" if mode == baseline else "-"
-        label = f"{mode_name(mode)} (sequential SGD)" if mode == baseline else mode_name(mode)
-        ax.plot(grid, mean, style, color=figures.colour_for(mode), label=label, linewidth=1.6)
+        label = f"{names[mode]} (sequential SGD)" if mode == baseline else names[mode]
+        ax.plot(grid, mean, style, color=colour(mode), label=label, linewidth=1.6)
         if len(curves) > 1:
             low = np.where(seen, np.nanmin(np.where(np.isnan(curves), np.inf, curves), axis=0), np.nan)
             high = np.where(seen, np.nanmax(np.where(np.isnan(curves), -np.inf, curves), axis=0), np.nan)
-            ax.fill_between(grid, low, high, color=figures.colour_for(mode), alpha=0.15, linewidth=0)
+            ax.fill_between(grid, low, high, color=colour(mode), alpha=0.15, linewidth=0)
     ax.axhline(target, color="gray", linestyle="--", linewidth=0.8)
     ax.set_title(f"{paper.SPLIT_NAMES[split]} data")
     ax.set_xlabel("wall-clock time (s)")
@@ -64,13 +65,13 @@ def draw_accuracy_panel(ax, runs_by_mode, split, target, grid):
     ax.legend(loc="lower right", fontsize="small")
 
 
-def draw_figure3(grid_runs, network, target):
+def draw_figure3(grid_runs, network, target, names):
     longest = max((run["elapsed_time"] for split in grid_runs.values() for runs in split.values() for run in runs),
                   default=1.0)
     grid = np.linspace(0.0, longest, GRID_POINTS)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), dpi=DPI, sharey=True)
     for ax, split in zip(axes, paper.SPLITS):
-        draw_accuracy_panel(ax, grid_runs[split], split, target, grid)
+        draw_accuracy_panel(ax, grid_runs[split], split, target, grid, names)
     repeats = len(next(iter(grid_runs["iid"].values())))
     fig.suptitle(f"{network}: test accuracy vs. time (mean of {repeats} repeats, band: lowest to highest)")
     return fig
@@ -83,10 +84,10 @@ def draw_bar_panel(ax, report, key, ylabel, cluster_modes):
         means = [s["mean"] or 0.0 for s in stats]
         errors = [s["std"] or 0.0 for s in stats]
         ax.bar(np.arange(len(cluster_modes)) + offset, means, width=width, yerr=errors, capsize=3,
-               color=[figures.colour_for(m) for m in cluster_modes], edgecolor="black", linewidth=0.5,
+               color=[colour(m) for m in cluster_modes], edgecolor="black", linewidth=0.5,
                hatch=figures.NON_IID_HATCH if split == "niid" else None,
                label=f"{paper.SPLIT_NAMES[split]} data")
-    ax.set_xticks(range(len(cluster_modes)), [mode_name(m) for m in cluster_modes])
+    ax.set_xticks(range(len(cluster_modes)), [report["names"][m] for m in cluster_modes])
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")
@@ -123,7 +124,7 @@ def device_labels(runs_by_mode):
     return labels
 
 
-def draw_figure5(grid_runs, network, cluster_modes):
+def draw_figure5(grid_runs, network, cluster_modes, names):
     runs_by_mode = {mode: grid_runs["iid"][mode] for mode in cluster_modes}
     labels = device_labels(runs_by_mode)
     width = 0.8 / len(cluster_modes)
@@ -133,7 +134,7 @@ def draw_figure5(grid_runs, network, cluster_modes):
                            for run in runs_by_mode[mode]])
         positions = np.arange(ratios.shape[1]) + (index - (len(cluster_modes) - 1) / 2) * width
         ax.bar(positions, ratios.mean(axis=0), width=width, yerr=ratios.std(axis=0) if len(ratios) > 1 else None,
-               capsize=2, color=figures.colour_for(mode), edgecolor="black", linewidth=0.5, label=mode_name(mode))
+               capsize=2, color=colour(mode), edgecolor="black", linewidth=0.5, label=names[mode])
     ax.set_xticks(range(len(labels)), labels, fontsize="small")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("1 - aggregation time / total time")
@@ -154,9 +155,9 @@ def draw_all(report, grid_runs, cluster_modes, out_dir):
     """Figures 3, 4 and 5 as PNG under out_dir; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
     drawn = {
-        "figure3_accuracy": draw_figure3(grid_runs, report["network"], report["target"]),
+        "figure3_accuracy": draw_figure3(grid_runs, report["network"], report["target"], report["names"]),
         "figure4_throughput_traffic": draw_figure4(report, cluster_modes),
-        "figure5_compute_ratio": draw_figure5(grid_runs, report["network"], cluster_modes),
+        "figure5_compute_ratio": draw_figure5(grid_runs, report["network"], cluster_modes, report["names"]),
     }
     paths = []
     for stem, fig in drawn.items():

@@ -6,6 +6,7 @@ it so can only understate a lead over it, never invent one. A scheme with fewer 
 called faster or slower than another: one run has no spread to judge by.
 """
 import statistics
+import warnings
 
 ALPHA = 0.05
 MIN_REPEATS = 2
@@ -28,7 +29,9 @@ def p_value(first, second):
         return 0.0 if statistics.fmean(first) != statistics.fmean(second) else 1.0
     from scipy import stats  # imported here: only the reports that compare repeats need it
 
-    return float(stats.ttest_ind(first, second, equal_var=False).pvalue)
+    with warnings.catch_warnings():  # a sample of equal values: scipy warns of its variance's rounding, rightly 0
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(first, second, equal_var=False).pvalue)
 
 
 def leads(faster, slower, alpha=ALPHA):

@@ -7,10 +7,13 @@ the standalone baseline (sequential SGD on the fastest device); then Table 1 and
     python launch.py paper -n resnet18-v1 -dd ~/data --devices gpu0,gpu1,gpu2,gpu3,cpu,cpu \\
         --slowdown 1 --max-time 900                         # real devices: no emulated slowdown
     python launch.py paper --report-only                    # the table and figures again from the logs
+    python launch.py paper --esync-variants adaptive --resume   # ESync's default policy beside the paper's rule,
+                                                            # keeping the runs an earlier command finished
     sudo .venv/bin/python launch.py paper --hosts netns --comm-ratio 12   # on links shaped to the paper's regime
 
 Repeat r trains every mode on i.i.d. data, then on non-i.i.d. data (the launcher's --non-iid), with seed S+r-1,
-one launch.py run each, logging under <log-dir>/repeat-<r>/<network>/. Table 1 (table1.md, paper.json) and the
+one launch.py run each, logging under <log-dir>/repeat-<r>/<network>/; each of --esync-variants is a launch.py run
+of its own per repeat and split, under <log-dir>/repeat-<r>/esync-<variant>/<network>/. Table 1 (table1.md, paper.json) and the
 figures go to <log-dir>/<network>/. The launcher's host and aggregation options (--hosts netns, --bandwidth,
 --comm-ratio, --ps-bandwidth, -s, --collective) go to every run, and the table and figures name the links. Every
 mode trains --max-time seconds; every --snapshot-seconds of training rank 0 hands a copy of the model to the
@@ -21,14 +24,17 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import dataclass
 
 from analysis import paper
 from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
-from training import config, modes
+from training import config, esync_variants, modes
 from training.schemes import esync
 from training.checks import UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
+from training.files import write_json
+from training.runlog import read_json
 
 PAPER_SLOWDOWN = "1,1,1,1,20,20"   # 4 fast devices, 2 slow ones (the paper's GPU and CPU steps differ ~100x)
 PAPER_MODES = ("esync", "sync", "async", "dcasgd")
@@ -55,6 +61,11 @@ def build_parser():
                         "always runs")
     p.add_argument("--esync-policy", default=PAPER_ESYNC_POLICY, choices=esync.POLICIES,
                    help=f"ESync's policy (default {PAPER_ESYNC_POLICY}, the paper's rule; see launch.py --help)")
+    p.add_argument("--esync-variants", default="",
+                   help="ESync configurations to run and tabulate beside --esync-policy's, as the regime map names "
+                        "them without 'esync-' (e.g. adaptive: the project's default policy; adaptive-drift; "
+                        "apply-drift; training/esync_variants.py); each is a launcher run of its own per repeat and "
+                        "split")
     p.add_argument("--repeats", type=int, default=5, help="runs of every mode and split (default 5)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
     p.add_argument("--max-time", type=float, default=75.0,
@@ -68,6 +79,9 @@ def build_parser():
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
                    help=f"(default {DEFAULT_LOG_DIR})")
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep every launcher run an earlier command finished in --log-dir with the same command line, "
+                        "and run the rest: --repeats may grow and --esync-variants may add configurations")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: the table and figures from the repeats an earlier run left in --log-dir")
     return p
@@ -83,9 +97,31 @@ def parse_thresholds(text):
     return thresholds
 
 
+def parse_variants(text):
+    variants = tuple(v.strip() for v in text.split(",") if v.strip())
+    for variant in variants:
+        try:
+            esync_variants.parse(variant)
+        except ValueError as error:
+            raise UsageError(f"--esync-variants {variant}: {error}")
+    if len(set(variants)) != len(variants):
+        raise UsageError(f"--esync-variants {text} names a configuration twice")
+    return variants
+
+
+@dataclass(frozen=True)
+class PaperRun:
+    """One launcher run of the command: `argv` is launch.py's command line, `record` the file it leaves when it
+    finished (its argv, by which --resume knows it)."""
+    label: str
+    argv: tuple
+    record: str
+    experiment: object
+
+
 def parse(argv):
-    """(options, networks, [(network, repeat, launcher Experiment)], cluster modes); UsageError for bad input, found
-    before anything runs."""
+    """(options, networks, [PaperRun], Table 1's rows: the cluster modes and ESync's variants as 'esync-<variant>');
+    UsageError for bad input, found before anything runs."""
     own, worker_args = split_at_double_dash(list(argv))
     ns = build_parser().parse_args(own)
     if ns.repeats < 1 or ns.max_time <= 0 or ns.snapshot_seconds <= 0:
@@ -93,6 +129,7 @@ def parse(argv):
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
     ns.thresholds = parse_thresholds(ns.thresholds)
+    ns.esync_variants = parse_variants(ns.esync_variants)
     cluster_modes = experiment.parse_modes(ns.modes)
     alone = [mode for mode in cluster_modes if not modes.MODES[mode].cluster]
     if alone:
@@ -101,22 +138,42 @@ def parse(argv):
     if not ns.report_only:
         ns.data_dir = experiment.data_dir(ns)
     runs = [] if ns.report_only else planned_runs(ns, networks, cluster_modes, worker_args)
-    return ns, networks, runs, cluster_modes
+    return ns, networks, runs, cluster_modes + tuple(esync_variants.PREFIX + v for v in ns.esync_variants)
 
 
 def planned_runs(ns, networks, cluster_modes, worker_args):
-    """Every launcher run, in order: per network and repeat, the i.i.d. run, then the non-i.i.d. one."""
-    return [(network, repeat, experiment.parse(launcher_argv(ns, network, repeat, split, cluster_modes, worker_args)))
-            for network in networks for repeat in range(1, ns.repeats + 1) for split in paper.SPLITS]
+    """Every launcher run, in order: per network and repeat, the i.i.d. run, then the non-i.i.d. one, each followed
+    by ESync's variants' runs."""
+    runs = []
+    for network in networks:
+        for repeat in range(1, ns.repeats + 1):
+            for split in paper.SPLITS:
+                chosen = cluster_modes + ((modes.STANDALONE,) if split == "iid" else ())
+                log_dir = paper.repeat_dir(ns.log_dir, repeat)
+                runs.append(paper_run(ns, network, repeat, split, chosen, log_dir, ["--esync-policy", ns.esync_policy],
+                                      worker_args))
+                for variant in ns.esync_variants:
+                    own, workers = esync_variants.flags(variant)
+                    runs.append(paper_run(ns, network, repeat, split, ("esync",),
+                                          paper.variant_dir(ns.log_dir, repeat, variant), own,
+                                          list(worker_args) + workers, f"ESync ({esync_variants.describe(variant)})"))
+    return runs
 
 
-def launcher_argv(ns, network, repeat, split, cluster_modes, worker_args):
-    """launch.py's command line of one repeat and split: the standalone baseline runs with the i.i.d. modes."""
-    chosen = cluster_modes + ((modes.STANDALONE,) if split == "iid" else ())
+def paper_run(ns, network, repeat, split, chosen, log_dir, launcher_flags, worker_args, name=None):
+    argv = launcher_argv(ns, network, repeat, split, chosen, log_dir, launcher_flags, worker_args)
+    run = experiment.parse(argv)
+    label = (f"{network}, repeat {repeat} (seed {run.seed}), {'non-i.i.d.' if run.non_iid else 'i.i.d.'} data: "
+             f"{name or ', '.join(run.modes)}")
+    return PaperRun(label, tuple(argv), os.path.join(log_dir, f"paper-{network}-{split}.json"), run)
+
+
+def launcher_argv(ns, network, repeat, split, chosen, log_dir, launcher_flags, worker_args):
+    """launch.py's command line of one run: `chosen` modes on one split of one repeat, logging under log_dir."""
     argv = ["--modes", ",".join(chosen), "-n", network, "--dataset", ns.dataset, "-dd", ns.data_dir,
-            "--slowdown", ns.slowdown, "--esync-policy", ns.esync_policy, "--max-time", str(ns.max_time), "--seed", str(ns.seed + repeat - 1),
-            "-ld", paper.repeat_dir(ns.log_dir, repeat), "--progress-every", str(ns.progress_every), "--no-figures",
-            "--snapshot-seconds", f"{ns.snapshot_seconds:g}"]
+            "--slowdown", ns.slowdown, *launcher_flags, "--max-time", str(ns.max_time),
+            "--seed", str(ns.seed + repeat - 1), "-ld", log_dir, "--progress-every", str(ns.progress_every),
+            "--no-figures", "--snapshot-seconds", f"{ns.snapshot_seconds:g}"]
     argv += experiment.passed_on(ns)
     if ns.devices:
         argv += ["--devices", ns.devices]
@@ -125,22 +182,40 @@ def launcher_argv(ns, network, repeat, split, cluster_modes, worker_args):
     return argv + ["--"] + list(worker_args)
 
 
+def compared(argv):
+    """What --resume compares of a run's command line: all of it but how often it prints progress."""
+    argv = list(argv)
+    at = argv.index("--progress-every")
+    return argv[:at] + argv[at + 2:]
+
+
+def finished_before(run):
+    try:
+        return compared(read_json(run.record, "paper run record")["argv"]) == compared(run.argv)
+    except (FileNotFoundError, ValueError, TypeError, KeyError):
+        return False
+
+
 def main(argv):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     try:
-        ns, networks, runs, cluster_modes = parse(argv)
+        ns, networks, runs, rows = parse(argv)
         first_runs = {}
-        for network, _, run in runs:
-            first_runs.setdefault(network, run)
+        for run in runs:
+            first_runs.setdefault(run.experiment.network, run.experiment)
         for run in first_runs.values():  # every run of a network has the same workers, data and folders
             preflight.check_machine(run)
     except UsageError as error:
         print(f"launch.py paper: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    labelled = [(f"{network}, repeat {repeat} (seed {run.seed}), {'non-i.i.d.' if run.non_iid else 'i.i.d.'} data: "
-                 f"{', '.join(run.modes)}", run) for network, repeat, run in runs]
-    return runner.run_in_turn(labelled, "paper") or report(ns, networks, cluster_modes)
+    kept = {index for index, run in enumerate(runs) if ns.resume and finished_before(run)}
+
+    def finished(index):
+        write_json(runs[index].record, {"argv": list(runs[index].argv)})
+
+    labelled = [(run.label, run.experiment) for run in runs]
+    return runner.run_in_turn(labelled, "paper", kept, finished) or report(ns, networks, rows)
 
 
 def report(ns, networks, cluster_modes):
@@ -151,7 +226,8 @@ def report(ns, networks, cluster_modes):
         print(f"launch.py paper: error: no repeat-<r> folders under {ns.log_dir}", file=sys.stderr)
         return EXIT_USAGE
     description = {"dataset": ns.dataset, "seeds": [ns.seed + r - 1 for r in repeats], "max_time": ns.max_time,
-                   "slowdown": ns.slowdown, "devices": ns.devices, "modes": list(cluster_modes)}
+                   "slowdown": ns.slowdown, "devices": ns.devices, "modes": list(cluster_modes),
+                   "esync_policy": ns.esync_policy}
     for network in networks:
         try:
             result, grid = paper.build_report(ns.log_dir, network, cluster_modes, repeats, ns.target, description,

@@ -75,17 +75,23 @@ def run(experiment, measured=None):
         return EXIT_FAILURE
 
 
-def run_in_turn(labelled, prog):
+def run_in_turn(labelled, prog, kept=(), finished=None):
     """Run [(label, experiment)] one after another, each announced by its label; 0, or the first failing run's exit
-    code after one line naming it (the runs before it keep their logs)."""
+    code after one line naming it (the runs before it keep their logs). `kept`: the indexes of runs an earlier
+    command finished (--resume), announced and skipped; `finished(index)` is called after each run that ends well."""
     measured = {}
     for index, (label, experiment) in enumerate(labelled):
+        if index in kept:
+            print(f"[{prog} {index + 1}/{len(labelled)}] {label}: done before, kept", flush=True)
+            continue
         print(f"[{prog} {index + 1}/{len(labelled)}] {label}", flush=True)
         code = run(experiment, measured)
         if code:
             what = "was interrupted" if code == EXIT_INTERRUPTED else f"failed (exit {code})"
             print(f"launch.py {prog}: stopped: {label} {what}; the runs before it kept their logs", file=sys.stderr)
             return code
+        if finished is not None:
+            finished(index)
     return 0
 
 

@@ -11,9 +11,10 @@ from analysis import paper
 from launcher import paper as paper_command
 from launcher.cluster import ROOT
 from tests.test_launch import PNG_SIGNATURE, launcher, recorded_pids, still_running
-from training import runlog
+from training import esync_variants, runlog
 from training.checks import UsageError
 from training.evaluator import EVALUATOR_LOG, read_evaluations
+from training.files import write_json
 
 # Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
@@ -126,18 +127,47 @@ def parse(*argv):
 
 
 def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_the_iid_modes():
-    ns, networks, runs, cluster_modes = parse("--repeats", "2", "--seed", "7", "--max-time", "3", "--", "-b", "32")
+    ns, networks, runs, rows = parse("--repeats", "2", "--seed", "7", "--max-time", "3", "--", "-b", "32")
 
-    assert networks == ("lenet",) and cluster_modes == paper_command.PAPER_MODES
-    assert [(r, e.seed, e.non_iid) for _, r, e in runs] == [(1, 7, False), (1, 7, True), (2, 8, False), (2, 8, True)]
-    assert [e.modes for _, _, e in runs[:2]] == [paper_command.PAPER_MODES + ("local",), paper_command.PAPER_MODES]
-    first = runs[0][2]
+    assert networks == ("lenet",) and rows == paper_command.PAPER_MODES
+    assert [(r.experiment.seed, r.experiment.non_iid) for r in runs] == [(7, False), (7, True), (8, False), (8, True)]
+    assert [r.experiment.modes for r in runs[:2]] == [paper_command.PAPER_MODES + ("local",),
+                                                      paper_command.PAPER_MODES]
+    first = runs[0].experiment
     assert first.slowdowns == ("1", "1", "1", "1", "20", "20") and first.max_time == 3.0
     assert first.esync_policy == "apply"  # the paper's rule, whatever the project's default
-    assert parse("--esync-policy", "adaptive")[2][0][2].esync_policy == "adaptive"
+    assert parse("--esync-policy", "adaptive")[2][0].experiment.esync_policy == "adaptive"
     assert first.log_dir == os.path.abspath(os.path.join("runs", "repeat-1"))
     assert first.worker_args == ("-b", "32") and not first.figures
     assert first.snapshot_seconds == 0.5 and first.evaluator_runs  # accuracy off the training path
+    assert runs[0].record == os.path.join("runs", "repeat-1", "paper-lenet-iid.json")
+
+
+def test_each_esync_variant_is_a_run_of_its_own_beside_the_modes_of_each_repeat_and_split():
+    _, _, runs, rows = parse("--repeats", "1", "--esync-variants", "adaptive-drift", "--", "-b", "32")
+
+    assert rows == paper_command.PAPER_MODES + ("esync-adaptive-drift",)
+    variant = runs[1].experiment
+    assert [r.experiment.non_iid for r in runs] == [False, False, True, True]
+    assert variant.modes == ("esync",) and variant.esync_policy == "adaptive"
+    assert variant.worker_args == ("-b", "32", *esync_variants.DRIFT_CORRECTION)
+    assert variant.log_dir == os.path.abspath(os.path.join("runs", "repeat-1", "esync-adaptive-drift"))
+    assert "ESync (adaptive, drift correction)" in runs[1].label
+    assert paper.display("esync-adaptive-drift") == "ESync (adaptive, drift correction)"
+    assert paper.display("esync", "apply") == "ESync (the paper's rule)"
+
+
+def test_resume_keeps_a_run_only_when_it_finished_with_the_same_command_line(tmp_path):
+    _, _, runs, _ = paper_command.parse(["-ld", str(tmp_path), "--repeats", "1", "--max-time", "3"])
+    _, _, longer, _ = paper_command.parse(["-ld", str(tmp_path), "--repeats", "1", "--max-time", "4"])
+    _, _, quieter, _ = paper_command.parse(["-ld", str(tmp_path), "--repeats", "1", "--max-time", "3",
+                                            "--progress-every", "60"])
+    os.makedirs(os.path.dirname(runs[0].record))
+    write_json(runs[0].record, {"argv": list(runs[0].argv)})
+
+    assert paper_command.finished_before(runs[0]) and not paper_command.finished_before(runs[1])
+    assert paper_command.finished_before(quieter[0])      # how often it prints is not what it measured
+    assert not paper_command.finished_before(longer[0])
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -148,6 +178,8 @@ def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_
     (["--thresholds", "high"], "give accuracies"),
     (["--slowdown", "1,0.5"], "must be >= 1"),
     (["--", "-m", "sync"], "set by the launcher"),
+    (["--esync-variants", "fastest"], "ESync has no policy 'fastest'"),
+    (["--esync-variants", "plan,plan"], "names a configuration twice"),
 ])
 def test_bad_input_is_refused_before_anything_runs(argv, message):
     with pytest.raises(UsageError, match=message):
