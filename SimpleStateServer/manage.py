@@ -6,6 +6,9 @@
 import os
 import sys
 
+# The wire protocol (coordination/protocol.py) lives at the repository's root, beside the workers' code that speaks it.
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "statesite.settings")

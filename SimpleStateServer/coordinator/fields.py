@@ -1,8 +1,9 @@
-"""Parsing of request fields. Form bodies give strings, JSON bodies give numbers; both
-are accepted and every failure names the field."""
+"""Parsing of request fields, as coordination/protocol.py declares them. Form bodies give strings, JSON bodies give
+numbers; both are accepted and every failure names the field."""
 
 import math
 
+from coordination import protocol
 from coordinator.state import FieldError
 
 _ECHO_LIMIT = 40
@@ -71,3 +72,39 @@ def _is_absent(raw):
 def _echo(raw):
     text = repr(raw)
     return text if len(text) <= _ECHO_LIMIT else text[:_ECHO_LIMIT] + "..."
+
+
+def read(endpoint, data):
+    """{name: value} of a request to `endpoint`, every declared field checked as declared; an absent optional
+    field is None (a switch: False)."""
+    return {field.name: _READERS[field.kind](data, field) for field in endpoint.fields}
+
+
+def _integer(data, field):
+    minimum = 0 if field.minimum is None else int(field.minimum)
+    if field.required:
+        return integer_field(data, field.name, minimum)
+    return optional_integer_field(data, field.name, default=None, minimum=minimum)
+
+
+def _number(data, field):
+    if field.required:
+        return float_field(data, field.name, field.minimum)
+    return optional_float_field(data, field.name, field.minimum)
+
+
+def _text(data, field):
+    value = optional_text_field(data, field.name, default=None)
+    if value is None and field.required:
+        raise FieldError(field.name, "is missing")
+    return value
+
+
+def _switch(data, field):
+    value = integer_field(data, field.name) if field.required else optional_integer_field(data, field.name, default=0)
+    if value not in (0, 1):
+        raise FieldError(field.name, "must be 0 or 1")
+    return bool(value)
+
+
+_READERS = {protocol.INTEGER: _integer, protocol.NUMBER: _number, protocol.TEXT: _text, protocol.SWITCH: _switch}

@@ -23,6 +23,8 @@ import socket
 import time
 from urllib.parse import urlencode
 
+from coordination import protocol
+
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "ESYNC_STATE_TOKEN"
@@ -68,14 +70,8 @@ class StateClient:
     def init(self, num_workers, epsilon=None, policy="apply", resumed=False, **sizing):
         """Sets up a job; `resumed`: the running job, set up again after the server restarted and lost it.
         `sizing`: the adaptive policy's share, max_slowest_steps and overlap (the server's defaults where absent)."""
-        fields = {"num_workers": num_workers, "policy": policy}
-        if epsilon is not None:
-            fields["epsilon"] = epsilon
-        if resumed:
-            fields["resumed"] = 1
-        fields.update({name: int(value) if isinstance(value, bool) else value
-                       for name, value in sizing.items() if value is not None})
-        return self._call("POST", "/init/", fields)
+        return self._send(protocol.INIT, num_workers=num_workers, policy=policy, epsilon=epsilon,
+                          resumed=resumed or None, **sizing)
 
     def init_again_if_lost(self, num_workers, epsilon=None, policy="apply", **sizing):
         """After a restart the server has no job: send /init/ again unless another worker already has (a second
@@ -88,12 +84,12 @@ class StateClient:
 
     def apply(self, rank, k, c, te, retry_for=None):
         """Reports a finished local step; True when the worker should stop and aggregate."""
-        answer = self._call("POST", "/apply/", {"r": rank, "k": k, "c": c, "te": te}, retry_for)
+        answer = self._send(protocol.APPLY, retry_for, r=rank, k=k, c=c, te=te)
         return bool(answer["ready"])
 
     def reset(self, rank, t, te):
         """Starts the worker's next round after it reached global iteration t."""
-        self._call("POST", "/reset/", {"r": rank, "t": t, "te": te})
+        self._send(protocol.RESET, r=rank, t=t, te=te)
 
     def plan(self, rank, c):
         """Number of local steps to do this round (the one-request-per-round policy)."""
@@ -102,30 +98,26 @@ class StateClient:
     def plan_round(self, rank, c, a=None):
         """This round's plan: {"k": local steps, "slowest_steps", "aggregation" (the seconds the round is sized
         to), "reason"}; `a`: this worker's aggregation time (the adaptive policy)."""
-        fields = {"r": rank, "c": c}
-        if a is not None:
-            fields["a"] = a
-        return self._call("POST", "/plan/", fields)
+        return self._send(protocol.PLAN, r=rank, c=c, a=a)
 
     def arrive(self, rank, t):
         """NBSSGD: at a mini-batch boundary of round t, ready to aggregate; the round's status."""
-        return self._call("POST", "/arrive/", {"r": rank, "t": t})
+        return self._send(protocol.ARRIVE, r=rank, t=t)
 
     def watch(self, rank, t, arrived, wait, still_wanted=None):
         """NBSSGD: round t's status once it is finished (gathered, when `arrived`) or after `wait` s; None when
         `still_wanted()` turns false while the request is being retried (the worker has moved past round t, and a
         restarted server must not hear of that round again)."""
-        return self._call("POST", "/watch/", {"r": rank, "t": t, "arrived": int(arrived), "wait": wait},
-                          still_wanted=still_wanted)
+        return self._send(protocol.WATCH, still_wanted=still_wanted, r=rank, t=t, arrived=arrived, wait=wait)
 
     def state(self):
-        return self._call("GET", "/")
+        return self._send(protocol.STATE)
 
     def wait_until_up(self, timeout):
         """Returns once the server answers at all; raises StateServerUnavailable after
         `timeout` seconds without an answer."""
         try:
-            self._call("GET", "/", retry_for=timeout)
+            self._send(protocol.STATE, timeout)
         except StateServerError:
             pass  # any HTTP answer, even a refusal, means the server is up
 
@@ -139,6 +131,11 @@ class StateClient:
 
     def __exit__(self, *exc_info):
         self.close()
+
+    def _send(self, endpoint, retry_for=None, still_wanted=None, **values):
+        """A request to a protocol endpoint (coordination/protocol.py) with these field values."""
+        return self._call(endpoint.method, endpoint.path, protocol.request(endpoint, **values), retry_for,
+                          still_wanted)
 
     def _call(self, method, path, fields=None, retry_for=None, still_wanted=None):
         retry_for = self.retry_for if retry_for is None else retry_for

@@ -1,0 +1,80 @@
+"""The state server's wire protocol: every endpoint, its method and its fields, declared once. The workers' client
+(training/transport/state_client.py) builds its requests from these declarations; the server's views
+(SimpleStateServer/coordinator/views.py) read and check every request against them, and its URLs are their paths.
+
+A request's fields travel as a form body (or a JSON object); a switch travels as 0 or 1. A field's `minimum` is
+checked by the server, which answers a missing, malformed or out-of-range field with 400 naming it.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+INTEGER, NUMBER, TEXT, SWITCH = "integer", "number", "text", "switch"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kind: str                          # INTEGER, NUMBER, TEXT or SWITCH
+    meaning: str
+    required: bool = True
+    minimum: Optional[float] = None    # INTEGER and NUMBER
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    path: str
+    method: str
+    fields: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
+        object.__setattr__(self, "required", frozenset(f.name for f in self.fields if f.required))
+
+
+RANK = Field("r", INTEGER, "the worker's rank", minimum=0)
+ROUND = Field("t", INTEGER, "the global iteration (round) the worker is in", minimum=0)
+STEP_SECONDS = Field("c", NUMBER, "seconds per local step, as the worker measured them", minimum=0.0)
+WORKER_CLOCK = Field("te", NUMBER, "the worker's clock, kept for display")
+
+INIT = Endpoint("/init/", "POST", (
+    Field("num_workers", INTEGER, "the job's workers", minimum=1),
+    Field("epsilon", NUMBER, "the readiness margin in seconds (absent: fitted to the step times)", required=False,
+          minimum=0.0),
+    Field("policy", TEXT, "the coordination rule (absent: apply)", required=False),
+    Field("resumed", SWITCH, "the running job, set up again after the server lost it", required=False),
+    Field("share", NUMBER, "adaptive: the largest share of a round the aggregation may idle the workers",
+          required=False, minimum=0.0),
+    Field("max_slowest_steps", INTEGER, "adaptive: the most local steps of the slowest worker per round",
+          required=False, minimum=1),
+    Field("overlap", SWITCH, "adaptive: the aggregation runs while the workers compute the next round",
+          required=False),
+    Field("accept", INTEGER, "backup: the gradients a step applies", required=False, minimum=1),
+))
+APPLY = Endpoint("/apply/", "POST", (
+    RANK, Field("k", INTEGER, "local steps done in this round", minimum=0), STEP_SECONDS, WORKER_CLOCK))
+RESET = Endpoint("/reset/", "POST", (RANK, ROUND, WORKER_CLOCK))
+PLAN = Endpoint("/plan/", "POST", (
+    RANK, STEP_SECONDS,
+    Field("a", NUMBER, "adaptive: seconds the worker's aggregation took", required=False, minimum=0.0)))
+ARRIVE = Endpoint("/arrive/", "POST", (RANK, ROUND))
+WATCH = Endpoint("/watch/", "POST", (
+    RANK, ROUND, Field("arrived", SWITCH, "the worker has arrived at the round's mini-batch boundary"),
+    Field("wait", NUMBER, "the longest the answer may wait, in seconds", minimum=0.0)))
+STATE = Endpoint("/", "GET")
+ENDPOINTS = (STATE, INIT, APPLY, RESET, PLAN, ARRIVE, WATCH)
+
+
+def request(endpoint, **values):
+    """The body of a request to `endpoint`: every value by its field's name, optional fields left out when None,
+    switches as 0 or 1. A name the endpoint does not declare, or a required field left out, is a bug: TypeError."""
+    body = {}
+    for name, value in values.items():
+        field = endpoint.by_name.get(name)
+        if field is None:
+            raise TypeError(f"{endpoint.path} has no field {name!r}")
+        if value is not None:
+            body[name] = int(value) if field.kind == SWITCH else value
+    missing = endpoint.required - body.keys()
+    if missing:
+        raise TypeError(f"{endpoint.path} needs field {sorted(missing)[0]!r}")
+    return body
