@@ -1,5 +1,6 @@
 """`launch.py paper`: the ESync paper's experiment as one command. The paper's cluster shape (4 fast devices, 2 about
-20x slower), its modes (ESync, SSGD, ASGD, DC-ASGD), i.i.d. and non-i.i.d. data, repeats with different seeds, and
+20x slower), its modes (ESync under the paper's rule and, beside it, as the project runs it by default; SSGD, ASGD,
+DC-ASGD), i.i.d. and non-i.i.d. data, repeats with different seeds, and
 the standalone baseline (sequential SGD on the fastest device); then Table 1 and Figures 3-5.
 
     python launch.py paper                                  # lenet on Fashion-MNIST, 6 CPU workers at 1,1,1,1,20,20
@@ -7,7 +8,7 @@ the standalone baseline (sequential SGD on the fastest device); then Table 1 and
     python launch.py paper -n resnet18-v1 -dd ~/data --devices gpu0,gpu1,gpu2,gpu3,cpu,cpu \\
         --slowdown 1 --max-time 900                         # real devices: no emulated slowdown
     python launch.py paper --report-only                    # the table and figures again from the logs
-    python launch.py paper --esync-variants adaptive --resume   # ESync's default policy beside the paper's rule,
+    python launch.py paper --esync-variants default,apply-drift --resume   # one more ESync configuration,
                                                             # keeping the runs an earlier command finished
     sudo .venv/bin/python launch.py paper --hosts netns --comm-ratio 12   # on links shaped to the paper's regime
 
@@ -61,11 +62,11 @@ def build_parser():
                         "always runs")
     p.add_argument("--esync-policy", default=PAPER_ESYNC_POLICY, choices=esync.POLICIES,
                    help=f"ESync's policy (default {PAPER_ESYNC_POLICY}, the paper's rule; see launch.py --help)")
-    p.add_argument("--esync-variants", default="",
+    p.add_argument("--esync-variants", default=esync_variants.DEFAULT,
                    help="ESync configurations to run and tabulate beside --esync-policy's, as the regime map names "
-                        "them without 'esync-' (e.g. adaptive: the project's default policy; adaptive-drift; "
-                        "apply-drift; training/esync_variants.py); each is a launcher run of its own per repeat and "
-                        "split")
+                        "them without 'esync-' (default: default, what --modes esync runs with no other flag; "
+                        "adaptive-drift; apply-drift; training/esync_variants.py; '' for none); each is a launcher "
+                        "run of its own per repeat and split")
     p.add_argument("--repeats", type=int, default=5, help="runs of every mode and split (default 5)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
     p.add_argument("--max-time", type=float, default=75.0,

@@ -11,7 +11,7 @@ from analysis import paper
 from launcher import paper as paper_command
 from launcher.cluster import ROOT
 from tests.test_launch import PNG_SIGNATURE, launcher, recorded_pids, still_running
-from training import esync_variants, runlog
+from training import config, esync_variants, runlog
 from training.checks import UsageError
 from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.files import write_json
@@ -127,7 +127,8 @@ def parse(*argv):
 
 
 def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_the_iid_modes():
-    ns, networks, runs, rows = parse("--repeats", "2", "--seed", "7", "--max-time", "3", "--", "-b", "32")
+    ns, networks, runs, rows = parse("--repeats", "2", "--seed", "7", "--max-time", "3", "--esync-variants", "",
+                                     "--", "-b", "32")
 
     assert networks == ("lenet",) and rows == paper_command.PAPER_MODES
     assert [(r.experiment.seed, r.experiment.non_iid) for r in runs] == [(7, False), (7, True), (8, False), (8, True)]
@@ -157,11 +158,21 @@ def test_each_esync_variant_is_a_run_of_its_own_beside_the_modes_of_each_repeat_
     assert paper.display("esync", "apply") == "ESync (the paper's rule)"
 
 
+def test_by_default_the_projects_esync_runs_beside_the_papers_rule_spelled_out():
+    _, _, runs, rows = parse("--repeats", "1")
+
+    assert rows == paper_command.PAPER_MODES + ("esync-default",)
+    default = runs[1].experiment
+    assert default.modes == ("esync",) and default.esync_policy == config.default("esync_policy")
+    assert "--esync-policy" in runs[1].argv  # the record of the run names the policy the default had
+    assert paper.display("esync-default") == f"ESync ({config.default('esync_policy')}, the default)"
+
+
 def test_resume_keeps_a_run_only_when_it_finished_with_the_same_command_line(tmp_path):
-    _, _, runs, _ = paper_command.parse(["-ld", str(tmp_path), "--repeats", "1", "--max-time", "3"])
-    _, _, longer, _ = paper_command.parse(["-ld", str(tmp_path), "--repeats", "1", "--max-time", "4"])
-    _, _, quieter, _ = paper_command.parse(["-ld", str(tmp_path), "--repeats", "1", "--max-time", "3",
-                                            "--progress-every", "60"])
+    common = ["-ld", str(tmp_path), "--repeats", "1", "--esync-variants", ""]
+    _, _, runs, _ = paper_command.parse([*common, "--max-time", "3"])
+    _, _, longer, _ = paper_command.parse([*common, "--max-time", "4"])
+    _, _, quieter, _ = paper_command.parse([*common, "--max-time", "3", "--progress-every", "60"])
     os.makedirs(os.path.dirname(runs[0].record))
     write_json(runs[0].record, {"argv": list(runs[0].argv)})
 
@@ -208,6 +219,14 @@ def repeat_folder(logs, repeat, folder):
     return os.path.join(logs, f"repeat-{repeat}", "lenet", folder)
 
 
+def run_folder(logs, repeat, row, split):
+    """Where a Table 1 row's run of one repeat and split logged: the project's ESync in a launcher run of its own."""
+    if row == "esync-default":
+        return os.path.join(logs, f"repeat-{repeat}", "esync-default", "lenet", runlog.run_folder("esync",
+                                                                                                  split == "niid"))
+    return repeat_folder(logs, repeat, runlog.run_folder(row, non_iid=split == "niid" and row != "local"))
+
+
 def logged_accuracies(mode_dir):
     """The test accuracies the evaluator process logged for the run's snapshots, in step order."""
     return [r["accuracy"] for r in sorted(read_evaluations(os.path.join(mode_dir, EVALUATOR_LOG)),
@@ -230,10 +249,9 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
 
     assert report["repeats"] == [1, 2] and report["seeds"] == [0, 1] and report["dataset"] == "fashion-mnist"
     for split in paper.SPLITS:
-        assert list(report["cells"][split]) == ["sync", "local"]
+        assert list(report["cells"][split]) == ["sync", "esync-default", "local"]
         for mode, cells in report["cells"][split].items():
-            folder = runlog.run_folder(mode, non_iid=split == "niid" and mode != "local")
-            finals = [logged_accuracies(repeat_folder(logs, r, folder))[-1] for r in (1, 2)]
+            finals = [logged_accuracies(run_folder(logs, r, mode, split))[-1] for r in (1, 2)]
             assert cells["final_accuracy"]["values"] == finals, (split, mode)
             assert cells["final_accuracy"]["n"] == 2 and cells["samples_per_s"]["n"] == 2, (split, mode)
             assert all(v > 0 for v in cells["samples_per_s"]["values"]), (split, mode)
@@ -243,6 +261,7 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
         assert all(len(t["values"]) == 2 for t in report["thresholds"][split]["sync"].values())
     table = open(os.path.join(logs, "lenet", paper.TABLE_FILE)).read()
     assert table.count("| Sync |") == table.count("| Standalone |") == 4  # Table 1 and the thresholds, per split
+    assert table.count("ESync (adaptive, the default): ") == 2  # its claims, per split
     assert table in output + "\n"
 
 

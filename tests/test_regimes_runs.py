@@ -96,7 +96,7 @@ def assert_links_follow_the_ratio(network_file, ratio):
 @pytest.mark.slow
 def test_the_paper_command_runs_on_links_set_by_the_ratio_and_names_them(tmp_path, prefix):
     logs = str(tmp_path / "logs")
-    args = ["--repeats", "1", "--max-time", "1", "--slowdown", "1,2", "--modes", "sync", *DATA,
+    args = ["--repeats", "1", "--max-time", "1", "--slowdown", "1,2", "--modes", "sync", "--esync-variants", "", *DATA,
             "--hosts", "netns", "--comm-ratio", "4", "--netns-prefix", prefix, "--netns-subnet", "10.213.97.0/24"]
 
     with launcher(args, logs, subprogram=["paper"]) as proc:

@@ -1,11 +1,14 @@
 """ESync's configurations as the benchmark and the regime map name them: `esync-<variant>`, a variant being a
 policy (--esync-policy), `overlap` (--overlap), `drift` (DRIFT_CORRECTION), or several joined by `-` in that order:
 esync-apply (the paper's rule), esync-overlap (the default policy with --overlap), esync-plan-overlap,
-esync-apply-drift (the paper's rule with the drift correction for non-i.i.d. data)."""
+esync-apply-drift (the paper's rule with the drift correction for non-i.i.d. data); esync-default is whatever
+`--modes esync` runs with no other flag, spelled out (so a command line that names it changes when the default
+does)."""
 from training import config
 from training.schemes import esync
 
 PREFIX = "esync-"
+DEFAULT = "default"
 OVERLAP = "overlap"
 DRIFT = "drift"
 # The correction of non-i.i.d. drift chosen by measurement (docs/esync.md#non-iid-drift): each delta divided by the
@@ -15,6 +18,8 @@ DRIFT_CORRECTION = ["--normalised-averaging", "--normalisation-power", "0.5", "-
 
 def parse(variant):
     """(policy, overlap, drift) of a variant; ValueError naming what is wrong."""
+    if variant == DEFAULT:
+        return config.default("esync_policy"), False, False
     parts = variant.split("-")
     drift = parts[-1] == DRIFT
     if drift:
@@ -36,6 +41,7 @@ def flags(variant):
 
 
 def describe(variant):
-    """'adaptive, overlap' for the tables."""
+    """'adaptive, overlap' for the tables; the default's with 'the default' after it."""
     policy, overlap, drift = parse(variant)
-    return ", ".join([policy] + [OVERLAP] * overlap + ["drift correction"] * drift)
+    return ", ".join([policy] + [OVERLAP] * overlap + ["drift correction"] * drift
+                     + ["the default"] * (variant == DEFAULT))
