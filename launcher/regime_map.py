@@ -40,6 +40,7 @@ DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
 DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-apply,esync-nonblocking,esync-overlap,"
                    "esync-apply-drift,nbsync,backup,lb-bsp,downpour,fedavg,fedasync,tifl,feddrop")
 DEFAULT_LOG_DIR = os.path.join("logs", "regimes")
+DEFAULT_HIGHER_TARGETS = "0.85"
 START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (for the estimate printed)
 
 
@@ -55,11 +56,17 @@ def build_parser():
     p.add_argument("--splits", default="iid,niid", help="iid, niid or both (default iid,niid)")
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
                    help=f"cluster modes and esync-<policy>[-overlap][-drift] (default {DEFAULT_SCHEMES})")
-    p.add_argument("--repeats", type=int, default=2, help="runs of every scheme in every cell (default 2)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of every scheme in every cell (default 3: a winner is named only where the repeats' "
+                        "spread allows)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
     p.add_argument("--max-time", type=float, default=30.0, help="seconds each run trains (default 30)")
     p.add_argument("--target", type=float, default=paper.PAPER_TARGET,
                    help=f"the accuracy the times are taken to (default {paper.PAPER_TARGET:g}, the paper's)")
+    p.add_argument("--higher-targets", default=DEFAULT_HIGHER_TARGETS,
+                   help="comma list of higher accuracies the map also times the schemes to, each with its winners "
+                        f"and heatmaps, where the schemes separate past the first seconds (default "
+                        f"{DEFAULT_HIGHER_TARGETS}; '' for none)")
     experiment.add_snapshot_option(p)
     p.add_argument("--limit-seconds", type=float, default=10.0,
                    help="seconds of each profile's concurrent standalone runs (default 10)")
@@ -144,7 +151,18 @@ def plan_of(ns):
     return {"network": ns.network, "dataset": ns.dataset, "links": parse_links(ns.links),
             "profiles": parse_profiles(ns.profiles), "splits": parse_splits(ns.splits),
             "schemes": parse_schemes(ns.schemes), "repeats": ns.repeats, "seed": ns.seed, "max_time": ns.max_time,
-            "target": ns.target, "snapshot_seconds": ns.snapshot_seconds}
+            "target": ns.target, "targets": [ns.target] + parse_higher_targets(ns.higher_targets, ns.target),
+            "snapshot_seconds": ns.snapshot_seconds}
+
+
+def parse_higher_targets(text, target):
+    try:
+        higher = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--higher-targets {text!r}: give accuracies, e.g. 0.85,0.88")
+    if any(not target < t <= 1 for t in higher):
+        raise UsageError(f"--higher-targets {text!r}: each must be above --target {target:g} and at most 1")
+    return higher
 
 
 def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
@@ -206,8 +224,8 @@ def parse(argv):
 
 
 def check_resumable(log_dir, plan):
-    """UsageError unless --log-dir holds an earlier map of the same grid (the number of repeats aside, and schemes
-    added to it)."""
+    """UsageError unless --log-dir holds an earlier map of the same grid (the number of repeats aside, schemes added
+    to it, and the higher targets, which only the report reads)."""
     path = os.path.join(log_dir, regime_map.PLAN_FILE)
     try:
         earlier = read_json(path)
@@ -216,10 +234,11 @@ def check_resumable(log_dir, plan):
     except ValueError as error:
         raise UsageError(f"--resume: {path} is not JSON: {error}")
     differing = sorted(key for key in set(plan) | set(earlier)
-                       if key not in ("repeats", "schemes") and earlier.get(key) != json_round_trip(plan).get(key))
+                       if key not in ("repeats", "schemes", "targets")
+                       and earlier.get(key) != json_round_trip(plan).get(key))
     if differing:
-        raise UsageError(f"--resume: the map in {log_dir} has another {', '.join(differing)}; only --repeats may "
-                         "differ, and --schemes may add schemes")
+        raise UsageError(f"--resume: the map in {log_dir} has another {', '.join(differing)}; only --repeats and "
+                         "--higher-targets may differ, and --schemes may add schemes")
     dropped = [scheme for scheme in earlier.get("schemes", []) if scheme not in plan["schemes"]]
     if dropped:
         raise UsageError(f"--resume: the map in {log_dir} also has {', '.join(dropped)}: --schemes may add schemes "

@@ -48,6 +48,8 @@ def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
     (["--schemes", "esync-greedy"], "has no policy 'greedy'"),
     (["--repeats", "0"], "must be positive"),
     (["--target", "85"], "not an accuracy"),
+    (["--higher-targets", "0.75"], "must be above --target 0.8"),
+    (["--higher-targets", "high"], "give accuracies"),
     (["--", "-m", "sync"], "set by the launcher"),
 ])
 def test_bad_grids_are_refused_before_anything_runs(argv, message):
@@ -64,7 +66,8 @@ def test_resuming_keeps_only_the_runs_that_ended_well_of_the_same_grid(tmp_path)
 
     regimes_command.parse([*grid, "--repeats", "5", "--resume"])
     regimes_command.parse([*grid[:-1], "sync,esync,backup", "--resume"])  # a scheme added to the map
-    with pytest.raises(UsageError, match="another max_time; only --repeats may differ"):
+    regimes_command.parse([*grid, "--higher-targets", "0.85,0.9", "--resume"])  # the report alone reads them
+    with pytest.raises(UsageError, match="another max_time; only --repeats and --higher-targets may differ"):
         regimes_command.parse([*grid, "--max-time", "20", "--resume"])
     with pytest.raises(UsageError, match="also has esync: --schemes may add schemes"):
         regimes_command.parse([*grid[:-1], "sync", "--resume"])
@@ -209,3 +212,25 @@ def test_a_repeat_that_never_reached_the_target_counts_with_its_training_time(tm
 
     assert cell["schemes"]["sync"]["censored_times"] == [12.0, 11.0, 13.0]
     assert cell["winner"] == "esync"
+
+
+def test_a_higher_target_has_its_own_winners_tables_and_heatmaps(tmp_path):
+    log_dir = str(tmp_path)
+    plan = {"network": "lenet", "dataset": "fashion-mnist", "links": ["loopback"], "profiles": ["1,4"],
+            "splits": ["iid"], "schemes": ["esync", "sync"], "repeats": 3, "seed": 0, "max_time": 30.0,
+            "target": 0.8, "targets": [0.8, 0.85], "eval_seconds": 0.5}
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    # both reach 0.8 at 2-4 s (a tie); only ESync reaches 0.85, at 10-12 s (a lead that holds)
+    write_repeats(log_dir, plan, "esync", [[0.5, 0.8] + [0.82] * (s - 3) + [0.86] * (30 - s + 1) for s in (10, 11, 12)])
+    write_repeats(log_dir, plan, "sync", [[0.5] * (s - 1) + [0.81] * (30 - s + 1) for s in (2, 3, 4)])
+
+    result = regime_map.build(log_dir)
+    text, paths = regime_map.write(result, log_dir)
+
+    cell = result["cells"][0]
+    assert (cell["winner"], cell["tied"]) == (None, ["esync", "sync"])
+    higher = cell["at_higher_targets"]["0.85"]
+    assert (higher["winner"], higher["schemes"]["sync"]["censored_times"]) == ("esync", [30.0, 30.0, 30.0])
+    assert "## Time to 0.85, i.i.d. data" in text and "| 1,4 | **ESync** 11.0 ± 1.0 s |" in text
+    assert sorted(os.path.basename(p) for p in paths if p.endswith(".png")) == ["regimes-iid-0.85.png",
+                                                                               "regimes-iid.png"]
