@@ -30,7 +30,7 @@ from training.checks import (
     check_worker,
     mpi_workers,
 )
-from training.threads import limit_compute_threads
+from training.devices.threads import limit_compute_threads
 from training.transport import collectives
 
 log = logging.getLogger("main")
@@ -103,7 +103,7 @@ def run_training(args, data, resume):
 
 def device_quota(args):
     """With --device-share, this worker's device (its CPU quota, entered when training starts); else None."""
-    from training import cpu_quota
+    from training.devices import cpu_quota
 
     if not args.device_share:
         return None

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from launcher.hosts import LOCAL_HOST, LOOPBACK, Placement, on_host
-from training import threads
+from training.devices import threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANAGE_PY = os.path.join(ROOT, "SimpleStateServer", "manage.py")

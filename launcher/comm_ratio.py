@@ -25,7 +25,8 @@ import sys
 import tempfile
 
 from launcher import commands
-from training import config, modes, runlog, threads
+from training import config, modes, runlog
+from training.devices import threads
 
 log = logging.getLogger("launch")
 

@@ -462,7 +462,7 @@ def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective
     of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
     where no CPU quota can be given (not root, no CPU controller) or the launcher does not start the workers itself
     (--tracker, MPI's ranks, Hogwild!'s processes inside a namespace), the sleeping slowdown."""
-    from training import cpu_quota
+    from training.devices import cpu_quota
 
     cores = len(os.sched_getaffinity(0))
     if given is not None and not 0 < given <= cores:

@@ -6,7 +6,8 @@ efficiency is its cluster samples/s over this sum.
 import os
 
 from launcher.cluster import ROOT, ProcessGroup
-from training import modes, runlog, threads
+from training import modes, runlog
+from training.devices import threads
 
 MAIN_PY = os.path.join(ROOT, "main.py")
 GRACE = 120.0   # seconds a standalone run may take beyond its training time (start-up, the final evaluation)

@@ -11,7 +11,7 @@ import os
 import sys
 
 from launcher.cluster import ROOT
-from training import threads
+from training.devices import threads
 
 BIN = os.path.dirname(sys.executable)  # the mpich wheel installs its programs beside the interpreter
 GFORKER = os.path.join(BIN, "mpiexec.gforker")

@@ -34,7 +34,8 @@ from launcher.supervision import (
     wait_for_group_to_drain,
     write_pid_file,
 )
-from training import cpu_quota, modes, threads
+from training import modes
+from training.devices import cpu_quota, threads
 from training.transport import collectives
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 from training.evaluator import EVALUATOR_LOG

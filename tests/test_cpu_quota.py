@@ -13,7 +13,8 @@ from launcher.cluster import ROOT
 from tests.jobs import LENET_ARGS
 from tests.test_launch import LENET, kill_once_training, launcher, read_output, recorded_pids, still_running, \
     training_started, wait_for
-from training import cpu_quota, runlog
+from training import runlog
+from training.devices import cpu_quota
 from training.checks import UsageError
 
 

@@ -3,8 +3,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from training import heterogeneity
-from training.heterogeneity import EmulatedSlowdown
+from training.devices import heterogeneity
+from training.devices.heterogeneity import EmulatedSlowdown
 from training.model import Model
 
 

@@ -1,7 +1,7 @@
 """How many OpenMP threads main.py gives a process that the environment leaves to it (OMP_NUM_THREADS)."""
 import pytest
 
-from training.threads import compute_threads
+from training.devices.threads import compute_threads
 
 
 def job(root, workers=3, **more):

@@ -117,7 +117,7 @@ def check_worker(args, num_workers):
 
 def check_device_share(share):
     """A --device-share this machine can give: at most its cores, with a CPU controller this process may use."""
-    from training import cpu_quota
+    from training.devices import cpu_quota
 
     if share is None:
         return

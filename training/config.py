@@ -141,7 +141,7 @@ def add_job_flags(p):
     p.add_argument("--device-share", type=argtypes.POSITIVE_FLOAT,
                    help="emulate a device of this many cores: the worker runs in a cgroup of its own whose CPU quota "
                         "is the share, divided by --slowdown (which then sleeps no more); root only "
-                        "(training/cpu_quota.py; launch.py gives every worker one)")
+                        "(training/devices/cpu_quota.py; launch.py gives every worker one)")
     p.add_argument("--augment", choices=AUGMENTATIONS,
                    help="augmentation of the training batches: crop, random 32 px crops of the image padded by 4 and "
                         "left-right flips; resized-crop, d2l's (Gluon's transforms: resized to 40 px, a random "

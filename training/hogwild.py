@@ -18,7 +18,7 @@ from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
-from training import threads
+from training.devices import threads
 from training.faults.failures import EXIT_FAILURE
 
 log = logging.getLogger("hogwild")

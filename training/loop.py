@@ -15,7 +15,7 @@ from training.faults import fault_injection
 from training.transport import collectives
 from training.devices import contexts, device_name
 from training.files import atomic_write
-from training.heterogeneity import EmulatedSlowdown
+from training.devices.heterogeneity import EmulatedSlowdown
 from training.model import Model
 from training.faults.watchdog import Watchdog
 

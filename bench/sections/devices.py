@@ -1,5 +1,5 @@
 """10. Devices of fixed capacity: on the paper's profile, the fast workers' median step under SSGD and under ESync, and
-the standalone baseline's step, each device under its CPU quota (training/cpu_quota.py), in one run; the same with the
+the standalone baseline's step, each device under its CPU quota (training/devices/cpu_quota.py), in one run; the same with the
 sleeping slowdown beside it, which CPU quotas replace."""
 import os
 

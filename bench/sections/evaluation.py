@@ -10,7 +10,7 @@ from analysis.tables import markdown_table
 from bench.sections.common import PY, fmt, launch, log
 from launcher.cluster import ROOT
 from launcher.experiment import DEFAULT_SNAPSHOT_SECONDS
-from training import threads
+from training.devices import threads
 
 
 def snapshot_cost(network, steps):
