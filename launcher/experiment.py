@@ -7,11 +7,11 @@ import socket
 from dataclasses import dataclass
 
 from analysis import summary
-from launcher import netns
+from launcher import checks, netns, workers
 from launcher.commands import device_flags
 from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
 from launcher.hosts import LOOPBACK
-from training import argtypes, config, modes, runlog
+from training import config, modes, runlog
 from training.transport import collectives
 from training.attacks import ATTACKS
 from training.checks import UsageError
@@ -24,18 +24,9 @@ PID_FILE = "pids.json"
 NETWORK_FILE = runlog.NETWORK_FILE
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
 SNAPSHOT_FOLDER = "snapshots"   # in a mode's folder: rank 0's snapshots, which the evaluator process tests
-RESERVED_CORES = 0.5            # kept free of the device quotas: scheduler, servers, state server, evaluator
 DEFAULT_SNAPSHOT_SECONDS = 0.5
 DEFAULT_BANDWIDTH = "1gbit"
 LOOPBACK_LINKS = "loopback (no link limit)"
-RESERVED_WORKER_FLAGS = {  # set by the launcher itself; given after `--` they would silently break the run
-    "-m", "--mode", "-dcasgd", "--use-dcasgd", "--zeno-flavour", "-ld", "--log-dir", "--node-name", "-c", "--cpu",
-    "-g", "--gpu", "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class",
-    "-n", "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
-    "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator", "--collective",
-    "--snapshot-seconds", "--snapshot-dir", "--device-share",
-}
-IN_LOOP_EVALUATION_FLAGS = ("-e", "--eval-duration", "--eval-freq", "--eval-seconds")
 
 STANDALONE_HELP = ("a mode without a cluster (local) trains one process alone on the fastest worker's device "
                    "and slowdown: the sequential baseline")
@@ -71,7 +62,7 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   `python launch.py clean-netns` removes what it left.
 
 devices: a worker is a device of fixed capacity, a cgroup of its own whose CPU quota is --device-share cores divided
-  by its --slowdown (default share: what fits the cores with {RESERVED_CORES:g} to spare for the scheduler, the
+  by its --slowdown (default share: what fits the cores with {workers.RESERVED_CORES:g} to spare for the scheduler, the
   servers, the state server and the evaluator, at most 1; printed), as a shaped link has a rate; the standalone
   baseline runs on a fast device's quota. Where no quota can be given (not root, no cgroup CPU controller), where
   the launcher does not start the workers itself (--tracker, the MPI ranks of --collective) or with
@@ -308,18 +299,18 @@ def parse(argv):
     """The Experiment of a launcher command line; UsageError (one line) for bad input."""
     own, worker_args = split_at_double_dash(list(argv))
     ns = build_parser().parse_args(own)
-    devices = parse_devices(ns.devices, ns.slowdown)
-    slowdowns = parse_slowdowns(ns.slowdown or "1", len(devices))
+    devices = workers.parse_devices(ns.devices, ns.slowdown)
+    slowdowns = workers.parse_slowdowns(ns.slowdown or "1", len(devices))
     chosen = parse_modes(ns.modes)
     device_flags(ns.validator_device)
-    check_limits(ns, len(devices))
-    check_tracker(ns, devices, slowdowns)
-    check_validators(ns.tracker, chosen)
-    check_standalone(ns, chosen)
-    check_collective(ns, chosen)
-    check_worker_args(worker_args)
-    check_snapshot_seconds(ns.snapshot_seconds)
-    share, devices_described = device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker,
+    checks.check_limits(ns, len(devices))
+    checks.check_tracker(ns, devices, slowdowns)
+    checks.check_validators(ns.tracker, chosen)
+    checks.check_standalone(ns, chosen)
+    checks.check_collective(ns, chosen)
+    checks.check_worker_args(worker_args)
+    checks.check_snapshot_seconds(ns.snapshot_seconds)
+    share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker,
                                             ns.collective, hogwild_in_namespace=modes.HOGWILD in chosen
                                             and ns.hosts == "netns")
     if ns.validators < 1 or ns.validators > len(devices):
@@ -357,144 +348,6 @@ def parse_modes(text):
     if len(set(chosen)) != len(chosen):
         raise UsageError(f"--modes {text} names a mode twice")
     return chosen
-
-
-def parse_devices(devices, slowdown):
-    """The --devices entries; without --devices one cpu per --slowdown factor."""
-    if devices is None:
-        if slowdown is None:
-            raise UsageError("the following arguments are required: --devices (or --slowdown: one cpu worker "
-                             "per factor)")
-        return tuple("cpu" for _ in slowdown.split(","))
-    entries = tuple(d.strip() for d in devices.split(","))
-    for device in entries:
-        device_flags(device)
-    return entries
-
-
-def parse_slowdowns(text, num_workers):
-    """The workers' factors as given (text), one per worker; a single factor is every worker's."""
-    try:
-        argtypes.slowdowns(text)  # the check a worker's --slowdown passes
-    except argparse.ArgumentTypeError as err:
-        raise UsageError(f"--slowdown: {err}")
-    factors = tuple(f.strip() for f in text.split(","))
-    if len(factors) == 1:
-        factors *= num_workers
-    if len(factors) != num_workers:
-        raise UsageError(f"--slowdown has {len(factors)} factors but --devices has {num_workers} workers")
-    return factors
-
-
-def check_limits(ns, num_workers):
-    if ns.max_time is None and ns.max_iters is None:
-        raise UsageError("give --max-time or --max-iters (a target accuracy alone may never be reached)")
-    if ns.num_servers < 1:
-        raise UsageError(f"-s {ns.num_servers}: at least one server is needed")
-    if ns.progress_every <= 0 or (ns.wall_limit is not None and ns.wall_limit <= 0):
-        raise UsageError("--progress-every and --wall-limit must be positive")
-    if not 0 <= ns.byzantine < num_workers:
-        raise UsageError(f"--byzantine {ns.byzantine}: must leave at least one of the {num_workers} "
-                         "workers honest")
-
-
-def check_tracker(ns, devices, slowdowns):
-    if ns.tracker is None:
-        if ns.hostfile or ns.host_ip:
-            raise UsageError("-H/--hostfile and --host-ip only apply with --tracker")
-        return
-    if ns.tracker == "sge":
-        raise UsageError("--tracker sge: the sge launcher shipped with mxnet 1.9.1 cannot start a ps-lite job "
-                         "(it reads options its opts.py does not define, logdir and vcores, and never sets DMLC_ROLE)")
-    if ns.tracker != "local" and not ns.host_ip:
-        raise UsageError(f"--tracker {ns.tracker} needs --host-ip: this machine's address as the hosts reach it")
-    if ns.tracker == "ssh" and not ns.hostfile:
-        raise UsageError("--tracker ssh needs -H/--hostfile")
-    if ns.tracker not in TRACKERS_WITH_TASK_INDEX and (len(set(devices)) > 1 or len(set(slowdowns)) > 1):
-        raise UsageError(f"--tracker {ns.tracker} starts identical workers: give the same device to each "
-                         "(e.g. --devices gpu0,gpu0) and one --slowdown")
-    if ns.hosts == "netns":
-        raise UsageError("--hosts netns starts the processes itself: leave out --tracker")
-
-
-def check_validators(tracker, chosen):
-    validated = [mode for mode in chosen if modes.MODES[mode].validator]
-    if tracker and validated:
-        raise UsageError(f"--modes {validated[0]} needs its validator process, which --tracker does not start: "
-                         f"run {validated[0]} without --tracker, or start its processes by hand (README)")
-
-
-def check_standalone(ns, chosen):
-    alone = [mode for mode in chosen if not modes.MODES[mode].cluster]
-    if alone and ns.tracker:
-        raise UsageError(f"--modes {alone[0]} trains one process on this machine, which --tracker does not start: "
-                         "leave out --tracker or that mode")
-    if alone and ns.byzantine:
-        raise UsageError(f"--modes {alone[0]} has no other worker to attack: leave out --byzantine or that mode")
-
-
-def check_collective(ns, chosen):
-    if not collectives.uses_mpi(ns.collective):
-        return
-    unable = [mode for mode in chosen if modes.MODES[mode].cluster and not modes.MODES[mode].synchronous]
-    if unable:
-        raise UsageError(f"--collective {ns.collective} sums the updates of a synchronous mode; --modes {unable[0]} "
-                         f"has no such aggregation (synchronous: {', '.join(modes.synchronous_names())})")
-    if ns.tracker:
-        raise UsageError(f"--collective {ns.collective} starts the workers under mpiexec: leave out --tracker")
-    if ns.num_servers != 1:
-        raise UsageError(f"-s {ns.num_servers}: --collective {ns.collective} has no servers")
-
-
-def check_worker_args(worker_args):
-    for token in worker_args:
-        flag = token.split("=", 1)[0]
-        if flag in IN_LOOP_EVALUATION_FLAGS:
-            raise UsageError(f"{token} after --: the launcher's workers never evaluate in their loop; the evaluator "
-                             "process tests rank 0's snapshots every --snapshot-seconds (a launcher option)")
-        if flag in RESERVED_WORKER_FLAGS:
-            raise UsageError(f"{token} after -- is set by the launcher; use the launcher's own option")
-
-
-def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective=collectives.PS,
-                 hogwild_in_namespace=False):
-    """(a fast device's cores under a CPU quota or None, the line that says how the devices are emulated) for workers
-    of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
-    where no CPU quota can be given (not root, no CPU controller) or the launcher does not start the workers itself
-    (--tracker, MPI's ranks, Hogwild!'s processes inside a namespace), the sleeping slowdown."""
-    from training.devices import cpu_quota
-
-    cores = len(os.sched_getaffinity(0))
-    if given is not None and not 0 < given <= cores:
-        raise UsageError(f"--device-share {given:g}: give a share of the {cores} core(s), above 0")
-    others_start_them = tracker or collectives.uses_mpi(collective) or hogwild_in_namespace
-    if sleeping or others_start_them:
-        why = ("--sleeping-slowdown" if sleeping else f"--tracker {tracker} starts the workers" if tracker
-               else f"mpiexec starts --collective {collective}'s ranks" if collectives.uses_mpi(collective)
-               else "hogwild starts its processes inside a namespace")
-        if given is not None:
-            raise UsageError(f"--device-share puts the workers the launcher starts under CPU quotas: {why}")
-        return None, f"slow devices sleep after each step ({why})"
-    try:
-        found = cpu_quota.controller()
-    except cpu_quota.QuotaUnavailable as error:
-        if given is not None:
-            raise UsageError(f"--device-share needs a CPU quota: {error}")
-        return None, f"slow devices sleep after each step (no CPU quotas: {error})"
-    share = given or default_device_share(slowdowns, cores)
-    return share, (f"CPU quotas: a fast device {share:.3g} of a core, one with --slowdown F that / F "
-                   f"({found.describe()})")
-
-
-def default_device_share(slowdowns, cores):
-    """The largest share of a core (at most 1) at which every worker's quota fits the cores beside RESERVED_CORES."""
-    demand = sum(1 / float(f) for f in slowdowns)
-    return round(min(1.0, (cores - RESERVED_CORES) / demand), 3)
-
-
-def check_snapshot_seconds(seconds):
-    if not 0 <= seconds < float("inf"):
-        raise UsageError(f"--snapshot-seconds {seconds:g}: give a period in seconds, or 0 for no evaluation")
 
 
 def link_rates(ns, num_hosts):

@@ -27,7 +27,7 @@ import shutil
 import sys
 
 from analysis import paper, regime_map
-from launcher import experiment, limit, preflight, runner
+from launcher import experiment, limit, preflight, runner, workers
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes
 from training.schemes import esync
@@ -112,7 +112,7 @@ def parse_links(text):
 def parse_profiles(text):
     profiles = [p.strip() for p in text.split("/") if p.strip()]
     for profile in profiles:
-        experiment.parse_slowdowns(profile, len(profile.split(",")))
+        workers.parse_slowdowns(profile, len(profile.split(",")))
     return unique(profiles, "--profiles", text)
 
 
@@ -283,7 +283,7 @@ def measure_limits(ns, plan, worker_args):
         print(f"[regimes] the concurrent standalone limit of workers {profile} ({ns.limit_seconds:g} s)", flush=True)
         workdir = os.path.join(ns.log_dir, "limits", regime_map.profile_folder(profile))
         slowdowns = [float(f) for f in profile.split(",")]
-        share, _ = experiment.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown)
+        share, _ = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown)
         limits[profile] = limit.concurrent_standalone(slowdowns, ns.limit_seconds, workdir,
                                                       config.flags_for_mode(job_args, modes.STANDALONE), share)
         print(f"[regimes] workers {profile}: {sum(limits[profile]):.0f} samples/s together", flush=True)

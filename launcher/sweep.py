@@ -16,7 +16,7 @@ import os
 import sys
 
 from analysis import summary
-from launcher import experiment, preflight, runner
+from launcher import checks, experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
 from training.checks import UsageError
@@ -29,7 +29,7 @@ def parse(argv):
     if len(argv) < 2 or not argv[0].startswith("-"):
         raise UsageError("usage: launch.py sweep FLAG V1,V2,... LAUNCH-OPTIONS [-- WORKER-ARGS]")
     flag, values = argv[0], [v.strip() for v in argv[1].split(",") if v.strip()]
-    if flag in experiment.RESERVED_WORKER_FLAGS:
+    if flag in checks.RESERVED_WORKER_FLAGS:
         raise UsageError(f"{flag} is set by the launcher; sweep it through the launcher's own option instead")
     if len(values) < 2 or len(set(values)) != len(values):
         raise UsageError(f"sweep {flag} needs at least two distinct values, got {argv[1]!r}")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from launcher import experiment
+from launcher import experiment, workers
 from launcher.cluster import ROOT
 from tests.jobs import LENET_ARGS
 from tests.test_launch import LENET, kill_once_training, launcher, read_output, recorded_pids, still_running, \
@@ -52,10 +52,10 @@ def test_the_period_is_the_shortest_whose_quota_the_kernel_accepts(cores, period
 @pytest.mark.parametrize("slowdowns, cores, share", [((1, 1, 4), 2, 0.667), ((1, 1, 1, 1, 20, 20), 2, 0.366),
                                                       ((1, 2), 2, 1.0), ((1, 1, 4), 4, 1.0)])
 def test_the_default_share_fits_every_quota_beside_what_the_launcher_keeps_free(slowdowns, cores, share):
-    found = experiment.default_device_share(slowdowns, cores)
+    found = workers.default_device_share(slowdowns, cores)
 
     assert found == pytest.approx(share, abs=1e-3)
-    assert sum(found / f for f in slowdowns) <= cores - experiment.RESERVED_CORES + 1e-3
+    assert sum(found / f for f in slowdowns) <= cores - workers.RESERVED_CORES + 1e-3
 
 
 def test_without_a_cpu_controller_the_launcher_says_so_and_slow_devices_sleep(monkeypatch):

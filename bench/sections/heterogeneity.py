@@ -7,13 +7,13 @@ import statistics
 from analysis import metrics
 from analysis.tables import markdown_table
 from bench.sections.common import DATA, devices_of, fmt, launch, log, runs_with_policies
-from launcher import experiment, limit
+from launcher import limit, workers
 
 
 def standalone_throughputs(slowdowns, seconds, workdir):
     """Each worker's samples/s alone on its slowdown (under its device's CPU quota where the launcher's runs have
     one), all running at the same time."""
-    share, _ = experiment.device_share(slowdowns)
+    share, _ = workers.device_share(slowdowns)
     try:
         return limit.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA], share)
     except limit.LimitFailed as error:

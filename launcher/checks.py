@@ -1,0 +1,90 @@
+"""What the launcher checks of its command line beyond each flag's type: combinations that cannot run, each a
+one-line UsageError before anything starts."""
+from launcher.dmlc import TRACKERS_WITH_TASK_INDEX
+from training import modes
+from training.checks import UsageError
+from training.transport import collectives
+
+IN_LOOP_EVALUATION_FLAGS = ("-e", "--eval-duration", "--eval-freq", "--eval-seconds")
+RESERVED_WORKER_FLAGS = {  # set by the launcher itself; given after `--` they would silently break the run
+    "-m", "--mode", "-dcasgd", "--use-dcasgd", "--zeno-flavour", "-ld", "--log-dir", "--node-name", "-c", "--cpu",
+    "-g", "--gpu", "--slowdown", "-ip", "--state-server-ip", "-port", "--state-server-port", "-s", "--split-by-class",
+    "-n", "--network", "--dataset", "-dd", "--data-dir", "--seed", "--max-time", "--max-iters", "--target-accuracy",
+    "--esync-policy", "--byzantine", "--attack", "--attack-scale", "--validator", "--collective",
+    "--snapshot-seconds", "--snapshot-dir", "--device-share",
+}
+
+
+def check_limits(ns, num_workers):
+    if ns.max_time is None and ns.max_iters is None:
+        raise UsageError("give --max-time or --max-iters (a target accuracy alone may never be reached)")
+    if ns.num_servers < 1:
+        raise UsageError(f"-s {ns.num_servers}: at least one server is needed")
+    if ns.progress_every <= 0 or (ns.wall_limit is not None and ns.wall_limit <= 0):
+        raise UsageError("--progress-every and --wall-limit must be positive")
+    if not 0 <= ns.byzantine < num_workers:
+        raise UsageError(f"--byzantine {ns.byzantine}: must leave at least one of the {num_workers} "
+                         "workers honest")
+
+
+def check_tracker(ns, devices, slowdowns):
+    if ns.tracker is None:
+        if ns.hostfile or ns.host_ip:
+            raise UsageError("-H/--hostfile and --host-ip only apply with --tracker")
+        return
+    if ns.tracker == "sge":
+        raise UsageError("--tracker sge: the sge launcher shipped with mxnet 1.9.1 cannot start a ps-lite job "
+                         "(it reads options its opts.py does not define, logdir and vcores, and never sets DMLC_ROLE)")
+    if ns.tracker != "local" and not ns.host_ip:
+        raise UsageError(f"--tracker {ns.tracker} needs --host-ip: this machine's address as the hosts reach it")
+    if ns.tracker == "ssh" and not ns.hostfile:
+        raise UsageError("--tracker ssh needs -H/--hostfile")
+    if ns.tracker not in TRACKERS_WITH_TASK_INDEX and (len(set(devices)) > 1 or len(set(slowdowns)) > 1):
+        raise UsageError(f"--tracker {ns.tracker} starts identical workers: give the same device to each "
+                         "(e.g. --devices gpu0,gpu0) and one --slowdown")
+    if ns.hosts == "netns":
+        raise UsageError("--hosts netns starts the processes itself: leave out --tracker")
+
+
+def check_validators(tracker, chosen):
+    validated = [mode for mode in chosen if modes.MODES[mode].validator]
+    if tracker and validated:
+        raise UsageError(f"--modes {validated[0]} needs its validator process, which --tracker does not start: "
+                         f"run {validated[0]} without --tracker, or start its processes by hand (README)")
+
+
+def check_standalone(ns, chosen):
+    alone = [mode for mode in chosen if not modes.MODES[mode].cluster]
+    if alone and ns.tracker:
+        raise UsageError(f"--modes {alone[0]} trains one process on this machine, which --tracker does not start: "
+                         "leave out --tracker or that mode")
+    if alone and ns.byzantine:
+        raise UsageError(f"--modes {alone[0]} has no other worker to attack: leave out --byzantine or that mode")
+
+
+def check_collective(ns, chosen):
+    if not collectives.uses_mpi(ns.collective):
+        return
+    unable = [mode for mode in chosen if modes.MODES[mode].cluster and not modes.MODES[mode].synchronous]
+    if unable:
+        raise UsageError(f"--collective {ns.collective} sums the updates of a synchronous mode; --modes {unable[0]} "
+                         f"has no such aggregation (synchronous: {', '.join(modes.synchronous_names())})")
+    if ns.tracker:
+        raise UsageError(f"--collective {ns.collective} starts the workers under mpiexec: leave out --tracker")
+    if ns.num_servers != 1:
+        raise UsageError(f"-s {ns.num_servers}: --collective {ns.collective} has no servers")
+
+
+def check_worker_args(worker_args):
+    for token in worker_args:
+        flag = token.split("=", 1)[0]
+        if flag in IN_LOOP_EVALUATION_FLAGS:
+            raise UsageError(f"{token} after --: the launcher's workers never evaluate in their loop; the evaluator "
+                             "process tests rank 0's snapshots every --snapshot-seconds (a launcher option)")
+        if flag in RESERVED_WORKER_FLAGS:
+            raise UsageError(f"{token} after -- is set by the launcher; use the launcher's own option")
+
+
+def check_snapshot_seconds(seconds):
+    if not 0 <= seconds < float("inf"):
+        raise UsageError(f"--snapshot-seconds {seconds:g}: give a period in seconds, or 0 for no evaluation")

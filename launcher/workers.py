@@ -1,0 +1,74 @@
+"""The launcher's workers: their devices (--devices), their slowdowns (--slowdown) and the devices of fixed capacity
+they run on (--device-share: a CPU quota each, or the sleeping slowdown where none can be given)."""
+import argparse
+import os
+
+from launcher.commands import device_flags
+from training import argtypes
+from training.checks import UsageError
+from training.transport import collectives
+
+RESERVED_CORES = 0.5            # kept free of the device quotas: scheduler, servers, state server, evaluator
+
+
+def parse_devices(devices, slowdown):
+    """The --devices entries; without --devices one cpu per --slowdown factor."""
+    if devices is None:
+        if slowdown is None:
+            raise UsageError("the following arguments are required: --devices (or --slowdown: one cpu worker "
+                             "per factor)")
+        return tuple("cpu" for _ in slowdown.split(","))
+    entries = tuple(d.strip() for d in devices.split(","))
+    for device in entries:
+        device_flags(device)
+    return entries
+
+
+def parse_slowdowns(text, num_workers):
+    """The workers' factors as given (text), one per worker; a single factor is every worker's."""
+    try:
+        argtypes.slowdowns(text)  # the check a worker's --slowdown passes
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--slowdown: {err}")
+    factors = tuple(f.strip() for f in text.split(","))
+    if len(factors) == 1:
+        factors *= num_workers
+    if len(factors) != num_workers:
+        raise UsageError(f"--slowdown has {len(factors)} factors but --devices has {num_workers} workers")
+    return factors
+
+
+def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective=collectives.PS,
+                 hogwild_in_namespace=False):
+    """(a fast device's cores under a CPU quota or None, the line that says how the devices are emulated) for workers
+    of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
+    where no CPU quota can be given (not root, no CPU controller) or the launcher does not start the workers itself
+    (--tracker, MPI's ranks, Hogwild!'s processes inside a namespace), the sleeping slowdown."""
+    from training.devices import cpu_quota
+
+    cores = len(os.sched_getaffinity(0))
+    if given is not None and not 0 < given <= cores:
+        raise UsageError(f"--device-share {given:g}: give a share of the {cores} core(s), above 0")
+    others_start_them = tracker or collectives.uses_mpi(collective) or hogwild_in_namespace
+    if sleeping or others_start_them:
+        why = ("--sleeping-slowdown" if sleeping else f"--tracker {tracker} starts the workers" if tracker
+               else f"mpiexec starts --collective {collective}'s ranks" if collectives.uses_mpi(collective)
+               else "hogwild starts its processes inside a namespace")
+        if given is not None:
+            raise UsageError(f"--device-share puts the workers the launcher starts under CPU quotas: {why}")
+        return None, f"slow devices sleep after each step ({why})"
+    try:
+        found = cpu_quota.controller()
+    except cpu_quota.QuotaUnavailable as error:
+        if given is not None:
+            raise UsageError(f"--device-share needs a CPU quota: {error}")
+        return None, f"slow devices sleep after each step (no CPU quotas: {error})"
+    share = given or default_device_share(slowdowns, cores)
+    return share, (f"CPU quotas: a fast device {share:.3g} of a core, one with --slowdown F that / F "
+                   f"({found.describe()})")
+
+
+def default_device_share(slowdowns, cores):
+    """The largest share of a core (at most 1) at which every worker's quota fits the cores beside RESERVED_CORES."""
+    demand = sum(1 / float(f) for f in slowdowns)
+    return round(min(1.0, (cores - RESERVED_CORES) / demand), 3)
