@@ -217,15 +217,16 @@ def cell_entry(cell):
     leader = cell["leader"]
     entry = f"**{display(leader)}** {outcome(cell['schemes'][leader])}"
     if cell["winner"] is None:
-        others = [f"{display(s)} {relative_text(cell['schemes'][s])}" for s in cell["tied"][1:]]
+        others = [f"{display(s)} {'×' if cell['schemes'][s]['relative_time'] else ''}"
+                  f"{relative_text(cell['schemes'][s], none='never')}" for s in cell["tied"][1:]]
         return f"tie: {entry}, " + ", ".join(others)
     others = sorted((n["relative_time"], s) for s, n in cell["schemes"].items()
                     if n["relative_time"] is not None and s != leader)
     return entry + (f"; next {display(others[0][1])} ×{others[0][0]:.2f}" if others else "")
 
 
-def relative_text(numbers):
-    return "never" if numbers["relative_time"] is None else f"×{numbers['relative_time']:.2f}"
+def relative_text(numbers, none="-"):
+    return none if numbers["relative_time"] is None else f"{numbers['relative_time']:.2f}"
 
 
 def nobody_reached(cell):
@@ -246,13 +247,8 @@ def detail_table(result, split):
     rows = []
     for profile in result["profiles"]:
         for link in result["links"]:
-            cell = find_cell(result, split, profile, link)
-            ordered = sorted(cell["schemes"].items(), key=lambda item: (item[1]["relative_time"] is None,
-                                                                          item[1]["relative_time"] or 0))
-            for scheme, n in ordered:
-                relative = n["relative_time"]
-                rows.append([profile, describe_link(link), display(scheme), outcome(n),
-                             "-" if relative is None else f"{relative:.2f}",
+            for scheme, n in by_relative_time(find_cell(result, split, profile, link)):
+                rows.append([profile, describe_link(link), display(scheme), outcome(n), relative_text(n),
                              format_statistic(n["samples_per_s"], ".0f"), format_statistic(n["efficiency"], ".2f"),
                              format_statistic(n["bytes_per_sample"], ".0f"),
                              format_statistic(n["final_accuracy"], ".3f"),
@@ -266,12 +262,15 @@ def target_table(result, split):
     rows = []
     for profile in result["profiles"]:
         for link in result["links"]:
-            cell = find_cell(result, split, profile, link)
-            ordered = sorted(cell["schemes"].items(), key=lambda item: (item[1]["relative_time"] is None,
-                                                                          item[1]["relative_time"] or 0))
-            rows += [[profile, describe_link(link), display(scheme), outcome(n),
-                      "-" if n["relative_time"] is None else f"{n['relative_time']:.2f}"] for scheme, n in ordered]
+            rows += [[profile, describe_link(link), display(scheme), outcome(n), relative_text(n)]
+                     for scheme, n in by_relative_time(find_cell(result, split, profile, link))]
     return markdown_table(["workers", "links", "scheme", f"time to {result['target']:g}", "× leader"], rows)
+
+
+def by_relative_time(cell):
+    """(scheme, numbers) of a cell, the leader first, those that never reached the target last."""
+    return sorted(cell["schemes"].items(), key=lambda item: (item[1]["relative_time"] is None,
+                                                             item[1]["relative_time"] or 0))
 
 
 def find_cell(result, split, profile, link):

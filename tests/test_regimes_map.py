@@ -170,6 +170,17 @@ def write_repeats(log_dir, plan, scheme, curves):
         write_run(log_dir, plan, "loopback", "1,4", "iid", repeat, scheme, 0, accuracies)
 
 
+def three_repeats_of_esync_at_3_to_5_s(tmp_path):
+    """A map of one cell, ESync and SSGD, 3 repeats of 12 s timed to 0.85, ESync's repeats written (3, 4, 5 s)."""
+    log_dir = str(tmp_path)
+    plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
+            "schemes": ["esync", "sync"], "repeats": 3, "seed": 0, "max_time": 12.0, "target": 0.85,
+            "eval_seconds": 0.5}
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    write_repeats(log_dir, plan, "esync", [curve_reaching(s) for s in (3, 4, 5)])
+    return log_dir, plan
+
+
 def curve_reaching(seconds, length=12):
     """Accuracies one per second that first reach 0.85 at `seconds`."""
     return [0.5] * (seconds - 1) + [0.9] * (length - seconds + 1)
@@ -181,12 +192,7 @@ def curve_reaching(seconds, length=12):
 ])
 def test_a_cell_names_a_winner_only_where_its_lead_holds_beyond_the_repeats_spread(tmp_path, sync_seconds, winner,
                                                                                    tied):
-    log_dir = str(tmp_path)
-    plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
-            "schemes": ["esync", "sync"], "repeats": 3, "seed": 0, "max_time": 12.0, "target": 0.85,
-            "eval_seconds": 0.5}
-    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
-    write_repeats(log_dir, plan, "esync", [curve_reaching(s) for s in (3, 4, 5)])
+    log_dir, plan = three_repeats_of_esync_at_3_to_5_s(tmp_path)
     write_repeats(log_dir, plan, "sync", [curve_reaching(s) for s in sync_seconds])
 
     result = regime_map.build(log_dir)
@@ -200,12 +206,7 @@ def test_a_cell_names_a_winner_only_where_its_lead_holds_beyond_the_repeats_spre
 
 
 def test_a_repeat_that_never_reached_the_target_counts_with_its_training_time(tmp_path):
-    log_dir = str(tmp_path)
-    plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
-            "schemes": ["esync", "sync"], "repeats": 3, "seed": 0, "max_time": 12.0, "target": 0.85,
-            "eval_seconds": 0.5}
-    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
-    write_repeats(log_dir, plan, "esync", [curve_reaching(s) for s in (3, 4, 5)])
+    log_dir, plan = three_repeats_of_esync_at_3_to_5_s(tmp_path)
     write_repeats(log_dir, plan, "sync", [[0.5] * 12, [0.5] * 11, [0.5] * 13])
 
     cell = regime_map.build(log_dir)["cells"][0]
