@@ -95,7 +95,8 @@ def run_training(args, data, resume):
 
     device = device_quota(args)
     try:
-        train(args, modes.scheme_class(args.mode), data, resume, on_start=device.enter if device else None)
+        train(args, modes.scheme_class(args.mode), data, resume, on_start=device.enter if device else None,
+              on_end=device.leave if device else None)
     finally:
         if device:
             device.leave()

@@ -157,6 +157,38 @@ def test_every_worker_of_a_run_trains_under_its_quota_and_the_groups_are_gone_wh
     assert "devices: CPU quotas: a fast device 0.5 of a core" in output
 
 
+def test_a_worker_the_launcher_started_enters_its_group_when_training_starts_and_leaves_when_it_ends(tmp_path,
+                                                                                                      monkeypatch):
+    # Files stand in for the two cgroup.procs launcher/in-cgroup opens: the group's and the root's.
+    group, root = (open(tmp_path / name, "w+") for name in ("group.procs", "root.procs"))
+    monkeypatch.setenv(cpu_quota.PROCS_FD_VARIABLE, str(group.fileno()))
+    monkeypatch.setenv(cpu_quota.LEAVE_FD_VARIABLE, str(root.fileno()))
+    device = cpu_quota.DeviceQuota(0.25)
+
+    device.enter()
+    device.leave()
+    device.leave()  # once only: the loop leaves when training ends, main.py again on its way out
+
+    pid = f"{os.getpid()}\n"
+    assert open(tmp_path / "group.procs").read() == pid and open(tmp_path / "root.procs").read() == pid
+
+
+@needs_quotas
+@pytest.mark.slow
+@pytest.mark.beside_others
+def test_a_device_forty_times_slower_leaves_its_quota_when_training_ends_so_the_job_ends_at_once(tmp_path):
+    # At 1/80 of a core a worker's teardown (its final weights, leaving the ps-lite job, exiting) would take about a
+    # minute, and the launcher ends a job whose workers outlive the scheduler by 20 s as failed.
+    logs = str(tmp_path / "logs")
+    args = ["--modes", "sync", "--slowdown", "1,40", "--max-time", "3", "--device-share", "0.5", *LENET]
+    with launcher(args, logs) as proc:
+        proc.wait(timeout=300)
+        output = read_output(proc)
+
+    assert proc.returncode == 0, output
+    assert "finished" in output and launcher_groups(proc) == []
+
+
 @needs_quotas
 @pytest.mark.slow
 @pytest.mark.beside_others

@@ -62,10 +62,10 @@ class Timer:
         self.record[self.key] = self.record.get(self.key, 0.0) + time.perf_counter() - self.start
 
 
-def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), on_start=None):
+def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), on_start=None, on_end=None):
     """Train until a stop condition; return the last test accuracy (None where this worker never evaluated).
     `resume` is where training starts (checkpoints.check_train_dir); `on_start()` runs just before the first step
-    (the worker enters its CPU quota)."""
+    (the worker enters its CPU quota), `on_end()` when the last step is done, also after a failure (it leaves it)."""
     ctxs = contexts(args.gpu, args.cpu)
     watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
     fault_injection.point("worker", "start")
@@ -114,6 +114,8 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), on_start=Non
     try:
         accuracy = rounds.run()
     finally:
+        if on_end:
+            on_end()
         scheme.finish()
     model_path = run_log.path(runlog.FINAL_MODEL_FILE)
     atomic_write(model_path, model.save)

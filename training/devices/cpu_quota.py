@@ -148,11 +148,12 @@ def remove_groups(tag, found=None, keep_alive=True):
 
 
 PROCS_FD_VARIABLE = "ESYNC_CGROUP_FD"
+LEAVE_FD_VARIABLE = "ESYNC_CGROUP_LEAVE_FD"  # the root group's cgroup.procs, which the worker leaves its quota by
 
 
-def launcher_fd():
+def launcher_fd(variable=PROCS_FD_VARIABLE):
     """The file descriptor of the cgroup.procs the launcher opened for this worker, or None."""
-    value = os.environ.get(PROCS_FD_VARIABLE, "")
+    value = os.environ.get(variable, "")
     return int(value) if value.isdigit() else None
 
 
@@ -162,7 +163,8 @@ class DeviceQuota:
 
     def __init__(self, cores, tag=None, found=None):
         self.cores = cores
-        self.fd = launcher_fd()
+        self.fd, self.leave_fd = launcher_fd(), launcher_fd(LEAVE_FD_VARIABLE)
+        self.inside = False
         self.controller = self.group = None
         if self.fd is None:
             self.controller = found or controller()
@@ -179,13 +181,24 @@ class DeviceQuota:
             os.write(self.fd, f"{os.getpid()}\n".encode())
         else:
             write(os.path.join(self.group, "cgroup.procs"), os.getpid())
+        self.inside = True
 
     def leave(self):
-        """Out of the quota (into the root group); a group made here is removed."""
-        if self.fd is not None:
-            return  # the process ends next; the launcher removes its group
-        write(os.path.join(self.controller.root, "cgroup.procs"), os.getpid())
-        try:
-            os.rmdir(self.group)
-        except OSError as err:
-            log.warning("could not remove %s: %s", self.group, err.strerror or err)
+        """Out of the quota (into the root group), once: what a worker does after its training (its final weights,
+        leaving the cluster, ending) is no part of the device it emulates, and at a slow device's share it would
+        take minutes. A group made here is removed."""
+        if not self.inside and self.group is None:
+            return
+        if self.inside:
+            if self.fd is not None:
+                if self.leave_fd is not None:
+                    os.write(self.leave_fd, f"{os.getpid()}\n".encode())
+            else:
+                write(os.path.join(self.controller.root, "cgroup.procs"), os.getpid())
+            self.inside = False
+        if self.group is not None:
+            try:
+                os.rmdir(self.group)
+            except OSError as err:
+                log.warning("could not remove %s: %s", self.group, err.strerror or err)
+            self.group = None
