@@ -299,9 +299,9 @@ def describe_headline(claims, target, name="ESync"):
             parts.append(text.format(format_statistic(claims[key], spec, unit)))
     if "accuracy_compared" in claims:
         parts.append(describe_accuracy(claims))
-    for rival, name in LATER_RIVALS.items():
+    for rival, rival_name in LATER_RIVALS.items():
         if f"{rival}_later" in claims:
-            parts.append(describe_rival(claims[f"{rival}_later"], name, target))
+            parts.append(describe_rival(claims[f"{rival}_later"], rival_name, target))
     return f"{name}: " + ", ".join(parts) if parts else ""
 
 

@@ -222,8 +222,8 @@ def repeat_folder(logs, repeat, folder):
 def run_folder(logs, repeat, row, split):
     """Where a Table 1 row's run of one repeat and split logged: the project's ESync in a launcher run of its own."""
     if row == "esync-default":
-        return os.path.join(logs, f"repeat-{repeat}", "esync-default", "lenet", runlog.run_folder("esync",
-                                                                                                  split == "niid"))
+        return os.path.join(logs, f"repeat-{repeat}", "esync-default", "lenet",
+                            runlog.run_folder("esync", non_iid=split == "niid"))
     return repeat_folder(logs, repeat, runlog.run_folder(row, non_iid=split == "niid" and row != "local"))
 
 
@@ -301,7 +301,7 @@ def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
     outputs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(repeat_folder(logs, 1, "sync"),
                                                                           "processes", "*.log")))
     assert outputs == ["evaluator.log", "scheduler.log", "server-0.log", "worker-0.log", "worker-1.log"]
-    assert output.count("[paper ") == 4
+    assert output.count("[paper ") == 8  # per repeat and split: the modes, and the project's ESync beside them
 
 
 def test_missing_data_ends_the_command_in_one_line_before_any_run(tmp_path):
