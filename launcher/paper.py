@@ -191,6 +191,8 @@ def compared(argv):
 
 
 def finished_before(run):
+    if not os.path.exists(run.record):
+        return False
     try:
         return compared(read_json(run.record, "paper run record")["argv"]) == compared(run.argv)
     except (FileNotFoundError, ValueError, TypeError, KeyError):
