@@ -2,11 +2,18 @@
 worker sends its round's delta, steps on, and applies the average a round late keeping the progress made
 meanwhile), server momentum, FedNova's normalised averaging. Real jobs that use them: tests/test_esync.py (ps-lite)
 and tests/test_collectives.py (MPI's ring)."""
+import mxnet as mx
 import numpy as np
 import pytest
 
-from training.schemes.local_sgd import (delayed_average, global_move, normalised_scale, normalised_weight,
+from training.schemes.local_sgd import (OuterOptimizer, delayed_average, normalised_scale, normalised_weight,
                                        scaffold_change, step_norm)
+
+
+def global_move(total, scale, outer=None, learning_rate=1.0):
+    """The plain average's move (or `outer`'s) for the sum `total` of the deltas, as numpy."""
+    outer = outer or OuterOptimizer("sgd", 0.0, [mx.nd.array(total)])
+    return outer.step([mx.nd.array(total)], scale, learning_rate)[0].asnumpy()
 
 
 def test_a_late_average_moves_the_global_model_and_keeps_the_progress_made_since_sending():
@@ -61,12 +68,24 @@ def test_esync_variants_name_a_policy_the_overlap_and_the_drift_correction():
 
 
 def test_server_momentum_moves_the_global_model_by_a_velocity_of_the_averages():
-    velocity = np.zeros(2)
-    moves = [global_move(np.array(total), 0.5, velocity, momentum=0.9).copy() for total in ([2.0, 0.0], [2.0, 0.0],
-                                                                                            [0.0, 0.0])]
+    outer = OuterOptimizer("sgd", 0.9, [mx.nd.zeros(2)])
+    moves = [global_move(np.array(total), 0.5, outer) for total in ([2.0, 0.0], [2.0, 0.0], [0.0, 0.0])]
 
     assert np.allclose(moves, [[1.0, 0.0], [1.9, 0.0], [1.71, 0.0]])  # v = 0.9 v + 0.5 x total
     assert np.allclose(global_move(np.array([2.0, 4.0]), 0.5), [1.0, 2.0])  # no momentum: the average
+    assert np.allclose(global_move(np.array([2.0, 4.0]), 0.5, learning_rate=0.5), [0.5, 1.0])  # -gl scales it
+
+
+def test_nesterovs_outer_step_looks_ahead_by_the_momentum_and_adams_normalises_each_coordinate():
+    nag = OuterOptimizer("nag", 0.9, [mx.nd.zeros(2)])
+    adam = OuterOptimizer("adam", 0.0, [mx.nd.zeros(2)])
+
+    first = global_move(np.array([2.0, 0.0]), 0.5, nag)
+    second = global_move(np.array([2.0, 0.0]), 0.5, nag)
+
+    assert np.allclose(first, [1.9, 0.0])             # the average 1, plus 0.9 x the velocity it starts
+    assert np.allclose(second, [1.0 + 0.9 * 1.9, 0])  # the average, plus 0.9 x the velocity 1.9
+    assert np.allclose(global_move(np.array([4.0, -0.02]), 0.5, adam, 0.1), [0.1, -0.1], atol=1e-5)
 
 
 def test_fednova_weighs_every_worker_alike_however_many_steps_it_took():

@@ -4,8 +4,13 @@ the deltas, and weights = W + global_lr x sum / num_workers (global_lr 1: the av
 BatchNorm statistics are averaged. The local optimizer's state carries over from round to round. The schemes
 differ in when a worker's round ends.
 
+What the global model does with the workers' average delta is its outer optimizer (--outer-optimizer): MXNet's
+optimizer of that name applied to the average as a pseudo-gradient (W minus the average model, -average delta),
+with learning rate -gl and momentum --server-momentum. sgd without momentum is the plain average move above.
+
 Against the drift of the workers' models on non-i.i.d. data: --proximal rho adds FedProx's (rho / 2) |x - W|^2 to
-the local steps' loss; --server-momentum beta moves W by a velocity of the averages (SlowMo, FedAvgM);
+the local steps' loss; --server-momentum beta moves W by a velocity of the averages (SlowMo, FedAvgM; with
+--outer-optimizer nag Nesterov's, DiLoCo's outer step);
 --normalised-averaging averages each worker's delta divided by its local work a_i (its steps with SGD, step_norm)
 and scales the average by the workers' mean a_i (FedNova, Wang et al. 2020): with ESync's unequal local steps a
 plain average weighs each worker by its steps, and the classes of the slow workers' shares nearly drop out of it;
@@ -29,6 +34,7 @@ from training.options import Options, global_lr, local_lr, local_optimizer, opti
 from training.schemes.base import LocallyUpdating
 
 SMOOTHING = 0.2  # a new sample's weight in the times a worker reports: one step's or round's is noisy on shared cores
+OUTER_OPTIMIZERS = ("sgd", "nag", "adam")
 
 
 def smoothed(previous, sample):
@@ -46,10 +52,15 @@ class LocalSGDOptions(Options):
         help="send a round's delta and go on with the next round's local steps while it is aggregated; the average "
              "is applied at the end of that round, keeping the local progress made meanwhile (delayed averaging)")
     proximal: float = proximal()
+    outer_optimizer: str = option(
+        "--outer-optimizer", default="sgd", choices=OUTER_OPTIMIZERS,
+        help="what the global model does with the workers' average delta: MXNet's optimizer of that name applied "
+             "to it as a pseudo-gradient, learning rate -gl, momentum --server-momentum (sgd: without momentum the "
+             "average itself, FedAvg's and ESync's; nag: Nesterov's momentum, DiLoCo's outer step; adam: FedAdam's)")
     server_momentum: float = option(
         "--server-momentum", default=0.0, type=argtypes.momentum,
-        help="beta of the global model's velocity: each aggregation moves it by beta x its last move + the average "
-             "of the deltas (default 0: the average alone)")
+        help="the outer optimizer's momentum beta (sgd, nag): each aggregation moves the global model by beta x its "
+             "last move + the average of the deltas (default 0: the average alone)")
     normalised_averaging: bool = option(
         "--normalised-averaging", switch=True,
         help="average each worker's delta divided by its local steps and scale the average by the workers' mean "
@@ -68,7 +79,7 @@ class LocalSGDOptions(Options):
 
 def delayed_average(weights, start, sent, move):
     """Apply a move of the global model that arrived a round late, in place (numpy or MXNet arrays alike):
-        start   += move           the global model W moves (by the average of the deltas sent, global_move())
+        start   += move           the global model W moves (its outer optimizer's step for the deltas sent)
         weights += move - sent    W plus this worker's progress since it sent `sent` (= weights - start then)"""
     start += move
     weights += move - sent
@@ -107,15 +118,26 @@ def scaffold_change(local_cv, global_cv, delta, steps, lr):
     return change
 
 
-def global_move(total, scale, velocity=None, momentum=0.0):
-    """How far the global model moves for the sum `total` of the workers' deltas: scale x total (scale = global_lr /
-    workers), or with server momentum beta (SlowMo's, Wang et al. 2020; FedAvgM's) the velocity
-        velocity = beta x velocity + scale x total,   updated in place."""
-    if not momentum:
-        return total * scale
-    velocity *= momentum
-    velocity += total * scale
-    return velocity
+class OuterOptimizer:
+    """The global model's optimizer: per parameter, its move for the sum of the workers' deltas is what MXNet's
+    optimizer `rule` makes of that sum as a gradient rescaled by -scale (scale: 1 / workers, or FedNova's), a
+    pseudo-gradient of W, at learning rate -gl. Each move is computed as the update of a weight of zeros, the
+    optimizer's state (a velocity, Adam's moments) carried from round to round."""
+
+    def __init__(self, rule, momentum, like):
+        options = {"momentum": momentum} if rule in ("sgd", "nag") else {}
+        self.optimizer = mx.optimizer.create(rule, learning_rate=1.0, wd=0.0, **options)
+        self.moves = [mx.nd.zeros(a.shape, ctx=a.context, dtype=a.dtype) for a in like]
+        self.states = [self.optimizer.create_state(index, move) for index, move in enumerate(self.moves)]
+
+    def step(self, totals, scale, learning_rate):
+        """The moves (arrays of its own, valid until the next step) for the summed deltas `totals`."""
+        self.optimizer.set_learning_rate(learning_rate)
+        self.optimizer.rescale_grad = -scale
+        for index, (total, move, state) in enumerate(zip(totals, self.moves, self.states)):
+            move[:] = 0
+            self.optimizer.update(index, move, total, state)
+        return self.moves
 
 
 class DeltaAveraging(LocallyUpdating):
@@ -135,7 +157,7 @@ class DeltaAveraging(LocallyUpdating):
         self.sum_keys = self.keys
         if self.options.scaffold:
             self.set_up_control_variates()
-        self.velocity = self.zeros_like_weights() if self.options.server_momentum else [None] * len(self.delta)
+        self.outer = OuterOptimizer(self.options.outer_optimizer, self.options.server_momentum, self.delta)
         self.aggregation_seconds = None  # smoothed: how long an aggregation takes, when reports_aggregation
         self.model.steps_overlap_transfers = self.options.overlap
         self.pending = None              # --overlap: the sum in flight
@@ -258,14 +280,12 @@ class DeltaAveraging(LocallyUpdating):
 
     def global_moves(self):
         """Per trainable parameter, the global model's move for the sums now in the delta buffers."""
-        scale = self.options.global_lr * self.lr_factor
         if self.options.normalised_averaging:
             sum_norms, sum_complements = self.control[1:3].asnumpy()
-            scale *= normalised_scale(sum_norms, sum_complements, self.averaged_workers())
+            scale = normalised_scale(sum_norms, sum_complements, self.averaged_workers())
         else:
-            scale /= self.averaged_workers()
-        return [global_move(total, scale, velocity, self.options.server_momentum)
-                for total, velocity in zip(self.delta, self.velocity)]
+            scale = 1.0 / self.averaged_workers()
+        return self.outer.step(self.delta, scale, self.options.global_lr * self.lr_factor)
 
     def averaged_workers(self):
         """Whose deltas the sums in the buffers hold: every worker's."""
