@@ -50,3 +50,45 @@ class DeclaredEndpointTests(EndpointTestCase):
                 values[field.name] = field.minimum - 1
                 with self.subTest(path=endpoint.path, field=field.name):
                     self.assertJsonError(self.post(endpoint.path, **values), 400, field.name)
+
+
+RULE_MODULE = '''
+from coordination.rules.base import Rule
+
+NAME = "every-third"
+
+
+class EveryThird(Rule):
+    """Plans three local steps a round, whatever the step times."""
+
+    def plan(self, job, rank):
+        return {"k": 3}
+
+
+RULE = EveryThird(NAME, esync=True)
+'''
+
+
+class AddedRuleTests(EndpointTestCase):
+    """A coordination rule added as one module and one registry entry is answered by the real views."""
+
+    def test_a_rule_module_registered_by_name_answers_its_jobs(self):
+        import importlib.util
+        import os
+        import tempfile
+        from unittest import mock
+
+        from coordination import rules
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "every_third.py")
+            with open(path, "w") as f:
+                f.write(RULE_MODULE)
+            spec = importlib.util.spec_from_file_location("every_third", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        with mock.patch.dict(rules.RULES, {module.NAME: module.RULE}):
+            self.init(num_workers=2, policy="every-third")
+            self.assertEqual(self.post("/plan/", r=0, c=0.01).json(), {"k": 3})
+            self.assertEqual(self.client.get("/").json()["policy"], "every-third")
+        self.assertJsonError(self.post("/init/", num_workers=2, policy="every-third"), 400, "policy")

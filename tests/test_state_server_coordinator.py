@@ -4,7 +4,8 @@ import threading
 
 import pytest
 
-from coordinator.state import Coordinator, FieldError, NotInitialised
+from coordination.records import FieldError
+from coordinator.state import Coordinator, NotInitialised
 from tests.state_server_helpers import FakeClock
 
 pytestmark = pytest.mark.usefixtures("quiet_coordinator_console")  # tests/conftest.py

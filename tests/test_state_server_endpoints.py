@@ -5,7 +5,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from coordinator.state import MAX_PLANNED_STEPS, Settings
+from coordination.records import MAX_PLANNED_STEPS, Settings
 from tests.state_server_helpers import FORM, EndpointTestCase
 
 pytestmark = pytest.mark.usefixtures("quiet_coordinator_console")  # tests/conftest.py

@@ -5,22 +5,10 @@ import math
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from coordinator.state import (
-    CAPPED,
-    COVERS_AGGREGATION,
-    FIRST_ROUND,
-    MAX_PLANNED_STEPS,
-    ONE_STEP,
-    RoundPlan,
-    Settings,
-    WorkerRecord,
-    adaptive_plan,
-    is_ready,
-    margin,
-    planned_steps,
-    slowest_steps,
-    slowest_worker,
-)
+from coordination.records import MAX_PLANNED_STEPS, Settings, WorkerRecord, is_ready, margin, planned_steps, \
+    slowest_worker
+from coordination.rules.adaptive import (CAPPED, COVERS_AGGREGATION, FIRST_ROUND, ONE_STEP, RoundPlan, adaptive_plan,
+                                         slowest_steps)
 
 pytestmark = pytest.mark.usefixtures("quiet_coordinator_console")  # tests/conftest.py
 

@@ -4,7 +4,7 @@ numbers; both are accepted and every failure names the field."""
 import math
 
 from coordination import protocol
-from coordinator.state import FieldError
+from coordination.records import FieldError
 
 _ECHO_LIMIT = 40
 

@@ -9,9 +9,11 @@ from django.core.exceptions import SuspiciousOperation
 from django.http.multipartparser import MultiPartParserError
 
 from coordination import protocol
+from coordination.records import FieldError, Settings
+from coordination.rules import RULES
 from coordinator.fields import read
 from coordinator.responses import error_response, json_response
-from coordinator.state import Coordinator, FieldError, NotInitialised, Settings
+from coordinator.state import Coordinator, NotInitialised
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +76,7 @@ def init(fields):
                         overlap=fields["overlap"], accept=fields["accept"])
     job_settings = COORDINATOR.init(num_workers, epsilon, policy, resumed=fields["resumed"], settings=settings)
     margin_text = "auto (0.1 x slowest step)" if epsilon is None else f"{epsilon} s"
-    sizing = (f", rounds sized so that the {'overlapped ' if settings.overlap else ''}aggregation idles at most "
-              f"{settings.share:g} of each, the slowest running at most {settings.max_slowest_steps} steps"
-              if policy == "adaptive" else
-              f", each step applying the first {settings.accept} gradients" if policy == "backup" else "")
+    sizing = RULES[policy].sizing(settings)  # the policy was checked by init()
     logger.info("%s job: %d workers, margin %s, policy %s%s", "resumed" if fields["resumed"] else "new", num_workers,
                 margin_text, policy, sizing)
     return {"ok": 1, **job_settings}

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from coordination.rules import ESYNC_POLICIES
 from training import argtypes, runlog
 from training.options import CoordinatedOptions, OptionError, option
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions, smoothed
@@ -36,7 +37,7 @@ from training.transport.state_client import StateClient, StateServerUnavailable
 log = logging.getLogger("esync")
 
 
-POLICIES = ("apply", "plan", "nonblocking", "adaptive")
+POLICIES = ESYNC_POLICIES  # the state server's rules that ESync's workers follow (coordination/rules/)
 ROUND_SIZING_FLAGS = ("aggregation_share", "max_slowest_steps")  # the adaptive policy's (SimpleStateServer's rule)
 
 

@@ -1,0 +1,48 @@
+"""What every coordination rule answers unless it says otherwise: the ESync family's readiness (/apply/) and plan of
+one of the slowest worker's steps (/plan/), and NBSSGD's rounds (/arrive/, /watch/). A rule is a Rule with a name;
+its module overrides what it answers differently. Every method is a pure function of the job's records."""
+from coordination import records
+
+
+class Rule:
+    esync = False  # a policy of ESync's workers (--esync-policy)
+
+    def __init__(self, name, esync=False):
+        self.name = name
+        self.esync = esync
+
+    def check(self, num_workers, settings):
+        """A FieldError naming the setting the rule cannot run with."""
+
+    def described(self, settings):
+        """What the rule adds of the job's settings to /init/'s answer and the state."""
+        return {}
+
+    def sizing(self, settings):
+        """The rule's settings in the state server's log line of a new job (', ...' or '')."""
+        return ""
+
+    def ready(self, job, rank, now):
+        """/apply/: whether worker `rank` should stop stepping and wait for the aggregation."""
+        return records.is_ready(job.workers, rank, job.epsilon, now)
+
+    def plan(self, job, rank):
+        """/plan/: worker `rank`'s local steps this round, about one step of the slowest worker."""
+        return {"k": records.planned_steps(job.workers, rank, job.epsilon)}
+
+    def status(self, job, t):
+        """/watch/: round t of NBSSGD, finished once anyone has arrived at it, gathered once everyone has (a
+        resumed job: once anyone has, of the first round it hears of)."""
+        if t < job.oldest_round:
+            return {"finished": True, "gathered": True}
+        arrived = job.rounds[t].arrived if t in job.rounds else set()
+        everyone = len(arrived) == job.num_workers or (t == job.round_in_progress and bool(arrived))
+        return {"finished": bool(arrived), "gathered": everyone}
+
+    def arrive(self, job, rank, t):
+        """/arrive/: worker `rank` is at a mini-batch boundary of round t; returns (whether the round changed,
+        the answer)."""
+        changed = t >= job.oldest_round
+        if changed:
+            job.round(t).arrived.add(rank)
+        return changed, self.status(job, t)
