@@ -295,7 +295,10 @@ def describe_headline(claims, target, name="ESync"):
                  ("samples_per_s_vs_ssgd", "{} SSGD's samples/s", ".1f", "×"),
                  ("traffic_vs_asgd", "{} of ASGD's traffic", ".2f", ""))
     for key, text, spec, unit in described:
-        if key in claims:
+        if key == "speedup_vs_ssgd" and key in claims and claims[key]["mean"] is None:
+            parts.append(f"no speedup to {target:g} against SSGD: in no repeat did it reach {target:g} where SSGD "
+                         "gave a time or a bound")
+        elif key in claims:
             parts.append(text.format(format_statistic(claims[key], spec, unit)))
     if "accuracy_compared" in claims:
         parts.append(describe_accuracy(claims))
@@ -316,6 +319,8 @@ def describe_accuracy(claims):
 
 
 def describe_rival(count, name, target):
+    if not count["of"]:
+        return f"neither it nor {name} reached {target:g}"
     verdict = {"esync": "ESync's lead holds", "rival": f"{name}'s lead holds",
                None: "a tie within the repeats' spread"}[count.get("holds")]
     return (f"{name} reached {target:g} later in {count['later']} of {count['of']} repeats ({verdict}, "

@@ -113,6 +113,15 @@ def test_the_headline_pairs_esync_with_ssgd_asgd_and_sequential_sgd_repeat_by_re
     assert claims["async_later"]["later"] == 0
 
 
+def test_claims_that_no_run_measured_say_so():
+    never = [run([10, 75], [0.3, 0.6])] * 2
+    claims = paper.headline(grid_of(esync=never, sync=never, **{"async": never}, local=never), TARGET)
+
+    text = paper.describe_headline(claims, TARGET)
+
+    assert "no speedup to 0.8 against SSGD" in text and "neither it nor ASGD reached 0.8" in text
+
+
 def test_a_missing_run_names_its_folder(tmp_path):
     with pytest.raises(paper.PaperError, match="repeat-1.lenet.esync: that run did not finish"):
         paper.load_grid(str(tmp_path), "lenet", ("esync",), [1])
