@@ -5,11 +5,14 @@ period fitted to the measured compute-to-communication ratio, as ADACOMM fits lo
 number (a longer round lets the workers' models drift further apart)."""
 import math
 import sys
+import time
 from dataclasses import asdict, dataclass
 
 from coordination import records
 from coordination.records import FLOOR_TOLERANCE
 from coordination.rules.base import Rule
+from coordination.rules.plan import Planning
+from training import runlog
 
 NAME = "adaptive"
 
@@ -76,4 +79,29 @@ class Adaptive(Rule):
                 "aggregation": plan.aggregation, "reason": plan.reason}
 
 
-RULE = Adaptive(NAME, esync=True)
+class PlanningToTheAggregation(Planning):
+    """Asks as the plan rule, reporting its aggregation time too, and steps while its next step would end within
+    the round's computing time the answer gives, on its own clock (a count planned from an average step drifts over
+    the hundreds of steps a fast worker runs in such a round)."""
+    reports_aggregation = True
+    sized_by = ("aggregation_share", "max_slowest_steps")
+
+    def round_done(self, steps, opened):
+        if opened is not None:
+            self.plan = opened
+        if self.plan.get("seconds") is None:  # the first round: one step
+            return steps >= self.plan["k"]
+        esync = self.esync
+        return time.perf_counter() - esync.round_started + esync.step_seconds > self.plan["seconds"]
+
+    def record(self, record):
+        """The planned steps, the slowest worker's, the aggregation time the round was sized to, which bound set
+        it, and the round's computing time."""
+        super().record(record)
+        if "reason" in self.plan:
+            record.update({runlog.PLANNED_SLOWEST_STEPS: self.plan["slowest_steps"],
+                           runlog.PLANNED_AGGREGATION: self.plan["aggregation"],
+                           runlog.PLAN_REASON: self.plan["reason"], runlog.PLANNED_SECONDS: self.plan["seconds"]})
+
+
+RULE = Adaptive(NAME, esync=True, worker=PlanningToTheAggregation)

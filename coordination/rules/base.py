@@ -1,15 +1,44 @@
 """What every coordination rule answers unless it says otherwise: the ESync family's readiness (/apply/) and plan of
 one of the slowest worker's steps (/plan/), and NBSSGD's rounds (/arrive/, /watch/). A rule is a Rule with a name;
-its module overrides what it answers differently. Every method is a pure function of the job's records."""
+its module overrides what it answers differently. Every method is a pure function of the job's records.
+
+An ESync rule's module holds its worker side too, a Worker: what an ESync worker (training/schemes/esync.py) asks
+the state server and when, what it does with the answer, and what it logs of it."""
 from coordination import records
 
 
-class Rule:
-    esync = False  # a policy of ESync's workers (--esync-policy)
+class Worker:
+    """The worker side of a rule in ESync's rounds. `esync` is the worker's scheme: its state client, rank, request
+    thread (`requests`), smoothed step time, the request that opened the round (`opening`) and its start."""
+    reports_aggregation = False  # the worker times its aggregations for the rule
+    sized_by = ()                # the ESync options that size the rule's rounds (training/schemes/esync.py)
 
-    def __init__(self, name, esync=False):
+    def __init__(self, esync):
+        self.esync = esync
+
+    def begin_round(self, completed):
+        """A round starts after `completed` global iterations: send what opens it, if anything."""
+
+    def round_done(self, steps, opened):
+        """Whether the round ends after `steps` local steps; `opened`: the answer to the request that opened it,
+        the first time it is asked (None after that)."""
+        raise NotImplementedError
+
+    def abandons_step(self):
+        """Whether the step whose gradient was just computed is dropped (READY arrived while it ran)."""
+        return False
+
+    def record(self, record):
+        """What the round's record logs of the rule, added to `record`."""
+
+
+class Rule:
+    esync = False  # a policy of ESync's workers (--esync-policy): then `worker` is its worker side
+
+    def __init__(self, name, esync=False, worker=None):
         self.name = name
         self.esync = esync
+        self.worker = worker
 
     def check(self, num_workers, settings):
         """A FieldError naming the setting the rule cannot run with."""

@@ -23,22 +23,19 @@ already wait in the aggregation): the round ends there. The first worker that fi
 again; the others' requests then go through.
 """
 import concurrent.futures
-import logging
 import time
 from dataclasses import dataclass
 from typing import Optional
 
-from coordination.rules import ESYNC_POLICIES
+from coordination.rules import ESYNC_POLICIES, RULES
 from training import argtypes, runlog
 from training.options import CoordinatedOptions, OptionError, option
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions, smoothed
-from training.transport.state_client import StateClient, StateServerUnavailable
-
-log = logging.getLogger("esync")
+from training.transport.state_client import StateClient
 
 
 POLICIES = ESYNC_POLICIES  # the state server's rules that ESync's workers follow (coordination/rules/)
-ROUND_SIZING_FLAGS = ("aggregation_share", "max_slowest_steps")  # the adaptive policy's (SimpleStateServer's rule)
+ROUND_SIZING_FLAGS = ("aggregation_share", "max_slowest_steps")  # what a rule whose worker side reads them sizes
 
 
 @dataclass(frozen=True)
@@ -65,10 +62,11 @@ class ESyncOptions(CoordinatedOptions, LocalSGDOptions):
 
     @classmethod
     def resolve(cls, args):
+        readers = [name for name in POLICIES if RULES[name].worker.sized_by]
         for field in ROUND_SIZING_FLAGS:
-            if getattr(args, field) is not None and args.esync_policy != "adaptive":
-                raise OptionError(f"--{field.replace('_', '-')} sizes the adaptive policy's rounds: add "
-                                  "--esync-policy adaptive")
+            if getattr(args, field) is not None and field not in RULES[args.esync_policy].worker.sized_by:
+                raise OptionError(f"--{field.replace('_', '-')} sizes the {' or '.join(readers)} policy's rounds: "
+                                  f"add --esync-policy {readers[0]}")
 
 
 class ESync(DeltaAveraging):
@@ -86,13 +84,11 @@ class ESync(DeltaAveraging):
             self.set_up_job()
         # Setting up the weights ends in a barrier, so /init/ above precedes every worker's first request.
         super().setup()
-        self.reports_aggregation = options.esync_policy == "adaptive"
         self.step_seconds = None
-        self.plan = {"k": 1}  # the state server's plan of this round (before the first: one step)
         self.opening = None  # the request that opened this round
-        self.questions = []  # the nonblocking policy's questions in flight: (answer future, when it was sent)
-        self.round_trip = 0.0
         self.requests = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-state")
+        self.rule = RULES[options.esync_policy].worker(self)  # what this worker asks, when (coordination/rules/)
+        self.reports_aggregation = self.rule.reports_aggregation
 
     @property
     def job_settings(self):
@@ -108,87 +104,29 @@ class ESync(DeltaAveraging):
         alone: rank 0 may already wait in the aggregation for workers that are waiting for the job."""
         self.client.init_again_if_lost(self.num_workers, **self.job_settings)
 
-    @property
-    def plans(self):
-        return self.options.esync_policy in ("plan", "adaptive")
-
     def begin_round(self, completed):
         self.round_started = time.perf_counter()
-        if self.plans:
-            if self.step_seconds is not None:
-                aggregation = self.aggregation_seconds if self.options.esync_policy == "adaptive" else None
-                self.opening = self.requests.submit(self.client.plan_round, self.rank, self.step_seconds, aggregation)
-        elif completed > 0:
-            self.opening = self.requests.submit(self.client.reset, self.rank, completed, time.time())
+        self.rule.begin_round(completed)
 
     def round_done(self, steps, step_seconds):
         self.step_seconds = smoothed(self.step_seconds, step_seconds)
-        opened = self.round_opened()
-        if self.plans:
-            if opened is not None:
-                self.plan = opened
-            if self.plan.get("seconds") is not None:  # adaptive: the round's time, kept on this worker's clock
-                return time.perf_counter() - self.round_started + self.step_seconds > self.plan["seconds"]
-            return steps >= self.plan["k"]
-        if self.options.esync_policy == "nonblocking":
-            return self.answered_ready() or self.ask_without_waiting(steps)
-        return self.ready(steps)
+        return self.rule.round_done(steps, self.round_opened())
 
     def abandons_step(self):
         """Whether READY arrived during the step whose gradient was just computed (nonblocking policy): the step is
         then dropped and the round ends with the steps before it."""
-        return self.options.esync_policy == "nonblocking" and self.answered_ready()
-
-    def answered_ready(self):
-        """Whether an answer that has come says READY (False while they travel, or when they said go on). The
-        questions still in flight after a READY are dropped: they ask about the same round, and the /reset/ that
-        opens the next one goes after them."""
-        while self.questions and self.questions[0][0].done():
-            answer, sent = self.questions.pop(0)
-            self.round_trip = smoothed(self.round_trip, time.perf_counter() - sent)
-            try:
-                ready = answer.result()
-            except StateServerUnavailable as err:
-                log.warning("%s: ending this round here", err)
-                ready = True
-            if ready:
-                self.questions = []
-                return True
-        return False
-
-    def ask_without_waiting(self, steps):
-        """Send the question for `steps` and go on: never ready at once. The step time it reports counts the round
-        trip, since the answer comes that much later."""
-        self.questions.append((self.requests.submit(self.client.apply, self.rank, steps,
-                                                    self.step_seconds + self.round_trip, time.time(), retry_for=0),
-                               time.perf_counter()))
-        return False
+        return self.rule.abandons_step()
 
     def round_record(self):
-        """The plan policies log the local steps the state server planned for this worker's round; the adaptive
-        one also the slowest worker's, the aggregation time the round was sized to, and which bound set it."""
+        """What the policy logs of the round (the plan policies: the local steps the state server planned)."""
         record = super().round_record()
-        if not self.plans:
-            return record
-        record[runlog.PLANNED_STEPS] = self.plan["k"]
-        if self.options.esync_policy == "adaptive" and "reason" in self.plan:
-            record.update({runlog.PLANNED_SLOWEST_STEPS: self.plan["slowest_steps"],
-                           runlog.PLANNED_AGGREGATION: self.plan["aggregation"],
-                           runlog.PLAN_REASON: self.plan["reason"], runlog.PLANNED_SECONDS: self.plan["seconds"]})
+        self.rule.record(record)
         return record
 
     def round_opened(self):
         """The answer to the request that opened the round (raising what it raised), once; None after that."""
         opening, self.opening = self.opening, None
         return opening.result() if opening is not None else None
-
-    def ready(self, steps):
-        # No retries: another worker may already wait in the aggregation, for this one.
-        try:
-            return self.client.apply(self.rank, steps, self.step_seconds, time.time(), retry_for=0)
-        except StateServerUnavailable as err:
-            log.warning("%s: ending this round here", err)
-            return True
 
     def finish(self):
         self.requests.shutdown()
