@@ -147,3 +147,15 @@ def test_scaffold_variates_become_the_mean_corrected_gradient_and_steer_the_step
     assert np.allclose(c_local[0], g[0]) and np.allclose(c_local[1], g[1])
     assert np.allclose(c, (g[0] + g[1]) / 2)
     assert np.allclose(deltas[0] / steps[0], deltas[1] / steps[1])  # both along -lr x the mean gradient
+
+
+def test_the_drift_correction_is_one_flag_that_sets_its_three_and_refuses_to_be_contradicted():
+    from training import config
+    from training.schemes.local_sgd import DRIFT_CORRECTION
+
+    args = config.parse_args(["-m", "esync", "-n", "lenet", "--drift-correction"])
+
+    assert {name: getattr(args, name) for name in DRIFT_CORRECTION} == DRIFT_CORRECTION
+    assert vars(args)["drift_correction"]  # the run's meta.json records config=vars(args)
+    with pytest.raises(SystemExit):
+        config.parse_args(["-m", "fedavg", "-n", "lenet", "--drift-correction", "--normalisation-power", "0.3"])

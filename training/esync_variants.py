@@ -11,9 +11,7 @@ PREFIX = "esync-"
 DEFAULT = "default"
 OVERLAP = "overlap"
 DRIFT = "drift"
-# The correction of non-i.i.d. drift chosen by measurement (docs/esync.md#non-iid-drift): each delta divided by the
-# root of its steps, the global model moved by a velocity of the averages.
-DRIFT_CORRECTION = ["--normalised-averaging", "--normalisation-power", "0.5", "--server-momentum", "0.8"]
+DRIFT_CORRECTION = ["--drift-correction"]  # the workers' preset (training/schemes/local_sgd.py)
 
 
 def parse(variant):

@@ -62,6 +62,7 @@ class ESyncOptions(CoordinatedOptions, LocalSGDOptions):
 
     @classmethod
     def resolve(cls, args):
+        super().resolve(args)
         readers = [name for name in POLICIES if RULES[name].worker.sized_by]
         for field in ROUND_SIZING_FLAGS:
             if getattr(args, field) is not None and field not in RULES[args.esync_policy].worker.sized_by:

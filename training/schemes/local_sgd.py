@@ -30,11 +30,14 @@ from dataclasses import dataclass
 
 from training import argtypes, runlog
 from training.lazy import mx
-from training.options import Options, global_lr, local_lr, local_optimizer, option, proximal
+from training.options import Options, OptionError, global_lr, local_lr, local_optimizer, option, proximal
 from training.schemes.base import LocallyUpdating
 
 SMOOTHING = 0.2  # a new sample's weight in the times a worker reports: one step's or round's is noisy on shared cores
 OUTER_OPTIMIZERS = ("sgd", "nag", "adam")
+# The correction of non-i.i.d. drift chosen by measurement (docs/esync.md#non-iid-drift), --drift-correction: each
+# delta divided by the root of its steps, the global model moved by a velocity of the averages.
+DRIFT_CORRECTION = {"normalised_averaging": True, "normalisation_power": 0.5, "server_momentum": 0.8}
 
 
 def smoothed(previous, sample):
@@ -75,6 +78,21 @@ class LocalSGDOptions(Options):
         "--scaffold", switch=True,
         help="correct every local step's gradient by SCAFFOLD's control variates c - c_i (option II), which travel "
              "with the deltas")
+    drift_correction: bool = option(
+        "--drift-correction", switch=True,
+        help="the correction of non-i.i.d. drift chosen by measurement (docs/esync.md): "
+             + ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in DRIFT_CORRECTION.items()
+                         if value is not True) + " with --normalised-averaging")
+
+    @classmethod
+    def resolve(cls, args):
+        """--drift-correction sets its flags, which must then be left at their defaults."""
+        if not getattr(args, "drift_correction", False):
+            return
+        for name, value in DRIFT_CORRECTION.items():
+            if getattr(args, name) != cls.__dataclass_fields__[name].default:
+                raise OptionError(f"--drift-correction sets --{name.replace('_', '-')}: leave it out")
+            setattr(args, name, value)
 
 
 def delayed_average(weights, start, sent, move):
