@@ -19,6 +19,7 @@ import re
 import statistics
 
 from analysis import metrics, significance
+from coordination.rules import apply as paper_rule
 from analysis import summary as summaries
 from analysis.tables import markdown_table
 from training import esync_variants, modes, runlog
@@ -76,7 +77,7 @@ def variant_dir(log_dir, repeat, variant):
 
 
 def is_esync(row):
-    return row == "esync" or variant_of(row) is not None
+    return row == modes.ESYNC or variant_of(row) is not None
 
 
 def display(row, esync_policy=None):
@@ -85,8 +86,8 @@ def display(row, esync_policy=None):
     variant = variant_of(row)
     if variant is not None:
         return f"ESync ({esync_variants.describe(variant)})"
-    if row == "esync" and esync_policy:
-        return "ESync (the paper's rule)" if esync_policy == "apply" else f"ESync ({esync_policy})"
+    if row == modes.ESYNC and esync_policy:
+        return "ESync (the paper's rule)" if esync_policy == paper_rule.NAME else f"ESync ({esync_policy})"
     return modes.MODES[row].display if row in modes.MODES else row
 
 

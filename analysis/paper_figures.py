@@ -113,7 +113,7 @@ def ordered_devices(run):
 
 def device_labels(runs_by_mode):
     """A label per device position: its device, its emulated slowdown and its samples/s in ESync's runs."""
-    runs = runs_by_mode.get("esync") or next(iter(runs_by_mode.values()))
+    runs = runs_by_mode.get(modes.ESYNC) or next(iter(runs_by_mode.values()))
     per_run = [ordered_devices(run) for run in runs]
     labels = []
     for position, (slowdown, device, _) in enumerate(per_run[0]):

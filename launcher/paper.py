@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 
 from analysis import paper
+from coordination.rules import apply as paper_rule
 from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes
@@ -39,7 +40,7 @@ from training.runlog import read_json
 
 PAPER_SLOWDOWN = "1,1,1,1,20,20"   # 4 fast devices, 2 slow ones (the paper's GPU and CPU steps differ ~100x)
 PAPER_MODES = ("esync", "sync", "async", "dcasgd")
-PAPER_ESYNC_POLICY = "apply"       # the paper's rule, whatever the project's default
+PAPER_ESYNC_POLICY = paper_rule.NAME  # the paper's rule, whatever the project's default
 DEFAULT_LOG_DIR = os.path.join("logs", "paper")
 
 

@@ -12,8 +12,8 @@ import pytest
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
 from training import config, runlog
 from training.transport.collectives import ParameterServer
-from training.schemes.dcasgd_server import DelayCompensatedPerWorker
-from training.schemes.fedasync_server import FedAsyncLayout, FedAsyncMixer, staleness_weight
+from training.schemes.servers.dcasgd_server import DelayCompensatedPerWorker
+from training.schemes.servers.fedasync_server import FedAsyncLayout, FedAsyncMixer, staleness_weight
 from training.model import Model
 from training.schemes.downpour import Downpour
 from training.schemes.fedasync import FedAsync

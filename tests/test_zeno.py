@@ -17,7 +17,7 @@ from training.attacks import Attack
 from training.model import Model
 from training.schemes.zeno import ZenoSync, zeno_layer_step
 from training.schemes.zeno import judges
-from training.schemes.zeno_server import ZenoLayout, ZenoPlusPlus
+from training.schemes.servers.zeno_server import ZenoLayout, ZenoPlusPlus
 
 MAIN = os.path.join(ROOT, "main.py")
 ATTACK = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]

@@ -82,6 +82,7 @@ MODES = {mode.name: mode for mode in (
          "training.schemes.local:ValidationOnly"),
 )}
 STANDALONE = "local"  # the sequential baseline: the figures' dotted line, the paper's Table 1
+ESYNC = "esync"       # the paper's algorithm: Table 1's claims and Figure 5's device speeds are about it
 HOGWILD = "hogwild"   # one command starts its worker processes (training/hogwild.py)
 
 

@@ -8,7 +8,7 @@ Every scheme applies the same function. Where the workers update the weights (sy
 fedavg, fedasync, downpour's local steps), the epoch is the worker's passes over its share, and the factor scales
 its local learning rate and, where the scheme has one, its global learning rate, once per round. Where MXNet's
 optimizer updates them on the servers (async, dcasgd, downpour's server), the server's updates so far over the
-updates that make one pass over the training set (training/schemes/server_optimizer.py's ServerSchedule).
+updates that make one pass over the training set (training/schemes/servers/server_optimizer.py's ServerSchedule).
 """
 import math
 from dataclasses import dataclass
@@ -38,6 +38,6 @@ class Schedule:
 
     def server_scheduler(self, base_lr, updates_per_epoch):
         """MXNet's hook for an optimizer on the servers (its `lr_scheduler`); None when constant."""
-        from training.schemes.server_optimizer import ServerSchedule
+        from training.schemes.servers.server_optimizer import ServerSchedule
 
         return None if self.constant else ServerSchedule(self, base_lr, updates_per_epoch)

@@ -8,6 +8,7 @@ from analysis import metrics
 from analysis.tables import markdown_table
 from bench.sections.common import DATA, devices_of, fmt, launch, log, runs_with_policies
 from launcher import limit, workers
+from training.modes import ESYNC
 
 
 def standalone_throughputs(slowdowns, seconds, workdir):
@@ -67,7 +68,7 @@ def measure(cfg, workdir, earlier):
                 "final_accuracy": curve.get("final_accuracy", run["final_accuracy"]),
                 "bytes_per_s_per_worker": traffic_per_worker(run),
                 "busy": statistics.mean(w["busy"] for w in run["step_times"]),
-                "whole_step_bound": whole_step_bound(run["step_times"]) if mode.startswith("esync") else None,
+                "whole_step_bound": whole_step_bound(run["step_times"]) if mode.startswith(ESYNC) else None,
                 "check_ready": statistics.mean(w["check_ready"] for w in run["step_times"]),
                 "links": run.get("links"),
             })

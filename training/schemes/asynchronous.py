@@ -1,7 +1,7 @@
 """Asynchronous SGD (ASGD) and DC-ASGD over dist_async: the servers update the weights on every push.
 
 A round is one local step: push the gradient (device copies summed) and the BatchNorm statistics, let the
-servers apply their rule (training/schemes/server_optimizer.py) to this push alone, pull the newest weights and
+servers apply their rule (training/schemes/servers/server_optimizer.py) to this push alone, pull the newest weights and
 statistics. DC-ASGD comes twice: MXNet's (one backup of the weights per key) and the paper's (one per worker,
 through per-worker key ranges on one server).
 """
@@ -54,7 +54,7 @@ class Async(Scheme):
                                 wd=self.options.wd, lr_scheduler=self.server_scheduler())
 
     def setup(self):
-        from training.schemes.server_optimizer import ServerOptimizer
+        from training.schemes.servers.server_optimizer import ServerOptimizer
 
         self.broadcast_initial_weights()
         self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), stats_key=self.stats_key,
@@ -91,7 +91,7 @@ class DCASGD(Async):
 
 class DCASGDPerWorker(Scheme):
     """DC-ASGD as the paper defines it: the one server keeps a backup of the weights per worker
-    (training/schemes/dcasgd_server.py). Each worker pushes its gradient to, and pulls the weights from, its own key
+    (training/schemes/servers/dcasgd_server.py). Each worker pushes its gradient to, and pulls the weights from, its own key
     range. BatchNorm statistics stay local to each worker."""
     name = "dcasgd-paper"
     description = ("DC-ASGD as its paper defines it, the one server keeping a backup of the weights per worker "
@@ -100,7 +100,7 @@ class DCASGDPerWorker(Scheme):
     kvstore = "dist_async"
 
     def setup(self):
-        from training.schemes.dcasgd_server import DelayCompensatedPerWorker
+        from training.schemes.servers.dcasgd_server import DelayCompensatedPerWorker
 
         rule = DelayCompensatedPerWorker(self.num_workers, len(self.model.trainable), self.options.learning_rate,
                                          self.options.dc_lambda, wd=self.options.wd, adaptive=self.options.dc_adaptive)

@@ -40,7 +40,7 @@ class Downpour(Scheme):
     updates_locally = True
 
     def setup(self):
-        from training.schemes.server_optimizer import ServerOptimizer
+        from training.schemes.servers.server_optimizer import ServerOptimizer
 
         self.broadcast_initial_weights()
         self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), control_key=self.control_key))

@@ -1,7 +1,7 @@
 """FedAsync (Xie, Koyejo, Gupta, "Asynchronous Federated Optimization", 2019), one of the ESync journal version's
 baselines, over dist_async: each worker runs --sync-interval local SGD steps (lr -ll) from the global model it
 received, pushes its model to the server and pulls the global model back; the server mixes the model in with a
-weight that shrinks with its staleness (training/schemes/fedasync_server.py; --alpha, --staleness, --staleness-a,
+weight that shrinks with its staleness (training/schemes/servers/fedasync_server.py; --alpha, --staleness, --staleness-a,
 --staleness-b). Nobody waits for anybody.
 
 With --proximal rho the local steps minimise the paper's f(x) + (rho / 2) |x - x_t|^2, x_t the global model the
@@ -25,7 +25,7 @@ from training.options import (
 )
 from training.schemes.base import FixedLocalSteps
 
-STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # s(t - tau): training/schemes/fedasync_server.py
+STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # s(t - tau): training/schemes/servers/fedasync_server.py
 STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper's experiments
 
 
@@ -63,7 +63,7 @@ class FedAsync(FixedLocalSteps):
     kvstore = "dist_async"
 
     def setup(self):
-        from training.schemes.fedasync_server import FedAsyncLayout, FedAsyncMixer
+        from training.schemes.servers.fedasync_server import FedAsyncLayout, FedAsyncMixer
 
         options = self.options
         self.layout = layout = FedAsyncLayout(self.num_workers, len(self.model.trainable))

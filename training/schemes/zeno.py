@@ -267,7 +267,7 @@ class ZenoAsync(WithValidator):
 
     Every worker pushes its gradient to its own key range and pulls the global model back from it, one step per
     round; each validator pushes the gradient of one fresh batch of its validation data at the latest model, as
-    often as it can. The rule runs on the server (training/schemes/zeno_server.py), which needs the whole model: one
+    often as it can. The rule runs on the server (training/schemes/servers/zeno_server.py), which needs the whole model: one
     server only. With several validators, training worker j's gradients are judged against validator j mod V's
     latest v alone (as in ZenoPS, where each update goes to one validator and the accepted ones are added to the
     model; no combination across validators). Trust: the validators, their data and the server are honest; a
@@ -280,7 +280,7 @@ class ZenoAsync(WithValidator):
     kvstore = "dist_async"
 
     def setup(self):
-        from training.schemes.zeno_server import ZenoLayout, ZenoPlusPlus
+        from training.schemes.servers.zeno_server import ZenoLayout, ZenoPlusPlus
 
         self.layout = layout = ZenoLayout(self.num_workers, len(self.model.trainable))
         ctx0 = self.model.ctxs[0]

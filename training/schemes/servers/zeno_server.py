@@ -1,7 +1,7 @@
 """Zeno++ on the dist_async servers: the trusted side scores every worker's gradient before applying it.
 
 kv.set_optimizer pickles this object to the server, which unpickles it by module path while `import mxnet` is
-still running, so it imports mxnet's submodules by name (see training/schemes/server_optimizer.py).
+still running, so it imports mxnet's submodules by name (see training/schemes/servers/server_optimizer.py).
 
 Key layout (R kvstore workers, P trainable arrays): each worker r pushes and pulls its own range r*P .. r*P+P-1,
 so the server knows who sent what; a validator's range carries its validation gradient v instead. The server
@@ -21,7 +21,7 @@ from collections import Counter
 from mxnet import ndarray as nd
 from mxnet import optimizer
 
-from training.schemes.server_optimizer import OwnStateRule, WorkerRanges
+from training.schemes.servers.server_optimizer import OwnStateRule, WorkerRanges
 from training.schemes.zeno import judges
 
 

@@ -4,7 +4,7 @@ a_t = alpha x s(t - tau), where t counts the updates the server has mixed and ta
 received the model it started from.
 
 kv.set_optimizer pickles this object to the server, which unpickles it by module path while `import mxnet` is
-still running, so it imports mxnet's submodules by name (see training/schemes/server_optimizer.py).
+still running, so it imports mxnet's submodules by name (see training/schemes/servers/server_optimizer.py).
 
 Key layout (R workers, P trainable arrays): worker r pushes its model to, and pulls the global model from, its own
 range r*P .. r*P+P-1, so the server knows who sent it and since when the worker has been training. Once all P
@@ -15,7 +15,7 @@ before the first), and the stop vote (the largest value pushed). One server only
 from mxnet import ndarray as nd
 from mxnet import optimizer
 
-from training.schemes.server_optimizer import OwnStateRule, WorkerRanges
+from training.schemes.servers.server_optimizer import OwnStateRule, WorkerRanges
 
 
 def staleness_weight(function, staleness, a, b):

@@ -12,12 +12,12 @@ r*P .. r*P+P-1, so the server knows; the global weights live on the server and a
 them at its push. After the ranges comes the stop vote (the largest value pushed). One server only.
 
 kv.set_optimizer pickles this object to the server, which unpickles it by module path while `import mxnet` is
-still running, so it imports mxnet's submodules by name (see training/schemes/server_optimizer.py).
+still running, so it imports mxnet's submodules by name (see training/schemes/servers/server_optimizer.py).
 """
 from mxnet import ndarray as nd
 from mxnet import optimizer
 
-from training.schemes.server_optimizer import OwnStateRule, WorkerRanges
+from training.schemes.servers.server_optimizer import OwnStateRule, WorkerRanges
 
 
 @optimizer.register
