@@ -42,7 +42,7 @@ def worker_env():
     (["-m", "esync", *BASE, "--local-optimizer", "momentum", "--momentum", "0"], "needs --momentum > 0"),
     (["-m", "esync", *BASE, "--local-optimizer", "nesterov"], "invalid choice: 'nesterov'"),
     (["-m", "sync", *BASE, "--wd", "-0.1"], "--wd: expected a number >= 0"),
-    (["-m", "sync", *BASE, "--overlap"], "--overlap belongs to -m esync, fedavg, not -m sync"),
+    (["-m", "sync", *BASE, "--overlap"], "--overlap belongs to -m esync, fedavg, diloco, not -m sync"),
     (["-m", "esync", *BASE, "--esync-policy", "plan", "--aggregation-share", "0.2"], "--aggregation-share sizes the adaptive policy's rounds"),
     (["-m", "esync", *BASE, "--esync-policy", "plan", "--max-slowest-steps", "4"], "add --esync-policy adaptive"),
     (["-m", "esync", *BASE, "--esync-policy", "adaptive", "--aggregation-share", "0"], "expected a number in (0, 1]"),
@@ -129,7 +129,7 @@ def test_the_rivals_flags_resolve_to_their_papers_defaults(argv, field, value):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["-m", "sync", "--proximal", "0.01"], "--proximal belongs to -m esync, fedavg, fedasync, not -m sync"),
+    (["-m", "sync", "--proximal", "0.01"], "--proximal belongs to -m esync, fedavg, diloco, fedasync, not -m sync"),
     (["-m", "async", "--server-momentum", "0.9"], "--server-momentum belongs to -m esync, fedavg, not -m async"),
     (["-m", "async", "--server-optimizer", "adagrad"], "--server-optimizer belongs to -m downpour, not -m async"),
     (["-m", "downpour", "--server-optimizer", "adagrad", "--momentum", "0.9"], "--momentum is SGD's"),

@@ -77,6 +77,27 @@ def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(
 
 
 @pytest.mark.slow
+def test_diloco_steps_with_adam_applies_the_average_by_nesterovs_momentum_and_ends_at_least_where_ssgd_does(
+        processes, tmp_path):
+    # The same samples per worker on 1,1,4: SSGD's 40 steps against DiLoCo's 10 rounds of 4 inner steps.
+    finals = {}
+    for mode, extra in (("sync", ["--max-iters", "40", "-e", "40"]),
+                        ("diloco", ["--max-iters", "10", "-e", "10", "--sync-interval", "4"])):
+        log_dir = str(tmp_path / mode)
+        finish(processes, start_job(processes, mode, LENET_ARGS + extra, num_workers=3, slowdowns=[1, 1, 4],
+                                    log_dir=log_dir), timeout=240)
+        rank0 = worker_folders(log_dir)[0]
+        finals[mode] = [r["accuracy"] for r in iter_records(rank0) if "accuracy" in r][-1]
+        if mode == "diloco":
+            config_of = meta(rank0)["config"]
+            assert (config_of["local_optimizer"], config_of["outer_optimizer"], config_of["server_momentum"],
+                    config_of["global_lr"]) == ("adam", "nag", 0.9, 0.7)
+            assert all(len(r["time"]) == 4 for folder in worker_folders(log_dir) for r in iter_records(folder))
+
+    assert finals["diloco"] >= finals["sync"], finals
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", [[], ["--proximal", "0.01"]], ids=["plain", "proximal"])
 def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learns(processes, tmp_path, variant):
     log_dir = str(tmp_path / "logs")

@@ -287,10 +287,16 @@ def check_normalised_averaging(parser, args):
 
 
 def resolve_mode(parser, args):
-    """The mode's scheme fills the defaults that depend on other flags."""
+    """The values the mode's scheme fixes (not flags of that mode: DiLoCo's outer optimizer, TiFL's plain average)
+    replace the flags' defaults, so that what a run records is what it ran; then the scheme fills the defaults that
+    depend on other flags."""
     if args.mode in modes.MODES:
+        options = modes.MODES[args.mode].options
+        for fixed_field in dataclasses.fields(options):
+            if fixed_field.metadata.get("fixed") and hasattr(args, fixed_field.name):
+                setattr(args, fixed_field.name, fixed_field.default)
         try:
-            modes.MODES[args.mode].options.resolve(args)
+            options.resolve(args)
         except OptionError as err:
             parser.error(str(err))
 

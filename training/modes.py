@@ -73,6 +73,7 @@ MODES = {mode.name: mode for mode in (
     Mode("zeno", "Zeno", "Zeno", "tab:brown", "training.schemes.zeno:ZenoSync"),
     Mode("zeno-async", "Zeno++", "ZenoAsync", "tab:pink", "training.schemes.zeno:ZenoAsync"),
     Mode("fedavg", "FedAvg", "FedAvg", "tab:olive", "training.schemes.fedavg:FedAvg"),
+    Mode("diloco", "DiLoCo", "DiLoCo", "darkcyan", "training.schemes.diloco:DiLoCo"),
     Mode("fedasync", "FedAsync", "FedAsync", "tab:cyan", "training.schemes.fedasync:FedAsync"),
     Mode("tifl", "TiFL", "TiFL", "goldenrod", "training.schemes.tifl:TiFL"),
     Mode("feddrop", "FedDrop", "FedDrop", "mediumvioletred", "training.schemes.feddrop:FedDrop"),
