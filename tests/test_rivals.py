@@ -98,6 +98,28 @@ def test_diloco_steps_with_adam_applies_the_average_by_nesterovs_momentum_and_en
 
 
 @pytest.mark.slow
+def test_fedbuff_buffers_the_staleness_weighted_deltas_and_ends_at_least_where_ssgd_does(processes, tmp_path):
+    # The same time on 1,1,4, where the slow worker's step lasts 4 fast ones: SSGD's 20 steps, each waiting for the
+    # slow worker, against FedBuff's 20 rounds of 4 local steps, which the fast workers run without waiting (the
+    # first to finish them ends the job).
+    finals, records = {}, {}
+    for mode, extra in (("sync", ["--max-iters", "20", "-e", "20"]),
+                        ("fedbuff", ["--max-iters", "20", "-e", "20", "--sync-interval", "4", "--buffer-size", "2",
+                                     "--local-optimizer", "adam"])):
+        log_dir = str(tmp_path / mode)
+        finish(processes, start_job(processes, mode, LENET_ARGS + extra, num_workers=3, slowdowns=[1, 1, 4],
+                                    log_dir=log_dir), timeout=240)
+        records[mode] = [iter_records(folder) for folder in worker_folders(log_dir)]
+        finals[mode] = [r["accuracy"] for r in records[mode][0] if "accuracy" in r][-1]
+
+    # what a push's answer says of the buffer (0 where it answered before the push was whole, a round late)
+    buffered = [r["deltas_buffered"] for worker in records["fedbuff"] for r in worker]
+    assert set(buffered) <= {0, 1, 2} and 2 in buffered          # the server moves the model every second delta
+    assert max(r["staleness"] for worker in records["fedbuff"] for r in worker) >= 1  # nobody waited
+    assert finals["fedbuff"] >= finals["sync"], finals
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", [[], ["--proximal", "0.01"]], ids=["plain", "proximal"])
 def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learns(processes, tmp_path, variant):
     log_dir = str(tmp_path / "logs")

@@ -75,6 +75,7 @@ MODES = {mode.name: mode for mode in (
     Mode("fedavg", "FedAvg", "FedAvg", "tab:olive", "training.schemes.fedavg:FedAvg"),
     Mode("diloco", "DiLoCo", "DiLoCo", "darkcyan", "training.schemes.diloco:DiLoCo"),
     Mode("fedasync", "FedAsync", "FedAsync", "tab:cyan", "training.schemes.fedasync:FedAsync"),
+    Mode("fedbuff", "FedBuff", "FedBuff", "cadetblue", "training.schemes.fedbuff:FedBuff"),
     Mode("tifl", "TiFL", "TiFL", "goldenrod", "training.schemes.tifl:TiFL"),
     Mode("feddrop", "FedDrop", "FedDrop", "mediumvioletred", "training.schemes.feddrop:FedDrop"),
     Mode("hogwild", "Hogwild!", "Hogwild", "indigo", "training.schemes.hogwild:Hogwild"),

@@ -63,14 +63,14 @@ class FedAsync(FixedLocalSteps):
     kvstore = "dist_async"
 
     def setup(self):
-        from training.schemes.servers.fedasync_server import FedAsyncLayout, FedAsyncMixer
+        from training.schemes.servers.fedasync_server import FedAsyncLayout
 
         options = self.options
         self.layout = layout = FedAsyncLayout(self.num_workers, len(self.model.trainable))
         ctx0 = self.model.ctxs[0]
         weights = [p.data(ctx0).copy() for p in self.model.trainable]
         infos = [mx.nd.zeros((2,)) for _ in range(self.num_workers)]
-        rule = FedAsyncMixer(layout, options.alpha, options.staleness, options.staleness_a, options.staleness_b)
+        rule = self.server_rule(layout)
         self.start_server_rule(list(range(layout.control_key + 1)), weights * self.num_workers + infos + [self.control],
                                rule)
         self.model_keys = layout.model_keys(self.rank)
@@ -78,6 +78,18 @@ class FedAsync(FixedLocalSteps):
         self.info = mx.nd.zeros((2,))
         self.kv.pull(self.model_keys, out=[p.list_data() for p in self.model.trainable])
         self.local_trainer(options.local_lr, options.local_optimizer)
+
+    def server_rule(self, layout):
+        """What the one server does with each push: FedAsync mixes the model in by its staleness."""
+        from training.schemes.servers.fedasync_server import FedAsyncMixer
+
+        options = self.options
+        return FedAsyncMixer(layout, options.alpha, options.staleness, options.staleness_a, options.staleness_b)
+
+    def sent(self):
+        """What a round pushes: FedAsync its model."""
+        ctx0 = self.model.ctxs[0]
+        return [p.data(ctx0) for p in self.model.trainable]
 
     def begin_round(self, completed):
         if self.options.proximal:
@@ -90,9 +102,8 @@ class FedAsync(FixedLocalSteps):
         self.trainer.update(1)
 
     def aggregate(self, stop_vote):
-        ctx0 = self.model.ctxs[0]
         self.control[:] = float(stop_vote)
-        sent = [p.data(ctx0) for p in self.model.trainable]
+        sent = self.sent()
         self.corrupt(sent)
         self.kv.push(self.model_keys + [self.info_key, self.layout.control_key], sent + [self.info, self.control])
         self.kv.pull(self.model_keys + [self.info_key, self.layout.control_key],
