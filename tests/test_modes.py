@@ -19,7 +19,7 @@ from launcher.cluster import ROOT
 from tests import logfactory
 from training import checks, modes
 
-FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "dcasgd-paper", "downpour", "nbsync", "backup", "lb-bsp", "zeno", "zeno-async", "fedavg", "diloco", "fedasync", "fedbuff", "tifl", "feddrop", "hogwild", "local", "validation-only")
+FIGURE_ORDER = ("esync", "sync", "async", "dcasgd", "dcasgd-paper", "downpour", "nbsync", "backup", "lb-bsp", "zeno", "zeno-async", "fedavg", "diloco", "fedasync", "fedbuff", "async-local-sgd", "tifl", "feddrop", "hogwild", "local", "validation-only")
 LAUNCH_ARGS = ["--devices", "cpu,cpu", "--max-iters", "5", "-n", "lenet", "--dataset", "mnist-5k"]
 GOSSIP = modes.Mode("gossip", "Gossip", "Gossip", "darkslategray", "gossip_scheme:Gossip")
 # A scheme module written as docs/architecture.md tells a newcomer to: its Options declare one flag of its own.

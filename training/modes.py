@@ -76,6 +76,8 @@ MODES = {mode.name: mode for mode in (
     Mode("diloco", "DiLoCo", "DiLoCo", "darkcyan", "training.schemes.diloco:DiLoCo"),
     Mode("fedasync", "FedAsync", "FedAsync", "tab:cyan", "training.schemes.fedasync:FedAsync"),
     Mode("fedbuff", "FedBuff", "FedBuff", "cadetblue", "training.schemes.fedbuff:FedBuff"),
+    Mode("async-local-sgd", "Async local SGD", "AsyncLocalSGD", "yellowgreen",
+         "training.schemes.async_local_sgd:AsyncLocalSGD"),
     Mode("tifl", "TiFL", "TiFL", "goldenrod", "training.schemes.tifl:TiFL"),
     Mode("feddrop", "FedDrop", "FedDrop", "mediumvioletred", "training.schemes.feddrop:FedDrop"),
     Mode("hogwild", "Hogwild!", "Hogwild", "indigo", "training.schemes.hogwild:Hogwild"),
