@@ -7,7 +7,6 @@ per N arrivals, while every delta is applied as it comes). lr is -gl, beta --ser
 FedAsync's key layout (fedasync_server.FedAsyncLayout); each worker's info key hands it [staleness, arrivals since
 the momentum's last update] of its last push. Imported by name on the server, as server_optimizer.py says.
 """
-from mxnet import ndarray as nd
 from mxnet import optimizer
 
 from training.schemes.servers.fedbuff_server import BufferedAggregator
@@ -36,5 +35,3 @@ class DelayedNesterov(BufferedAggregator):
             self.buffer, self.buffered = {}, 0
         self.version += 1
         self.started[rank] = self.version
-        if rank in self.infos:
-            self.infos[rank][:] = nd.array(self.last[rank], ctx=self.infos[rank].context)

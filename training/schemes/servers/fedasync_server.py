@@ -37,19 +37,25 @@ class FedAsyncLayout(WorkerRanges):
         self.control_key = self.info_base + num_workers
 
 
-@optimizer.register
-class FedAsyncMixer(OwnStateRule):
-    def __init__(self, layout, alpha, staleness, a, b, **kwargs):
+class WholePushRule(OwnStateRule):
+    """A server rule that takes each worker's push whole: the arrays of worker r's range (FedAsyncLayout) are kept
+    until all are in, then `arrived(rank, arrays)` updates the global model; the sender's range then holds the new
+    global model, which the pull after its push reads. The info key hands a worker `self.last[rank]` (two numbers
+    about its last push whole), the control key keeps the largest stop vote pushed."""
+
+    def __init__(self, layout, **kwargs):
         super().__init__(**kwargs)
         self.layout = layout
-        self.alpha, self.staleness, self.a, self.b = alpha, staleness, a, b
-        self.version = 0     # t: models mixed in so far
+        self.version = 0     # t: the global model's versions so far
         self.started = {}    # rank -> tau, the version its current model started from
-        self.last = {}       # rank -> [staleness, a_t] of its last push
+        self.last = {}       # rank -> what its info key reports of its last push
         self.weights = {}    # array index -> the global model
-        self.pending = {}    # rank -> {array index: its model} until all arrays of its push are in
+        self.pending = {}    # rank -> {array index: what it pushed} until all arrays of its push are in
         self.ranges = {}     # rank -> {array index: the server's stored array of that key}
         self.infos = {}      # rank -> the server's stored array of its info key
+
+    def arrived(self, rank, arrays):
+        raise NotImplementedError
 
     def update(self, index, weight, grad, state):
         layout = self.layout
@@ -68,12 +74,24 @@ class FedAsyncMixer(OwnStateRule):
         self.ranges.setdefault(rank, {})[i] = weight
         received = self.pending.setdefault(rank, {})
         received[i] = grad.copy()
-        if len(received) == self.layout.num_arrays:
-            self.mix(rank, self.pending.pop(rank))
-            for index, stored in self.ranges[rank].items():
-                stored[:] = self.weights[index]
-        else:
+        if len(received) < self.layout.num_arrays:
             weight[:] = self.weights[i]
+            return
+        self.arrived(rank, self.pending.pop(rank))
+        for index, stored in self.ranges[rank].items():
+            stored[:] = self.weights[index]
+        if rank in self.infos:  # a worker's pushes of different keys may arrive in any order
+            self.infos[rank][:] = nd.array(self.last[rank], ctx=self.infos[rank].context)
+
+
+@optimizer.register
+class FedAsyncMixer(WholePushRule):
+    def __init__(self, layout, alpha, staleness, a, b, **kwargs):
+        super().__init__(layout, **kwargs)
+        self.alpha, self.staleness, self.a, self.b = alpha, staleness, a, b
+
+    def arrived(self, rank, model):
+        self.mix(rank, model)
 
     def mix(self, rank, model):
         """x <- (1 - a_t) x + a_t x_new for the model `rank` sent; the sender now starts from the new version."""
@@ -84,5 +102,3 @@ class FedAsyncMixer(OwnStateRule):
         self.version += 1
         self.started[rank] = self.version
         self.last[rank] = [float(staleness), mixing]
-        if rank in self.infos:  # a worker's pushes of different keys may arrive in any order
-            self.infos[rank][:] = nd.array(self.last[rank], ctx=self.infos[rank].context)
