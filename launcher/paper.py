@@ -103,7 +103,7 @@ def parse_variants(text):
     variants = tuple(v.strip() for v in text.split(",") if v.strip())
     for variant in variants:
         try:
-            esync_variants.parse(variant)
+            esync_variants.composition(variant)
         except ValueError as error:
             raise UsageError(f"--esync-variants {variant}: {error}")
     if len(set(variants)) != len(variants):

@@ -133,7 +133,7 @@ def parse_schemes(text):
                              f"or esync-<policy>[-overlap][-drift] ({', '.join(esync.POLICIES)})")
         if variant is not None:
             try:
-                esync_variants.parse(variant)
+                esync_variants.composition(variant)
             except ValueError as error:
                 raise UsageError(f"--schemes {scheme}: {error}") from None
     return unique(schemes, "--schemes", text)

@@ -57,14 +57,14 @@ def test_esync_variants_name_a_policy_the_overlap_and_the_drift_correction():
 
     assert esync_variants.flags("adaptive-overlap") == (["--esync-policy", "adaptive"], ["--overlap"])
     assert esync_variants.flags("plan") == (["--esync-policy", "plan"], [])
-    assert esync_variants.parse("overlap") == ("adaptive", True, False)  # the default policy
-    assert esync_variants.parse("apply") == ("apply", False, False)
+    assert esync_variants.composition("overlap") == esync_variants.Composition("adaptive", True)  # the default's
+    assert esync_variants.composition("apply") == esync_variants.Composition("apply")
     assert esync_variants.describe("adaptive-overlap") == "adaptive, overlap"
     assert esync_variants.flags("apply-drift") == (["--esync-policy", "apply"], esync_variants.DRIFT_CORRECTION)
-    assert esync_variants.parse("plan-overlap-drift") == ("plan", True, True)
+    assert esync_variants.composition("plan-overlap-drift") == esync_variants.Composition("plan", True, True)
     assert esync_variants.describe("apply-drift") == "apply, drift correction"
-    with pytest.raises(ValueError, match="no policy 'greedy'"):
-        esync_variants.parse("greedy-overlap")
+    with pytest.raises(ValueError, match="no configuration 'greedy-overlap'"):
+        esync_variants.composition("greedy-overlap")
 
 
 def test_server_momentum_moves_the_global_model_by_a_velocity_of_the_averages():

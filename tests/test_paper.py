@@ -198,7 +198,7 @@ def test_resume_keeps_a_run_only_when_it_finished_with_the_same_command_line(tmp
     (["--thresholds", "high"], "give accuracies"),
     (["--slowdown", "1,0.5"], "must be >= 1"),
     (["--", "-m", "sync"], "set by the launcher"),
-    (["--esync-variants", "fastest"], "ESync has no policy 'fastest'"),
+    (["--esync-variants", "fastest"], "ESync has no configuration 'fastest'"),
     (["--esync-variants", "plan,plan"], "names a configuration twice"),
 ])
 def test_bad_input_is_refused_before_anything_runs(argv, message):

@@ -45,7 +45,7 @@ def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
     (["--profiles", "1,0.5"], "must be >= 1"),
     (["--splits", "both"], "give iid, niid or both"),
     (["--schemes", "local"], "not a cluster mode"),
-    (["--schemes", "esync-greedy"], "has no policy 'greedy'"),
+    (["--schemes", "esync-greedy"], "has no configuration 'greedy'"),
     (["--repeats", "0"], "must be positive"),
     (["--target", "85"], "not an accuracy"),
     (["--higher-targets", "0.75"], "must be above --target 0.8"),

@@ -1,9 +1,11 @@
-"""ESync's configurations as the benchmark and the regime map name them: `esync-<variant>`, a variant being a
-policy (--esync-policy), `overlap` (--overlap), `drift` (DRIFT_CORRECTION), or several joined by `-` in that order:
-esync-apply (the paper's rule), esync-overlap (the default policy with --overlap), esync-plan-overlap,
-esync-apply-drift (the paper's rule with the drift correction for non-i.i.d. data); esync-default is whatever
-`--modes esync` runs with no other flag, spelled out (so a command line that names it changes when the default
-does)."""
+"""ESync's configurations as the benchmark, `launch.py paper` and the regime map name them (`esync-<name>`): named
+compositions of a policy (--esync-policy), the overlapped aggregation (--overlap) and the drift correction
+(--drift-correction), declared here once: `apply` (the paper's rule), `overlap` (the default policy with --overlap),
+`plan-overlap`, `apply-drift` (the paper's rule with the drift correction for non-i.i.d. data), every policy with
+`-overlap` and `-drift` after it; `default` is whatever `--modes esync` runs with no other flag, spelled out (so a
+command line that names it changes when the default does)."""
+from dataclasses import dataclass
+
 from training import config
 from training.schemes import esync
 
@@ -14,32 +16,54 @@ DRIFT = "drift"
 DRIFT_CORRECTION = ["--drift-correction"]  # the workers' preset (training/schemes/local_sgd.py)
 
 
-def parse(variant):
-    """(policy, overlap, drift) of a variant; ValueError naming what is wrong."""
-    if variant == DEFAULT:
-        return config.default("esync_policy"), False, False
-    parts = variant.split("-")
-    drift = parts[-1] == DRIFT
-    if drift:
-        parts = parts[:-1]
-    overlap = bool(parts) and parts[-1] == OVERLAP
-    if overlap:
-        parts = parts[:-1]
-    policy = "-".join(parts) if parts else config.default("esync_policy")
-    if policy not in esync.POLICIES:
-        raise ValueError(f"ESync has no policy {policy!r} (policies: {', '.join(esync.POLICIES)}; "
-                         f"add -{OVERLAP} for --overlap, -{DRIFT} for the drift correction)")
-    return policy, overlap, drift
+@dataclass(frozen=True)
+class Composition:
+    policy: str
+    overlap: bool = False
+    drift: bool = False
+    default: bool = False  # what --modes esync runs with no other flag
+
+    def flags(self):
+        """(the launcher's flags, the workers' flags) that run it."""
+        return ["--esync-policy", self.policy], (["--overlap"] if self.overlap else []) + \
+            (DRIFT_CORRECTION if self.drift else [])
+
+    def describe(self):
+        """'adaptive, overlap' for the tables; the default's with 'the default' after it."""
+        return ", ".join([self.policy] + [OVERLAP] * self.overlap + ["drift correction"] * self.drift
+                         + ["the default"] * self.default)
 
 
-def flags(variant):
-    """(the launcher's flags, the workers' flags) that run a variant."""
-    policy, overlap, drift = parse(variant)
-    return ["--esync-policy", policy], (["--overlap"] if overlap else []) + (DRIFT_CORRECTION if drift else [])
+def declared():
+    """{name: Composition}: every policy with and without the overlap and the drift correction (the default
+    policy's also without its name), and the default."""
+    default_policy = config.default("esync_policy")
+    named = {DEFAULT: Composition(default_policy, default=True)}
+    for policy in esync.POLICIES:
+        for overlap in (False, True):
+            for drift in (False, True):
+                suffix = [OVERLAP] * overlap + [DRIFT] * drift
+                named["-".join([policy] + suffix)] = Composition(policy, overlap, drift)
+                if policy == default_policy and suffix:
+                    named["-".join(suffix)] = Composition(policy, overlap, drift)
+    return named
 
 
-def describe(variant):
-    """'adaptive, overlap' for the tables; the default's with 'the default' after it."""
-    policy, overlap, drift = parse(variant)
-    return ", ".join([policy] + [OVERLAP] * overlap + ["drift correction"] * drift
-                     + ["the default"] * (variant == DEFAULT))
+COMPOSITIONS = declared()
+
+
+def composition(name):
+    """The Composition named `name`; ValueError naming the ones there are."""
+    try:
+        return COMPOSITIONS[name]
+    except KeyError:
+        raise ValueError(f"ESync has no configuration {name!r} (policies: {', '.join(esync.POLICIES)}; add "
+                         f"-{OVERLAP} for --overlap, -{DRIFT} for the drift correction, or name {DEFAULT})") from None
+
+
+def flags(name):
+    return composition(name).flags()
+
+
+def describe(name):
+    return composition(name).describe()
