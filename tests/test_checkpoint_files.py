@@ -10,7 +10,7 @@ from tests.jobs import SAMPLE_DATA
 from training import checkpoints
 from training.checkpoints import CheckpointWriter, saved_steps
 from training.files import atomic_write
-from training.schemes.base import _updaters
+from training.mxnet_internals import trainer_updaters
 from training.schemes.esync import ESync
 from training.schemes.local import Local
 
@@ -141,7 +141,7 @@ def test_an_optimizer_state_saved_before_the_rule_was_recorded_still_loads(tmp_p
     trained = Local(Local.Options.from_args(args_for("--momentum", "0.9")), lenet(), None)
     trained.setup()
     local_steps(trained, data, 1)
-    old_states = _updaters(trained.trainer)[0].get_states(dump_optimizer=False)  # the format of earlier releases
+    old_states = trainer_updaters(trained.trainer)[0].get_states(dump_optimizer=False)  # the format of earlier releases
     restarted = Local(Local.Options.from_args(args_for("--momentum", "0.9")), lenet(), None)
     restarted.setup()
 

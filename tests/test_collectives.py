@@ -79,7 +79,8 @@ def test_a_wait_polls_until_done_and_gives_up_at_its_deadline():
 
 
 def test_the_catalog_says_which_modes_aggregate_synchronously():
-    assert modes.synchronous_names() == ("esync", "sync", "nbsync", "backup", "lb-bsp", "zeno", "fedavg", "tifl", "feddrop")
+    assert modes.synchronous_names() == ("esync", "sync", "nbsync", "backup", "lb-bsp", "zeno", "fedavg", "diloco", "tifl",
+                                         "feddrop")
     assert config.parse_args(["-m", "sync"]).collective == "ps"
     assert config.parse_args(["-m", "sync", "--collective", "butterfly"]).collective == "butterfly"
 
