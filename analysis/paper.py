@@ -240,7 +240,7 @@ def later_than(rival, own):
     None for a tie within the spread)."""
     decided = [(r, o) for r, o in zip(rival["time_to_target"], own["time_to_target"]) if (r, o) != (None, None)]
     later = sum(1 for r, o in decided if o is not None and (r is None or r > o))
-    own_times, rival_times = ([t for t in fill(m["time_to_target"], m["time_to_target_bound"]) if t is not None]
+    own_times, rival_times = (significance.censored_times(m["time_to_target"], m["time_to_target_bound"])
                               for m in (own, rival))
     holds = ("esync" if significance.leads(own_times, rival_times)
              else "rival" if significance.leads(rival_times, own_times) else None)
