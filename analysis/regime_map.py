@@ -217,16 +217,16 @@ def cell_entry(cell):
     leader = cell["leader"]
     entry = f"**{display(leader)}** {outcome(cell['schemes'][leader])}"
     if cell["winner"] is None:
-        others = [f"{display(s)} {'×' if cell['schemes'][s]['relative_time'] else ''}"
-                  f"{relative_text(cell['schemes'][s], none='never')}" for s in cell["tied"][1:]]
+        others = [f"{display(s)} {relative_text(cell['schemes'][s], none='never', prefix='×')}"
+                  for s in cell["tied"][1:]]
         return f"tie: {entry}, " + ", ".join(others)
     others = sorted((n["relative_time"], s) for s, n in cell["schemes"].items()
                     if n["relative_time"] is not None and s != leader)
     return entry + (f"; next {display(others[0][1])} ×{others[0][0]:.2f}" if others else "")
 
 
-def relative_text(numbers, none="-"):
-    return none if numbers["relative_time"] is None else f"{numbers['relative_time']:.2f}"
+def relative_text(numbers, none="-", prefix=""):
+    return none if numbers["relative_time"] is None else f"{prefix}{numbers['relative_time']:.2f}"
 
 
 def nobody_reached(cell):
