@@ -25,7 +25,9 @@ conv = mx.nd.Convolution(x, w, no_bias=True, kernel=(3, 3), num_filter=2).asnump
 s = mx.sym.FullyConnected(mx.sym.var("d"), num_hidden=1, no_bias=True, name="fc")
 fc = s.eval(d=mx.nd.ones((1, 3)), fc_weight=mx.nd.array([[1, 2, 3]]))[0].asnumpy().tolist()
 cache = mxnet_internals.installed_cache()
-print(json.dumps(dict(conv=conv, fc=fc, compiled=cache.compiled_here if cache else None)))
+scipy_by_mxnet = "scipy" in sys.modules
+import scipy.stats
+print(json.dumps(dict(conv=conv, fc=fc, compiled=cache.compiled_here if cache else None, scipy=scipy_by_mxnet)))
 """
 
 
@@ -44,6 +46,8 @@ def test_a_second_process_compiles_no_operator_and_computes_what_mxnet_computes_
     assert first["compiled"] > 2000 and cache_file.exists()  # every generated operator, once
     assert second["compiled"] == 0
     assert plain["conv"] == first["conv"] == second["conv"] and plain["fc"] == first["fc"] == second["fc"] == [[6.0]]
+    # MXNet imports SciPy where it is installed; with the hook it does not, and SciPy still imports afterwards
+    assert (plain["scipy"], first["scipy"], second["scipy"]) == (True, False, False)
 
 
 def test_the_handle_goes_into_the_cached_code_of_the_function_it_calls():
