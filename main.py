@@ -17,6 +17,7 @@ no scheduler or servers; the rank and the number of workers come from MPI):
 """
 import logging
 import os
+import signal
 import sys
 
 from training import config, modes, mxnet_internals
@@ -174,6 +175,8 @@ def run_guarded(role, args, run, in_cluster, peers=None):
     from training.transport.state_client import StateServerError, StateServerUnavailable
 
     failures.fail_on_thread_errors(role, traceback_folder(args))
+    if in_cluster:
+        signal.signal(signal.SIGQUIT, end_interrupted)
     try:
         code = run() or 0
     except UsageError as err:
@@ -189,6 +192,14 @@ def run_guarded(role, args, run, in_cluster, peers=None):
     if peers:
         peers.stop()
     return code
+
+
+def end_interrupted(*_):
+    """SIGQUIT, which mpiexec.gforker sent the ranks left after one had died and its SIGINT had not ended them:
+    Python drops the KeyboardInterrupt of a SIGINT that arrives while a destructor runs (MXNet's arrays free
+    themselves in one), and a rank would die of the SIGQUIT without a word, mpiexec then exiting 0."""
+    log.warning("interrupted")
+    failures.end_now(failures.EXIT_INTERRUPTED)
 
 
 def leave(code, in_cluster):

@@ -377,3 +377,22 @@ def test_only_the_segments_a_job_left_and_no_process_maps_are_removed():
             for path in (earlier, in_use, orphan):
                 if os.path.exists(path):
                     os.unlink(path)
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others  # waits on a signal, measures nothing
+def test_a_rank_sent_sigquit_says_it_was_interrupted_and_the_job_fails(processes, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    job = start_mpi_job(processes, "quit", log_dir, [(2, ["-m", "sync", "--collective", "ring", *LENET_ARGS,
+                                                          "-e", "0", "--sync-timeout", "60"])])
+    pids = rank_pids(log_dir, 2)
+    wait_for_round(worker_folders(log_dir)[0], 2)
+
+    os.kill(pids[0], signal.SIGQUIT)
+
+    assert processes.wait([job], 60)
+    output = tail(job.output, 30)
+    assert job.poll() not in (None, 0), output
+    # rank 0 on the SIGQUIT, rank 1 on the SIGINT mpiexec sent it when rank 0 had ended; neither died of a signal
+    assert output.count("main WARNING interrupted") == 2 and "signaled" not in output, output
+    assert not any(is_running(pid) for pid in pids.values())
