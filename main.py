@@ -17,7 +17,6 @@ no scheduler or servers; the rank and the number of workers come from MPI):
 """
 import logging
 import os
-import signal
 import sys
 
 from training import config, modes, mxnet_internals
@@ -176,7 +175,7 @@ def run_guarded(role, args, run, in_cluster, peers=None):
 
     failures.fail_on_thread_errors(role, traceback_folder(args))
     if in_cluster:
-        signal.signal(signal.SIGQUIT, end_interrupted)
+        failures.end_on_interrupts(log)
     try:
         code = run() or 0
     except UsageError as err:
@@ -192,14 +191,6 @@ def run_guarded(role, args, run, in_cluster, peers=None):
     if peers:
         peers.stop()
     return code
-
-
-def end_interrupted(*_):
-    """SIGQUIT, which mpiexec.gforker sent the ranks left after one had died and its SIGINT had not ended them:
-    Python drops the KeyboardInterrupt of a SIGINT that arrives while a destructor runs (MXNet's arrays free
-    themselves in one), and a rank would die of the SIGQUIT without a word, mpiexec then exiting 0."""
-    log.warning("interrupted")
-    failures.end_now(failures.EXIT_INTERRUPTED)
 
 
 def leave(code, in_cluster):

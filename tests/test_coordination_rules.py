@@ -2,11 +2,17 @@
 and what it makes of the answer, with a stand-in for the state client. Real jobs under every policy:
 tests/test_esync.py."""
 import concurrent.futures
+import os
+import subprocess
+import sys
 import time
+import types
 
 import pytest
 
+from coordination import rules
 from coordination.rules import ESYNC_POLICIES, RULES
+from launcher.cluster import ROOT
 from training import runlog
 
 
@@ -102,3 +108,22 @@ def test_the_nonblocking_rule_never_waits_for_its_answer_and_drops_the_step_read
 @pytest.mark.parametrize("policy", ["apply", "plan", "nonblocking"])
 def test_only_the_adaptive_rule_is_sized_by_the_round_sizing_options(policy):
     assert RULES[policy].worker.sized_by == () and RULES["adaptive"].worker.sized_by
+
+
+def test_a_name_two_rule_modules_define_ends_the_process_in_one_line():
+    first, second = (types.SimpleNamespace(NAME="same", RULE=object(), __name__=n) for n in ("one", "two"))
+
+    assert list(rules.registry([first])) == ["same"]
+    with pytest.raises(SystemExit, match="two coordination rules are named 'same'"):
+        rules.registry([first, second])
+
+
+@pytest.mark.parametrize("modules, message", [
+    ("tests.no_such_rule", "ESYNC_RULE_MODULES: No module named 'tests.no_such_rule'"),
+    ("coordination.rules.plan", "ESYNC_RULE_MODULES: two coordination rules are named 'plan'"),
+])
+def test_a_rule_module_that_cannot_be_registered_ends_the_process_in_one_line(modules, message):
+    result = subprocess.run([sys.executable, "-c", "import coordination.rules"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env=dict(os.environ, **{rules.EXTRA_MODULES_VARIABLE: modules}))
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr

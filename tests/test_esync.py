@@ -3,7 +3,9 @@ import statistics
 
 import pytest
 
+from coordination import rules
 from launcher.cluster import ProcessGroup, start_state_server
+from tests import example_rule
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, start_job, worker_folders
 from training import esync_variants, runlog
 
@@ -78,6 +80,21 @@ def test_plan_policy_workers_do_the_steps_the_state_server_plans_and_the_slow_on
         assert records[0]["planned_steps"] == 1  # no step time is known before the first round
         planned = statistics.mean(r["planned_steps"] for r in records[3:])
         assert planned == 1 if rank == slow else planned > 2, (rank, planned)
+
+
+@pytest.mark.beside_others  # counts steps the state server planned, whatever their times
+def test_a_rule_kept_outside_the_project_runs_a_real_job_with_the_real_state_server(processes, tmp_path,
+                                                                                   monkeypatch):
+    """One module (tests/example_rule.py) named in ESYNC_RULE_MODULES: the Django state server answers the job by it
+    and both workers take it as their --esync-policy."""
+    monkeypatch.setenv(rules.EXTRA_MODULES_VARIABLE, "tests.example_rule")  # the processes the test starts inherit it
+    runs = run_esync(processes, tmp_path, example_rule.NAME, rounds=5)
+
+    for folder in runs.values():
+        records = iter_records(folder)
+        assert meta(folder)["config"]["esync_policy"] == example_rule.NAME
+        # the first round's single step times the worker; every later round is the rule's plan
+        assert [runlog.local_steps(r) for r in records] == [r["planned_steps"] for r in records] == [1] + [example_rule.STEPS] * 4
 
 
 def test_the_state_server_round_trip_is_recorded_per_local_step(apply_run):

@@ -1,8 +1,12 @@
 """The one line a failing process leaves, and the fault plan that tests inject."""
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
+from launcher.cluster import ROOT
 from training.faults import failures
 from training.faults.fault_injection import FaultPlan, InjectedFault
 
@@ -71,3 +75,34 @@ def test_a_rank_filtered_fault_ignores_the_other_ranks_and_roles():
 def test_a_malformed_fault_plan_is_refused_with_the_expected_form(text):
     with pytest.raises(ValueError, match="expected <role>:<phase>:<raise|kill>"):
         FaultPlan.parse(text)
+
+
+# A process that drops its KeyboardInterrupt, as Python does when one is raised in a destructor: it must still end.
+SWALLOWS_ITS_INTERRUPT = """
+import logging, os, signal, sys, time
+from training.faults import failures
+logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+failures.end_on_interrupts(logging.getLogger("main"))
+print("ready", flush=True)
+try:
+    time.sleep(30)
+except KeyboardInterrupt:
+    pass  # dropped
+time.sleep(30)
+sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT], ids=["SIGINT", "SIGQUIT"])
+def test_a_cluster_process_whose_interrupt_is_dropped_still_says_so_and_exits_130(sig):
+    proc = subprocess.Popen([sys.executable, "-c", SWALLOWS_ITS_INTERRUPT], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=failures.INTERRUPT_GRACE + 20)
+    finally:
+        proc.kill()
+        proc.wait()
+
+    assert proc.returncode == failures.EXIT_INTERRUPTED and "main WARNING interrupted" in output, output

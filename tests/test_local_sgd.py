@@ -1,13 +1,19 @@
-"""The rules of local SGD's delta averaging alone (training/schemes/local_sgd.py): delayed averaging (--overlap: a
+"""The rules of local SGD's delta averaging alone (training/schemes/local_sgd.py and its parts,
+training/schemes/averaging/): delayed averaging (--overlap: a
 worker sends its round's delta, steps on, and applies the average a round late keeping the progress made
 meanwhile), server momentum, FedNova's normalised averaging. Real jobs that use them: tests/test_esync.py (ps-lite)
 and tests/test_collectives.py (MPI's ring)."""
+import types
+
 import mxnet as mx
 import numpy as np
 import pytest
 
-from training.schemes.local_sgd import (OuterOptimizer, delayed_average, normalised_scale, normalised_weight,
-                                       scaffold_change, step_norm)
+from training.schemes.averaging.corrections import ProximalTerm, Scaffold, corrections, scaffold_change
+from training.schemes.averaging.outer import OuterOptimizer
+from training.schemes.averaging.weighting import (NormalisedAverage, PlainAverage, normalised_scale,
+                                                  normalised_weight, step_norm, weighting)
+from training.schemes.local_sgd import delayed_average
 
 
 def global_move(total, scale, outer=None, learning_rate=1.0):
@@ -159,3 +165,28 @@ def test_the_drift_correction_is_one_flag_that_sets_its_three_and_refuses_to_be_
     assert vars(args)["drift_correction"]  # the run's meta.json records config=vars(args)
     with pytest.raises(SystemExit):
         config.parse_args(["-m", "fedavg", "-n", "lenet", "--drift-correction", "--normalisation-power", "0.3"])
+
+
+def test_the_options_choose_the_parts_a_round_is_composed_of():
+    def options(**changed):
+        fields = dict(proximal=0.0, scaffold=False, normalised_averaging=False, normalisation_power=1.0,
+                      momentum=0.0)
+        return types.SimpleNamespace(**{**fields, **changed})
+
+    assert corrections(options()) == [] and isinstance(weighting(options()), PlainAverage)
+    chosen = corrections(options(proximal=0.01, scaffold=True))
+    assert [type(c) for c in chosen] == [ProximalTerm, Scaffold] and chosen[0].rho == 0.01
+    normalised = weighting(options(normalised_averaging=True, normalisation_power=0.5, momentum=0.9))
+    assert isinstance(normalised, NormalisedAverage) and (normalised.power, normalised.momentum) == (0.5, 0.9)
+
+
+def test_the_normalised_weighting_divides_a_delta_by_its_work_to_the_power_and_sends_what_scales_the_sum():
+    deltas, control = [mx.nd.array([8.0, 4.0])], mx.nd.zeros((3,))
+
+    NormalisedAverage(power=0.5, momentum=0.0).weigh(deltas, steps=4, control=control)
+
+    assert deltas[0].asnumpy().tolist() == [4.0, 2.0]          # / 4^0.5
+    assert control.asnumpy().tolist() == [0.0, 4.0, 2.0]       # a_i and a_i^(1 - p) beside the stop vote
+    summed = mx.nd.array([0.0, 4.0 + 1.0, 2.0 + 1.0])          # with a worker of one step
+    assert NormalisedAverage(0.5, 0.0).scale(summed, 2) == pytest.approx(normalised_scale(5.0, 3.0, 2))
+    assert PlainAverage().scale(summed, 2) == 0.5

@@ -1,9 +1,9 @@
-"""NBSSGD's watcher thread (what it asks the state server, and when it stops), against a scripted client: the case
+"""NBSSGD's watcher thread (coordination/rules/nbsync.py: what it asks the state server, and when it stops), against a scripted client: the case
 of a state server that restarted and lost what it had been told."""
 import threading
 from types import SimpleNamespace
 
-from training.schemes.nbsync import NonBlockingSync, RoundWatch
+from coordination.rules.nbsync import Arrivals, RoundWatch
 
 
 class LostArrivalServer:
@@ -19,11 +19,11 @@ class LostArrivalServer:
 
 
 def watcher(client, sync_timeout=30.0):
-    return SimpleNamespace(rank=1, watch_client=client, options=SimpleNamespace(sync_timeout=sync_timeout))
+    return SimpleNamespace(rank=1, watch_client=client, sync_timeout=sync_timeout)
 
 
-def run_watch(scheme, watch, timeout=10.0):
-    thread = threading.Thread(target=NonBlockingSync._watch, args=(scheme, watch), daemon=True)
+def run_watch(arrivals, watch, timeout=10.0):
+    thread = threading.Thread(target=Arrivals._watch, args=(arrivals, watch), daemon=True)
     thread.start()
     thread.join(timeout)
     return not thread.is_alive()

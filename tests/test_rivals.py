@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from launcher.cluster import ProcessGroup, start_state_server
+from tests import example_composition
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
-from training import config, runlog
+from training import config, modes, runlog
 from training.transport.collectives import ParameterServer
 from training.schemes.servers.dcasgd_server import DelayCompensatedPerWorker
 from training.schemes.servers.fedasync_server import FedAsyncLayout, FedAsyncMixer, staleness_weight
@@ -75,6 +76,29 @@ def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(
     assert [r["weights_digest"] for r in records[0]] == [r["weights_digest"] for r in records[1]]
     best = max(r["accuracy"] for worker in records for r in worker if "accuracy" in r)
     assert best >= 0.8
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others  # counts steps and compares weights, whatever their times
+def test_a_composition_kept_outside_the_project_is_a_mode_of_its_own_and_trains(processes, tmp_path, monkeypatch):
+    """One module (tests/example_composition.py, FedAdam from FedAvg's rounds and the outer Adam) named in
+    ESYNC_MODE_MODULES is a -m mode of the job's processes."""
+    monkeypatch.setenv(modes.EXTRA_MODULES_VARIABLE, "tests.example_composition")  # the job's processes inherit it
+    log_dir = str(tmp_path / "logs")
+    workers = start_job(processes, example_composition.NAME,
+                        LENET_ARGS + ["--sync-interval", "4", "--max-iters", "10", "-e", "10", "-gl", "0.01",
+                                      "--digest-weights"], num_workers=2, slowdowns=[1, 2], log_dir=log_dir)
+
+    finish(processes, workers, timeout=180)
+
+    folders = worker_folders(log_dir)
+    records = [iter_records(folder) for folder in folders]
+    config_of = meta(folders[0])["config"]
+    assert (meta(folders[0])["mode"], config_of["local_optimizer"], config_of["outer_optimizer"]) == (
+        example_composition.NAME, "sgd", "adam")
+    assert all(len(r["time"]) == 4 for worker in records for r in worker)
+    assert [r["weights_digest"] for r in records[0]] == [r["weights_digest"] for r in records[1]]
+    assert max(r["accuracy"] for worker in records for r in worker if "accuracy" in r) >= 0.5
 
 
 # The modern rivals against SSGD on 1,1,4 (the slow worker's step lasts 4 fast ones), each run for about the time of

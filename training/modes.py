@@ -4,10 +4,14 @@ config, main, launch, summary, drawer and the benchmark all read their modes fro
 only it knows: a mode's names, its colour and where its scheme is; the rest (its flags, its description, whether it
 talks to the state server, runs a validator or aggregates synchronously, its checks) the scheme class declares.
 Adding a mode is one entry in MODES plus one scheme module (training/schemes/ or anywhere importable) whose class has
-`name` equal to the mode's name. Importing the catalog imports no scheme; a scheme module imports MXNet only when it
+`name` equal to the mode's name. A mode kept outside the project is one module that defines MODE (a Mode) and its
+scheme, named in ESYNC_MODE_MODULES (import paths, comma-separated) in the environment of every process that reads
+the catalog. Importing the catalog imports no scheme of the project's own; a scheme module imports MXNet only when it
 first uses it (training/lazy.py).
 """
 import importlib
+import os
+import sys
 from dataclasses import dataclass
 
 
@@ -85,6 +89,26 @@ MODES = {mode.name: mode for mode in (
     Mode("validation-only", "Validation only", "ValidationOnly", "slategray",
          "training.schemes.local:ValidationOnly"),
 )}
+EXTRA_MODULES_VARIABLE = "ESYNC_MODE_MODULES"
+
+
+def with_extra_modes(catalog):
+    """The catalog and the modes of the modules ESYNC_MODE_MODULES names; a module that cannot be imported or a
+    name the catalog has ends the process in one line, before it joins any job."""
+    names = [name.strip() for name in os.environ.get(EXTRA_MODULES_VARIABLE, "").split(",") if name.strip()]
+    catalog = dict(catalog)
+    for name in names:
+        try:
+            mode = importlib.import_module(name).MODE
+        except (ImportError, AttributeError) as err:
+            sys.exit(f"{EXTRA_MODULES_VARIABLE}: {err}")
+        if mode.name in catalog:
+            sys.exit(f"{EXTRA_MODULES_VARIABLE}: {name} defines the mode {mode.name!r}, which the catalog has")
+        catalog[mode.name] = mode
+    return catalog
+
+
+MODES = with_extra_modes(MODES)
 STANDALONE = "local"  # the sequential baseline: the figures' dotted line, the paper's Table 1
 ESYNC = "esync"       # the paper's algorithm: Table 1's claims and Figure 5's device speeds are about it
 HOGWILD = "hogwild"   # one command starts its worker processes (training/hogwild.py)

@@ -8,6 +8,7 @@ training/faults/watchdog.py).
 """
 import logging
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -69,6 +70,31 @@ def report(err, role, traceback_folder=None, expected=()):
         return
     path = save_traceback(err, traceback_folder, role) if traceback_folder else None
     log.error("%s failed: %s%s", role, one_line(err), f" (traceback in {path})" if path else "")
+
+
+INTERRUPT_GRACE = 1.0  # seconds an interrupted cluster process's KeyboardInterrupt has to end it
+
+
+def end_on_interrupts(logger):
+    """A cluster process ends on an interrupt even where Python drops it: a KeyboardInterrupt raised while a
+    destructor runs (MXNet's arrays free themselves in one) is printed and swallowed, and the rank would go on, its
+    peers' aggregation waiting for it. SIGINT raises KeyboardInterrupt as usual, and if the process still runs
+    INTERRUPT_GRACE s later it logs "interrupted" and ends with exit 130; SIGQUIT, which mpiexec.gforker sent a rank
+    its SIGINT had not ended, does so at once (without it the rank would die of the signal without a word, and
+    mpiexec exit 0)."""
+    def interrupted(signum, frame):
+        fallback = threading.Timer(INTERRUPT_GRACE, end_interrupted, args=(logger,))
+        fallback.daemon = True
+        fallback.start()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGQUIT, lambda signum, frame: end_interrupted(logger))
+
+
+def end_interrupted(logger):
+    logger.warning("interrupted")
+    end_now(EXIT_INTERRUPTED)
 
 
 def end_now(code):

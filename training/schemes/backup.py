@@ -5,27 +5,22 @@ ones, so that no step waits for the slowest worker.
 The state server counts the gradients of each step as they are ready (/arrive/ answers whether this one is among
 the first N). Over dist_sync, or an MPI allreduce, every worker must add something to every step's sum, so each
 worker has an aggregator thread that does it for it, step after step: the gradient its training thread handed over
-when the state server accepted it, or zeros once the step closed without it (/watch/). A late training thread drops
+when the state server accepted it, or zeros once the step closed without it (/watch/; what a worker asks the state
+server is the rule's worker side, coordination/rules/backup.py). A late training thread drops
 its gradient and computes the next one at the newest weights (once the step it was late for has arrived). Every
 worker applies every step's sum, in order, to its copy of the global weights W (SGD with -l, --momentum, --wd, the
 sum divided by the gradients in it), so all hold the same W; the training thread copies W into the model before
 each step. BatchNorm statistics are averaged over the accepted gradients' workers. A worker's round is one step of
 its own: a late worker's round spans several of the job's steps.
 """
-import logging
 import threading
 from dataclasses import dataclass
 
+from coordination.rules.backup import Steps
 from training import argtypes, runlog
 from training.lazy import mx
 from training.options import CoordinatedOptions, ModeError, option
 from training.schemes.base import Scheme
-from training.transport.state_client import StateClient
-from training.faults.watchdog import give_up
-
-log = logging.getLogger("backup")
-
-WATCH_SECONDS = 2.0  # one long-poll; the aggregator asks again until the step closes
 
 
 @dataclass(frozen=True)
@@ -55,13 +50,10 @@ class BackupSync(Scheme):
 
     def setup(self):
         options = self.options
-        address = (options.state_server_ip, options.state_server_port)
-        self.client = StateClient(*address, retry_for=options.sync_timeout, on_not_initialised=self.set_up_job_again)
-        self.watch_client = StateClient(*address, retry_for=options.sync_timeout, timeout=WATCH_SECONDS + 10,
-                                        on_not_initialised=self.set_up_job_again)
-        self.init_lock = threading.Lock()
+        self.steps = Steps((options.state_server_ip, options.state_server_port), self.rank, self.num_workers,
+                           self.accept, options.sync_timeout)
         if self.rank == 0:
-            self.client.init(self.num_workers, policy="backup", accept=self.accept)
+            self.steps.set_up_job()
         self.control = mx.nd.zeros((2,))  # [stop votes, gradients in the sum]
         self.broadcast_initial_weights()  # ends in a barrier: /init/ precedes every worker's first request
         ctx0 = self.model.ctxs[0]
@@ -84,10 +76,6 @@ class BackupSync(Scheme):
             self.global_statistics = self.stats.buffer.copy()
         threading.Thread(target=self.aggregate_steps, name="backup-aggregator", daemon=True).start()
 
-    def set_up_job_again(self):
-        with self.init_lock:  # the training thread and the aggregator may both find out
-            self.client.init_again_if_lost(self.num_workers, policy="backup", accept=self.accept)
-
     def take_newest_weights(self):
         """The model takes the newest W (and statistics): its next gradient will be one of that step's, and rank 0
         evaluates the newest model."""
@@ -109,10 +97,10 @@ class BackupSync(Scheme):
             return True
         self.model.reduce_gradients()
         t = self.computed_at
-        status = self.client.arrive(self.rank, t)
-        self.last = {runlog.BACKUP_STEP: t, runlog.DROPPED: not status["accepted"]}
+        accepted = self.steps.accepted(t)
+        self.last = {runlog.BACKUP_STEP: t, runlog.DROPPED: not accepted}
         with self.changed:
-            if status["accepted"]:
+            if accepted:
                 for p, sent in zip(self.model.trainable, self.sent):
                     p.grad(self.model.ctxs[0]).copyto(sent)
                 self.stats.gather()
@@ -122,7 +110,7 @@ class BackupSync(Scheme):
                 self.votes += float(stop_vote)
             # Late or not, step t has closed or will once this gradient is in: its weights are the next to compute at.
             self.changed.wait_for(lambda: self.applied > t or self.stopped or self.failure is not None)
-            if not status["accepted"]:
+            if not accepted:
                 self.last[runlog.LATE_BY] = self.applied - t  # steps applied since the one it was computed for
         self.check_aggregator()
         self.take_newest_weights()
@@ -133,21 +121,12 @@ class BackupSync(Scheme):
         try:
             step = 0
             while not self.stopped:
-                self.contribute(step, self.wait_until_closed(step))
+                self.contribute(step, self.steps.closed(step))
                 step += 1
         except BaseException as error:  # the training thread raises it at its next aggregation
             with self.changed:
                 self.failure = error
                 self.changed.notify_all()
-
-    def wait_until_closed(self, step):
-        """The ranks whose gradients step `step` applies, once it has closed."""
-        for _ in range(max(1, int(self.options.sync_timeout / WATCH_SECONDS))):
-            status = self.watch_client.watch(self.rank, step, False, WATCH_SECONDS)
-            if status["finished"]:
-                return status["arrived"]
-        give_up(f"step {step} did not close within {self.options.sync_timeout:g} s: another worker of the job has "
-                "probably died")
 
     def contribute(self, step, accepted):
         """Add this worker's gradient (or zeros) to the step's sum and apply the sum to W."""
@@ -200,6 +179,5 @@ class BackupSync(Scheme):
         """The model ends as W (the last step's weights on every worker)."""
         if hasattr(self, "weights"):
             self.take_newest_weights()
-        for client in (getattr(self, "client", None), getattr(self, "watch_client", None)):
-            if client is not None:
-                client.close()
+        if hasattr(self, "steps"):
+            self.steps.close()

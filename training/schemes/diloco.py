@@ -1,7 +1,7 @@
 """DiLoCo (Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models", 2023), composed
 from local SGD's parts: every worker runs H inner steps (--sync-interval) of an inner Adam (the paper's AdamW without
 its weight decay; lr -ll), then the average of the workers' deltas is applied to the global model by the paper's
-outer optimizer, Nesterov's momentum 0.9 at outer learning rate 0.7 (local_sgd.OuterOptimizer). A round lasts as
+outer optimizer, Nesterov's momentum 0.9 at outer learning rate 0.7 (averaging/outer.py). A round lasts as
 long as the slowest device's H steps, as FedAvg's.
 """
 from dataclasses import dataclass

@@ -8,14 +8,11 @@ What the global model does with the workers' average delta is its outer optimize
 optimizer of that name applied to the average as a pseudo-gradient (W minus the average model, -average delta),
 with learning rate -gl and momentum --server-momentum. sgd without momentum is the plain average move above.
 
-Against the drift of the workers' models on non-i.i.d. data: --proximal rho adds FedProx's (rho / 2) |x - W|^2 to
-the local steps' loss; --server-momentum beta moves W by a velocity of the averages (SlowMo, FedAvgM; with
---outer-optimizer nag Nesterov's, DiLoCo's outer step);
---normalised-averaging averages each worker's delta divided by its local work a_i (its steps with SGD, step_norm)
-and scales the average by the workers' mean a_i (FedNova, Wang et al. 2020): with ESync's unequal local steps a
-plain average weighs each worker by its steps, and the classes of the slow workers' shares nearly drop out of it;
---scaffold corrects every local step's gradient by c - c_i, SCAFFOLD's control variates, which travel with the
-deltas (twice the bytes).
+Against the drift of the workers' models on non-i.i.d. data, parts of their own (training/schemes/averaging/):
+--proximal rho adds FedProx's (rho / 2) |x - W|^2 to the local steps' loss and --scaffold corrects every local
+step's gradient by SCAFFOLD's control variates (corrections.py); --normalised-averaging weighs each worker's delta
+by its local work (FedNova, weighting.py); --server-momentum beta moves W by a velocity of the averages (SlowMo,
+FedAvgM; with --outer-optimizer nag Nesterov's, DiLoCo's outer step; outer.py).
 
 With --overlap (delayed averaging, as overlap local SGD): a worker sends its round's delta and goes on with the next
 round's local steps while the sum travels; at the end of that round it applies the average, keeping the progress
@@ -31,10 +28,12 @@ from dataclasses import dataclass
 from training import argtypes, runlog
 from training.lazy import mx
 from training.options import Options, OptionError, global_lr, local_lr, local_optimizer, option, proximal
+from training.schemes.averaging.corrections import corrections
+from training.schemes.averaging.outer import OUTER_OPTIMIZERS, OuterOptimizer
+from training.schemes.averaging.weighting import weighting
 from training.schemes.base import LocallyUpdating
 
 SMOOTHING = 0.2  # a new sample's weight in the times a worker reports: one step's or round's is noisy on shared cores
-OUTER_OPTIMIZERS = ("sgd", "nag", "adam")
 # The correction of non-i.i.d. drift chosen by measurement (docs/esync.md#non-iid-drift), --drift-correction: each
 # delta divided by the root of its steps, the global model moved by a velocity of the averages.
 DRIFT_CORRECTION = {"normalised_averaging": True, "normalisation_power": 0.5, "server_momentum": 0.8}
@@ -103,112 +102,40 @@ def delayed_average(weights, start, sent, move):
     weights += move - sent
 
 
-def step_norm(steps, momentum=0.0):
-    """FedNova's a_i of a worker that took `steps` local steps: the steps themselves with plain SGD; with momentum
-    beta, the summed coefficients of the gradients in its delta, (steps - beta (1 - beta^steps) / (1 - beta)) /
-    (1 - beta)."""
-    if not momentum:
-        return float(steps)
-    return (steps - momentum * (1 - momentum ** steps) / (1 - momentum)) / (1 - momentum)
-
-
-def normalised_weight(norm, power):
-    """What a worker's delta is divided by before it is summed, for its FedNova a_i (`norm`): a_i^power; and what
-    travels beside it for the scale, a_i^(1 - power)."""
-    return norm ** power, norm ** (1 - power)
-
-
-def normalised_scale(sum_norms, sum_complements, workers):
-    """The factor of the sum of the divided deltas (delta_i / a_i^p) that moves the global model by as many steps
-    as the workers' mean a_i, as the plain average does:
-        sum_i k a_i^-p a_i = sum_i a_i / n   =>   k = sum_i a_i / (n sum_i a_i^(1 - p))
-    (p = 1: k = mean a_i / n, FedNova's; p = 0: k = 1 / n, the plain average)."""
-    return sum_norms / (workers * sum_complements)
-
-
-def scaffold_change(local_cv, global_cv, delta, steps, lr):
-    """SCAFFOLD's control variates (Karimireddy et al. 2020, option II) after `steps` local steps of rate `lr` that
-    moved a worker from W by `delta`: its own variate becomes
-        c_i' = c_i - c - delta / (steps x lr)      (the mean corrected gradient of its steps)
-    in place; returns c_i' - c_i, whose average over the workers moves the global c."""
-    change = -global_cv - delta / (steps * lr)
-    local_cv += change
-    return change
-
-
-class OuterOptimizer:
-    """The global model's optimizer: per parameter, its move for the sum of the workers' deltas is what MXNet's
-    optimizer `rule` makes of that sum as a gradient rescaled by -scale (scale: 1 / workers, or FedNova's), a
-    pseudo-gradient of W, at learning rate -gl. Each move is computed as the update of a weight of zeros, the
-    optimizer's state (a velocity, Adam's moments) carried from round to round."""
-
-    def __init__(self, rule, momentum, like):
-        options = {"momentum": momentum} if rule in ("sgd", "nag") else {}
-        self.optimizer = mx.optimizer.create(rule, learning_rate=1.0, wd=0.0, **options)
-        self.moves = [mx.nd.zeros(a.shape, ctx=a.context, dtype=a.dtype) for a in like]
-        self.states = [self.optimizer.create_state(index, move) for index, move in enumerate(self.moves)]
-
-    def step(self, totals, scale, learning_rate):
-        """The moves (arrays of its own, valid until the next step) for the summed deltas `totals`."""
-        self.optimizer.set_learning_rate(learning_rate)
-        self.optimizer.rescale_grad = -scale
-        for index, (total, move, state) in enumerate(zip(totals, self.moves, self.states)):
-            move[:] = 0
-            self.optimizer.update(index, move, total, state)
-        return self.moves
-
-
 class DeltaAveraging(LocallyUpdating):
     kvstore = "dist_sync"
     reports_aggregation = False  # time every aggregation (aggregation_seconds; ESync's adaptive policy reads it)
     round_steps = 0              # local steps since the last delta was sent
 
+    def __init__(self, options, model, transport):
+        super().__init__(options, model, transport)
+        self.weighting = weighting(options)  # how a delta is weighted in the sum (training/schemes/averaging/)
+        self.corrections = corrections(options)  # what a local step adds to its gradient
+
     def setup(self):
-        if self.options.normalised_averaging:
-            # [the stop vote, this worker's a_i, a_i^(1 - power)], summed over the workers
-            self.control = mx.nd.zeros((3,))
+        options = self.options
+        if self.weighting.control_entries:
+            self.control = mx.nd.zeros((1 + self.weighting.control_entries,))  # after the stop vote, summed too
         self.broadcast_initial_weights()
-        self.local_trainer(self.options.local_lr, self.options.local_optimizer)
+        self.local_trainer(options.local_lr, options.local_optimizer)
         self.start = [[d.copy() for d in p.list_data()] for p in self.model.trainable]
         self.delta = self.zeros_like_weights()
         self.buffers = self.exchanged(self.delta)
         self.sum_keys = self.keys
-        if self.options.scaffold:
-            self.set_up_control_variates()
-        self.outer = OuterOptimizer(self.options.outer_optimizer, self.options.server_momentum, self.delta)
+        for correction in self.corrections:
+            keys, arrays = correction.setup(self)
+            self.sum_keys, self.buffers = self.sum_keys + keys, self.buffers + list(arrays)
+        self.outer = OuterOptimizer(options.outer_optimizer, options.server_momentum, self.delta)
         self.aggregation_seconds = None  # smoothed: how long an aggregation takes, when reports_aggregation
-        self.model.steps_overlap_transfers = self.options.overlap
+        self.model.steps_overlap_transfers = options.overlap
         self.pending = None              # --overlap: the sum in flight
         self.applied_in_flight = None    # --overlap: how long the average applied this round travelled
-        if self.options.overlap:
+        if options.overlap:
             self.sent = self.zeros_like_weights()
 
     def zeros_like_weights(self):
         """One zero array per trainable parameter, on the first device."""
         return [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
-
-    def set_up_control_variates(self):
-        """SCAFFOLD's variates: the global c, this worker's c_i, and the change of c_i each round sends, on keys of
-        their own after the control key (all zero at first)."""
-        self.global_cv, self.local_cv = self.zeros_like_weights(), self.zeros_like_weights()
-        self.cv_change, self.correction = self.zeros_like_weights(), self.zeros_like_weights()
-        cv_keys = [self.control_key + 1 + i for i in range(len(self.cv_change))]
-        self.transport.declare(cv_keys, self.cv_change)
-        self.sum_keys = self.keys + cv_keys
-        self.buffers = self.buffers + self.cv_change
-
-    def change_control_variates(self, steps):
-        """Before the deltas are sent: this round's change of c_i into the buffers that travel with them."""
-        lr = self.options.local_lr * self.lr_factor
-        for local, global_, delta, change in zip(self.local_cv, self.global_cv, self.delta, self.cv_change):
-            scaffold_change(local, global_, delta, steps, lr).copyto(change)
-
-    def apply_control_variates(self):
-        """Once the sums are there: c moves by the average change, and each step's correction becomes c - c_i."""
-        for local, global_, change, correction in zip(self.local_cv, self.global_cv, self.cv_change,
-                                                      self.correction):
-            global_ += change / self.num_workers
-            mx.nd.elemwise_sub(global_, local, out=correction)
 
     def aggregate(self, stop_vote):
         if self.options.overlap:
@@ -223,8 +150,8 @@ class DeltaAveraging(LocallyUpdating):
             for entry in self.buffers:
                 entry.wait_to_read()  # the loop waits for the update anyway: this only times the sum apart from it
             self.observe_aggregation(time.perf_counter() - started)
-        if self.options.scaffold:
-            self.apply_control_variates()
+        for correction in self.corrections:
+            correction.after_sum(self)
         for p, move, starts in zip(self.model.trainable, self.global_moves(), self.start):
             for data, start in zip(p.list_data(), starts):
                 start += move.as_in_context(start.context)
@@ -257,8 +184,8 @@ class DeltaAveraging(LocallyUpdating):
         pending.wait()
         self.applied_in_flight = pending.seconds
         self.observe_aggregation(pending.seconds)
-        if self.options.scaffold:
-            self.apply_control_variates()
+        for correction in self.corrections:
+            correction.after_sum(self)
         for p, move, starts, sent in zip(self.model.trainable, self.global_moves(), self.start, self.sent):
             for data, start in zip(p.list_data(), starts):
                 delayed_average(data, start, sent.as_in_context(start.context), move.as_in_context(start.context))
@@ -275,8 +202,9 @@ class DeltaAveraging(LocallyUpdating):
 
     def fill_buffers(self, stop_vote, keep_sent=False):
         """What this round sends: its delta (weights - W; `keep_sent`: also kept in `sent` as it is, the progress
-        this worker really made), SCAFFOLD's change of c_i, the delta divided by FedNova's a_i (which travels beside
-        the stop vote), whatever a Byzantine worker does to it, the stop vote and the BatchNorm statistics."""
+        this worker really made), what the corrections send with it (SCAFFOLD's change of c_i), the delta as the
+        weighting weighs it (with what travels beside the stop vote), whatever a Byzantine worker does to it, the
+        stop vote and the BatchNorm statistics."""
         ctx0 = self.model.ctxs[0]
         for p, delta, start in zip(self.model.trainable, self.delta, self.start):
             mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
@@ -284,25 +212,16 @@ class DeltaAveraging(LocallyUpdating):
             for delta, sent in zip(self.delta, self.sent):
                 delta.copyto(sent)
         steps, self.round_steps = max(self.round_steps, 1), 0
-        if self.options.scaffold:
-            self.change_control_variates(steps)
-        if self.options.normalised_averaging:
-            norm = step_norm(steps, self.options.momentum)
-            divisor, complement = normalised_weight(norm, self.options.normalisation_power)
-            self.control[1], self.control[2] = norm, complement
-            for delta in self.delta:
-                delta /= divisor
+        for correction in self.corrections:
+            correction.before_send(self, steps)
+        self.weighting.weigh(self.delta, steps, self.control)
         self.corrupt(self.delta)
         self.control[0] = float(stop_vote)
         self.stats.gather()
 
     def global_moves(self):
         """Per trainable parameter, the global model's move for the sums now in the delta buffers."""
-        if self.options.normalised_averaging:
-            sum_norms, sum_complements = self.control[1:3].asnumpy()
-            scale = normalised_scale(sum_norms, sum_complements, self.averaged_workers())
-        else:
-            scale = 1.0 / self.averaged_workers()
+        scale = self.weighting.scale(self.control, self.averaged_workers())
         return self.outer.step(self.delta, scale, self.options.global_lr * self.lr_factor)
 
     def averaged_workers(self):
@@ -311,12 +230,8 @@ class DeltaAveraging(LocallyUpdating):
 
     def local_step(self):
         self.model.reduce_gradients()
-        if self.options.proximal:
-            self.add_proximal_gradient(self.options.proximal, self.start)
-        if self.options.scaffold:
-            for p, correction in zip(self.model.trainable, self.correction):
-                for grad in p.list_grad():
-                    grad += correction.as_in_context(grad.context)
+        for correction in self.corrections:
+            correction.correct(self)
         self.trainer.update(1)
         self.round_steps += 1
 
