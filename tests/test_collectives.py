@@ -380,7 +380,6 @@ def test_only_the_segments_a_job_left_and_no_process_maps_are_removed():
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # waits on a signal, measures nothing
 def test_a_rank_sent_sigquit_says_it_was_interrupted_and_the_job_fails(processes, tmp_path):
     log_dir = str(tmp_path / "logs")
     job = start_mpi_job(processes, "quit", log_dir, [(2, ["-m", "sync", "--collective", "ring", *LENET_ARGS,

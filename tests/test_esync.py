@@ -82,7 +82,6 @@ def test_plan_policy_workers_do_the_steps_the_state_server_plans_and_the_slow_on
         assert planned == 1 if rank == slow else planned > 2, (rank, planned)
 
 
-@pytest.mark.beside_others  # counts steps the state server planned, whatever their times
 def test_a_rule_kept_outside_the_project_runs_a_real_job_with_the_real_state_server(processes, tmp_path,
                                                                                    monkeypatch):
     """One module (tests/example_rule.py) named in ESYNC_RULE_MODULES: the Django state server answers the job by it

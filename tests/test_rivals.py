@@ -79,7 +79,6 @@ def test_fedavg_workers_do_the_same_local_steps_hold_the_same_weights_and_learn(
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # counts steps and compares weights, whatever their times
 def test_a_composition_kept_outside_the_project_is_a_mode_of_its_own_and_trains(processes, tmp_path, monkeypatch):
     """One module (tests/example_composition.py, FedAdam from FedAvg's rounds and the outer Adam) named in
     ESYNC_MODE_MODULES is a -m mode of the job's processes."""
