@@ -8,6 +8,7 @@
   their speed (the emulated slowdown, and the samples/s each trained in ESync).
 """
 import os
+import textwrap
 
 import matplotlib
 
@@ -144,11 +145,15 @@ def draw_figure5(grid_runs, network, cluster_modes, names):
     return fig
 
 
+CAPTION_WIDTH = 150  # characters of a caption line: the links of runs taken in several sittings make long captions
+
+
 def caption_links(fig, links):
-    """The links the runs had, as a second line of the title."""
+    """The links the runs had, below the title, in lines that fit the figure."""
     if links:
         title = fig.get_suptitle()
-        fig.suptitle((title + "\n" if title else "") + f"links: {'; '.join(links)}", fontsize="small", wrap=True)
+        caption = textwrap.fill(f"links: {'; '.join(links)}", CAPTION_WIDTH)
+        fig.suptitle((title + "\n" if title else "") + caption, fontsize="small")
 
 
 def draw_all(report, grid_runs, cluster_modes, out_dir):

@@ -83,8 +83,8 @@ import logging, os, signal, sys, time
 from training.faults import failures
 logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
 failures.end_on_interrupts(logging.getLogger("main"))
-print("ready", flush=True)
 try:
+    print("ready", flush=True)
     time.sleep(30)
 except KeyboardInterrupt:
     pass  # dropped
