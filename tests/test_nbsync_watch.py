@@ -1,7 +1,6 @@
 """NBSSGD's watcher thread (coordination/rules/nbsync.py: what it asks the state server, and when it stops), against a scripted client: the case
 of a state server that restarted and lost what it had been told."""
 import threading
-from types import SimpleNamespace
 
 from coordination.rules.nbsync import Arrivals, RoundWatch
 
@@ -19,7 +18,10 @@ class LostArrivalServer:
 
 
 def watcher(client, sync_timeout=30.0):
-    return SimpleNamespace(rank=1, watch_client=client, sync_timeout=sync_timeout)
+    """Worker 1's side with `client` as its long-polling client (no connection of its own)."""
+    arrivals = object.__new__(Arrivals)
+    arrivals.rank, arrivals.watch_client, arrivals.sync_timeout = 1, client, sync_timeout
+    return arrivals
 
 
 def run_watch(arrivals, watch, timeout=10.0):

@@ -10,9 +10,10 @@ the catalog. Importing the catalog imports no scheme of the project's own; a sch
 first uses it (training/lazy.py).
 """
 import importlib
-import os
 import sys
 from dataclasses import dataclass
+
+from training import plugins
 
 
 @dataclass(frozen=True)
@@ -93,18 +94,14 @@ EXTRA_MODULES_VARIABLE = "ESYNC_MODE_MODULES"
 
 
 def with_extra_modes(catalog):
-    """The catalog and the modes of the modules ESYNC_MODE_MODULES names; a module that cannot be imported or a
-    name the catalog has ends the process in one line, before it joins any job."""
-    names = [name.strip() for name in os.environ.get(EXTRA_MODULES_VARIABLE, "").split(",") if name.strip()]
+    """The catalog and the modes of the modules ESYNC_MODE_MODULES names; a name the catalog has ends the process
+    in one line, before it joins any job."""
     catalog = dict(catalog)
-    for name in names:
-        try:
-            mode = importlib.import_module(name).MODE
-        except (ImportError, AttributeError) as err:
-            sys.exit(f"{EXTRA_MODULES_VARIABLE}: {err}")
-        if mode.name in catalog:
-            sys.exit(f"{EXTRA_MODULES_VARIABLE}: {name} defines the mode {mode.name!r}, which the catalog has")
-        catalog[mode.name] = mode
+    for module in plugins.named_modules(EXTRA_MODULES_VARIABLE, "MODE"):
+        if module.MODE.name in catalog:
+            sys.exit(f"{EXTRA_MODULES_VARIABLE}: {module.__name__} defines the mode {module.MODE.name!r}, which "
+                     "the catalog has")
+        catalog[module.MODE.name] = module.MODE
     return catalog
 
 

@@ -107,13 +107,11 @@ class _Loader(importlib.machinery.SourceFileLoader):
     def exec_module(self, module):
         if module.__name__ in GENERATING_MODULES:
             module.exec = self.cache.exec_in(module.__dict__)  # shadows the builtin for that module alone
-        if module.__name__ == "mxnet":
-            with scipy_hidden():
-                super().exec_module(module)
-        else:
+        if module.__name__ != "mxnet":
+            return super().exec_module(module)
+        with scipy_hidden():
             super().exec_module(module)
-        if module.__name__ == "mxnet":  # the whole package has been imported: every operator is registered
-            self.cache.save()
+        self.cache.save()  # the whole package has been imported: every operator is registered
 
 
 class _Finder:

@@ -2,24 +2,13 @@
 Adding a rule is one module that defines NAME and RULE (a rules.base.Rule) and one entry in MODULES. A rule kept
 outside the project is a module named in ESYNC_RULE_MODULES (import paths, comma-separated), set for every process
 of the job: the state server answers by it and ESync's workers take it as an --esync-policy."""
-import importlib
-import os
 import sys
 
 from coordination.rules import adaptive, apply, backup, nbsync, nonblocking, plan
+from training import plugins
 
 MODULES = (apply, plan, nonblocking, adaptive, nbsync, backup)
 EXTRA_MODULES_VARIABLE = "ESYNC_RULE_MODULES"
-
-
-def extra_modules():
-    """The modules ESYNC_RULE_MODULES names; one that cannot be imported ends the process in one line, before it
-    joins any job."""
-    names = [name.strip() for name in os.environ.get(EXTRA_MODULES_VARIABLE, "").split(",") if name.strip()]
-    try:
-        return tuple(importlib.import_module(name) for name in names)
-    except ImportError as err:
-        sys.exit(f"{EXTRA_MODULES_VARIABLE}: {err}")
 
 
 def registry(modules):
@@ -33,5 +22,5 @@ def registry(modules):
     return rules
 
 
-RULES = registry((*MODULES, *extra_modules()))
+RULES = registry((*MODULES, *plugins.named_modules(EXTRA_MODULES_VARIABLE, "RULE")))
 ESYNC_POLICIES = tuple(name for name, rule in RULES.items() if rule.esync)

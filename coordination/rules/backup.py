@@ -2,15 +2,11 @@
 this one was among them); a worker that arrives later is told it is late, and its gradient is dropped. Workers
 learn that a step closed, and whose gradients it holds, by long-polling /watch/. The worker's side, Steps, is what
 the scheme (training/schemes/backup.py) asks."""
-import threading
-
 from coordination.records import FieldError
-from coordination.rules.base import Rule
+from coordination.rules.base import WATCH_SECONDS, LongPolling, Rule
 from training.faults.watchdog import give_up
-from training.transport.state_client import StateClient
 
 NAME = "backup"
-WATCH_SECONDS = 2.0  # one long-poll; the aggregator asks again until the step closes
 
 
 class Backup(Rule):
@@ -45,24 +41,12 @@ class Backup(Rule):
 RULE = Backup(NAME)
 
 
-class Steps:
-    """A worker's side: the job set up on the state server (rank 0), whether a gradient is among its step's first
-    `accept` (the training thread), and whose gradients a step holds once it has closed (the aggregator thread,
-    long-polling on a client of its own)."""
+class Steps(LongPolling):
+    """A worker's side: whether a gradient is among its step's first `accept` (the training thread), and whose
+    gradients a step holds once it has closed (the aggregator thread, on the long-polling client)."""
 
     def __init__(self, address, rank, num_workers, accept, sync_timeout):
-        self.rank, self.num_workers, self.accept, self.sync_timeout = rank, num_workers, accept, sync_timeout
-        self.client = StateClient(*address, retry_for=sync_timeout, on_not_initialised=self.set_up_job_again)
-        self.watch_client = StateClient(*address, retry_for=sync_timeout, timeout=WATCH_SECONDS + 10,
-                                        on_not_initialised=self.set_up_job_again)
-        self.init_lock = threading.Lock()
-
-    def set_up_job(self):
-        self.client.init(self.num_workers, policy=NAME, accept=self.accept)
-
-    def set_up_job_again(self):
-        with self.init_lock:  # the training thread and the aggregator may both find out
-            self.client.init_again_if_lost(self.num_workers, policy=NAME, accept=self.accept)
+        super().__init__(address, rank, num_workers, sync_timeout, policy=NAME, accept=accept)
 
     def accepted(self, t):
         """This worker's gradient for step t is ready: whether the step takes it."""
@@ -70,13 +54,9 @@ class Steps:
 
     def closed(self, step):
         """The ranks whose gradients step `step` applies, once it has closed."""
-        for _ in range(max(1, int(self.sync_timeout / WATCH_SECONDS))):
+        for _ in self.watches():
             status = self.watch_client.watch(self.rank, step, False, WATCH_SECONDS)
             if status["finished"]:
                 return status["arrived"]
         give_up(f"step {step} did not close within {self.sync_timeout:g} s: another worker of the job has "
                 "probably died")
-
-    def close(self):
-        for client in (self.client, self.watch_client):
-            client.close()

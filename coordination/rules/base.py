@@ -4,7 +4,12 @@ its module overrides what it answers differently. Every method is a pure functio
 
 An ESync rule's module holds its worker side too, a Worker: what an ESync worker (training/schemes/esync.py) asks
 the state server and when, what it does with the answer, and what it logs of it."""
+import threading
+
 from coordination import records
+from training.transport.state_client import StateClient
+
+WATCH_SECONDS = 2.0  # one long-poll of /watch/; a worker asks again until the answer it waits for comes
 
 
 class Worker:
@@ -30,6 +35,36 @@ class Worker:
 
     def record(self, record):
         """What the round's record logs of the rule, added to `record`."""
+
+
+class LongPolling:
+    """The worker side of a rule whose workers long-poll /watch/ (NBSSGD's rounds, the backup workers' steps): a
+    client for their requests, one for the long-polls (another thread's), and the job's set-up, by rank 0 and again
+    by the first worker to find a restarted state server without it. `settings`: what /init/ sends besides the
+    workers."""
+
+    def __init__(self, address, rank, num_workers, sync_timeout, **settings):
+        self.rank, self.num_workers, self.sync_timeout, self.settings = rank, num_workers, sync_timeout, settings
+        self.client = StateClient(*address, retry_for=sync_timeout, on_not_initialised=self.set_up_job_again)
+        self.watch_client = StateClient(*address, retry_for=sync_timeout, timeout=WATCH_SECONDS + 10,
+                                        on_not_initialised=self.set_up_job_again)
+        self.init_client = StateClient(*address, retry_for=sync_timeout)
+        self.init_lock = threading.Lock()
+
+    def set_up_job(self):
+        self.init_client.init(self.num_workers, **self.settings)
+
+    def set_up_job_again(self):
+        with self.init_lock:  # both threads may find out at once
+            self.init_client.init_again_if_lost(self.num_workers, **self.settings)
+
+    def watches(self):
+        """As many long-polls as fit in the sync timeout."""
+        return range(max(1, int(self.sync_timeout / WATCH_SECONDS)))
+
+    def close(self):
+        for client in (self.client, self.watch_client, self.init_client):
+            client.close()
 
 
 class Rule:

@@ -8,13 +8,11 @@ the worker's side, Arrivals, is what NBSSGD's scheme (training/schemes/nbsync.py
 import concurrent.futures
 import threading
 
-from coordination.rules.base import Rule
+from coordination.rules.base import WATCH_SECONDS, LongPolling, Rule
 from training.faults.watchdog import give_up
-from training.transport.state_client import StateClient
 
 NAME = "nbsync"
 RULE = Rule(NAME)
-WATCH_SECONDS = 2.0  # one long-poll; the watcher asks again until the round's answer comes
 
 
 class RoundWatch:
@@ -27,30 +25,16 @@ class RoundWatch:
         self.gathered = threading.Event()   # every worker arrived
 
 
-class Arrivals:
-    """A worker's side: the job set up on the state server (rank 0), a background long-poll per round (so checking
-    its answers between parts is free), and the worker's arrival at a part boundary."""
+class Arrivals(LongPolling):
+    """A worker's side: a background long-poll per round (so checking its answers between parts is free), and the
+    worker's arrival at a part boundary. After a restart of the state server, the watchers of workers that had
+    arrived repeat their arrival, and the job set up again counts the round in progress as gathered once anyone has
+    arrived (above)."""
 
     def __init__(self, address, rank, num_workers, sync_timeout):
-        self.rank, self.num_workers, self.sync_timeout = rank, num_workers, sync_timeout
-        self.client = StateClient(*address, retry_for=sync_timeout, on_not_initialised=self.set_up_job_again)
-        self.watch_client = StateClient(*address, retry_for=sync_timeout, timeout=WATCH_SECONDS + 10,
-                                        on_not_initialised=self.set_up_job_again)
-        self.init_client = StateClient(*address, retry_for=sync_timeout)
-        self.init_lock = threading.Lock()
+        super().__init__(address, rank, num_workers, sync_timeout, policy=NAME)
         self.watcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nbsync-watch")
         self.round = self.watching = None
-
-    def set_up_job(self):
-        self.init_client.init(self.num_workers, policy=NAME)
-
-    def set_up_job_again(self):
-        """A restarted state server has no job: the first worker to find out sets it up again (not rank 0 alone,
-        which may be waiting in the aggregation). The watchers of workers that had arrived repeat their arrival, and
-        the resumed job counts the round in progress as gathered once anyone has arrived: a worker told "gathered"
-        just before the restart already waits in the aggregation and will not arrive again."""
-        with self.init_lock:  # both threads may find out at once
-            self.init_client.init_again_if_lost(self.num_workers, policy=NAME)
 
     def begin_round(self, t):
         self.round = RoundWatch(t)
@@ -90,7 +74,7 @@ class Arrivals:
         # loop's watchdog would never fire: this thread bounds the wait.
         if not watch.arrived.wait(self.sync_timeout):
             give_up(f"round {watch.t} finished but no local step ended within {self.sync_timeout:g} s")
-        for _ in range(max(1, int(self.sync_timeout / WATCH_SECONDS))):
+        for _ in self.watches():
             if over():
                 return
             status = self.watch_client.watch(self.rank, watch.t, True, WATCH_SECONDS, still_wanted=wanted)
@@ -102,5 +86,4 @@ class Arrivals:
 
     def close(self):
         self.watcher.shutdown(wait=False, cancel_futures=True)
-        for client in (self.client, self.init_client):
-            client.close()
+        super().close()

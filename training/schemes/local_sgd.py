@@ -150,8 +150,6 @@ class DeltaAveraging(LocallyUpdating):
             for entry in self.buffers:
                 entry.wait_to_read()  # the loop waits for the update anyway: this only times the sum apart from it
             self.observe_aggregation(time.perf_counter() - started)
-        for correction in self.corrections:
-            correction.after_sum(self)
         for p, move, starts in zip(self.model.trainable, self.global_moves(), self.start):
             for data, start in zip(p.list_data(), starts):
                 start += move.as_in_context(start.context)
@@ -184,8 +182,6 @@ class DeltaAveraging(LocallyUpdating):
         pending.wait()
         self.applied_in_flight = pending.seconds
         self.observe_aggregation(pending.seconds)
-        for correction in self.corrections:
-            correction.after_sum(self)
         for p, move, starts, sent in zip(self.model.trainable, self.global_moves(), self.start, self.sent):
             for data, start in zip(p.list_data(), starts):
                 delayed_average(data, start, sent.as_in_context(start.context), move.as_in_context(start.context))
@@ -220,7 +216,10 @@ class DeltaAveraging(LocallyUpdating):
         self.stats.gather()
 
     def global_moves(self):
-        """Per trainable parameter, the global model's move for the sums now in the delta buffers."""
+        """Per trainable parameter, the global model's move for the sums now in the delta buffers (which the
+        corrections read first)."""
+        for correction in self.corrections:
+            correction.after_sum(self)
         scale = self.weighting.scale(self.control, self.averaged_workers())
         return self.outer.step(self.delta, scale, self.options.global_lr * self.lr_factor)
 
