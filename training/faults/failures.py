@@ -76,20 +76,31 @@ INTERRUPT_GRACE = 1.0  # seconds an interrupted cluster process's KeyboardInterr
 
 
 def end_on_interrupts(logger):
-    """A cluster process ends on an interrupt even where Python drops it: a KeyboardInterrupt raised while a
-    destructor runs (MXNet's arrays free themselves in one) is printed and swallowed, and the rank would go on, its
-    peers' aggregation waiting for it. SIGINT raises KeyboardInterrupt as usual, and if the process still runs
-    INTERRUPT_GRACE s later it logs "interrupted" and ends with exit 130; SIGQUIT, which mpiexec.gforker sent a rank
-    its SIGINT had not ended, does so at once (without it the rank would die of the signal without a word, and
-    mpiexec exit 0)."""
-    def interrupted(signum, frame):
-        fallback = threading.Timer(INTERRUPT_GRACE, end_interrupted, args=(logger,))
-        fallback.daemon = True
-        fallback.start()
-        raise KeyboardInterrupt
+    """A cluster process ends on an interrupt even where Python drops it or cannot run its handler. Python runs a
+    signal's handler in the main thread between two bytecodes: a KeyboardInterrupt raised while a destructor runs
+    (MXNet's arrays free themselves in one) is printed and swallowed, and a main thread blocked in a C call (an MPI
+    receive from a rank that is gone, a kvstore pull) never gets to the handler at all; the rank would go on, its
+    peers' aggregation waiting for it. So the signals also reach a thread of their own through Python's wakeup file
+    descriptor: on SIGINT, the main thread gets its KeyboardInterrupt as usual, and if the process still runs
+    INTERRUPT_GRACE s later it logs "interrupted" and ends with exit 130; SIGQUIT, which mpiexec.gforker sends a rank
+    its SIGINT has not ended, does so at once."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGQUIT, lambda signum, frame: None)  # ended by the watching thread
+    threading.Thread(target=_watch_interrupts, args=(read_end, logger), name="interrupts", daemon=True).start()
 
-    signal.signal(signal.SIGINT, interrupted)
-    signal.signal(signal.SIGQUIT, lambda signum, frame: end_interrupted(logger))
+
+def _watch_interrupts(read_end, logger):
+    fallback = threading.Timer(INTERRUPT_GRACE, end_interrupted, args=(logger,))
+    fallback.daemon = True
+    while True:
+        for signum in os.read(read_end, 64):
+            if signum == signal.SIGQUIT:
+                end_interrupted(logger)
+            elif signum == signal.SIGINT and not fallback.is_alive():
+                fallback.start()
 
 
 def end_interrupted(logger):
