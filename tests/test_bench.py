@@ -20,6 +20,7 @@ def test_whole_step_bound_counts_the_whole_steps_that_fit_in_the_slowest_one(ste
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others  # it checks that every section is produced, no speed
 def test_quick_benchmark_writes_every_section(tmp_path):
     result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--out", str(tmp_path)], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)

@@ -175,16 +175,21 @@ def test_tifl_trains_one_tier_a_round_the_others_sit_out_and_every_worker_stays_
 
     profiling = 5  # --tier-interval: the first rounds measure everyone
     assert not any(r.get(runlog.SAT_OUT) for rounds in records.values() for r in rounds[:profiling])
-    tiers = set()
+    tiers = []
     for n in range(60):
         trained = {rank for rank, rounds in records.items() if not rounds[n].get(runlog.SAT_OUT)}
         assert all(rounds[n][runlog.TIER] == (None if n < profiling else sorted(trained))
                    for rounds in records.values())
-        tiers.add(tuple(sorted(trained)))
+        tiers.append(tuple(sorted(trained)))
         for rank, rounds in records.items():
             if rank not in trained:
                 assert runlog.local_steps(rounds[n]) == 0 and rounds[n]["num_samples"] == 0
-    assert tiers == {(0, 1, 2), tuple(sorted(set(records) - {slow})), (slow,)}  # the slow worker is a tier alone
+    # Two tiers of three workers: the two fastest, and the slowest alone. The tiers are made again from the measured
+    # step times every --tier-interval rounds, so on a busy machine a fast worker may for a while measure slower
+    # than the slow one; most rounds of a single worker are the slow worker's.
+    assert set(tiers[:profiling]) == {(0, 1, 2)} and {len(t) for t in tiers[profiling:]} == {1, 2}
+    alone = collections.Counter(t for t in tiers[profiling:] if len(t) == 1)
+    assert alone.most_common(1)[0][0] == (slow,), alone
     assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.8
     network_dir = os.path.dirname(os.path.dirname(os.path.dirname(job[0].folder)))
     run = summary.summarize_mode(network_dir, "tifl")  # it reads rounds sat out
