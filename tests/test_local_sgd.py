@@ -13,7 +13,7 @@ from training.schemes.averaging.corrections import ProximalTerm, Scaffold, corre
 from training.schemes.averaging.outer import OuterOptimizer
 from training.schemes.averaging.weighting import (NormalisedAverage, PlainAverage, normalised_scale,
                                                   normalised_weight, step_norm, weighting)
-from training.schemes.local_sgd import delayed_average
+from training.schemes.averaging.timing import delayed_average
 
 
 def global_move(total, scale, outer=None, learning_rate=1.0):

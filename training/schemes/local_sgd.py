@@ -14,22 +14,19 @@ step's gradient by SCAFFOLD's control variates (corrections.py); --normalised-av
 by its local work (FedNova, weighting.py); --server-momentum beta moves W by a velocity of the averages (SlowMo,
 FedAvgM; with --outer-optimizer nag Nesterov's, DiLoCo's outer step; outer.py).
 
-With --overlap (delayed averaging, as overlap local SGD): a worker sends its round's delta and goes on with the next
-round's local steps while the sum travels; at the end of that round it applies the average, keeping the progress
-made meanwhile (delayed_average), and sends that progress. W, the global model, is then the same on every worker
-after each applied average; a worker's weights are W plus its own steps since it sent. When any worker votes to
-stop, every worker learns it from that round's average, at the end of the next round, and all end there with one
-blocking aggregation of what is left: they stop with identical weights, one round after the stop condition.
+When the average reaches the workers is the last part (timing.py): at once, or with --overlap a round late while
+they run the next round's local steps (delayed averaging, as overlap local SGD).
 """
 import time
 from dataclasses import dataclass
 
 
-from training import argtypes, runlog
+from training import argtypes
 from training.lazy import mx
 from training.options import Options, OptionError, global_lr, local_lr, local_optimizer, option, proximal
 from training.schemes.averaging.corrections import corrections
 from training.schemes.averaging.outer import OUTER_OPTIMIZERS, OuterOptimizer
+from training.schemes.averaging.timing import timing
 from training.schemes.averaging.weighting import weighting
 from training.schemes.base import LocallyUpdating
 
@@ -94,14 +91,6 @@ class LocalSGDOptions(Options):
             setattr(args, name, value)
 
 
-def delayed_average(weights, start, sent, move):
-    """Apply a move of the global model that arrived a round late, in place (numpy or MXNet arrays alike):
-        start   += move           the global model W moves (its outer optimizer's step for the deltas sent)
-        weights += move - sent    W plus this worker's progress since it sent `sent` (= weights - start then)"""
-    start += move
-    weights += move - sent
-
-
 class DeltaAveraging(LocallyUpdating):
     kvstore = "dist_sync"
     reports_aggregation = False  # time every aggregation (aggregation_seconds; ESync's adaptive policy reads it)
@@ -127,20 +116,15 @@ class DeltaAveraging(LocallyUpdating):
             self.sum_keys, self.buffers = self.sum_keys + keys, self.buffers + list(arrays)
         self.outer = OuterOptimizer(options.outer_optimizer, options.server_momentum, self.delta)
         self.aggregation_seconds = None  # smoothed: how long an aggregation takes, when reports_aggregation
-        self.model.steps_overlap_transfers = options.overlap
-        self.pending = None              # --overlap: the sum in flight
-        self.applied_in_flight = None    # --overlap: how long the average applied this round travelled
-        if options.overlap:
-            self.sent = self.zeros_like_weights()
+        self.timing = timing(self)       # when the average reaches the workers (training/schemes/averaging/)
+        self.model.steps_overlap_transfers = self.timing.overlaps
 
     def zeros_like_weights(self):
         """One zero array per trainable parameter, on the first device."""
         return [mx.nd.zeros(p.shape, ctx=self.model.ctxs[0], dtype=p.dtype) for p in self.model.trainable]
 
     def aggregate(self, stop_vote):
-        if self.options.overlap:
-            return self.aggregate_overlapped(stop_vote)
-        return self.aggregate_now(stop_vote)
+        return self.timing.aggregate(stop_vote)
 
     def aggregate_now(self, stop_vote):
         started = time.perf_counter()
@@ -157,56 +141,22 @@ class DeltaAveraging(LocallyUpdating):
         self.stats.scatter(1.0 / self.num_workers)
         return stop_vote or self.stop_requested()
 
-    def aggregate_overlapped(self, stop_vote):
-        arrived_statistics = None
-        if self.pending is not None:
-            arrived_statistics = self.apply_arrived()
-            if self.stop_requested():
-                return self.aggregate_now(True)
-        # A vote to stop travels with this round's delta: the voter trains one more round like everyone else, since
-        # under the apply policy the others' round would wait for it to step (a stopped slowest never gets there).
-        self.send(stop_vote)
-        if arrived_statistics is not None:
-            self.stats.scatter(1.0 / self.num_workers, source=arrived_statistics)
-        return False
-
-    def send(self, stop_vote):
-        """Start the sum of this round's delta (weights - W) and go on."""
-        self.fill_buffers(stop_vote, keep_sent=True)
-        self.pending = self.transport.start_sum(self.sum_keys, self.buffers)
-
-    def apply_arrived(self):
-        """Wait for the sum in flight and apply it (delayed_average); the summed BatchNorm statistics it brought
-        (a copy, or None), to be set once this round's own have been sent."""
-        pending, self.pending = self.pending, None
-        pending.wait()
-        self.applied_in_flight = pending.seconds
-        self.observe_aggregation(pending.seconds)
-        for p, move, starts, sent in zip(self.model.trainable, self.global_moves(), self.start, self.sent):
-            for data, start in zip(p.list_data(), starts):
-                delayed_average(data, start, sent.as_in_context(start.context), move.as_in_context(start.context))
-        return self.stats.buffer.copy() if self.stats else None
-
     def round_record(self):
-        """With --overlap: how long the average applied this round travelled (the round's aggregation phase is
-        only the part of it the worker waited for)."""
         record = super().round_record()
-        if self.applied_in_flight is not None:
-            record[runlog.AVERAGE_IN_FLIGHT] = self.applied_in_flight
-            self.applied_in_flight = None
+        self.timing.record(record)
         return record
 
-    def fill_buffers(self, stop_vote, keep_sent=False):
-        """What this round sends: its delta (weights - W; `keep_sent`: also kept in `sent` as it is, the progress
-        this worker really made), what the corrections send with it (SCAFFOLD's change of c_i), the delta as the
+    def fill_buffers(self, stop_vote, keep=None):
+        """What this round sends: its delta (weights - W; copied as it is into `keep` when given: the progress this
+        worker really made), what the corrections send with it (SCAFFOLD's change of c_i), the delta as the
         weighting weighs it (with what travels beside the stop vote), whatever a Byzantine worker does to it, the
         stop vote and the BatchNorm statistics."""
         ctx0 = self.model.ctxs[0]
         for p, delta, start in zip(self.model.trainable, self.delta, self.start):
             mx.nd.elemwise_sub(p.data(ctx0), start[0], out=delta)
-        if keep_sent:
-            for delta, sent in zip(self.delta, self.sent):
-                delta.copyto(sent)
+        if keep is not None:
+            for delta, kept in zip(self.delta, keep):
+                delta.copyto(kept)
         steps, self.round_steps = max(self.round_steps, 1), 0
         for correction in self.corrections:
             correction.before_send(self, steps)
@@ -238,23 +188,11 @@ class DeltaAveraging(LocallyUpdating):
         self.aggregation_seconds = smoothed(self.aggregation_seconds, seconds)
 
     def settle(self):
-        """Wait for the weights only: with --overlap a sum is still in flight, and waiting for it would undo the
-        overlap."""
-        if not self.options.overlap:
-            return super().settle()
-        for p in self.model.trainable:
-            for data in p.list_data():
-                data.wait_to_read()
+        self.timing.settle(super().settle)
 
     def global_arrays(self):
-        """With --overlap the global model W (the same on every worker), not the weights (W plus this worker's
-        progress since it sent)."""
-        if not self.options.overlap:
-            return super().global_arrays()
-        return [starts[0] for starts in self.start] + [p.data(self.model.ctxs[0]) for p in self.model.aux]
+        return self.timing.global_arrays(super().global_arrays)
 
     def finish(self):
-        if self.pending is not None:  # training ended by a failure: nothing will apply it
-            self.pending.abandon()
-            self.pending = None
+        self.timing.finish()
         super().finish()

@@ -109,8 +109,8 @@ class TiFL(FixedLocalSteps, DeltaAveraging):
         self.recent.append(step_seconds)
         return super().round_done(steps, step_seconds)
 
-    def fill_buffers(self, stop_vote, keep_sent=False):
-        super().fill_buffers(stop_vote, keep_sent)
+    def fill_buffers(self, stop_vote, keep=None):
+        super().fill_buffers(stop_vote, keep)
         n = self.num_workers
         self.control[1] = 0.0 if self.sits_out() else 1.0
         self.control[FIXED + self.rank] = statistics.median(self.recent) if self.recent else 0.0

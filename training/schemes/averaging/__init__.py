@@ -5,5 +5,7 @@ options and tested alone (tests/test_local_sgd.py):
 - how a worker's delta is weighted in the sum (weighting.py): plainly, or divided by a power of its local work
   (FedNova's normalisation);
 - what the global model does with the average (outer.py): MXNet's optimizer of the name --outer-optimizer gives,
-  applied to it as a pseudo-gradient.
+  applied to it as a pseudo-gradient;
+- when the average reaches the workers (timing.py): at once, or a round late while they run the next round's local
+  steps (--overlap).
 """
