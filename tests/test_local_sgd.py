@@ -13,7 +13,8 @@ from training.schemes.averaging.corrections import ProximalTerm, Scaffold, corre
 from training.schemes.averaging.outer import OuterOptimizer
 from training.schemes.averaging.weighting import (NormalisedAverage, PlainAverage, normalised_scale,
                                                   normalised_weight, step_norm, weighting)
-from training.schemes.averaging.timing import delayed_average
+from training import runlog
+from training.schemes.averaging.timing import AtOnce, Overlapped, delayed_average, timing
 
 
 def global_move(total, scale, outer=None, learning_rate=1.0):
@@ -190,3 +191,70 @@ def test_the_normalised_weighting_divides_a_delta_by_its_work_to_the_power_and_s
     summed = mx.nd.array([0.0, 4.0 + 1.0, 2.0 + 1.0])          # with a worker of one step
     assert NormalisedAverage(0.5, 0.0).scale(summed, 2) == pytest.approx(normalised_scale(5.0, 3.0, 2))
     assert PlainAverage().scale(summed, 2) == 0.5
+
+
+class InFlight:
+    """A sum started by the transport (transport.start_sum's answer)."""
+    seconds = 0.25
+
+    def __init__(self):
+        self.waited = self.abandoned = False
+
+    def wait(self):
+        self.waited = True
+
+    def abandon(self):
+        self.abandoned = True
+
+
+def averaging_of_one_parameter(overlap):
+    """What a timing reads of DeltaAveraging, for one parameter of two weights; its start W = 0, weights 1."""
+    weights = mx.nd.array([1.0, 1.0])
+    averaging = types.SimpleNamespace(options=types.SimpleNamespace(overlap=overlap), stats=None, sum_keys=[0],
+                                      buffers=[], num_workers=2, start=[[mx.nd.zeros((2,))]], in_flight=[])
+    averaging.model = types.SimpleNamespace(trainable=[types.SimpleNamespace(list_data=lambda: [weights])], aux=[],
+                                            ctxs=[mx.cpu()])
+    averaging.zeros_like_weights = lambda: [mx.nd.zeros((2,))]
+    averaging.fill_buffers = lambda stop_vote, keep=None: (weights - averaging.start[0][0]).copyto(keep[0])
+    averaging.transport = types.SimpleNamespace(
+        start_sum=lambda keys, buffers: averaging.in_flight.append(InFlight()) or averaging.in_flight[-1])
+    averaging.global_moves = lambda: [mx.nd.array([0.5, 0.5])]  # the average's move of W
+    averaging.observe_aggregation = lambda seconds: None
+    averaging.stop_requested = lambda: False
+    averaging.aggregate_now = lambda stop_vote: "summed at once"
+    return averaging, weights
+
+
+def test_the_plain_timing_aggregates_at_once_and_changes_nothing_else():
+    averaging, _ = averaging_of_one_parameter(overlap=False)
+    at_once = timing(averaging)
+
+    assert type(at_once) is AtOnce and not at_once.overlaps
+    assert at_once.aggregate(False) == "summed at once"
+    assert at_once.settle(lambda: "waited for everything") == "waited for everything"
+
+
+def test_the_overlapped_timing_sends_without_waiting_and_applies_the_sum_a_round_late():
+    averaging, weights = averaging_of_one_parameter(overlap=True)
+    overlapped = timing(averaging)
+    assert type(overlapped) is Overlapped and overlapped.overlaps
+
+    assert overlapped.aggregate(False) is False  # the round's delta sent, nothing waited for
+    first, = averaging.in_flight
+    assert not first.waited and overlapped.sent[0].asnumpy().tolist() == [1.0, 1.0]
+    weights += 0.25  # the next round's local steps
+
+    assert overlapped.aggregate(False) is False
+    assert first.waited and len(averaging.in_flight) == 2
+    assert averaging.start[0][0].asnumpy().tolist() == [0.5, 0.5]  # W moved by the average
+    assert weights.asnumpy().tolist() == [0.75, 0.75]              # W + the progress since sending
+    assert [a.asnumpy().tolist() for a in overlapped.global_arrays(None)] == [[0.5, 0.5]]
+    record = {}
+    overlapped.record(record)
+    assert record == {runlog.AVERAGE_IN_FLIGHT: 0.25}
+    overlapped.record(record := {})
+    assert record == {}  # logged once, by the round that applied it
+
+    overlapped.finish()
+    assert averaging.in_flight[1].abandoned  # training ended with a sum in flight that nothing will apply
+
