@@ -108,14 +108,15 @@ def markdown(results):
 def check_links(cfg, only):
     """UsageError unless the heterogeneity section's launcher runs accept the link options (and this machine can
     make the namespaces they ask for); the other sections keep their own links."""
-    if cfg["links"] == experiment.passed_on(experiment.build_parser().parse_args(["--modes", "sync"])):
+    defaults = experiment.handed_on(experiment.options())
+    if all(value == defaults[name] for name, value in cfg["links"].items()):
         return
     if only != "heterogeneity":
         raise UsageError("the link and aggregation options apply to the heterogeneity section: add --only "
                          "heterogeneity")
     chosen = [m for m in dict.fromkeys(cfg["modes"] + cfg["accuracy_profile_modes"]) if m in modes.cluster_names()]
-    run = experiment.parse(["--modes", ",".join(chosen), "--slowdown", cfg["profiles"][0], "--max-time", "1",
-                            *cfg["links"]])
+    run = experiment.build(experiment.options(modes=",".join(chosen), slowdown=cfg["profiles"][0], max_time=1.0,
+                                              **cfg["links"]))
     if run.hosts == "netns":
         try:
             netns.check_available(run.netns_prefix)
@@ -133,7 +134,7 @@ def main(argv=None):
     experiment.add_host_options(link_options)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
-    cfg = dict(QUICK if args.quick else FULL, links=experiment.passed_on(args))
+    cfg = dict(QUICK if args.quick else FULL, links=experiment.handed_on(args))
     unknown = unknown_modes(cfg)
     if unknown:
         print(f"run.py: error: not a mode that trains on every device of a profile: {', '.join(unknown)}",

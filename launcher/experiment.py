@@ -275,30 +275,39 @@ def add_host_options(p, rates=True):
                    help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
 
 
-# Launcher options that experiment commands (paper, regimes, the benchmark) hand on to every run they start.
-AGGREGATION_FLAGS = (("num_servers", "-s"), ("collective", "--collective"))
-DEVICE_FLAGS = (("device_share", "--device-share"), ("sleeping_slowdown", "--sleeping-slowdown"))
-HOST_FLAGS = (("hosts", "--hosts"), ("bandwidth", "--bandwidth"), ("comm_ratio", "--comm-ratio"),
-              ("ps_bandwidth", "--ps-bandwidth"), ("netns_prefix", "--netns-prefix"),
-              ("netns_subnet", "--netns-subnet"))
+# The aggregation, host and device options that the experiment commands (paper, regimes, the benchmark) hand on to
+# every run they start.
+HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
+             "netns_subnet", "device_share", "sleeping_slowdown")
 
 
-def passed_on(ns):
-    """The launcher arguments of the aggregation, host and device options a command parsed into `ns`, as given."""
-    argv = []
-    for attribute, flag in AGGREGATION_FLAGS + HOST_FLAGS + DEVICE_FLAGS:
-        value = getattr(ns, attribute, None)
-        if value is True:
-            argv.append(flag)
-        elif value is not None and value is not False:
-            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    return argv
+def handed_on(ns):
+    """{attribute: value} of the handed-on options a command parsed into `ns` (those its parser has)."""
+    return {attribute: getattr(ns, attribute) for attribute in HANDED_ON if hasattr(ns, attribute)}
+
+
+def options(**given):
+    """The launcher's options as its command line gives them: every default, with `given` (attribute names, values
+    of the types the parser gives) over them. The commands that start runs of their own build them so; TypeError
+    for a name the launcher has no option of."""
+    ns = build_parser().parse_args([])
+    unknown = sorted(set(given) - set(vars(ns)))
+    if unknown:
+        raise TypeError(f"the launcher has no option {', '.join(unknown)}")
+    vars(ns).update(given)
+    return ns
 
 
 def parse(argv):
     """The Experiment of a launcher command line; UsageError (one line) for bad input."""
     own, worker_args = split_at_double_dash(list(argv))
-    ns = build_parser().parse_args(own)
+    return build(build_parser().parse_args(own), worker_args)
+
+
+def build(ns, worker_args=()):
+    """The Experiment of the launcher's options (parsed, or made by options()) and the arguments every worker gets
+    after them; UsageError (one line) for bad input."""
+    worker_args = list(worker_args)
     devices = workers.parse_devices(ns.devices, ns.slowdown)
     slowdowns = workers.parse_slowdowns(ns.slowdown or "1", len(devices))
     chosen = parse_modes(ns.modes)

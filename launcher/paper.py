@@ -22,10 +22,11 @@ launcher's evaluator process, which tests it off the training path (launch.py --
 The data is the paper's, Fashion-MNIST (apt-get install dataset-fashion-mnist puts it where it is found).
 """
 import argparse
+import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from analysis import paper
 from coordination.rules import apply as paper_rule
@@ -82,8 +83,8 @@ def build_parser():
                    help=f"(default {DEFAULT_LOG_DIR})")
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")
     p.add_argument("--resume", action="store_true",
-                   help="keep every launcher run an earlier command finished in --log-dir with the same command line, "
-                        "and run the rest: --repeats may grow and --esync-variants may add configurations")
+                   help="keep every launcher run an earlier command finished in --log-dir as the same experiment, and "
+                        "run the rest: --repeats may grow and --esync-variants may add configurations")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: the table and figures from the repeats an earlier run left in --log-dir")
     return p
@@ -113,10 +114,9 @@ def parse_variants(text):
 
 @dataclass(frozen=True)
 class PaperRun:
-    """One launcher run of the command: `argv` is launch.py's command line, `record` the file it leaves when it
-    finished (its argv, by which --resume knows it)."""
+    """One launcher run of the command, and the file it leaves when it finished (the run's record, by which
+    --resume knows it)."""
     label: str
-    argv: tuple
     record: str
     experiment: object
 
@@ -152,50 +152,47 @@ def planned_runs(ns, networks, cluster_modes, worker_args):
             for split in paper.SPLITS:
                 chosen = cluster_modes + ((modes.STANDALONE,) if split == "iid" else ())
                 log_dir = paper.repeat_dir(ns.log_dir, repeat)
-                runs.append(paper_run(ns, network, repeat, split, chosen, log_dir, ["--esync-policy", ns.esync_policy],
+                runs.append(paper_run(ns, network, repeat, split, chosen, log_dir, {"esync_policy": ns.esync_policy},
                                       worker_args))
                 for variant in ns.esync_variants:
-                    own, workers = esync_variants.flags(variant)
+                    configuration = esync_variants.composition(variant)
                     runs.append(paper_run(ns, network, repeat, split, ("esync",),
-                                          paper.variant_dir(ns.log_dir, repeat, variant), own,
-                                          list(worker_args) + workers, f"ESync ({esync_variants.describe(variant)})"))
+                                          paper.variant_dir(ns.log_dir, repeat, variant),
+                                          configuration.launcher_options(),
+                                          list(worker_args) + configuration.worker_flags(),
+                                          f"ESync ({configuration.describe()})"))
     return runs
 
 
-def paper_run(ns, network, repeat, split, chosen, log_dir, launcher_flags, worker_args, name=None):
-    argv = launcher_argv(ns, network, repeat, split, chosen, log_dir, launcher_flags, worker_args)
-    run = experiment.parse(argv)
+def paper_run(ns, network, repeat, split, chosen, log_dir, launcher_options, worker_args, name=None):
+    run = experiment.build(run_options(ns, network, repeat, split, chosen, log_dir, launcher_options), worker_args)
     label = (f"{network}, repeat {repeat} (seed {run.seed}), {'non-i.i.d.' if run.non_iid else 'i.i.d.'} data: "
              f"{name or ', '.join(run.modes)}")
-    return PaperRun(label, tuple(argv), os.path.join(log_dir, f"paper-{network}-{split}.json"), run)
+    return PaperRun(label, os.path.join(log_dir, f"paper-{network}-{split}.json"), run)
 
 
-def launcher_argv(ns, network, repeat, split, chosen, log_dir, launcher_flags, worker_args):
-    """launch.py's command line of one run: `chosen` modes on one split of one repeat, logging under log_dir."""
-    argv = ["--modes", ",".join(chosen), "-n", network, "--dataset", ns.dataset, "-dd", ns.data_dir,
-            "--slowdown", ns.slowdown, *launcher_flags, "--max-time", str(ns.max_time),
-            "--seed", str(ns.seed + repeat - 1), "-ld", log_dir, "--progress-every", str(ns.progress_every),
-            "--no-figures", "--snapshot-seconds", f"{ns.snapshot_seconds:g}"]
-    argv += experiment.passed_on(ns)
-    if ns.devices:
-        argv += ["--devices", ns.devices]
-    if split == "niid":
-        argv.append("--non-iid")
-    return argv + ["--"] + list(worker_args)
+def run_options(ns, network, repeat, split, chosen, log_dir, launcher_options):
+    """The launcher's options of one run: `chosen` modes on one split of one repeat, logging under log_dir."""
+    return experiment.options(
+        modes=",".join(chosen), network=network, dataset=ns.dataset, data_dir=ns.data_dir, slowdown=ns.slowdown,
+        devices=ns.devices, max_time=ns.max_time, seed=ns.seed + repeat - 1, log_dir=log_dir,
+        progress_every=ns.progress_every, figures=False, snapshot_seconds=ns.snapshot_seconds,
+        non_iid=split == "niid", **experiment.handed_on(ns), **launcher_options)
 
 
-def compared(argv):
-    """What --resume compares of a run's command line: all of it but how often it prints progress."""
-    argv = list(argv)
-    at = argv.index("--progress-every")
-    return argv[:at] + argv[at + 2:]
+UNMEASURED_FIELDS = ("progress_every", "netns_prefix")  # how often a run prints and its namespaces' names
+
+
+def record_of(run):
+    """What identifies a run's results, as JSON stores it: every field of its Experiment but the UNMEASURED_FIELDS.
+    --resume keeps a run whose record of an earlier command equals it."""
+    fields = {name: value for name, value in asdict(run).items() if name not in UNMEASURED_FIELDS}
+    return json.loads(json.dumps(fields))
 
 
 def finished_before(run):
-    if not os.path.exists(run.record):
-        return False
     try:
-        return compared(read_json(run.record, "paper run record")["argv"]) == compared(run.argv)
+        return read_json(run.record, "paper run record")["experiment"] == record_of(run.experiment)
     except (FileNotFoundError, ValueError, TypeError, KeyError):
         return False
 
@@ -216,7 +213,7 @@ def main(argv):
     kept = {index for index, run in enumerate(runs) if ns.resume and finished_before(run)}
 
     def finished(index):
-        write_json(runs[index].record, {"argv": list(runs[index].argv)})
+        write_json(runs[index].record, {"experiment": record_of(runs[index].experiment)})
 
     labelled = [(run.label, run.experiment) for run in runs]
     return runner.run_in_turn(labelled, "paper", kept, finished) or report(ns, networks, rows)

@@ -165,28 +165,32 @@ def parse_higher_targets(text, target):
     return higher
 
 
-def launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args):
-    """launch.py's command line of one scheme in one cell and repeat."""
+NETNS_OPTIONS = ("ps_bandwidth", "netns_prefix", "netns_subnet")  # handed on to the runs on shaped links only
+
+
+def scheme_parts(scheme):
+    """(mode, the launcher's options, the workers' flags) of one of the map's schemes."""
     mode, variant = regime_map.mode_of(scheme)
-    launcher_flags, worker_flags = esync_variants.flags(variant) if variant else ([], [])
-    argv = ["--modes", mode, "-n", plan["network"], "--dataset", plan["dataset"], "-dd", ns.data_dir,
-            "--slowdown", profile, "--max-time", str(plan["max_time"]), "--seed", str(plan["seed"] + repeat - 1),
-            "--progress-every", str(ns.progress_every), "--no-figures",
-            "--snapshot-seconds", f"{plan['snapshot_seconds']:g}",
-            "-ld", regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme)]
-    argv += ["-s", str(ns.num_servers), "--collective", ns.collective]
-    argv += ["--device-share", f"{ns.device_share:g}"] if ns.device_share else []
-    argv += ["--sleeping-slowdown"] if ns.sleeping_slowdown else []
+    if not variant:
+        return mode, {}, []
+    configuration = esync_variants.composition(variant)
+    return mode, configuration.launcher_options(), configuration.worker_flags()
+
+
+def run_options(ns, plan, link, profile, split, repeat, scheme):
+    """The launcher's options of one scheme in one cell and repeat."""
+    mode, own_options, _ = scheme_parts(scheme)
+    links = experiment.handed_on(ns)
     if link == regime_map.LOOPBACK:
-        argv += ["--hosts", "local"]
+        links = {name: value for name, value in links.items() if name not in NETNS_OPTIONS}
+        links["hosts"] = "local"
     else:
-        argv += ["--hosts", "netns", "--comm-ratio", f"{link:g}", "--netns-subnet", ns.netns_subnet]
-        argv += ["--ps-bandwidth", ns.ps_bandwidth] if ns.ps_bandwidth else []
-        argv += ["--netns-prefix", ns.netns_prefix] if ns.netns_prefix else []
-    argv += launcher_flags
-    if split == "niid":
-        argv.append("--non-iid")
-    return argv + ["--", *worker_flags] + list(worker_args)
+        links.update(hosts="netns", comm_ratio=float(link))
+    return experiment.options(
+        modes=mode, network=plan["network"], dataset=plan["dataset"], data_dir=ns.data_dir, slowdown=profile,
+        max_time=float(plan["max_time"]), seed=plan["seed"] + repeat - 1, progress_every=ns.progress_every,
+        figures=False, snapshot_seconds=plan["snapshot_seconds"], non_iid=split == "niid",
+        log_dir=regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme), **links, **own_options)
 
 
 def planned_runs(ns, plan, worker_args):
@@ -199,9 +203,9 @@ def planned_runs(ns, plan, worker_args):
                     for scheme in plan["schemes"]:
                         label = (f"{scheme}, {regime_map.describe_link(link)}, workers {profile}, "
                                  f"{regime_map.SPLIT_NAMES[split]}, repeat {repeat}")
-                        argv = launcher_argv(ns, plan, link, profile, split, repeat, scheme, worker_args)
-                        runs.append((label, regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme),
-                                     experiment.parse(argv)))
+                        run = experiment.build(run_options(ns, plan, link, profile, split, repeat, scheme),
+                                               scheme_parts(scheme)[2] + list(worker_args))
+                        runs.append((label, regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme), run))
     return runs
 
 

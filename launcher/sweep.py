@@ -12,6 +12,7 @@ values; the rest is a launch.py command line. Value V runs as that command with 
 arguments, logging under <log-dir>/<flag>-<V>/; the figure and a JSON of the points go to
 <log-dir>/<network>/sweep-<flag>.png and .json.
 """
+import copy
 import os
 import sys
 
@@ -36,9 +37,12 @@ def parse(argv):
     own, worker_args = split_at_double_dash(list(argv[2:]))
     for value in values:
         config.build_parser().parse_args(worker_args + [flag, value])  # a bad value exits 2 here, in one line
-    log_dir = experiment.build_parser().parse_args(own).log_dir
-    runs = [(value, experiment.parse(own + ["-ld", os.path.join(log_dir, folder_name(flag, value)), "--"]
-                                     + worker_args + [flag, value])) for value in values]
+    given = experiment.build_parser().parse_args(own)
+    runs = []
+    for value in values:
+        options = copy.copy(given)
+        options.log_dir = os.path.join(given.log_dir, folder_name(flag, value))
+        runs.append((value, experiment.build(options, worker_args + [flag, value])))
     return flag, runs
 
 

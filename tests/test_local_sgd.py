@@ -62,12 +62,15 @@ def test_workers_that_apply_every_average_a_round_late_share_the_global_model_of
 def test_esync_variants_name_a_policy_the_overlap_and_the_drift_correction():
     from training import esync_variants
 
-    assert esync_variants.flags("adaptive-overlap") == (["--esync-policy", "adaptive"], ["--overlap"])
-    assert esync_variants.flags("plan") == (["--esync-policy", "plan"], [])
+    overlapped = esync_variants.composition("adaptive-overlap")
+    assert (overlapped.launcher_options(), overlapped.worker_flags()) == ({"esync_policy": "adaptive"}, ["--overlap"])
+    assert esync_variants.composition("plan").worker_flags() == []
     assert esync_variants.composition("overlap") == esync_variants.Composition("adaptive", True)  # the default's
     assert esync_variants.composition("apply") == esync_variants.Composition("apply")
     assert esync_variants.describe("adaptive-overlap") == "adaptive, overlap"
-    assert esync_variants.flags("apply-drift") == (["--esync-policy", "apply"], esync_variants.DRIFT_CORRECTION)
+    drift = esync_variants.composition("apply-drift")
+    assert (drift.launcher_options(), drift.worker_flags()) == ({"esync_policy": "apply"},
+                                                                esync_variants.DRIFT_CORRECTION)
     assert esync_variants.composition("plan-overlap-drift") == esync_variants.Composition("plan", True, True)
     assert esync_variants.describe("apply-drift") == "apply, drift correction"
     with pytest.raises(ValueError, match="no configuration 'greedy-overlap'"):

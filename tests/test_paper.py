@@ -173,21 +173,31 @@ def test_by_default_the_projects_esync_runs_beside_the_papers_rule_spelled_out()
     assert rows == paper_command.PAPER_MODES + ("esync-default",)
     default = runs[1].experiment
     assert default.modes == ("esync",) and default.esync_policy == config.default("esync_policy")
-    assert "--esync-policy" in runs[1].argv  # the record of the run names the policy the default had
+    assert paper_command.record_of(default)["esync_policy"] == config.default("esync_policy")  # what --resume keeps
     assert paper.display("esync-default") == f"ESync ({config.default('esync_policy')}, the default)"
 
 
-def test_resume_keeps_a_run_only_when_it_finished_with_the_same_command_line(tmp_path):
+def test_resume_keeps_a_run_only_when_it_finished_as_the_same_experiment(tmp_path):
     common = ["-ld", str(tmp_path), "--repeats", "1", "--esync-variants", ""]
     _, _, runs, _ = paper_command.parse([*common, "--max-time", "3"])
     _, _, longer, _ = paper_command.parse([*common, "--max-time", "4"])
     _, _, quieter, _ = paper_command.parse([*common, "--max-time", "3", "--progress-every", "60"])
+    _, _, other_workers, _ = paper_command.parse([*common, "--max-time", "3", "--", "-b", "32"])
     os.makedirs(os.path.dirname(runs[0].record))
-    write_json(runs[0].record, {"argv": list(runs[0].argv)})
+    write_json(runs[0].record, {"experiment": paper_command.record_of(runs[0].experiment)})
 
     assert paper_command.finished_before(runs[0]) and not paper_command.finished_before(runs[1])
     assert paper_command.finished_before(quieter[0])      # how often it prints is not what it measured
     assert not paper_command.finished_before(longer[0])
+    assert not paper_command.finished_before(other_workers[0])
+
+
+def test_resume_runs_again_what_a_record_does_not_name(tmp_path):
+    _, _, runs, _ = paper_command.parse(["-ld", str(tmp_path), "--repeats", "1", "--esync-variants", ""])
+    os.makedirs(os.path.dirname(runs[0].record))
+    for record in ({"argv": ["--modes", "sync"]}, ["not", "a", "record"]):
+        write_json(runs[0].record, record)
+        assert not paper_command.finished_before(runs[0])
 
 
 @pytest.mark.parametrize("argv, message", [

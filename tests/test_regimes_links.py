@@ -84,10 +84,18 @@ def test_the_link_options_are_handed_on_as_given():
     parser = paper_command.build_parser()
     ns = parser.parse_args(["--hosts", "netns", "--comm-ratio", "12", "-s", "2", "--netns-prefix", "p-"])
 
-    handed = experiment.passed_on(ns)
-
-    run = experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", *handed])
+    run = experiment.build(experiment.options(modes="sync", slowdown="1,4", max_time=5.0,
+                                              **experiment.handed_on(ns)))
     assert (run.hosts, run.comm_ratio, run.num_servers, run.netns_prefix) == ("netns", 12.0, 2, "p-")
+    assert run == experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--hosts", "netns",
+                                    "--comm-ratio", "12", "-s", "2", "--netns-prefix", "p-"])
+
+
+def test_options_are_the_defaults_with_what_a_command_gives_and_nothing_unknown():
+    assert vars(experiment.options()) == vars(experiment.build_parser().parse_args([]))
+    assert experiment.options(max_time=3.0, non_iid=True).non_iid is True
+    with pytest.raises(TypeError, match="no option max_seconds"):
+        experiment.options(max_seconds=3.0)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -38,6 +38,21 @@ def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
     assert plan["links"] == ["loopback", 3.0] and plan["schemes"] == ["sync", "esync-plan"]
 
 
+def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers_own():
+    from launcher import experiment
+    from training import esync_variants
+
+    _, _, runs = parse_regimes("--links", "loopback,12", "--profiles", "1,4", "--splits", "niid",
+                               "--schemes", "esync-apply-drift", "--netns-subnet", "10.9.0.0/24", "--", "-b", "32")
+
+    loopback, shaped = runs[0][2], runs[1][2]
+    assert loopback.esync_policy == shaped.esync_policy == "apply"
+    assert loopback.worker_args == shaped.worker_args == (*esync_variants.DRIFT_CORRECTION, "-b", "32")
+    assert (shaped.hosts, shaped.comm_ratio, shaped.netns_subnet) == ("netns", 12.0, "10.9.0.0/24")
+    assert (loopback.hosts, loopback.comm_ratio) == ("local", None)
+    assert loopback.netns_subnet == experiment.options().netns_subnet  # the namespaces' options: shaped runs only
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--links", "loopback,0"], "must be positive"),
     (["--links", "fast"], "give loopback or a communication ratio"),

@@ -23,10 +23,13 @@ class Composition:
     drift: bool = False
     default: bool = False  # what --modes esync runs with no other flag
 
-    def flags(self):
-        """(the launcher's flags, the workers' flags) that run it."""
-        return ["--esync-policy", self.policy], (["--overlap"] if self.overlap else []) + \
-            (DRIFT_CORRECTION if self.drift else [])
+    def launcher_options(self):
+        """The launcher's options that run it (launcher/experiment.py options())."""
+        return {"esync_policy": self.policy}
+
+    def worker_flags(self):
+        """What every worker's command line adds to run it."""
+        return (["--overlap"] if self.overlap else []) + (DRIFT_CORRECTION if self.drift else [])
 
     def describe(self):
         """'adaptive, overlap' for the tables; the default's with 'the default' after it."""
@@ -59,10 +62,6 @@ def composition(name):
     except KeyError:
         raise ValueError(f"ESync has no configuration {name!r} (policies: {', '.join(esync.POLICIES)}; add "
                          f"-{OVERLAP} for --overlap, -{DRIFT} for the drift correction, or name {DEFAULT})") from None
-
-
-def flags(name):
-    return composition(name).flags()
 
 
 def describe(name):

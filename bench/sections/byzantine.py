@@ -4,14 +4,14 @@ import os
 from analysis.tables import markdown_table
 from bench.sections.common import devices_of, fmt, launch, log
 
-SIGN_FLIP = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
+SIGN_FLIP = {"byzantine": 1, "attack": "signflip", "attack_scale": 10.0}
 
 
 def measure(cfg, workdir, earlier):
     """Accuracy with the first worker of the profile flipping its update's sign (x10): plain sync averaging vs
     Zeno's validator, beside a Zeno run without the attacker."""
     runs = {}
-    for with_attack, folder, options in ((False, "clean", ()), (True, "attack", SIGN_FLIP)):
+    for with_attack, folder, options in ((False, "clean", {}), (True, "attack", SIGN_FLIP)):
         modes = [mode for mode, attacked in cfg["byzantine_runs"] if attacked == with_attack]
         if modes:
             summaries = launch(modes, cfg["byzantine_profile"], cfg["seconds"], os.path.join(workdir, folder), options)

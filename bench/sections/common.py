@@ -1,39 +1,44 @@
 """What the benchmark's sections share: launcher runs read back into summaries, each worker's step times, ESync's
 policies as rows of a table, and the cells of the tables."""
+import contextlib
 import functools
+import io
 import logging
 import os
-import subprocess
-import sys
 
 from analysis import summary
 from analysis.tables import format_cell
+from launcher import experiment, preflight, runner
 from launcher.cluster import ROOT
 from launcher.experiment import DEFAULT_SNAPSHOT_SECONDS
 from training import config, esync_variants, runlog
 
 log = logging.getLogger("bench")
 
-PY = sys.executable
-DATA = ["--dataset", "mnist-5k", "-dd", os.path.join(ROOT, "data")]
+DATA = {"dataset": "mnist-5k", "data_dir": os.path.join(ROOT, "data")}  # the launcher's options
+DATA_FLAGS = ["--dataset", DATA["dataset"], "-dd", DATA["data_dir"]]  # a worker's command line
 
 fmt = functools.partial(format_cell, missing="–")  # a number of the tables, or a dash where there is none
 
 
-def launch(modes, profile, seconds, workdir, launcher_options=(), network="lenet",
+def launch(modes, profile, seconds, workdir, launcher_options=None, network="lenet",
            snapshot_seconds=DEFAULT_SNAPSHOT_SECONDS, worker_options=()):
-    """Summaries of the modes run by launch.py; accuracy from the evaluator process's tests of rank 0's snapshots
-    every `snapshot_seconds` (0: no evaluation, for the runs that measure throughput)."""
+    """Summaries of the modes run by the launcher (`launcher_options`: more of its options, by attribute name);
+    accuracy from the evaluator process's tests of rank 0's snapshots every `snapshot_seconds` (0: no evaluation,
+    for the runs that measure throughput)."""
     logs = os.path.join(workdir, "logs")
-    devices = ",".join(["cpu"] * len(profile.split(",")))
-    argv = [PY, os.path.join(ROOT, "launch.py"), "--modes", ",".join(modes), "-n", network, *DATA,
-            "--devices", devices, "--slowdown", profile, "--max-time", str(seconds), "-ld", logs,
-            "--progress-every", "1000", "--no-figures", "--snapshot-seconds", f"{snapshot_seconds:g}",
-            *launcher_options, "--", *worker_options]
-    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"launch.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    attacked = "--byzantine" in launcher_options
+    launcher_options = dict(launcher_options or {})
+    run = experiment.build(experiment.options(
+        modes=",".join(modes), network=network, devices=",".join(["cpu"] * len(profile.split(","))),
+        slowdown=profile, max_time=float(seconds), log_dir=logs, progress_every=1000.0, figures=False,
+        snapshot_seconds=snapshot_seconds, **DATA, **launcher_options), worker_options)
+    preflight.check_machine(run)
+    output = io.StringIO()  # the launcher's progress lines: kept for the error, off the benchmark's own output
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        code = runner.run(run)
+    if code != 0:
+        raise RuntimeError(f"the launcher failed ({code}):\n{output.getvalue()[-6000:]}")
+    attacked = bool(launcher_options.get("byzantine"))
     summaries = {}
     for mode in modes:
         folder = runlog.run_folder(mode, attacked)
@@ -66,15 +71,15 @@ def policy_row(variant):
 
 
 def runs_with_policies(modes, variants, profile, seconds, workdir, snapshot_seconds=DEFAULT_SNAPSHOT_SECONDS,
-                       launcher_options=()):
+                       launcher_options=None):
     """The modes' summaries, plus one row per further ESync variant ('esync-plan', ...)."""
     summaries = launch(modes, profile, seconds, workdir, launcher_options, snapshot_seconds=snapshot_seconds)
     for variant in variants:
-        launcher_flags, worker_flags = esync_variants.flags(variant)
+        configuration = esync_variants.composition(variant)
         summaries[policy_row(variant)] = launch(["esync"], profile, seconds, os.path.join(workdir, variant),
-                                                [*launcher_flags, *launcher_options],
+                                                {**(launcher_options or {}), **configuration.launcher_options()},
                                                 snapshot_seconds=snapshot_seconds,
-                                                worker_options=worker_flags)["esync"]
+                                                worker_options=configuration.worker_flags())["esync"]
     return summaries
 
 

@@ -11,7 +11,7 @@ MODES = ("sync", "esync", "local")
 
 def measure(cfg, workdir, earlier):
     rows = []
-    emulations = {"cpu-quota": [], "sleeping": ["--sleeping-slowdown"]}
+    emulations = {"cpu-quota": {}, "sleeping": {"sleeping_slowdown": True}}
     for emulation in cfg["devices_emulations"]:
         options = emulations[emulation]
         folder = os.path.join(workdir, "devices", emulation)

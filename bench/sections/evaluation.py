@@ -5,9 +5,10 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 
 from analysis.tables import markdown_table
-from bench.sections.common import PY, fmt, launch, log
+from bench.sections.common import fmt, launch, log
 from launcher.cluster import ROOT
 from launcher.experiment import DEFAULT_SNAPSHOT_SECONDS
 from training.devices import threads
@@ -15,8 +16,8 @@ from training.devices import threads
 
 def snapshot_cost(network, steps):
     env = {**os.environ, **threads.ONE_THREAD}
-    result = subprocess.run([PY, "-m", "bench.snapshot_cost", "-n", network, "--steps", str(steps)], cwd=ROOT,
-                            env=env, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "bench.snapshot_cost", "-n", network, "--steps", str(steps)],
+                            cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"bench.snapshot_cost -n {network} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -6,7 +6,7 @@ import statistics
 
 from analysis import metrics
 from analysis.tables import markdown_table
-from bench.sections.common import DATA, devices_of, fmt, launch, log, runs_with_policies
+from bench.sections.common import DATA_FLAGS, devices_of, fmt, launch, log, runs_with_policies
 from launcher import limit, workers
 from training.modes import ESYNC
 
@@ -16,7 +16,7 @@ def standalone_throughputs(slowdowns, seconds, workdir):
     one), all running at the same time."""
     share, _ = workers.device_share(slowdowns)
     try:
-        return limit.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA], share)
+        return limit.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA_FLAGS], share)
     except limit.LimitFailed as error:
         raise RuntimeError(str(error))
 
@@ -43,7 +43,7 @@ def traffic_per_worker(summary):
 
 def measure(cfg, workdir, earlier):
     rows = []
-    links = cfg.get("links", [])
+    links = cfg.get("links", {})
     for profile in cfg["profiles"]:
         slowdowns = [float(f) for f in profile.split(",")]
         modes = cfg["modes"] + (cfg["accuracy_profile_modes"] if profile == cfg["accuracy_profile"] else [])

@@ -46,8 +46,8 @@ def measure(cfg, workdir, earlier):
     rows = []
     for network, rate, workers, collective, servers, run_modes in cfg["network_runs"]:
         run_dir = os.path.join(workdir, f"net-{network}-{rate}-{workers}-{collective}-{servers}")
-        options = ["--hosts", "netns", "--bandwidth", rate, "-s", str(servers), "--collective", collective,
-                   "--netns-prefix", prefix]
+        options = {"hosts": "netns", "bandwidth": rate, "num_servers": servers, "collective": collective,
+                   "netns_prefix": prefix}
         summaries = launch(list(run_modes), ",".join(["1"] * workers), cfg["network_seconds"][network], run_dir,
                            options, network, snapshot_seconds=0)
         for mode, run in summaries.items():

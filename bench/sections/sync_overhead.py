@@ -7,7 +7,7 @@ import statistics
 import time
 
 from analysis.tables import markdown_table
-from bench.sections.common import DATA, log
+from bench.sections.common import DATA_FLAGS, log
 from launcher.cluster import ROOT, ProcessGroup, start_ps_job, tail
 from training import runlog
 
@@ -34,7 +34,7 @@ def run_ps_job(group, worker_argv, num_workers, timeout):
 
 def trainer_throughput(network, iters, warmup, workdir):
     out = os.path.join(workdir, "trainer-steps.json")
-    argv = ["-m", "bench.trainer_worker", "-n", network, *DATA, "--iters", str(iters),
+    argv = ["-m", "bench.trainer_worker", "-n", network, *DATA_FLAGS, "--iters", str(iters),
             "--out", out]
     with ProcessGroup(os.path.join(workdir, "trainer")) as group:
         run_ps_job(group, argv, 2, timeout=600)
@@ -45,7 +45,7 @@ def trainer_throughput(network, iters, warmup, workdir):
 
 def our_sync_throughput(network, iters, warmup, workdir):
     logs = os.path.join(workdir, "ours")
-    argv = [os.path.join(ROOT, "main.py"), "-m", "sync", "-n", network, *DATA, "-c", "1", "--max-iters", str(iters),
+    argv = [os.path.join(ROOT, "main.py"), "-m", "sync", "-n", network, *DATA_FLAGS, "-c", "1", "--max-iters", str(iters),
             "-e", "0", "-ld", logs, "--node-name", "node"]
     with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
         run_ps_job(group, argv, 2, timeout=600)
