@@ -177,9 +177,8 @@ def scheme_parts(scheme):
     return mode, configuration.launcher_options(), configuration.worker_flags()
 
 
-def run_options(ns, plan, link, profile, split, repeat, scheme):
-    """The launcher's options of one scheme in one cell and repeat."""
-    mode, own_options, _ = scheme_parts(scheme)
+def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options):
+    """The launcher's options of one scheme (its mode and own options) in one cell and repeat."""
     links = experiment.handed_on(ns)
     if link == regime_map.LOOPBACK:
         links = {name: value for name, value in links.items() if name not in NETNS_OPTIONS}
@@ -203,8 +202,9 @@ def planned_runs(ns, plan, worker_args):
                     for scheme in plan["schemes"]:
                         label = (f"{scheme}, {regime_map.describe_link(link)}, workers {profile}, "
                                  f"{regime_map.SPLIT_NAMES[split]}, repeat {repeat}")
-                        run = experiment.build(run_options(ns, plan, link, profile, split, repeat, scheme),
-                                               scheme_parts(scheme)[2] + list(worker_args))
+                        mode, own_options, own_flags = scheme_parts(scheme)
+                        options = run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options)
+                        run = experiment.build(options, own_flags + list(worker_args))
                         runs.append((label, regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme), run))
     return runs
 

@@ -45,8 +45,8 @@ def trainer_throughput(network, iters, warmup, workdir):
 
 def our_sync_throughput(network, iters, warmup, workdir):
     logs = os.path.join(workdir, "ours")
-    argv = [os.path.join(ROOT, "main.py"), "-m", "sync", "-n", network, *DATA_FLAGS, "-c", "1", "--max-iters", str(iters),
-            "-e", "0", "-ld", logs, "--node-name", "node"]
+    argv = [os.path.join(ROOT, "main.py"), "-m", "sync", "-n", network, *DATA_FLAGS, "-c", "1",
+            "--max-iters", str(iters), "-e", "0", "-ld", logs, "--node-name", "node"]
     with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
         run_ps_job(group, argv, 2, timeout=600)
     folder = sorted(glob.glob(os.path.join(logs, "node", "*-rank0")))[0]
