@@ -86,6 +86,17 @@ def test_server_momentum_moves_the_global_model_by_a_velocity_of_the_averages():
     assert np.allclose(global_move(np.array([2.0, 4.0]), 0.5, learning_rate=0.5), [0.5, 1.0])  # -gl scales it
 
 
+def test_the_plain_average_moves_exactly_as_mxnets_sgd_update_would():
+    total, scale, learning_rate = mx.nd.array([[2.0, -4.0], [0.5, 8.0]]), 1 / 3, 0.7
+    sgd = mx.optimizer.create("sgd", learning_rate=learning_rate, wd=0.0, rescale_grad=-scale)
+    move = mx.nd.zeros(total.shape)
+    sgd.update(0, move, total, None)
+
+    assert OuterOptimizer("sgd", 0.0, [total]).plain and not OuterOptimizer("sgd", 0.8, [total]).plain
+    assert np.allclose(OuterOptimizer("sgd", 0.0, [total]).step([total], scale, learning_rate)[0].asnumpy(),
+                       move.asnumpy(), rtol=0, atol=1e-7)
+
+
 def test_nesterovs_outer_step_looks_ahead_by_the_momentum_and_adams_normalises_each_coordinate():
     nag = OuterOptimizer("nag", 0.9, [mx.nd.zeros(2)])
     adam = OuterOptimizer("adam", 0.0, [mx.nd.zeros(2)])
