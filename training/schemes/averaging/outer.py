@@ -11,12 +11,14 @@ class OuterOptimizer:
     optimizer's state (a velocity, Adam's moments) carried from round to round."""
 
     def __init__(self, rule, momentum, like):
-        options = {"momentum": momentum} if rule in ("sgd", "nag") else {}
-        self.optimizer = mx.optimizer.create(rule, learning_rate=1.0, wd=0.0, **options)
-        # sgd without momentum moves a weight of zeros by exactly the scaled sum: the product, without the Python
+        # sgd without momentum moves a weight of zeros by exactly the scaled sum: the product then, without the Python
         # path of an optimizer update per parameter (1.4 against 0.15 ms a lenet round on a whole core; on a slow
         # device's quota that was 13 ms of each overlapped round, docs/benchmarks.md)
         self.plain = rule == "sgd" and not momentum
+        if self.plain:
+            return
+        options = {"momentum": momentum} if rule in ("sgd", "nag") else {}
+        self.optimizer = mx.optimizer.create(rule, learning_rate=1.0, wd=0.0, **options)
         self.moves = [mx.nd.zeros(a.shape, ctx=a.context, dtype=a.dtype) for a in like]
         self.states = [self.optimizer.create_state(index, move) for index, move in enumerate(self.moves)]
 
