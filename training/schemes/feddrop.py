@@ -2,7 +2,7 @@
 Reach of Federated Learning by Reducing Client Resource Requirements", 2018), a baseline of ESync's journal version.
 
 Every worker runs --sync-interval local SGD steps (lr -ll) a round and all average synchronously, as in FedAvg. The
---drop-workers slowest (by the step times of the first round, which everyone trains in full) train a sub-model
+--drop-workers slowest (by their fastest step of the first round, which everyone trains in full) train a sub-model
 instead: in every Conv2D and Dense layer but the last, a fraction --drop-rate of the units (filters, neurons) is
 left out, which ones drawn anew each round (structured dropout, the paper's federated dropout). The sub-model's
 layers are narrower, so its steps are really shorter. Its update is mapped back onto the full model (the kept
@@ -20,7 +20,6 @@ from training import argtypes, runlog
 from training.lazy import mx
 from training.options import ModeError, Options, local_lr, local_optimizer, option, sync_interval
 from training.schemes.base import FixedLocalSteps
-from training.schemes.local_sgd import smoothed
 
 
 def kept_units(widths, rate, seed, round_number, rank):
@@ -120,7 +119,9 @@ class FedDrop(FixedLocalSteps):
             p.set_data(mx.nd.array(start[where]))
 
     def round_done(self, steps, step_seconds):
-        self.step_seconds = smoothed(self.step_seconds, step_seconds)
+        # The fastest step so far is what the device can do: a busy machine and the first step's warm-up only ever
+        # lengthen a step, and can make a fast worker's smoothed time exceed a slow one's
+        self.step_seconds = step_seconds if self.step_seconds is None else min(self.step_seconds, step_seconds)
         return super().round_done(steps, step_seconds)
 
     def aggregate(self, stop_vote):
