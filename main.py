@@ -182,8 +182,10 @@ def run_guarded(role, args, run, in_cluster, peers=None):
         print(f"main.py: error: {err}", file=sys.stderr)
         return leave(failures.EXIT_USAGE, in_cluster)
     except KeyboardInterrupt:
+        if in_cluster:
+            failures.end_interrupted(log)
         log.warning("interrupted")
-        return leave(failures.EXIT_INTERRUPTED, in_cluster)
+        return failures.EXIT_INTERRUPTED
     except Exception as err:
         failures.report(err, role, traceback_folder(args),
                         expected=(StateServerUnavailable, StateServerError, failures.JobSetupError))

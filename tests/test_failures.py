@@ -124,3 +124,45 @@ def test_a_cluster_process_whose_interrupt_is_dropped_still_says_so_and_exits_13
         proc.wait()
 
     assert proc.returncode == failures.EXIT_INTERRUPTED and "main WARNING interrupted" in output, output
+
+
+# A process that ends on its KeyboardInterrupt as main.py does in a cluster, and takes a while to exit, long enough
+# for the fallback timer and a SIGQUIT after the SIGINT (mpiexec sends one) to try to end it too.
+ENDS_SLOWLY = """
+import logging, os, sys, time
+from training.faults import failures
+logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+log = logging.getLogger("main")
+
+def exit_slowly(code):
+    print("ending", flush=True)
+    time.sleep(failures.INTERRUPT_GRACE + 2)
+    os._exit(code)
+
+failures.end_now = exit_slowly
+failures.end_on_interrupts(log)
+try:
+    print("ready", flush=True)
+    time.sleep(30)
+except KeyboardInterrupt:
+    failures.end_interrupted(log)
+"""
+
+
+def test_a_process_ended_by_its_interrupt_and_by_a_later_signal_says_interrupted_once():
+    proc = subprocess.Popen([sys.executable, "-c", ENDS_SLOWLY], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        lines = [proc.stdout.readline()]
+        while lines[-1] and "ending" not in lines[-1]:
+            lines.append(proc.stdout.readline())
+        proc.send_signal(signal.SIGQUIT)
+        output, _ = proc.communicate(timeout=failures.INTERRUPT_GRACE + 20)
+    finally:
+        proc.kill()
+        proc.wait()
+
+    output = "".join(lines) + output
+    assert proc.returncode == failures.EXIT_INTERRUPTED and output.count("main WARNING interrupted") == 1, output

@@ -16,9 +16,6 @@ from training.checks import UsageError
 from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.files import write_json
 
-# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
-pytestmark = pytest.mark.beside_others
-
 TARGET = 0.8
 
 
@@ -220,6 +217,8 @@ def test_bad_input_is_refused_before_anything_runs(argv, message):
 # The quick form, for real
 
 
+# Its checks do not depend on timing, but its eight launches run with the real-process tests, one after another,
+# which left the in-process group the suite's longer one by about their length.
 @pytest.fixture(scope="module")
 def quick_form(tmp_path_factory):
     """2 repeats of sync on a fast and a 20x slower worker, half a second each, and the standalone baseline (ESync's

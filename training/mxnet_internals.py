@@ -155,10 +155,20 @@ def install(path=None):
     """Serve MXNet's operator code from the cache from now on (before MXNet is imported)."""
     if "mxnet" in sys.modules or installed_cache():
         return
-    # MXNet imports distutils.version; setuptools' stand-in for distutils costs about 0.15 s of CPU to import, the
-    # standard library's (still in Python 3.11) next to nothing.
-    os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+    use_the_standard_distutils()
     sys.meta_path.insert(0, _Finder(OperatorCache(path or cache_path())))
+
+
+def use_the_standard_distutils():
+    """MXNet imports distutils.version; setuptools' stand-in for distutils costs about 0.15 s of CPU to import, the
+    standard library's (still in Python 3.11) next to nothing. Setuptools reads SETUPTOOLS_USE_DISTUTILS when the
+    interpreter starts (its .pth file puts the stand-in's finder first on sys.meta_path): the variable serves the
+    processes this one starts, and this one takes the finder out."""
+    os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+    if os.environ["SETUPTOOLS_USE_DISTUTILS"] == "stdlib" and "distutils" not in sys.modules:
+        hack = sys.modules.get("_distutils_hack")
+        if hack is not None and hasattr(hack, "remove_shim"):
+            hack.remove_shim()
 
 
 # ----------------------------------------------------------------------------------------------

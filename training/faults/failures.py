@@ -103,7 +103,15 @@ def _watch_interrupts(read_end, logger):
                 fallback.start()
 
 
+_ending = threading.Lock()
+
+
 def end_interrupted(logger):
+    """Says "interrupted" once and ends, whichever of the main thread's KeyboardInterrupt and the watching thread's
+    signal gets here first (a SIGINT and mpiexec's SIGQUIT after it can reach both); the later one waits for the
+    exit."""
+    if not _ending.acquire(blocking=False):
+        threading.Event().wait()
     logger.warning("interrupted")
     end_now(EXIT_INTERRUPTED)
 
