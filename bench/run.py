@@ -25,8 +25,9 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections (each a 
      resized crops made one batch ahead by Gluon's transforms (--augment resized-crop);
   9. evaluation off the training path: SSGD and LB-BSP on 1,1,4 with rank 0's snapshots and the evaluator process
      against no evaluation at all, and what one snapshot costs rank 0's step (lenet, resnet18-v1);
- 10. devices: on 1,1,1,1,20,20 the fast workers' median step under SSGD and ESync and the standalone baseline's, each
-     device under its CPU quota, and with the sleeping slowdown beside it.
+ 10. devices: on 1,1,1,1,20,20 the fast workers' median step under SSGD and ESync, the standalone baseline's and the
+     fast devices' while every device trains alone at once, each device under its CPU quota, and with the sleeping
+     slowdown beside it.
 """
 import argparse
 import logging

@@ -36,6 +36,11 @@ def concurrent_standalone(slowdowns, seconds, workdir, job_args, device_share=No
             raise LimitFailed(f"the concurrent standalone runs failed; see {group.out_dir}")
     speeds = []
     for index in range(len(slowdowns)):
-        records = runlog.DeviceLog(os.path.join(logs, f"w{index}", "cpu")).ordered()
+        records = runlog.DeviceLog(device_folder(workdir, index)).ordered()
         speeds.append(sum(r["num_samples"] for r in records) / records[-1]["total_time"])
     return speeds
+
+
+def device_folder(workdir, index):
+    """The iteration logs of the concurrent standalone run of worker `index`."""
+    return os.path.join(workdir, "standalone", f"w{index}", "cpu")

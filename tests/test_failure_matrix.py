@@ -22,7 +22,7 @@ from training import modes
 # Real processes, which mostly wait for the bound: beside the in-process tests (tests/conftest.py).
 pytestmark = [pytest.mark.slow, pytest.mark.beside_others]
 
-SYNC_TIMEOUT = 10
+SYNC_TIMEOUT = 6
 BOUND = SYNC_TIMEOUT + 10
 ALL_WORKERS = ("worker-0", "worker-1")
 GIVE_UP_MESSAGES = ("no connection to", "no answer for", "never connected", "failed:")

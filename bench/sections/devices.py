@@ -1,10 +1,14 @@
-"""10. Devices of fixed capacity: on the paper's profile, the fast workers' median step under SSGD and under ESync, and
-the standalone baseline's step, each device under its CPU quota (training/devices/cpu_quota.py), in one run; the same with the
-sleeping slowdown beside it, which CPU quotas replace."""
+"""10. Devices of fixed capacity: on the paper's profile, the fast workers' median step under SSGD and under ESync, the
+standalone baseline's step (one fast device alone), and the fast devices' step while every device of the profile
+trains alone at the same time without communicating, each device under its CPU quota (training/devices/cpu_quota.py),
+in one run; the same with the sleeping slowdown beside it, which CPU quotas replace."""
 import os
+import statistics
 
 from analysis.tables import markdown_table
-from bench.sections.common import fmt, launch, log
+from bench.sections.common import DATA_FLAGS, fmt, launch, log
+from launcher import limit, workers
+from training import runlog
 
 MODES = ("sync", "esync", "local")
 
@@ -20,22 +24,45 @@ def measure(cfg, workdir, earlier):
         # the forward and backward pass: the computation every scheme's step makes the same (SSGD updates in its
         # aggregation, ESync and the standalone baseline in a local update)
         steps = {mode: summaries[mode]["fast_compute_seconds"] for mode in MODES}
+        at_once = fast_step_all_at_once(cfg["devices_profile"], cfg["devices_seconds"], folder,
+                                        quotas=emulation == "cpu-quota")
         rows.append({"emulation": emulation, "profile": cfg["devices_profile"],
                      "devices": summaries["sync"]["device_emulation"],
-                     "fast_step_seconds": steps,
+                     "fast_step_seconds": steps, "all_at_once_seconds": at_once,
                      "esync_over_sync": steps["esync"] / steps["sync"],
-                     "standalone_over_sync": steps["local"] / steps["sync"]})
-        log.info("%s: fast steps sync %.1f ms, esync %.1f ms, standalone %.1f ms", emulation,
-                 *(1e3 * steps[m] for m in MODES))
+                     "standalone_over_sync": steps["local"] / steps["sync"],
+                     "at_once_over_standalone": at_once / steps["local"]})
+        log.info("%s: fast steps sync %.1f ms, esync %.1f ms, standalone %.1f ms, all devices at once %.1f ms",
+                 emulation, *(1e3 * steps[m] for m in MODES), 1e3 * at_once)
     return rows
+
+
+def fast_step_all_at_once(profile, seconds, workdir, quotas):
+    """The fast devices' median forward and backward pass while every device of `profile` trains alone at the same
+    time, without communicating (the concurrent standalone runs), on its quota or with the sleeping slowdown: against
+    one fast device alone, what devices computing at once take from each other."""
+    slowdowns = [float(f) for f in profile.split(",")]
+    share = workers.device_share(slowdowns)[0] if quotas else None
+    try:
+        limit.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA_FLAGS], share)
+    except limit.LimitFailed as error:
+        raise RuntimeError(str(error))
+    fastest = min(slowdowns)
+    steps = [runlog.median_step_seconds(runlog.DeviceLog(limit.device_folder(workdir, index)).ordered(),
+                                        (runlog.FORWARD_BACKWARD,))
+             for index, factor in enumerate(slowdowns) if factor == fastest]
+    return statistics.median(steps)
 
 
 def markdown(results):
     rows = [[r["emulation"], r["profile"]] + [fmt(1e3 * r["fast_step_seconds"][m], ".1f") for m in MODES]
-            + [f"{r['esync_over_sync']:.2f}", f"{r['standalone_over_sync']:.2f}"] for r in results["devices"]]
+            + [fmt(1e3 * r["all_at_once_seconds"], ".1f"), f"{r['esync_over_sync']:.2f}",
+               f"{r['standalone_over_sync']:.2f}", f"{r['at_once_over_standalone']:.2f}"] for r in results["devices"]]
     described = sorted({r["devices"] for r in results["devices"] if r.get("devices")})
-    return ["### Devices: the fast workers' median forward and backward pass (ms) under SSGD and ESync, and the "
-            "standalone baseline's", "",
-            f"Devices as the runs recorded them: {'; '.join(described)}.", "",
-            markdown_table(["emulation", "profile", "SSGD", "ESync", "standalone", "ESync / SSGD",
-                            "standalone / SSGD"], rows), ""]
+    return ["### Devices: the fast workers' median forward and backward pass (ms) under SSGD and ESync, the "
+            "standalone baseline's, and the fast devices' while every device trains alone at once", "",
+            f"Devices as the runs recorded them: {'; '.join(described)}. \"all at once\": every device of the profile "
+            "trains alone at the same time, without communicating; its ratio to the standalone baseline (one fast "
+            "device alone) is what devices computing at once take from each other.", "",
+            markdown_table(["emulation", "profile", "SSGD", "ESync", "standalone", "all at once", "ESync / SSGD",
+                            "standalone / SSGD", "all at once / standalone"], rows), ""]
