@@ -97,6 +97,23 @@ def test_the_plain_average_moves_exactly_as_mxnets_sgd_update_would():
                        move.asnumpy(), rtol=0, atol=1e-7)
 
 
+def test_server_momentum_over_many_parameters_moves_each_as_mxnets_update_of_that_parameter_alone():
+    # more parameters than one call of the fused update takes, of different shapes, and one too large for it
+    rng = np.random.default_rng(0)
+    shapes = [(3,), (2, 4), (5,)] * 20 + [(400, 300)]
+    rounds = [[mx.nd.array(rng.normal(size=shape)) for shape in shapes] for _ in range(3)]
+    outer = OuterOptimizer("sgd", 0.8, rounds[0])
+    sgd = mx.optimizer.create("sgd", momentum=0.8, learning_rate=0.5, wd=0.0, rescale_grad=-0.25)
+    states = [sgd.create_state(i, total) for i, total in enumerate(rounds[0])]
+
+    for totals in rounds:
+        moves = [m.asnumpy() for m in outer.step(totals, 0.25, 0.5)]
+        for index, (total, move) in enumerate(zip(totals, moves)):
+            expected = mx.nd.zeros(total.shape)
+            sgd.update(index, expected, total, states[index])
+            assert np.allclose(move, expected.asnumpy(), rtol=1e-6, atol=1e-7), index
+
+
 def test_nesterovs_outer_step_looks_ahead_by_the_momentum_and_adams_normalises_each_coordinate():
     nag = OuterOptimizer("nag", 0.9, [mx.nd.zeros(2)])
     adam = OuterOptimizer("adam", 0.0, [mx.nd.zeros(2)])
