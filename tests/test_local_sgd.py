@@ -9,7 +9,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from training.schemes.averaging.corrections import ProximalTerm, Scaffold, corrections, scaffold_change
+from training.schemes.averaging.corrections import ClientMomentum, ProximalTerm, Scaffold, corrections, \
+    scaffold_change
 from training.schemes.averaging.outer import OuterOptimizer
 from training.schemes.averaging.weighting import (NormalisedAverage, PlainAverage, normalised_scale,
                                                   normalised_weight, step_norm, weighting)
@@ -187,6 +188,46 @@ def test_scaffold_variates_become_the_mean_corrected_gradient_and_steer_the_step
     assert np.allclose(deltas[0] / steps[0], deltas[1] / steps[1])  # both along -lr x the mean gradient
 
 
+class OneParameter:
+    """A model's trainable parameter as the corrections see it: its data and gradient on one device."""
+
+    def __init__(self, value):
+        self.data, self.grad = mx.nd.array(value), mx.nd.zeros(len(value))
+
+    def list_data(self):
+        return [self.data]
+
+    def list_grad(self):
+        return [self.grad]
+
+
+def test_client_momentum_makes_a_round_repeat_beta_of_the_last_global_move_plus_the_rest_of_its_own_gradient():
+    beta, lr, steps = 0.9, 0.1, 4
+    parameter = OneParameter([1.0, 2.0])
+    scheme = types.SimpleNamespace(model=types.SimpleNamespace(trainable=[parameter]), lr_factor=1.0,
+                                   options=types.SimpleNamespace(local_lr=lr), start=[[parameter.data.copy()]],
+                                   zeros_like_weights=lambda: [mx.nd.zeros(2)])
+    momentum = ClientMomentum(beta)
+    momentum.setup(scheme)
+
+    parameter.grad[:] = mx.nd.array([1.0, -1.0])
+    momentum.correct(scheme)  # the first round: no global move yet
+    assert np.allclose(parameter.grad.asnumpy(), [0.1, -0.1])
+
+    momentum.before_send(scheme, steps)
+    scheme.start[0][0][:] = mx.nd.array([3.0, 0.0])  # the aggregation moved the global model by (2, -2)
+    moved = np.zeros(2)
+    for _ in range(steps):  # a round of steps whose own gradient is zero
+        parameter.grad[:] = 0
+        momentum.correct(scheme)
+        moved -= lr * parameter.grad.asnumpy()
+    assert np.allclose(moved, beta * np.array([2.0, -2.0]))
+
+    parameter.grad[:] = mx.nd.array([1.0, -1.0])
+    momentum.correct(scheme)  # still the same round: the same direction, and 1 - beta of the gradient
+    assert np.allclose(parameter.grad.asnumpy(), [0.1, -0.1] + beta * np.array([-2.0, 2.0]) / (lr * steps))
+
+
 def test_the_drift_correction_is_one_flag_that_sets_its_three_and_refuses_to_be_contradicted():
     from training import config
     from training.schemes.local_sgd import DRIFT_CORRECTION
@@ -201,13 +242,14 @@ def test_the_drift_correction_is_one_flag_that_sets_its_three_and_refuses_to_be_
 
 def test_the_options_choose_the_parts_a_round_is_composed_of():
     def options(**changed):
-        fields = dict(proximal=0.0, scaffold=False, normalised_averaging=False, normalisation_power=1.0,
-                      momentum=0.0)
+        fields = dict(proximal=0.0, scaffold=False, client_momentum=0.0, normalised_averaging=False,
+                      normalisation_power=1.0, momentum=0.0)
         return types.SimpleNamespace(**{**fields, **changed})
 
     assert corrections(options()) == [] and isinstance(weighting(options()), PlainAverage)
-    chosen = corrections(options(proximal=0.01, scaffold=True))
-    assert [type(c) for c in chosen] == [ProximalTerm, Scaffold] and chosen[0].rho == 0.01
+    chosen = corrections(options(proximal=0.01, scaffold=True, client_momentum=0.9))
+    assert [type(c) for c in chosen] == [ProximalTerm, Scaffold, ClientMomentum] and chosen[0].rho == 0.01
+    assert chosen[2].beta == 0.9
     normalised = weighting(options(normalised_averaging=True, normalisation_power=0.5, momentum=0.9))
     assert isinstance(normalised, NormalisedAverage) and (normalised.power, normalised.momentum) == (0.5, 0.9)
 

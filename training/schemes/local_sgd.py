@@ -9,8 +9,9 @@ optimizer of that name applied to the average as a pseudo-gradient (W minus the 
 with learning rate -gl and momentum --server-momentum. sgd without momentum is the plain average move above.
 
 Against the drift of the workers' models on non-i.i.d. data, parts of their own (training/schemes/averaging/):
---proximal rho adds FedProx's (rho / 2) |x - W|^2 to the local steps' loss and --scaffold corrects every local
-step's gradient by SCAFFOLD's control variates (corrections.py); --normalised-averaging weighs each worker's delta
+--proximal rho adds FedProx's (rho / 2) |x - W|^2 to the local steps' loss, --scaffold corrects every local
+step's gradient by SCAFFOLD's control variates and --client-momentum beta mixes beta of the global model's last move
+into it (FedCM; corrections.py); --normalised-averaging weighs each worker's delta
 by its local work (FedNova, weighting.py); --server-momentum beta moves W by a velocity of the averages (SlowMo,
 FedAvgM; with --outer-optimizer nag Nesterov's, DiLoCo's outer step; outer.py).
 
@@ -74,6 +75,10 @@ class LocalSGDOptions(Options):
         "--scaffold", switch=True,
         help="correct every local step's gradient by SCAFFOLD's control variates c - c_i (option II), which travel "
              "with the deltas")
+    client_momentum: float = option(
+        "--client-momentum", default=0.0, type=argtypes.momentum,
+        help="each local step follows (1 - beta) x its own gradient + beta x the global model's last move spread "
+             "over the worker's steps (FedCM's client-level momentum, alpha = 1 - beta; default 0: its gradient alone)")
     drift_correction: bool = option(
         "--drift-correction", switch=True,
         help="the correction of non-i.i.d. drift chosen by measurement (docs/esync.md): "

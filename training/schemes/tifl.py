@@ -74,6 +74,7 @@ class TiFLOptions(LocalSGDOptions):
     normalised_averaging: bool = fixed(False)
     normalisation_power: float = fixed(1.0)
     scaffold: bool = fixed(False)
+    client_momentum: float = fixed(0.0)
     drift_correction: bool = fixed(False)
 
     @classmethod

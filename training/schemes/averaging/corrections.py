@@ -69,6 +69,48 @@ class Scaffold(Correction):
             mx.nd.elemwise_sub(global_, local, out=correction)
 
 
+class ClientMomentum(Correction):
+    """--client-momentum beta: every local step follows (1 - beta) x its own gradient + beta x the global model's last
+    move spread over the worker's steps (FedCM, Xu et al. 2021, "FedCM: Federated Learning with Client-level
+    Momentum", whose alpha is 1 - beta): a worker's round repeats beta of the last global move and adds 1 - beta of
+    its own progress, so the workers' models drift apart by 1 - beta of what plain local steps would. Nothing
+    travels: every worker holds the same global move. The first round, with no move yet, is 1 - beta of plain local
+    steps."""
+    last_round_steps = 0
+
+    def __init__(self, beta):
+        self.beta = beta
+
+    def setup(self, scheme):
+        self.previous_start = [starts[0].copy() for starts in scheme.start]
+        self.direction = scheme.zeros_like_weights()
+        self.round_started = False
+        return [], []
+
+    def correct(self, scheme):
+        if not self.round_started:
+            self.follow_the_last_move(scheme)
+            self.round_started = True
+        for p, direction in zip(scheme.model.trainable, self.direction):
+            for grad in p.list_grad():
+                grad *= 1 - self.beta
+                grad += direction.as_in_context(grad.context)
+
+    def follow_the_last_move(self, scheme):
+        """At a round's first step: the direction whose steps at the local rate add up to beta of the move from the
+        last round's start to this one's, over as many steps as this worker took last round (in the units of the
+        summed gradient the local optimizer applies)."""
+        lr = scheme.options.local_lr * scheme.lr_factor
+        for direction, starts, previous in zip(self.direction, scheme.start, self.previous_start):
+            mx.nd.elemwise_sub(previous, starts[0], out=direction)
+            direction *= self.beta / (lr * max(1, self.last_round_steps))
+            starts[0].copyto(previous)
+
+    def before_send(self, scheme, steps):
+        self.last_round_steps, self.round_started = steps, False
+
+
 def corrections(options):
     """The corrections the options ask for, in the order they apply to a step's gradient."""
-    return ([ProximalTerm(options.proximal)] if options.proximal else []) + ([Scaffold()] if options.scaffold else [])
+    return ([ProximalTerm(options.proximal)] if options.proximal else []) + ([Scaffold()] if options.scaffold else []) \
+        + ([ClientMomentum(options.client_momentum)] if options.client_momentum else [])
