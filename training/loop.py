@@ -196,7 +196,6 @@ class Rounds:
         self.samples += round_samples
         evaluated = self.evaluate(n, steps[-1], stopping)
         elapsed = time.time() - self.started
-        self.save_checkpoint(n, steps[-1], stopping, elapsed)
         self.take_snapshot(n, steps[-1], stopping, elapsed)
         extra = {runlog.WEIGHTS_DIGEST: self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
         if sitting_out:
@@ -206,7 +205,11 @@ class Rounds:
         if scheme.transport:
             extra.update(scheme.transport.traffic.take())
         extra.update(scheme.round_record())
+        # The round's log before its checkpoint: a job killed in between resumes at round n + 1, so a checkpoint of
+        # round n must never exist without round n's log; the log is written again with the checkpoint's time.
         self.run_log.write(n, steps, round_samples, elapsed, evaluated, **extra)
+        if self.save_checkpoint(n, steps[-1], stopping, elapsed):
+            self.run_log.write(n, steps, round_samples, elapsed, evaluated, **extra)
         self.report_progress(n, elapsed, stopping)
         return stopping, reason
 
@@ -273,12 +276,15 @@ class Rounds:
         return bool(every) and n % every == 0
 
     def save_checkpoint(self, n, last_step, stopping, elapsed):
+        """Save round n's checkpoint when due; whether it did."""
         writer = self.checkpoints
-        if writer and (stopping or writer.due(n)):
-            with Timer(last_step, runlog.CHECKPOINT):
-                fault_injection.point("worker", "checkpoint", self.scheme.rank)
-                save = writer.finish if stopping else writer.save
-                save(n, elapsed, self.epochs, self.model, self.scheme.local_optimizer_states())
+        if not writer or not (stopping or writer.due(n)):
+            return False
+        with Timer(last_step, runlog.CHECKPOINT):
+            fault_injection.point("worker", "checkpoint", self.scheme.rank)
+            save = writer.finish if stopping else writer.save
+            save(n, elapsed, self.epochs, self.model, self.scheme.local_optimizer_states())
+        return True
 
     def take_snapshot(self, n, last_step, stopping, elapsed):
         """A copy of the model for the evaluator when due; the evaluator's latest accuracy becomes this worker's."""
