@@ -6,8 +6,9 @@ import os
 import statistics
 
 from analysis.tables import markdown_table
-from bench.sections.common import DATA_FLAGS, fmt, launch, log
-from launcher import limit, workers
+from bench.sections.common import fmt, launch, log
+from bench.sections.heterogeneity import standalone_throughputs
+from launcher import limit
 from training import runlog
 
 MODES = ("sync", "esync", "local")
@@ -42,11 +43,7 @@ def fast_step_all_at_once(profile, seconds, workdir, quotas):
     time, without communicating (the concurrent standalone runs), on its quota or with the sleeping slowdown: against
     one fast device alone, what devices computing at once take from each other."""
     slowdowns = [float(f) for f in profile.split(",")]
-    share = workers.device_share(slowdowns)[0] if quotas else None
-    try:
-        limit.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA_FLAGS], share)
-    except limit.LimitFailed as error:
-        raise RuntimeError(str(error))
+    standalone_throughputs(slowdowns, seconds, workdir, quotas)
     fastest = min(slowdowns)
     steps = [runlog.median_step_seconds(runlog.DeviceLog(limit.device_folder(workdir, index)).ordered(),
                                         (runlog.FORWARD_BACKWARD,))

@@ -11,10 +11,10 @@ from launcher import limit, workers
 from training.modes import ESYNC
 
 
-def standalone_throughputs(slowdowns, seconds, workdir):
+def standalone_throughputs(slowdowns, seconds, workdir, quotas=True):
     """Each worker's samples/s alone on its slowdown (under its device's CPU quota where the launcher's runs have
-    one), all running at the same time."""
-    share, _ = workers.device_share(slowdowns)
+    one, unless not `quotas`), all running at the same time; their logs in limit.device_folder(workdir, index)."""
+    share = workers.device_share(slowdowns)[0] if quotas else None
     try:
         return limit.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA_FLAGS], share)
     except limit.LimitFailed as error:

@@ -76,7 +76,6 @@ class ClientMomentum(Correction):
     its own progress, so the workers' models drift apart by 1 - beta of what plain local steps would. Nothing
     travels: every worker holds the same global move. The first round, with no move yet, is 1 - beta of plain local
     steps."""
-    last_round_steps = 0
 
     def __init__(self, beta):
         self.beta = beta
@@ -84,7 +83,7 @@ class ClientMomentum(Correction):
     def setup(self, scheme):
         self.previous_start = [starts[0].copy() for starts in scheme.start]
         self.direction = scheme.zeros_like_weights()
-        self.round_started = False
+        self.round_started, self.last_round_steps = False, 0
         return [], []
 
     def correct(self, scheme):
