@@ -6,10 +6,12 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 
 from launcher.cluster import ROOT
+from training import mxnet_internals
 from training.mxnet_internals import PLACEHOLDER, with_handle
 
 # What a process computes with the operators it registered: a generated ndarray function (Convolution), and a symbol
@@ -26,8 +28,12 @@ s = mx.sym.FullyConnected(mx.sym.var("d"), num_hidden=1, no_bias=True, name="fc"
 fc = s.eval(d=mx.nd.ones((1, 3)), fc_weight=mx.nd.array([[1, 2, 3]]))[0].asnumpy().tolist()
 cache = mxnet_internals.installed_cache()
 scipy_by_mxnet = "scipy" in sys.modules
+requests_by_mxnet = "urllib3" in sys.modules  # requests imports urllib3
 import scipy.stats
-print(json.dumps(dict(conv=conv, fc=fc, compiled=cache.compiled_here if cache else None, scipy=scipy_by_mxnet)))
+doc = mx.nd.Convolution.__doc__.splitlines()[0]
+downloads = callable(mx.gluon.utils.requests.get)  # what Gluon's download calls
+print(json.dumps(dict(conv=conv, fc=fc, compiled=cache.compiled_here if cache else None, scipy=scipy_by_mxnet,
+                      requests=requests_by_mxnet, doc=doc, downloads=downloads)))
 """
 
 
@@ -46,8 +52,26 @@ def test_a_second_process_compiles_no_operator_and_computes_what_mxnet_computes_
     assert first["compiled"] > 2000 and cache_file.exists()  # every generated operator, once
     assert second["compiled"] == 0
     assert plain["conv"] == first["conv"] == second["conv"] and plain["fc"] == first["fc"] == second["fc"] == [[6.0]]
+    assert plain["doc"] == first["doc"] == second["doc"] and "convolution" in plain["doc"]
     # MXNet imports SciPy where it is installed; with the hook it does not, and SciPy still imports afterwards
     assert (plain["scipy"], first["scipy"], second["scipy"]) == (True, False, False)
+    # requests, which MXNet uses to download only, is imported when first used
+    assert (plain["requests"], first["requests"], second["requests"]) == (True, False, False)
+    assert plain["downloads"] and first["downloads"] and second["downloads"]
+
+
+def test_operators_cached_from_another_mxnet_library_are_compiled_again(tmp_path, monkeypatch):
+    files = [("libmxnet.so", 100, 1)]
+    monkeypatch.setattr(mxnet_internals, "source_files", lambda module: tuple(files))
+    register = types.ModuleType("mxnet.ndarray.register")
+    cache = mxnet_internals.OperatorCache(str(tmp_path / "operators.marshal"))
+    cache.functions_of(register)[("Convolution", "Convolution")] = (compile("x = 1", "<string>", "exec"), "doc")
+    cache.added = 1
+    cache.save()
+
+    assert list(mxnet_internals.OperatorCache(cache.path).functions_of(register)) == [("Convolution", "Convolution")]
+    files[0] = ("libmxnet.so", 100, 2)  # the same library file, written again
+    assert mxnet_internals.OperatorCache(cache.path).functions_of(register) == {}
 
 
 def test_the_handle_goes_into_the_cached_code_of_the_function_it_calls():

@@ -142,7 +142,8 @@ def test_clean_removes_what_a_killed_run_left(prefix):
 @pytest.mark.slow
 def test_esync_and_sync_train_across_namespaces_within_the_link_limit_each_server_carrying_half(tmp_path, prefix):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "-s", "2", "--max-time", "3", *LENET,
+    # A number of iterations, not of seconds: what the job learns in it does not depend on how busy the machine is.
+    args = ["--modes", "esync,sync", "--devices", "cpu,cpu,cpu", "-s", "2", "--max-iters", "45", *LENET,
             *netns_args(prefix)]
 
     with launcher(args, logs) as proc:

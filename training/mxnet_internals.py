@@ -8,21 +8,21 @@ a private MXNet attribute or calls MXNet's C library.
 - **A Trainer's optimizer state without its pickled optimizer**: the updaters and the update counts.
 - **A block's parameters by their structural names**, the names `save_parameters` writes.
 
-The import hook: `import mxnet` writes a Python function for each of its operators (about 2,300) and compiles it,
-which is most of the second of CPU the import costs every worker and server a job starts. The generated source of
-an operator differs from one process to the next only in its handle (an address), so the compiled code is cached in
-a file with a placeholder for the handle, and the handle is put into the constants of the cached code when it is
-used. The source is still generated, and its hash finds the cached code, so a changed MXNet or Python compiles
-anew. main.py installs it before anything imports MXNet; `install` only registers an import hook. Measured with
-farm-bench (10 runs each, 2 cores): `import mxnet` 1.34 s of CPU, 0.95 s with the cache (0.78 s with the standard
-library's distutils too, below). SciPy, which the reports need, is hidden from MXNet's import (`scipy_hidden`):
-with the cache and the distutils, 1.27 s of CPU where MXNet imports it, 0.83 s where it does not (farm-bench, 10
-runs each).
+The import hook: `import mxnet` writes a Python function for each of its operators (about 2,300), from what the C
+library says of each, and compiles it: most of the CPU the import costs every worker a job starts. The function of an
+operator differs from one process to the next only in its handle (an address), so its compiled code and docstring
+are cached in a file with a placeholder for the handle, and the handle is put into the constants of the cached code
+when it is used; neither the source nor the code is made again. The cache of a generating module holds the size and
+modification time of MXNet's library and of the module, so a changed MXNet generates anew. main.py installs it before
+anything imports MXNet; `install` only registers an import hook. SciPy, which the reports need, is hidden from MXNet's
+import (`scipy_hidden`), and `requests`, which MXNet imports to download files, is imported when first used.
+Measured with farm-bench, 12 runs each in turn: `import mxnet` 0.60 s of CPU (median) against 0.87 s when the
+cache held compiled code only and the source was generated again; a launcher run of 1 s of training (2 workers,
+a server, a scheduler, the evaluator) 5.4 s of CPU against 6.5 s.
 """
-import builtins
 import contextlib
 import ctypes
-import hashlib
+import importlib
 import importlib.machinery
 import logging
 import marshal
@@ -34,50 +34,66 @@ import types
 
 log = logging.getLogger("mxnet-import")
 
-GENERATING_MODULES = ("mxnet.ndarray.register", "mxnet.symbol.register")  # they exec the operators' source
+# The modules whose functions write an operator's Python source, and the function in each.
+GENERATORS = {"mxnet.ndarray.register": "_generate_ndarray_function_code",
+              "mxnet.symbol.register": "_generate_symbol_function_code"}
 HANDLE = re.compile(r"((?:_imperative_invoke|_symbol_creator)\()(\d+),")   # where the handle is in that source
 PLACEHOLDER = 987654321987654321
-HOOKED_MODULES = ("mxnet", *GENERATING_MODULES)
+HOOKED_MODULES = ("mxnet", "mxnet.base")
+DOWNLOAD_MODULES = ("requests",)
 
 
 def cache_path():
     folder = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(folder, "esync-mxnet", f"operators-{sys.implementation.cache_tag}.marshal")
+    return os.path.join(folder, "esync-mxnet", f"functions-{sys.implementation.cache_tag}.marshal")
 
 
 class OperatorCache:
+    """{generating module: (the files it was generated from, {(operator, function name): (code, docstring)})}."""
+
     def __init__(self, path):
         self.path = path
-        self.compiled = self._read()
+        self.modules = self._read()
         self.added = 0            # compiled since the last save
         self.compiled_here = 0    # compiled by this process
 
     def _read(self):
         try:
             with open(self.path, "rb") as f:
-                return marshal.load(f)
+                modules = marshal.load(f)
         except (OSError, ValueError, EOFError, TypeError):
             return {}
+        return modules if isinstance(modules, dict) else {}
 
-    def exec_in(self, module_globals):
-        """An `exec` for a generating module: the builtin's behaviour, the operators' code taken from the cache."""
-        def cached_exec(source, globals_=None, locals_=None):
-            code = self.code_for(source) if isinstance(source, str) else source
-            builtins.exec(code, module_globals if globals_ is None else globals_, locals_)
-        return cached_exec
+    def functions_of(self, module):
+        """The cached functions of a generating module, emptied where MXNet's library or the module changed."""
+        sources = source_files(module)
+        cached = self.modules.get(module.__name__)
+        if not (isinstance(cached, tuple) and len(cached) == 2 and cached[0] == sources):
+            cached = self.modules[module.__name__] = (sources, {})
+        return cached[1]
 
-    def code_for(self, source):
-        found = HANDLE.search(source)
-        if not found:
-            return source
-        template = HANDLE.sub(lambda m: f"{m.group(1)}{PLACEHOLDER},", source, count=1)
-        key = hashlib.sha1(template.encode()).digest()
-        code = self.compiled.get(key)
-        if code is None:
-            code = self.compiled[key] = compile(template, "<string>", "exec")
-            self.added += 1
-            self.compiled_here += 1
-        return with_handle(code, int(found.group(2)))
+    def generator(self, module):
+        """The module's generator of an operator's (source, docstring), answering from the cache with the code
+        compiled and the handle in place (the module's exec takes code as it takes source)."""
+        generate = getattr(module, GENERATORS[module.__name__])
+        functions = self.functions_of(module)
+
+        def generate_cached(handle, op_name, func_name, signature_only=False):
+            if signature_only:  # stub files for editors: source wanted
+                return generate(handle, op_name, func_name, signature_only)
+            cached = functions.get((op_name, func_name))
+            if cached is None:
+                source, doc = generate(handle, op_name, func_name)
+                if not HANDLE.search(source):
+                    return source, doc
+                template = HANDLE.sub(lambda m: f"{m.group(1)}{PLACEHOLDER},", source, count=1)
+                cached = functions[(op_name, func_name)] = (compile(template, "<string>", "exec"), doc)
+                self.added += 1
+                self.compiled_here += 1
+            code, doc = cached
+            return with_handle(code, handle.value), doc  # the source has the handle's address
+        return generate_cached
 
     def save(self):
         """Write the cache if this process compiled anything (atomically: processes start side by side)."""
@@ -87,11 +103,19 @@ class OperatorCache:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             fd, temporary = tempfile.mkstemp(dir=os.path.dirname(self.path), suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                marshal.dump(self.compiled, f)
+                marshal.dump(self.modules, f)
             os.replace(temporary, self.path)
         except OSError as err:  # a read-only home: every process compiles, as without the cache
             log.debug("cannot write the operator cache %s: %s", self.path, err)
         self.added = 0
+
+
+def source_files(module):
+    """What a generating module's output depends on: MXNet's C library (its operators) and the module itself, each
+    by path, size and modification time."""
+    library = sys.modules["mxnet.base"]._LIB._name  # loaded by mxnet.base, which every generating module imports
+    return tuple((path, stat.st_size, stat.st_mtime_ns)
+                 for path in (library, module.__file__) for stat in [os.stat(path)])
 
 
 def with_handle(code, handle):
@@ -105,13 +129,26 @@ class _Loader(importlib.machinery.SourceFileLoader):
     cache = None
 
     def exec_module(self, module):
-        if module.__name__ in GENERATING_MODULES:
-            module.exec = self.cache.exec_in(module.__dict__)  # shadows the builtin for that module alone
-        if module.__name__ != "mxnet":
-            return super().exec_module(module)
+        if module.__name__ == "mxnet.base":
+            super().exec_module(module)
+            module._init_op_module = self._registering_from_the_cache(module._init_op_module)
+            return
         with scipy_hidden():
+            for name in DOWNLOAD_MODULES:
+                sys.modules.setdefault(name, _ImportedOnFirstUse(name))
             super().exec_module(module)
         self.cache.save()  # the whole package has been imported: every operator is registered
+
+    def _registering_from_the_cache(self, init_op_module):
+        """mxnet.base's registration of a generating module's operators (each generating module calls it as its
+        last line): the module's generator answers from the cache from then on."""
+        def init_from_the_cache(root_namespace, module_name, make_op_func):
+            namespace = make_op_func.__globals__  # the generating module's, whose generator make_op_func calls
+            name = GENERATORS.get(namespace["__name__"])
+            if name is not None:
+                namespace[name] = self.cache.generator(sys.modules[namespace["__name__"]])
+            return init_op_module(root_namespace, module_name, make_op_func)
+        return init_from_the_cache
 
 
 class _Finder:
@@ -128,6 +165,20 @@ class _Finder:
         loader.cache = self.cache
         spec.loader = loader
         return spec
+
+
+class _ImportedOnFirstUse(types.ModuleType):
+    """Stands in for a module MXNet imports and uses only to download (`requests`, about 0.1 s of CPU to import):
+    the first attribute read imports the real one, which takes the stand-in's place in sys.modules."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.__spec__ = None  # a later `import` finds it loaded and leaves it be
+
+    def __getattr__(self, attr):
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
 
 
 @contextlib.contextmanager
