@@ -14,6 +14,7 @@ the target as never, not as zero.
 """
 import math
 import os
+import statistics
 
 from analysis import summary as summaries
 from analysis import significance
@@ -102,6 +103,7 @@ def cell_of_scheme(runs, limit, target):
         "efficiency": statistics_of([v / limit if v is not None and limit else None for v in speeds]),
         "bytes_per_sample": statistics_of([bytes_per_sample(s) for s in done]),
         "final_accuracy": statistics_of([s.get("final_accuracy") for s in done]),
+        "final_accuracies": [s["final_accuracy"] for s in done if s.get("final_accuracy") is not None],
         "fast_compute_ms": statistics_of([1e3 * s["fast_compute_seconds"] if s.get("fast_compute_seconds") else None
                                           for s in done]),
         "fast_compute_over_probe": statistics_of([compute_over_probe(s) for s in done]),
@@ -230,15 +232,24 @@ def relative_text(numbers, none="-", prefix=""):
 
 
 def nobody_reached(cell):
-    """A cell where no scheme reached the target: which one came closest, by its final accuracy."""
+    """A cell where no scheme reached the target: which one came closest, by its final accuracy, where its lead
+    holds beyond the repeats' spread (the same test as the times'), or the schemes that tie with it."""
     if all(n["not_run"] == n["repeats"] for n in cell["schemes"].values()):
         return "not run"
-    finals = {s: n["final_accuracy"]["mean"] for s, n in cell["schemes"].items()
-              if n["final_accuracy"]["mean"] is not None}
+    finals = {s: n["final_accuracies"] for s, n in cell["schemes"].items() if n["final_accuracies"]}
     if not finals:
         return "none reached the target"
-    closest = max(finals, key=finals.get)
-    return f"none reached the target; closest {display(closest)} at {finals[closest]:.3f}"
+    closest = max(finals, key=lambda s: statistics.fmean(finals[s]))
+    lower_is_better = {s: [-a for a in accuracies] for s, accuracies in finals.items()}
+    tied = significance.verdict(closest, lower_is_better)["tied"]
+    if len(tied) == 1:
+        return f"none reached the target; closest **{display(closest)}** at {final_text(cell, closest)}"
+    return "none reached the target; closest, a tie: " + ", ".join(f"{display(s)} at {final_text(cell, s)}"
+                                                                 for s in tied)
+
+
+def final_text(cell, scheme):
+    return format_statistic(cell["schemes"][scheme]["final_accuracy"], ".3f")
 
 
 def detail_table(result, split):

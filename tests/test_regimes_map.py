@@ -162,11 +162,32 @@ def test_a_cell_no_scheme_finished_in_names_the_closest_by_final_accuracy(tmp_pa
 
     text, _ = regime_map.write(regime_map.build(log_dir), log_dir, figures=False)
 
-    assert "| 1,4 | none reached the target; closest ESync at 0.800 |" in text
+    # one repeat has no spread: the closest ties with every scheme that has a final accuracy
+    assert "| 1,4 | none reached the target; closest, a tie: ESync at 0.800, Sync at 0.500 |" in text
     plan["links"] = [12.0, 3.0]
     write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
-    assert "| 1,4 | none reached the target; closest ESync at 0.800 | not run |" in regime_map.format_report(
-        regime_map.build(log_dir))
+    assert "| 1,4 | none reached the target; closest, a tie: ESync at 0.800, Sync at 0.500 | not run |" in \
+        regime_map.format_report(regime_map.build(log_dir))
+
+
+@pytest.mark.parametrize("dcasgd_finals, expected", [
+    ([0.70, 0.71, 0.69], "closest **ESync** at 0.800 ± 0.010"),                        # beyond the spread
+    ([0.78, 0.83, 0.74], "closest, a tie: ESync at 0.800 ± 0.010, DCASGD at 0.783 ± 0.045"),  # within it
+])
+def test_where_nobody_reached_the_target_the_closest_is_named_only_where_its_final_accuracy_leads_beyond_the_spread(
+        tmp_path, dcasgd_finals, expected):
+    log_dir = str(tmp_path)
+    plan = {"network": "lenet", "dataset": "mnist-5k", "links": [12.0], "profiles": ["1,4"], "splits": ["iid"],
+            "schemes": ["esync", "dcasgd", "sync"], "repeats": 3, "seed": 0, "max_time": 5.0, "target": 0.85,
+            "eval_seconds": 0.5}
+    write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
+    for repeat, (esync, dcasgd, sync) in enumerate(zip([0.80, 0.81, 0.79], dcasgd_finals, [0.3, 0.31, 0.29]), 1):
+        for scheme, final in (("esync", esync), ("dcasgd", dcasgd), ("sync", sync)):
+            write_run(log_dir, plan, 12.0, "1,4", "iid", repeat, scheme, 0, [0.1, final])
+
+    text = regime_map.format_report(regime_map.build(log_dir))
+
+    assert f"| 1,4 | none reached the target; {expected} |" in text
 
 
 def test_the_report_without_a_plan_says_where_it_looked(tmp_path):
