@@ -95,14 +95,14 @@ def display(row, esync_policy=None):
 # Reading the repeats
 
 
-def load_grid(log_dir, network, cluster_modes, repeats):
-    """{split: {row: [summary of each repeat]}}, the standalone mode under both splits; `cluster_modes` may hold
-    ESync variants' rows; PaperError when a run's summary is missing."""
+def load_grid(log_dir, network, cluster_modes, repeats, splits=SPLITS):
+    """{split: {row: [summary of each repeat]}}, the standalone mode (which runs with the first split) under every
+    split; `cluster_modes` may hold ESync variants' rows; PaperError when a run's summary is missing."""
     baseline = modes.STANDALONE
-    grid = {split: {mode: [] for mode in cluster_modes + (baseline,)} for split in SPLITS}
+    grid = {split: {mode: [] for mode in cluster_modes + (baseline,)} for split in splits}
     for repeat in repeats:
         network_dir = os.path.join(repeat_dir(log_dir, repeat), network)
-        for split in SPLITS:
+        for split in splits:
             for mode in cluster_modes:
                 variant = variant_of(mode)
                 if variant is None:
@@ -110,8 +110,8 @@ def load_grid(log_dir, network, cluster_modes, repeats):
                 else:
                     grid[split][mode].append(read_summary(os.path.join(variant_dir(log_dir, repeat, variant),
                                                                        network), folder_of("esync", split)))
-        standalone = read_summary(network_dir, folder_of(baseline, "iid"))
-        for split in SPLITS:
+        standalone = read_summary(network_dir, folder_of(baseline, splits[0]))
+        for split in splits:
             grid[split][baseline].append(standalone)
     return grid
 
@@ -337,7 +337,7 @@ def format_report(report):
              f"A time or speedup marked ≥ is a lower bound: in some repeats the run (or SSGD's) never reached "
              f"{target:g}, and counts with its training time. Levelled off: the curves whose last quarter's mean "
              f"accuracy was within {metrics.PLATEAU_BAND:g} of the quarter's before.", ""]
-    for split in SPLITS:
+    for split in report.get("splits", SPLITS):
         policy = report.get("esync_policy")
         lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target, policy), ""]
         for row, claims in report["headline"][split].items():
@@ -360,26 +360,27 @@ def thresholds_table(times, esync_policy=None):
 def links_of(grid, cluster_modes, key="links"):
     """The distinct links the cluster modes' runs recorded (one, unless runs of the grid had different ones); with
     key="device_emulation", how their devices were emulated."""
-    found = [run.get(key) for split in SPLITS for mode in cluster_modes for run in grid[split][mode]]
+    found = [run.get(key) for runs_by_mode in grid.values() for mode in cluster_modes for run in runs_by_mode[mode]]
     return sorted({links for links in found if links})
 
 
-def build_report(log_dir, network, cluster_modes, repeats, target, description, thresholds=()):
+def build_report(log_dir, network, cluster_modes, repeats, target, description, thresholds=(), splits=SPLITS):
     """Table 1's numbers for one network as a dict (written to paper.json), and the time to each of `thresholds`;
     `description` names the job."""
-    grid = load_grid(log_dir, network, tuple(cluster_modes), repeats)
+    grid = load_grid(log_dir, network, tuple(cluster_modes), repeats, tuple(splits))
     return {
         **description,
+        "splits": list(splits),
         "links": links_of(grid, cluster_modes),
         "devices": links_of(grid, list(cluster_modes) + [modes.STANDALONE], "device_emulation"),
         "network": network,
         "target": target,
         "repeats": list(repeats),
         "names": {row: display(row, description.get("esync_policy")) for row in tuple(cluster_modes) + (modes.STANDALONE,)},
-        "cells": {split: cells(grid[split], target) for split in SPLITS},
+        "cells": {split: cells(grid[split], target) for split in splits},
         "headline": {split: {row: headline(grid[split], target, row) for row in cluster_modes if is_esync(row)}
-                     for split in SPLITS},
-        "thresholds": {split: times_to_thresholds(grid[split], thresholds) for split in SPLITS} if thresholds else {},
+                     for split in splits},
+        "thresholds": {split: times_to_thresholds(grid[split], thresholds) for split in splits} if thresholds else {},
     }, grid
 
 

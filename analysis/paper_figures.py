@@ -70,17 +70,20 @@ def draw_figure3(grid_runs, network, target, names):
     longest = max((run["elapsed_time"] for split in grid_runs.values() for runs in split.values() for run in runs),
                   default=1.0)
     grid = np.linspace(0.0, longest, GRID_POINTS)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), dpi=DPI, sharey=True)
-    for ax, split in zip(axes, paper.SPLITS):
+    splits = list(grid_runs)
+    fig, axes = plt.subplots(1, len(splits), figsize=(6 * len(splits), 4.8), dpi=DPI, sharey=True, squeeze=False)
+    for ax, split in zip(axes[0], splits):
         draw_accuracy_panel(ax, grid_runs[split], split, target, grid, names)
-    repeats = len(next(iter(grid_runs["iid"].values())))
+    repeats = len(next(iter(grid_runs[splits[0]].values())))
     fig.suptitle(f"{network}: test accuracy vs. time (mean of {repeats} repeats, band: lowest to highest)")
     return fig
 
 
 def draw_bar_panel(ax, report, key, ylabel, cluster_modes):
-    width = 0.38
-    for offset, split in ((-width / 2, "iid"), (width / 2, "niid")):
+    splits = report.get("splits", paper.SPLITS)
+    width = 0.76 / len(splits)
+    for index, split in enumerate(splits):
+        offset = (index - (len(splits) - 1) / 2) * width
         stats = [report["cells"][split][mode][key] for mode in cluster_modes]
         means = [s["mean"] or 0.0 for s in stats]
         errors = [s["std"] or 0.0 for s in stats]
@@ -126,7 +129,8 @@ def device_labels(runs_by_mode):
 
 
 def draw_figure5(grid_runs, network, cluster_modes, names):
-    runs_by_mode = {mode: grid_runs["iid"][mode] for mode in cluster_modes}
+    split = next(iter(grid_runs))  # the first split's runs: i.i.d. unless only non-i.i.d. data ran
+    runs_by_mode = {mode: grid_runs[split][mode] for mode in cluster_modes}
     labels = device_labels(runs_by_mode)
     width = 0.8 / len(cluster_modes)
     fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(labels)), 5), dpi=DPI)
@@ -139,7 +143,8 @@ def draw_figure5(grid_runs, network, cluster_modes, names):
     ax.set_xticks(range(len(labels)), labels, fontsize="small")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("1 - aggregation time / total time")
-    ax.set_title(f"{network}: computing-time ratio per device (i.i.d. data, mean over the repeats)")
+    ax.set_title(f"{network}: computing-time ratio per device ({paper.SPLIT_NAMES[split]} data, mean over the "
+                 "repeats)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return fig

@@ -12,7 +12,7 @@ the standalone baseline (sequential SGD on the fastest device); then Table 1 and
                                                             # keeping the runs an earlier command finished
     sudo .venv/bin/python launch.py paper --hosts netns --comm-ratio 12   # on links shaped to the paper's regime
 
-Repeat r trains every mode on i.i.d. data, then on non-i.i.d. data (the launcher's --non-iid), with seed S+r-1,
+Repeat r trains every mode on i.i.d. data, then on non-i.i.d. data (the launcher's --non-iid; --splits chooses), with seed S+r-1,
 one launch.py run each, logging under <log-dir>/repeat-<r>/<network>/; each of --esync-variants is a launch.py run
 of its own per repeat and split, under <log-dir>/repeat-<r>/esync-<variant>/<network>/. Table 1 (table1.md, paper.json) and the
 figures go to <log-dir>/<network>/. The launcher's host and aggregation options (--hosts netns, --bandwidth,
@@ -69,6 +69,9 @@ def build_parser():
                         "them without 'esync-' (default: default, what --modes esync runs with no other flag; "
                         "adaptive-drift; apply-drift; training/esync_variants.py; '' for none); each is a launcher "
                         "run of its own per repeat and split")
+    p.add_argument("--splits", default=",".join(paper.SPLITS),
+                   help="the data splits, iid and niid (each worker a block of classes), in the order they run "
+                        "(default iid,niid); the standalone baseline runs with the first")
     p.add_argument("--repeats", type=int, default=5, help="runs of every mode and split (default 5)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
     p.add_argument("--max-time", type=float, default=75.0,
@@ -131,6 +134,7 @@ def parse(argv):
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
     ns.thresholds = parse_thresholds(ns.thresholds)
+    ns.splits = parse_splits(ns.splits)
     ns.esync_variants = parse_variants(ns.esync_variants)
     cluster_modes = experiment.parse_modes(ns.modes)
     alone = [mode for mode in cluster_modes if not modes.MODES[mode].cluster]
@@ -143,14 +147,21 @@ def parse(argv):
     return ns, networks, runs, cluster_modes + tuple(esync_variants.PREFIX + v for v in ns.esync_variants)
 
 
+def parse_splits(text):
+    splits = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not splits or any(split not in paper.SPLITS for split in splits) or len(set(splits)) < len(splits):
+        raise UsageError(f"--splits {text!r}: give {' or '.join(paper.SPLITS)}, or both, comma-separated")
+    return splits
+
+
 def planned_runs(ns, networks, cluster_modes, worker_args):
-    """Every launcher run, in order: per network and repeat, the i.i.d. run, then the non-i.i.d. one, each followed
-    by ESync's variants' runs."""
+    """Every launcher run, in order: per network and repeat, the run of each split (the first with the standalone
+    baseline), each followed by ESync's variants' runs."""
     runs = []
     for network in networks:
         for repeat in range(1, ns.repeats + 1):
-            for split in paper.SPLITS:
-                chosen = cluster_modes + ((modes.STANDALONE,) if split == "iid" else ())
+            for split in ns.splits:
+                chosen = cluster_modes + ((modes.STANDALONE,) if split == ns.splits[0] else ())
                 log_dir = paper.repeat_dir(ns.log_dir, repeat)
                 runs.append(paper_run(ns, network, repeat, split, chosen, log_dir, {"esync_policy": ns.esync_policy},
                                       worker_args))
@@ -232,7 +243,7 @@ def report(ns, networks, cluster_modes):
     for network in networks:
         try:
             result, grid = paper.build_report(ns.log_dir, network, cluster_modes, repeats, ns.target, description,
-                                              ns.thresholds)
+                                              ns.thresholds, ns.splits)
         except paper.PaperError as error:
             print(f"launch.py paper: error: {error}", file=sys.stderr)
             return EXIT_FAILURE

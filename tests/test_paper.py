@@ -7,7 +7,8 @@ import statistics
 
 import pytest
 
-from analysis import paper
+from analysis import paper, paper_figures
+from analysis import summary as summaries
 from launcher import paper as paper_command
 from launcher.cluster import ROOT
 from tests.test_launch import PNG_SIGNATURE, launcher, recorded_pids, still_running
@@ -150,6 +151,32 @@ def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_
     assert runs[0].record == os.path.join("runs", "repeat-1", "paper-lenet-iid.json")
 
 
+def test_splits_choose_the_runs_of_each_repeat_and_the_first_carries_the_standalone_baseline():
+    _, _, runs, _ = parse("--repeats", "2", "--splits", "niid", "--esync-variants", "")
+
+    assert [(r.experiment.seed, r.experiment.non_iid) for r in runs] == [(0, True), (1, True)]
+    assert runs[0].experiment.modes == paper_command.PAPER_MODES + ("local",)
+    _, _, runs, _ = parse("--repeats", "1", "--splits", "niid,iid", "--esync-variants", "")
+    assert [(r.experiment.non_iid, "local" in r.experiment.modes) for r in runs] == [(True, True), (False, False)]
+
+
+def test_a_table_of_one_split_reads_its_runs_alone_and_draws_its_figures(tmp_path):
+    network_dir = os.path.join(str(tmp_path), "repeat-1", "lenet")
+    for folder, accuracies in (("sync", [0.5, 0.7]), ("local", [0.7, 0.9])):
+        summary = {**run([1.0, 2.0], accuracies), "mode": folder, "links": "loopback (no link limit)"}
+        os.makedirs(os.path.join(network_dir, folder))
+        write_json(summaries.summary_path(network_dir, folder), summary)
+    description = {"dataset": "fashion-mnist", "seeds": [0], "esync_policy": "apply"}
+
+    report, grid = paper.build_report(str(tmp_path), "lenet", ("sync",), [1], TARGET, description, splits=("iid",))
+
+    assert report["splits"] == ["iid"] and list(grid) == ["iid"] and list(report["cells"]) == ["iid"]
+    text = paper.format_report(report)
+    assert "## i.i.d. data" in text and "non-i.i.d." not in text
+    drawn = paper_figures.draw_all(report, grid, ("sync",), str(tmp_path / "figures"))
+    assert len(drawn) == 3 and all(open(path, "rb").read(8) == PNG_SIGNATURE for path in drawn)
+
+
 def test_each_esync_variant_is_a_run_of_its_own_beside_the_modes_of_each_repeat_and_split():
     _, _, runs, rows = parse("--repeats", "1", "--esync-variants", "adaptive-drift", "--", "-b", "32")
 
@@ -207,6 +234,8 @@ def test_resume_runs_again_what_a_record_does_not_name(tmp_path):
     (["--", "-m", "sync"], "set by the launcher"),
     (["--esync-variants", "fastest"], "ESync has no configuration 'fastest'"),
     (["--esync-variants", "plan,plan"], "names a configuration twice"),
+    (["--splits", "iid,iid"], "give iid or niid"),
+    (["--splits", "shuffled"], "give iid or niid"),
 ])
 def test_bad_input_is_refused_before_anything_runs(argv, message):
     with pytest.raises(UsageError, match=message):
