@@ -241,7 +241,7 @@ def nobody_reached(cell):
         return "none reached the target"
     closest = max(finals, key=lambda s: statistics.fmean(finals[s]))
     lower_is_better = {s: [-a for a in accuracies] for s, accuracies in finals.items()}
-    tied = significance.verdict(closest, lower_is_better)["tied"]
+    tied = sorted(significance.verdict(closest, lower_is_better)["tied"], key=lambda s: -statistics.fmean(finals[s]))
     if len(tied) == 1:
         return f"none reached the target; closest **{display(closest)}** at {final_text(cell, closest)}"
     return "none reached the target; closest, a tie: " + ", ".join(f"{display(s)} at {final_text(cell, s)}"
