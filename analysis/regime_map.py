@@ -15,6 +15,7 @@ the target as never, not as zero.
 import math
 import os
 import statistics
+import textwrap
 
 from analysis import summary as summaries
 from analysis import significance
@@ -373,10 +374,10 @@ def draw_at(result, out_dir, suffix):
         bar = fig.colorbar(image, ax=ax, ticks=[0, 1, 2, 3])
         bar.ax.set_yticklabels(["×1", "×2", "×4", "≥×8"])
         bar.set_label("time to the target / the leader's")
+        legend = ("(best: its lead holds by " + significance.TEST_NAME + "; tie: the schemes it does not lead beyond "
+                  "the spread; grey: never reached, failed or not run)")
         ax.set_title(f"{result['network']}, {SPLIT_NAMES[split]} data: time to {result['target']:g} relative to "
-                     "each cell's leader\n(best: its lead holds by " + significance.TEST_NAME + "; tie: the schemes "
-                     "it does not lead beyond the spread; grey: never reached, failed or not run)",
-                     fontsize=9)
+                     "each cell's leader\n" + textwrap.fill(legend, int(11 * fig.get_figwidth())), fontsize=9)
         fig.tight_layout()
         path = os.path.join(out_dir, f"regimes-{split}{suffix}.png")
         fig.savefig(path)

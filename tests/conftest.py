@@ -34,9 +34,12 @@ def pytest_collection_modifyitems(items):
     after another on one worker, the others on the other one, which ends within the first minutes; jobs of two
     tests at once would each take cores the other's timing counts on. A real-process test marked `beside_others`
     checks nothing that depends on timing (or mostly waits on timeouts) and runs with the in-process tests instead, on
-    the cores they leave idle, which shortens the suite."""
+    the cores they leave idle, which shortens the suite. A test of a module marked `beside_others` that is marked
+    `beside_others(False)` itself runs with the timed tests all the same: it moves its length from one half to the
+    other, to balance them."""
     for item in items:
-        alone = item.get_closest_marker("slow") and not item.get_closest_marker("beside_others")
+        beside = item.get_closest_marker("beside_others")
+        alone = item.get_closest_marker("slow") and (beside is None or beside.args == (False,))
         group = "real-processes" if alone else "in-process"
         item.add_marker(pytest.mark.xdist_group(group))
     return (yield)
