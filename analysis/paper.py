@@ -337,7 +337,7 @@ def format_report(report):
              f"A time or speedup marked ≥ is a lower bound: in some repeats the run (or SSGD's) never reached "
              f"{target:g}, and counts with its training time. Levelled off: the curves whose last quarter's mean "
              f"accuracy was within {metrics.PLATEAU_BAND:g} of the quarter's before.", ""]
-    for split in report.get("splits", SPLITS):
+    for split in report["splits"]:
         policy = report.get("esync_policy")
         lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target, policy), ""]
         for row, claims in report["headline"][split].items():

@@ -80,7 +80,7 @@ def draw_figure3(grid_runs, network, target, names):
 
 
 def draw_bar_panel(ax, report, key, ylabel, cluster_modes):
-    splits = report.get("splits", paper.SPLITS)
+    splits = report["splits"]
     width = 0.76 / len(splits)
     for index, split in enumerate(splits):
         offset = (index - (len(splits) - 1) / 2) * width

@@ -32,6 +32,7 @@ from analysis import paper
 from coordination.rules import apply as paper_rule
 from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
+from launcher.regime_map import parse_splits
 from training import config, esync_variants, modes
 from training.schemes import esync
 from training.checks import UsageError
@@ -145,13 +146,6 @@ def parse(argv):
         ns.data_dir = experiment.data_dir(ns)
     runs = [] if ns.report_only else planned_runs(ns, networks, cluster_modes, worker_args)
     return ns, networks, runs, cluster_modes + tuple(esync_variants.PREFIX + v for v in ns.esync_variants)
-
-
-def parse_splits(text):
-    splits = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not splits or any(split not in paper.SPLITS for split in splits) or len(set(splits)) < len(splits):
-        raise UsageError(f"--splits {text!r}: give {' or '.join(paper.SPLITS)}, or both, comma-separated")
-    return splits
 
 
 def planned_runs(ns, networks, cluster_modes, worker_args):

@@ -234,8 +234,8 @@ def test_resume_runs_again_what_a_record_does_not_name(tmp_path):
     (["--", "-m", "sync"], "set by the launcher"),
     (["--esync-variants", "fastest"], "ESync has no configuration 'fastest'"),
     (["--esync-variants", "plan,plan"], "names a configuration twice"),
-    (["--splits", "iid,iid"], "give iid or niid"),
-    (["--splits", "shuffled"], "give iid or niid"),
+    (["--splits", "iid,iid"], "names an entry twice"),
+    (["--splits", "shuffled"], "give iid, niid or both"),
 ])
 def test_bad_input_is_refused_before_anything_runs(argv, message):
     with pytest.raises(UsageError, match=message):
