@@ -12,7 +12,8 @@ from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.snapshots import reported_accuracy
 from training.files import write_json
 
-FINISH_GRACE = 20.0             # seconds the other workers get once one has exited 0 (they stop together)
+FINISH_GRACE = 20.0             # seconds the other workers get once one has exited 0 (they stop together), plus
+ITERATIONS_OF_GRACE = 2         # this many of the job's mean global iterations: a worker may be one step from its stop
 FINISHED_MARK = "finished:"     # training/loop.py's last line when a worker reached a stop condition
 
 
@@ -124,6 +125,13 @@ class ExitWatch:
         return next(((p, t) for p, t in self.exits.values() if p.poll() == 0), None)
 
 
+def finish_grace(progress):
+    """Seconds the workers get to stop once a process of the job has exited 0: on slow links one step of
+    asynchronous training (a push and a pull of the model) can outlast FINISH_GRACE, so the job's own pace counts."""
+    r = progress.reader.update()
+    return FINISH_GRACE + (ITERATIONS_OF_GRACE * r.training_time / r.rounds if r.rounds else 0.0)
+
+
 def supervise(group, finishers, progress, wall_limit):
     """Wait until every process in `finishers` has exited 0; JobFailed if something goes wrong first."""
     watch = ExitWatch(group)
@@ -139,9 +147,9 @@ def supervise(group, finishers, progress, wall_limit):
             return
         done = watch.first_done()
         elapsed = time.monotonic() - watch.started
-        if done and elapsed - done[1] > FINISH_GRACE:
+        if done and elapsed - done[1] > FINISH_GRACE and elapsed - done[1] > finish_grace(progress):
             running = ", ".join(p.name for p in finishers if p.poll() is None)
-            raise JobFailed(done[0], f"exited, but {running} still ran {FINISH_GRACE:g} s later")
+            raise JobFailed(done[0], f"exited, but {running} still ran {finish_grace(progress):.0f} s later")
         if elapsed > wall_limit:
             raise JobFailed(None, f"the job still ran after --wall-limit {wall_limit:g} s")
         progress.tick()

@@ -29,11 +29,15 @@ fc = s.eval(d=mx.nd.ones((1, 3)), fc_weight=mx.nd.array([[1, 2, 3]]))[0].asnumpy
 cache = mxnet_internals.installed_cache()
 scipy_by_mxnet = "scipy" in sys.modules
 requests_by_mxnet = "urllib3" in sys.modules  # requests imports urllib3
+unused_by_mxnet = sorted(m for m in mxnet_internals.UNUSED_MODULES if type(sys.modules.get(m)) is type(sys))
 import scipy.stats
 doc = mx.nd.Convolution.__doc__.splitlines()[0]
 downloads = callable(mx.gluon.utils.requests.get)  # what Gluon's download calls
+unused_work = all(map(callable, (mx.contrib.onnx.export_model, mx.contrib.text.embedding.create,
+                                  mx.contrib.quantization.quantize_net, mx.test_utils.assert_almost_equal)))
 print(json.dumps(dict(conv=conv, fc=fc, compiled=cache.compiled_here if cache else None, scipy=scipy_by_mxnet,
-                      requests=requests_by_mxnet, doc=doc, downloads=downloads)))
+                      requests=requests_by_mxnet, doc=doc, downloads=downloads, unused=unused_by_mxnet,
+                      unused_work=unused_work)))
 """
 
 
@@ -58,6 +62,9 @@ def test_a_second_process_compiles_no_operator_and_computes_what_mxnet_computes_
     # requests, which MXNet uses to download only, is imported when first used
     assert (plain["requests"], first["requests"], second["requests"]) == (True, False, False)
     assert plain["downloads"] and first["downloads"] and second["downloads"]
+    # so are the other modules MXNet imports for what the project never does, which work when used
+    assert (plain["unused"], first["unused"], second["unused"]) == (sorted(mxnet_internals.UNUSED_MODULES), [], [])
+    assert plain["unused_work"] and first["unused_work"] and second["unused_work"]
 
 
 def test_operators_cached_from_another_mxnet_library_are_compiled_again(tmp_path, monkeypatch):

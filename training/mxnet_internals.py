@@ -10,12 +10,14 @@ a private MXNet attribute or calls MXNet's C library.
 
 The import hook: `import mxnet` writes a Python function for each of its operators (about 2,300), from what the C
 library says of each, and compiles it: most of the CPU the import costs every worker a job starts. The function of an
-operator differs from one process to the next only in its handle (an address), so its compiled code and docstring
-are cached in a file with a placeholder for the handle, and the handle is put into the constants of the cached code
-when it is used; neither the source nor the code is made again. The cache of a generating module holds the size and
-modification time of MXNet's library and of the module, so a changed MXNet generates anew. main.py installs it before
-anything imports MXNet; `install` only registers an import hook. SciPy, which the reports need, is hidden from MXNet's
-import (`scipy_hidden`), and `requests`, which MXNet imports to download files, is imported when first used.
+operator differs from one process to the next only in its handle (an address), so its compiled code and docstring are
+cached in a file with a placeholder for the handle, and the handle is put into the constants of the cached code when
+it is used; neither the source nor the code is made again. The cache of a generating module holds the size and
+modification time of MXNet's library and of the module, so a changed MXNet generates anew (and each installed MXNet
+package has a file of its own). main.py installs it before anything imports MXNet; `install` only registers an import
+hook. SciPy, which the reports need, is hidden from MXNet's import (`scipy_hidden`), and the modules MXNet imports
+for what the project never does (downloads, ONNX, text embeddings, quantization, its own tests) are imported when
+first used.
 Measured with farm-bench, 12 runs each in turn: `import mxnet` 0.60 s of CPU (median) against 0.87 s when the
 cache held compiled code only and the source was generated again; a launcher run of 1 s of training (2 workers,
 a server, a scheduler, the evaluator) 5.4 s of CPU against 6.5 s.
@@ -31,6 +33,7 @@ import re
 import sys
 import tempfile
 import types
+import zlib
 
 log = logging.getLogger("mxnet-import")
 
@@ -40,12 +43,18 @@ GENERATORS = {"mxnet.ndarray.register": "_generate_ndarray_function_code",
 HANDLE = re.compile(r"((?:_imperative_invoke|_symbol_creator)\()(\d+),")   # where the handle is in that source
 PLACEHOLDER = 987654321987654321
 HOOKED_MODULES = ("mxnet", "mxnet.base")
-DOWNLOAD_MODULES = ("requests",)
+# Imported by MXNet's package, used by none of the project's processes: {module: what MXNet uses it for}.
+UNUSED_MODULES = {"requests": "downloads", "mxnet.contrib.onnx": "ONNX import and export",
+                  "mxnet.contrib.text": "text embeddings", "mxnet.contrib.quantization": "quantization",
+                  "mxnet.test_utils": "MXNet's own tests"}
 
 
 def cache_path():
+    """A file per installed MXNet package: virtualenvs side by side do not rewrite each other's cache."""
     folder = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(folder, "esync-mxnet", f"functions-{sys.implementation.cache_tag}.marshal")
+    spec = importlib.machinery.PathFinder.find_spec("mxnet")
+    package = f"{zlib.crc32(os.path.dirname(spec.origin).encode()):08x}" if spec and spec.origin else "none"
+    return os.path.join(folder, "esync-mxnet", f"functions-{sys.implementation.cache_tag}-{package}.marshal")
 
 
 class OperatorCache:
@@ -134,7 +143,7 @@ class _Loader(importlib.machinery.SourceFileLoader):
             module._init_op_module = self._registering_from_the_cache(module._init_op_module)
             return
         with scipy_hidden():
-            for name in DOWNLOAD_MODULES:
+            for name in UNUSED_MODULES:
                 sys.modules.setdefault(name, _ImportedOnFirstUse(name))
             super().exec_module(module)
         self.cache.save()  # the whole package has been imported: every operator is registered
@@ -168,8 +177,8 @@ class _Finder:
 
 
 class _ImportedOnFirstUse(types.ModuleType):
-    """Stands in for a module MXNet imports and uses only to download (`requests`, about 0.1 s of CPU to import):
-    the first attribute read imports the real one, which takes the stand-in's place in sys.modules."""
+    """Stands in for a module of UNUSED_MODULES (`requests` alone costs about 0.1 s of CPU to import): the first
+    attribute read imports the real one, which takes the stand-in's place in sys.modules."""
 
     def __init__(self, name):
         super().__init__(name)
