@@ -196,9 +196,12 @@ def record_of(run):
 
 
 def finished_before(run):
+    """Whether an earlier command finished `run` as the same experiment (a run not made yet: silently not)."""
+    if not os.path.exists(run.record):
+        return False
     try:
         return read_json(run.record, "paper run record")["experiment"] == record_of(run.experiment)
-    except (FileNotFoundError, ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError):
         return False
 
 

@@ -216,8 +216,9 @@ def test_resume_keeps_a_run_only_when_it_finished_as_the_same_experiment(tmp_pat
     assert not paper_command.finished_before(other_workers[0])
 
 
-def test_resume_runs_again_what_a_record_does_not_name(tmp_path):
+def test_resume_runs_again_what_a_record_does_not_name(tmp_path, caplog):
     _, _, runs, _ = paper_command.parse(["-ld", str(tmp_path), "--repeats", "1", "--esync-variants", ""])
+    assert not paper_command.finished_before(runs[0]) and caplog.records == []  # not run yet: nothing to warn of
     os.makedirs(os.path.dirname(runs[0].record))
     for record in ({"argv": ["--modes", "sync"]}, ["not", "a", "record"]):
         write_json(runs[0].record, record)
