@@ -147,9 +147,10 @@ def supervise(group, finishers, progress, wall_limit):
             return
         done = watch.first_done()
         elapsed = time.monotonic() - watch.started
-        if done and elapsed - done[1] > FINISH_GRACE and elapsed - done[1] > finish_grace(progress):
+        waited = elapsed - done[1] if done else 0.0
+        if waited > FINISH_GRACE and waited > (grace := finish_grace(progress)):  # the logs read once the grace is up
             running = ", ".join(p.name for p in finishers if p.poll() is None)
-            raise JobFailed(done[0], f"exited, but {running} still ran {finish_grace(progress):.0f} s later")
+            raise JobFailed(done[0], f"exited, but {running} still ran {grace:.0f} s later")
         if elapsed > wall_limit:
             raise JobFailed(None, f"the job still ran after --wall-limit {wall_limit:g} s")
         progress.tick()
