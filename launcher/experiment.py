@@ -221,7 +221,8 @@ def build_parser():
                    help="root of the logs (default: logs)")
     p.add_argument("--node-name", help="the workers' log folder under <mode>/ (default: each worker's host name)")
     p.add_argument("--wall-limit", type=float,
-                   help="seconds after which a mode is stopped as hung (default: 2 x --max-time + 120 s, "
+                   help="seconds after which a mode is stopped as hung, plus two of its mean global iterations "
+                        "(default: 2 x --max-time + 120 s, "
                         f"or {WALL_LIMIT_WITHOUT_MAX_TIME / 3600:g} h without --max-time)")
     add_host_options(p)
     p.add_argument("--progress-every", type=float, default=2.0, help="seconds between progress lines (default 2)")

@@ -125,11 +125,17 @@ class ExitWatch:
         return next(((p, t) for p, t in self.exits.values() if p.poll() == 0), None)
 
 
-def finish_grace(progress):
-    """Seconds the workers get to stop once a process of the job has exited 0: on slow links one step of
-    asynchronous training (a push and a pull of the model) can outlast FINISH_GRACE, so the job's own pace counts."""
+def pace_allowance(progress):
+    """ITERATIONS_OF_GRACE of the job's mean global iterations so far (0 before the first): on slow links one step
+    of asynchronous training (a push and a pull of the model) can last minutes, and a job that stops at the end of
+    a round may end up to a round after --max-time."""
     r = progress.reader.update()
-    return FINISH_GRACE + (ITERATIONS_OF_GRACE * r.training_time / r.rounds if r.rounds else 0.0)
+    return ITERATIONS_OF_GRACE * r.training_time / r.rounds if r.rounds else 0.0
+
+
+def finish_grace(progress):
+    """Seconds the workers get to stop once a process of the job has exited 0."""
+    return FINISH_GRACE + pace_allowance(progress)
 
 
 def supervise(group, finishers, progress, wall_limit):
@@ -151,8 +157,9 @@ def supervise(group, finishers, progress, wall_limit):
         if waited > FINISH_GRACE and waited > (grace := finish_grace(progress)):  # the logs read once the grace is up
             running = ", ".join(p.name for p in finishers if p.poll() is None)
             raise JobFailed(done[0], f"exited, but {running} still ran {grace:.0f} s later")
-        if elapsed > wall_limit:
-            raise JobFailed(None, f"the job still ran after --wall-limit {wall_limit:g} s")
+        if elapsed > wall_limit and elapsed > wall_limit + (allowance := pace_allowance(progress)):
+            paced = f" and two of its mean global iterations ({allowance:.0f} s)" if allowance else ""
+            raise JobFailed(None, f"the job still ran after --wall-limit {wall_limit:g} s{paced}")
         progress.tick()
         time.sleep(POLL_SECONDS)
 

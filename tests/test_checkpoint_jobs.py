@@ -65,7 +65,7 @@ def test_a_killed_sync_job_resumes_from_its_last_checkpoint_with_its_step_and_we
                         "--momentum", "0.9"]
     start_job(processes, "sync", job + ["--max-time", "300"], log_dir=log_dir)
     deadline = time.monotonic() + 120
-    while len(saved_steps(train_dir)) < 3 and time.monotonic() < deadline and not processes.failed():
+    while not three_checkpoints_logged(train_dir, log_dir) and time.monotonic() < deadline and not processes.failed():
         time.sleep(0.1)
     processes.stop()  # the whole job, by PID, with no chance to finish
     killed_at = time.time()
@@ -89,6 +89,15 @@ def test_a_killed_sync_job_resumes_from_its_last_checkpoint_with_its_step_and_we
         records = iter_records(folder)
         assert records[step]["total_time"] > read_checkpoint(train_dir, step)["time"]  # records[step]: round step+1
     assert saved_steps(train_dir)[-1] == step + 20
+
+
+def three_checkpoints_logged(train_dir, log_dir):
+    """Three checkpoints saved, and every worker's log of the last one's round written (the other worker writes its
+    own a moment after rank 0's checkpoint: docs/checkpoints.md)."""
+    steps = saved_steps(train_dir)
+    folders = worker_folders(log_dir)
+    return (len(steps) >= 3 and len(folders) == 2
+            and all(os.path.exists(os.path.join(folder, f"iter-{steps[-1]}.txt")) for folder in folders))
 
 
 def damage_parameters(train_dir, step):
