@@ -46,8 +46,19 @@ def test_quick_benchmark_writes_every_section(tmp_path):
         assert all(r["sent_per_round"] > 0 and r["textbook_per_round"] > 0 for r in network["rows"])
     (pipeline,) = results["input_pipeline"]
     assert pipeline["network"] == "lenet" and all(seconds > 0 for seconds in pipeline["seconds"].values())
+    evaluation = results["evaluation"]
+    assert {r["mode"] for r in evaluation["runs"]} == set(config["evaluation_modes"])
+    assert all(r["snapshots"] > 0 and r["samples_per_s_with"] > 0 and r["samples_per_s_without"] > 0
+               for r in evaluation["runs"])
+    assert [r["network"] for r in evaluation["snapshot_costs"]] == list(config["snapshot_networks"])
+    assert all(r["snapshot_seconds"] > 0 for r in evaluation["snapshot_costs"])
+    assert [r["emulation"] for r in results["devices"]] == config["devices_emulations"]
+    for row in results["devices"]:
+        assert set(row["fast_step_seconds"]) == {"sync", "esync", "local"}
+        assert all(seconds > 0 for seconds in row["fast_step_seconds"].values()) and row["all_at_once_seconds"] > 0
     table = (tmp_path / "results.md").read_text()
-    for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network", "Input pipeline"):
+    for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network", "Input pipeline",
+                    "Evaluation off the training path", "Devices"):
         assert heading in table
 
 
