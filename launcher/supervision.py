@@ -158,7 +158,7 @@ def supervise(group, finishers, progress, wall_limit):
             running = ", ".join(p.name for p in finishers if p.poll() is None)
             raise JobFailed(done[0], f"exited, but {running} still ran {grace:.0f} s later")
         if elapsed > wall_limit and elapsed > wall_limit + (allowance := pace_allowance(progress)):
-            paced = f" and two of its mean global iterations ({allowance:.0f} s)" if allowance else ""
+            paced = f" and {ITERATIONS_OF_GRACE} of its mean global iterations ({allowance:.0f} s)" if allowance else ""
             raise JobFailed(None, f"the job still ran after --wall-limit {wall_limit:g} s{paced}")
         progress.tick()
         time.sleep(POLL_SECONDS)
