@@ -248,10 +248,14 @@ def test_each_weight_is_averaged_over_the_workers_that_trained_it():
 def test_feddrop_trains_a_sub_model_on_the_slow_worker_and_every_worker_stays_identical(runs):
     job = runs["feddrop"]
     records = rounds_with_identical_weights(job, 45)
-    slow = slow_rank(job)
+    # The first round measures everyone in full; the rank whose fastest step of it was the slowest drops. That is the
+    # 4x worker unless the machine's load made all of a fast worker's first steps slower still: the log shows which.
+    evidence = [rounds[0][runlog.FASTEST_STEPS] for rounds in records.values()]
+    assert all(seen == evidence[0] for seen in evidence) and len(evidence[0]) == 3
+    dropper = max(range(3), key=lambda rank: evidence[0][rank])
 
-    for rank, rounds in records.items():  # the first round measures everyone in full
-        assert [r[runlog.SUB_MODEL] for r in rounds] == [False] + [rank == slow] * 44
+    for rank, rounds in records.items():
+        assert [r[runlog.SUB_MODEL] for r in rounds] == [False] + [rank == dropper] * 44
     assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.8
 
 

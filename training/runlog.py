@@ -66,6 +66,7 @@ AVERAGE_IN_FLIGHT = "average_in_flight"  # --overlap: seconds the average applie
 SAT_OUT = "sat_out"  # a round this worker took no local step in and only joined the aggregation (tifl): its "time"
 #                     holds one entry, the aggregation's, which local_steps() does not count
 SUB_MODEL = "sub_model"  # feddrop: whether the worker trained a sub-model with units left out in the round
+FASTEST_STEPS = "fastest_steps"  # feddrop, first round: each rank's fastest step (s), from which the slowest drop
 TIER = "tier"  # tifl: the ranks of the tier that trained in the round (null: everyone)
 BACKUP_STEP = "step"
 # lb-bsp: the round's batch (samples of its one step) and whether its aggregation made a new batch plan.

@@ -97,6 +97,7 @@ class FedDrop(FixedLocalSteps):
         self.round_number = 0
         self.step_seconds = None
         self.kept = None           # this round's kept units, when this worker drops
+        self.evidence = None       # the first round's fastest step of each rank, which chose the droppers
 
     def begin_round(self, completed):
         self.round_number = completed + 1
@@ -139,7 +140,8 @@ class FedDrop(FixedLocalSteps):
             start += total.asnumpy() / count
             p.set_data(mx.nd.array(start))
         if self.round_number == 1:
-            self.droppers = self.slowest(control[1:])
+            self.evidence = control[1:].tolist()
+            self.droppers = self.slowest(self.evidence)
         return control[0] > 0
 
     def fill_delta(self):
@@ -163,4 +165,7 @@ class FedDrop(FixedLocalSteps):
         return [p.data(self.model.ctxs[0]) for p in self.model.trainable]
 
     def round_record(self):
-        return {runlog.SUB_MODEL: self.kept is not None}
+        record = {runlog.SUB_MODEL: self.kept is not None}
+        if self.round_number == 1:
+            record[runlog.FASTEST_STEPS] = self.evidence
+        return record
