@@ -64,9 +64,15 @@ class OperatorCache:
 
     def __init__(self, path):
         self.path = path
-        self.modules = self._read()
+        self._modules = None      # read when MXNet is first imported: a scheduler never imports it
         self.added = 0            # compiled since the last save
         self.compiled_here = 0    # compiled by this process
+
+    @property
+    def modules(self):
+        if self._modules is None:
+            self._modules = self._read()
+        return self._modules
 
     def _read(self):
         try:
