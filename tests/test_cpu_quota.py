@@ -174,7 +174,8 @@ def launcher_tags():
 @pytest.mark.beside_others
 def test_every_worker_of_a_run_trains_under_its_quota_and_the_groups_are_gone_when_it_ends(tmp_path):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "sync,local", "--slowdown", "1,4", "--max-time", "2", "--device-share", "0.5", *LENET]
+    args = ["--modes", "sync,local", "--slowdown", "1,4", "--max-time", "2", "--device-share", "0.5", "--no-figures",
+            *LENET]
     with launcher(args, logs) as proc:
         wait_for(lambda: training_started(logs, "sync", 2), 90, "iteration logs")
         during = launcher_groups(proc)
@@ -213,7 +214,8 @@ def test_a_device_forty_times_slower_leaves_its_quota_when_training_ends_so_the_
     # At 1/80 of a core a worker's teardown (its final weights, leaving the ps-lite job, exiting) would take about a
     # minute, and the launcher ends a job whose workers outlive the scheduler by 20 s as failed.
     logs = str(tmp_path / "logs")
-    args = ["--modes", "sync", "--slowdown", "1,40", "--max-time", "3", "--device-share", "0.5", *LENET]
+    args = ["--modes", "sync", "--slowdown", "1,40", "--max-time", "3", "--device-share", "0.5", "--no-figures",
+            *LENET]
     with launcher(args, logs) as proc:
         proc.wait(timeout=300)
         output = read_output(proc)

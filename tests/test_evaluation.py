@@ -101,7 +101,8 @@ def test_a_failing_evaluator_stops_the_run_and_is_named(tmp_path):
 
 def test_a_target_accuracy_stops_the_job_once_the_evaluator_has_measured_it(tmp_path):
     logs = str(tmp_path / "logs")
-    args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", "--target-accuracy", "0.5", *LENET]
+    args = ["--modes", "sync", "--devices", "cpu,cpu", "--max-time", "120", "--target-accuracy", "0.5", "--no-figures",
+            *LENET]
     with launcher(args, logs) as proc:
         proc.wait(timeout=300)
         output = read_output(proc)

@@ -145,8 +145,7 @@ def test_esync_and_sync_train_across_namespaces_within_the_link_limit_each_serve
     # A number of iterations, not of seconds: what the job learns in it does not depend on how busy the machine is.
     # The paper's rule keeps ESync's rounds to a step or two on equal devices (the default's would last seconds).
     args = ["--modes", "esync,sync", "--esync-policy", "apply", "--devices", "cpu,cpu,cpu", "-s", "2", "--max-iters",
-            "45", *LENET,
-            *netns_args(prefix)]
+            "45", "--no-figures", *LENET, *netns_args(prefix)]
 
     with launcher(args, logs) as proc:
         proc.wait(timeout=300)
@@ -182,7 +181,7 @@ def test_mpi_ranks_cross_the_shaped_links_and_log_the_bytes_the_kernel_counts(tm
     moves twice what ranks 0 and 2 do; each worker's link carries what its rank logged plus the headers."""
     logs = str(tmp_path / "logs")
     args = ["--modes", "sync", "--collective", "butterfly", "--devices", "cpu,cpu,cpu", "--max-iters", "30", *LENET,
-            *netns_args(prefix, "10.213.95.0/24")]
+            "--no-figures", *netns_args(prefix, "10.213.95.0/24")]
 
     with launcher(args, logs) as proc:
         proc.wait(timeout=300)
