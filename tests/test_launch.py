@@ -271,6 +271,7 @@ def test_zeno_with_an_attacker_over_mpi_starts_a_validator_and_logs_to_an_attack
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others(False)  # with the timed tests, to balance the two halves of the suite (tests/conftest.py)
 def test_the_local_tracker_trains_a_two_worker_job_and_exits_cleanly(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--tracker", "local", "--modes", "sync", "--devices", "cpu,cpu", "--slowdown", "1,2",
