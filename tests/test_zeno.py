@@ -115,7 +115,7 @@ def test_zeno_plus_plus_with_two_validators_drops_most_of_the_sign_flippers_grad
         judged = worker["accepted_updates"] + worker["rejected_updates"]
         assert judged >= 50
         share = worker["accepted_updates"] / judged
-        assert share <= 0.2 if worker["byzantine"] else share >= 0.6, (worker["byzantine"], share)
+        assert share <= 0.2 if worker["byzantine"] else share >= 0.7, (worker["byzantine"], share)
 
 
 @pytest.mark.slow
