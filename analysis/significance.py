@@ -41,6 +41,11 @@ def leads(faster, slower, alpha=ALPHA):
     return statistics.fmean(faster) < statistics.fmean(slower) and p_value(faster, slower) < alpha
 
 
+def exceeds(higher, lower, alpha=ALPHA):
+    """True when `higher`'s values (accuracies) are greater than `lower`'s beyond their spread."""
+    return leads(lower, higher, alpha)
+
+
 def verdict(leader, times, alpha=ALPHA):
     """{winner, tied, p_values}: `leader` (the scheme ranked first) wins where its lead over every other scheme in
     `times` ({scheme: repeats' times}) holds; otherwise `tied` lists it with every scheme it does not lead beyond

@@ -111,6 +111,25 @@ def test_the_headline_pairs_esync_with_ssgd_asgd_and_sequential_sgd_repeat_by_re
     assert claims["async_later"]["later"] == 0
 
 
+def test_accuracy_against_ssgd_is_paired_by_repeat_and_names_a_lead_only_beyond_the_spread():
+    ahead = grid_of(esync=[run([75], [0.70]), run([75], [0.72]), run([75], [0.68])],
+                    sync=[run([75], [0.60]), run([75], [0.59]), run([75], [0.62])], local=[run([75], [0.8])] * 3)
+    overlapping = grid_of(esync=[run([75], [0.70]), run([75], [0.50]), run([75], [0.65])],
+                          sync=[run([75], [0.60]), run([75], [0.66]), run([75], [0.62])], local=ahead["local"])
+
+    claim = paper.headline(ahead, TARGET)["accuracy_vs_ssgd"]
+    tie = paper.headline(overlapping, TARGET)["accuracy_vs_ssgd"]
+    behind = paper.headline(grid_of(esync=ahead["sync"], sync=ahead["esync"], local=ahead["local"]), TARGET)["accuracy_vs_ssgd"]
+
+    assert claim["difference"]["values"] == pytest.approx([0.10, 0.13, 0.06])
+    assert claim["holds"] == "esync" and claim["p_value"] < 0.05
+    assert tie["holds"] is None and tie["p_value"] >= 0.05
+    assert behind["holds"] == "rival"
+    assert "final accuracy +0.097 ± 0.035 against SSGD's after the same training time (ESync's lead holds" in \
+        paper.describe_headline(paper.headline(ahead, TARGET), TARGET)
+    assert "(a tie within the repeats' spread" in paper.describe_headline(paper.headline(overlapping, TARGET), TARGET)
+
+
 def test_claims_that_no_run_measured_say_so():
     never = [run([10, 75], [0.3, 0.6])] * 2
     claims = paper.headline(grid_of(esync=never, sync=never, **{"async": never}, local=never), TARGET)
