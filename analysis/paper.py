@@ -240,10 +240,15 @@ def accuracy_against(own, other):
     accuracy minus SSGD's after the same training time, repeat by repeat, Welch's p-value between the two modes'
     final accuracies and whose lead it supports ("esync", "rival", or None for a tie within the spread)."""
     own_known, other_known = ([a for a in values if a is not None] for values in (own, other))
-    holds = ("esync" if significance.exceeds(own_known, other_known)
-             else "rival" if significance.exceeds(other_known, own_known) else None)
     return {"difference": statistics_of(paired(difference, own, other)),
-            "p_value": significance.p_value(own_known, other_known), "holds": holds}
+            "p_value": significance.p_value(own_known, other_known),
+            "holds": lead_of(own_known, other_known, significance.exceeds)}
+
+
+def lead_of(own, rival, ahead):
+    """"esync" or "rival", whichever is `ahead` of the other beyond the repeats' spread (significance.leads for
+    times, exceeds for accuracies); None for a tie."""
+    return "esync" if ahead(own, rival) else "rival" if ahead(rival, own) else None
 
 
 def later_than(rival, own):
@@ -255,10 +260,8 @@ def later_than(rival, own):
     later = sum(1 for r, o in decided if o is not None and (r is None or r > o))
     own_times, rival_times = (significance.censored_times(m["time_to_target"], m["time_to_target_bound"])
                               for m in (own, rival))
-    holds = ("esync" if significance.leads(own_times, rival_times)
-             else "rival" if significance.leads(rival_times, own_times) else None)
     return {"later": later, "of": len(decided), "p_value": significance.p_value(own_times, rival_times),
-            "holds": holds}
+            "holds": lead_of(own_times, rival_times, significance.leads)}
 
 
 def fill(values, bounds):
@@ -324,11 +327,14 @@ def describe_headline(claims, target, name="ESync"):
     return f"{name}: " + ", ".join(parts) if parts else ""
 
 
+def describe_lead(holds, rival_name):
+    return {"esync": "ESync's lead holds", "rival": f"{rival_name}'s lead holds",
+            None: "a tie within the repeats' spread"}[holds]
+
+
 def describe_accuracy_against_ssgd(claim):
-    verdict = {"esync": "ESync's lead holds", "rival": "SSGD's lead holds",
-               None: "a tie within the repeats' spread"}[claim["holds"]]
     return (f"final accuracy {format_statistic(claim['difference'], '+.3f')} against SSGD's after the same training "
-            f"time ({verdict}, {significance.TEST_NAME}: p = {claim['p_value']:.2g})")
+            f"time ({describe_lead(claim['holds'], 'SSGD')}, {significance.TEST_NAME}: p = {claim['p_value']:.2g})")
 
 
 def describe_accuracy(claims):
@@ -344,9 +350,8 @@ def describe_accuracy(claims):
 def describe_rival(count, name, target):
     if not count["of"]:
         return f"neither it nor {name} reached {target:g}"
-    verdict = {"esync": "ESync's lead holds", "rival": f"{name}'s lead holds",
-               None: "a tie within the repeats' spread"}[count.get("holds")]
-    return (f"{name} reached {target:g} later in {count['later']} of {count['of']} repeats ({verdict}, "
+    return (f"{name} reached {target:g} later in {count['later']} of {count['of']} repeats "
+            f"({describe_lead(count.get('holds'), name)}, "
             f"{significance.TEST_NAME}: p = {count['p_value']:.2g})")
 
 

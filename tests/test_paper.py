@@ -119,7 +119,8 @@ def test_accuracy_against_ssgd_is_paired_by_repeat_and_names_a_lead_only_beyond_
 
     claim = paper.headline(ahead, TARGET)["accuracy_vs_ssgd"]
     tie = paper.headline(overlapping, TARGET)["accuracy_vs_ssgd"]
-    behind = paper.headline(grid_of(esync=ahead["sync"], sync=ahead["esync"], local=ahead["local"]), TARGET)["accuracy_vs_ssgd"]
+    swapped = grid_of(esync=ahead["sync"], sync=ahead["esync"], local=ahead["local"])
+    behind = paper.headline(swapped, TARGET)["accuracy_vs_ssgd"]
 
     assert claim["difference"]["values"] == pytest.approx([0.10, 0.13, 0.06])
     assert claim["holds"] == "esync" and claim["p_value"] < 0.05

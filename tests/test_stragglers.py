@@ -43,7 +43,8 @@ def runs(tmp_path_factory):
             group = groups[mode]
             if modes.MODES[mode].state_server:
                 args = args + ["-port", str(start_state_server(group))]
-            started[mode] = start_job(group, mode, LENET_ARGS + args, num_workers=3, slowdowns=SLOWDOWNS_OF.get(mode, SLOWDOWNS),
+            started[mode] = start_job(group, mode, LENET_ARGS + args, num_workers=3,
+                                      slowdowns=SLOWDOWNS_OF.get(mode, SLOWDOWNS),
                                       log_dir=str(tmp_path / mode / "lenet" / mode))
         for mode, workers in started.items():
             finish(groups[mode], workers, timeout=240)
