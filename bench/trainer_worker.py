@@ -32,12 +32,8 @@ def main():
     stream = BatchStream(data.train_images[share], data.train_labels[share], args.batch_size, kv.rank)
     model = Model(args.network, [mx.cpu()], data.train_images.shape[1:])
     params = model.net.collect_params()
-    for p in params.values():
-        # After the forward pass that finished deferred initialisation, weights may be in MKLDNN layout, which
-        # the server rejects at kv.init ("init N first"); plain copies go through.
-        p.set_data(p.data().copy())
     trainer = gluon.Trainer(params, "sgd", {"learning_rate": args.learning_rate}, kvstore=kv)
-    trainer._init_kvstore()  # initialise the keys now, from the plain copies, not at the first step
+    trainer._init_kvstore()  # initialise the keys now, not at the first step
     trainer._init_params()
     step_ends = []
     for _ in range(args.iters):

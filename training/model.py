@@ -46,13 +46,13 @@ class Model:
     def built(self, network, widths=None):
         """A new network on this worker's devices, initialised and hybridized (`widths`: models.get_network's)."""
         net = models.get_network(network, widths=widths)
-        net.initialize(mx.init.Xavier(magnitude=2.24), ctx=self.ctxs)
         net.hybridize(static_alloc=True)
-        net(self._prepare(np.zeros((1,) + self.sample_shape, np.uint8), self.ctxs[0]))  # finish deferred init
-        # In that inference pass each convolution pushes, while it runs, a reorder of its weight into MKLDNN's
-        # layout. A read that waits for the pending writes can start before the reorder is pushed and copy the
-        # weight while it is rewritten: 5 in 150 new resnet20s read a wrong weight beside two busy processes.
-        mx.nd.waitall()
+        # Shapes from a sample, then initialisation, rather than a first pass finishing a deferred one: in an
+        # inference pass each convolution pushes, as it runs, a reorder of its weight into MKLDNN's layout. A read of
+        # the weight can then copy it while it is rewritten (5 of 150 new resnet20s read a wrong weight beside two
+        # busy processes), and kv.init of a reordered weight aborts the server ("init N first").
+        net.infer_shape(self._prepare(np.zeros((1,) + self.sample_shape, np.uint8), self.ctxs[0]))
+        net.initialize(mx.init.Xavier(magnitude=2.24), ctx=self.ctxs)
         return net
 
     def use_network(self, net):
