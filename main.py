@@ -188,7 +188,8 @@ def run_guarded(role, args, run, in_cluster, peers=None):
         return failures.EXIT_INTERRUPTED
     except Exception as err:
         failures.report(err, role, traceback_folder(args),
-                        expected=(StateServerUnavailable, StateServerError, failures.JobSetupError))
+                        expected=(StateServerUnavailable, StateServerError, failures.JobSetupError,
+                                  collectives.CollectiveFailed))
         return leave(failures.EXIT_FAILURE, in_cluster)
     if peers:
         peers.stop()

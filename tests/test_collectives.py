@@ -8,6 +8,7 @@ import os
 import signal
 import statistics
 import time
+import types
 
 import mxnet as mx
 import numpy as np
@@ -356,6 +357,25 @@ def test_a_rank_that_stops_answering_ends_the_others_at_the_timeout_without_spin
     assert not any(is_running(pid) for pid in pids.values())
 
 
+def test_a_failed_mpi_operation_is_an_error_that_names_it_and_keeps_mpis_own():
+    class MPIError(Exception):  # mpi4py's MPI.Exception: its text is only "See the MPI_ERROR field ..."
+        def Get_error_class(self):
+            return 15
+
+    transport = collectives.MpiAllreduce.__new__(collectives.MpiAllreduce)
+    transport.MPI = types.SimpleNamespace(Exception=MPIError)
+
+    def allreduce():
+        raise MPIError("See the MPI_ERROR field in MPI_Status for the error code")
+
+    with pytest.raises(collectives.CollectiveFailed) as failed:
+        transport.reported(allreduce, "ring allreduce")
+    assert str(failed.value) == ("the ring allreduce over MPI failed: a rank has ended or its link broke "
+                                 "(MPI error class 15)")
+    assert isinstance(failed.value.__cause__, MPIError)
+    assert transport.reported(lambda: None, "barrier") is None
+
+
 def test_only_the_segments_a_job_left_and_no_process_maps_are_removed():
     import mmap
 
@@ -392,6 +412,9 @@ def test_a_rank_sent_sigquit_says_it_was_interrupted_and_the_job_fails(processes
     assert processes.wait([job], 60)
     output = tail(job.output, 30)
     assert job.poll() not in (None, 0), output
-    # rank 0 on the SIGQUIT, rank 1 on the SIGINT mpiexec sent it when rank 0 had ended; neither died of a signal
-    assert output.count("main WARNING interrupted") == 2 and "signaled" not in output, output
+    # Rank 0 ends on the SIGQUIT. Rank 1 ends on the SIGINT mpiexec sends it once rank 0 has ended, or before that
+    # if its allreduce finds rank 0 gone, with one line that says so. Neither dies of a signal.
+    rank_1_failed = "worker failed: the ring allreduce over MPI failed: a rank has ended or its link broke"
+    assert output.count("main WARNING interrupted") + output.count(rank_1_failed) == 2, output
+    assert "main WARNING interrupted" in output and "signaled" not in output, output
     assert not any(is_running(pid) for pid in pids.values())

@@ -52,7 +52,10 @@ def workers_of(run):
     return [device for node in run["devices"].values() for device in node.values()]
 
 
+# The synchronous runs below learn the same in a fixed number of rounds however busy the cores are: they run beside
+# the in-process tests.
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_one_sign_flipping_worker_wrecks_plain_sync_averaging(processes, tmp_path):
     run = run_job(processes, str(tmp_path / "lenet"), "sync-attack", ATTACK)
 
@@ -61,6 +64,7 @@ def test_one_sign_flipping_worker_wrecks_plain_sync_averaging(processes, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_zeno_with_two_validators_rejects_the_sign_flipper_and_keeps_the_accuracy_of_a_clean_run(processes,
                                                                                                    tmp_path):
     network_dir = str(tmp_path / "lenet")

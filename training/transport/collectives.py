@@ -234,6 +234,10 @@ def in_thread(function, name):
     return future
 
 
+class CollectiveFailed(RuntimeError):
+    """An MPI operation of the job failed: a rank has ended, or the link to it broke."""
+
+
 class MpiAllreduce:
     """MPI among the workers, no servers: one packed float32 buffer per operation."""
     kv = None
@@ -260,16 +264,29 @@ class MpiAllreduce:
         else:
             flat = np.empty(sum(copies_of(entry)[0].size for entry in outs), dtype=np.float32)
         self.barrier()
-        self.comm.Bcast(flat, root=0)
+        self.reported(lambda: self.comm.Bcast(flat, root=0), "broadcast")
         self.count("bcast", flat.size)
         unpack(flat, outs)
 
     def sum(self, keys, arrays):
         flat = pack([local_sum(entry) for entry in arrays])
         self.barrier()
-        self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
+        self.allreduce(flat)
         self.count("allreduce", flat.size)
         unpack(flat, arrays)
+
+    def allreduce(self, flat):
+        self.reported(lambda: self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM),
+                      f"{self.collective} allreduce")
+
+    def reported(self, operation, name):
+        """Run an MPI operation; MPI's error (whose own text is "See the MPI_ERROR field in MPI_Status for the error
+        code") becomes one that says what failed."""
+        try:
+            operation()
+        except self.MPI.Exception as err:
+            raise CollectiveFailed(f"the {name} over MPI failed: a rank has ended or its link broke "
+                                   f"(MPI error class {err.Get_error_class()})") from err
 
     def start_sum(self, keys, arrays):
         """The arrays are packed now; the barrier and the allreduce run on a thread of their own (the caller makes
@@ -279,7 +296,7 @@ class MpiAllreduce:
 
         def reduce():
             self.barrier()
-            self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
+            self.allreduce(flat)
             return time.perf_counter()
 
         def finish():
@@ -300,7 +317,7 @@ class MpiAllreduce:
         self.traffic.add(*moved)
 
     def barrier(self):
-        wait_sleeping(self.comm.Ibarrier(), self.timeout, self.on_timeout)
+        self.reported(lambda: wait_sleeping(self.comm.Ibarrier(), self.timeout, self.on_timeout), "barrier")
 
 
 def wait_sleeping(request, timeout, on_timeout):
