@@ -304,7 +304,6 @@ def logged_accuracies(mode_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # the quick form's checks are of files and outputs, no speed
 def test_the_quick_form_exits_0_and_leaves_no_process_behind(quick_form):
     logs, code, output = quick_form
 
@@ -314,7 +313,6 @@ def test_the_quick_form_exits_0_and_leaves_no_process_behind(quick_form):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others
 def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
     logs, _, output = quick_form
     report = json.load(open(os.path.join(logs, "lenet", paper.RESULTS_FILE)))
@@ -337,7 +335,6 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others
 def test_the_standalone_baseline_runs_once_per_repeat_on_the_fastest_device_with_each_repeats_seed(quick_form):
     logs, _, _ = quick_form
 
@@ -350,7 +347,6 @@ def test_the_standalone_baseline_runs_once_per_repeat_on_the_fastest_device_with
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others
 def test_figures_3_to_5_are_drawn(quick_form):
     logs, _, output = quick_form
 
@@ -365,7 +361,6 @@ def test_figures_3_to_5_are_drawn(quick_form):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others
 def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
     logs, _, output = quick_form
 
