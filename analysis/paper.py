@@ -246,8 +246,8 @@ def accuracy_against(own, other):
 
 
 def lead_of(own, rival, ahead):
-    """"esync" or "rival", whichever is `ahead` of the other beyond the repeats' spread (significance.leads for
-    times, exceeds for accuracies); None for a tie."""
+    """Whose lead holds beyond the repeats' spread: "esync" or "rival", whichever is `ahead` of the other
+    (significance.leads for times, exceeds for accuracies); None for a tie."""
     return "esync" if ahead(own, rival) else "rival" if ahead(rival, own) else None
 
 
