@@ -1,6 +1,6 @@
 """Benchmarks of every scheme on this machine, measured side by side within one run.
 
-    python -m bench.run                 # the full table (about 25 minutes on 2 cores)
+    python -m bench.run                 # the full table (about 40 minutes on 2 cores, as root)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
                                         # network, input_pipeline, evaluation, devices), into results-<section>.*
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
@@ -64,7 +64,7 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             latency_calls=300,
             modes=["esync", "sync", "async"],
             accuracy_profile_modes=["dcasgd", "dcasgd-paper", "downpour", "nbsync", "backup", "lb-bsp", "zeno", "zeno-async", "fedavg",
-                                    "fedasync", "tifl", "feddrop", "hogwild"],
+                                    "diloco", "fedasync", "fedbuff", "async-local-sgd", "tifl", "feddrop", "hogwild"],
             esync_policies=["apply", "plan", "nonblocking", "overlap", "apply-drift"],
             byzantine_runs=[("zeno", False), ("sync", True), ("zeno", True)], byzantine_profile="1,1,1,1",
             network_runs=network.matrix(), network_seconds={"lenet": 5, "resnet18-v1": 15},

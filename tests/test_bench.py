@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from bench.sections import heterogeneity
-from launcher import netns
+from bench.sections import heterogeneity, network
+from launcher import experiment, netns
 from launcher.cluster import ROOT
 
 
@@ -92,3 +92,14 @@ def test_the_heterogeneity_section_runs_on_links_set_by_a_ratio_and_says_so(tmp_
     assert rows and all("--comm-ratio 4" in r["links"] and r["samples_per_s"] > 0 for r in rows)
     assert f"Links: {rows[0]['links']}." in (tmp_path / "results-heterogeneity.md").read_text()
     assert leftover == []
+
+
+def test_every_transport_of_the_network_section_runs_on_the_same_devices():
+    """MPI's ranks cannot have a CPU quota inside the namespaces, so no transport's workers get one."""
+    built = {(collective, servers): experiment.build(experiment.options(
+        modes="sync", slowdown="1,1,1,1", max_time=1.0, **network.launcher_options("100mbit", collective, servers,
+                                                                                   "esync-t-")))
+             for collective, servers in network.TRANSPORTS}
+
+    assert {run.device_share for run in built.values()} == {None}
+    assert len({run.devices_described for run in built.values()}) == 1

@@ -46,15 +46,21 @@ def measure(cfg, workdir, earlier):
     rows = []
     for network, rate, workers, collective, servers, run_modes in cfg["network_runs"]:
         run_dir = os.path.join(workdir, f"net-{network}-{rate}-{workers}-{collective}-{servers}")
-        options = {"hosts": "netns", "bandwidth": rate, "num_servers": servers, "collective": collective,
-                   "netns_prefix": prefix}
         summaries = launch(list(run_modes), ",".join(["1"] * workers), cfg["network_seconds"][network], run_dir,
-                           options, network, snapshot_seconds=0)
+                           launcher_options(rate, collective, servers, prefix), network, snapshot_seconds=0)
         for mode, run in summaries.items():
             mode_folder = os.path.join(run_dir, "logs", network, mode)
             rows.append(network_row(network, rate, workers, collective, servers, mode, run, read_links(mode_folder),
                                     sent_per_round(mode_folder)))
     return {"rows": rows}
+
+
+def launcher_options(rate, collective, servers, prefix):
+    """The launcher's options for a run over `collective`. No CPU quotas: mpiexec starts the MPI ranks inside the
+    namespaces, where none can be given, so that every transport runs on the same devices none has one (the workers
+    are of equal speed: nothing sleeps)."""
+    return {"hosts": "netns", "bandwidth": rate, "num_servers": servers, "collective": collective,
+            "netns_prefix": prefix, "sleeping_slowdown": True}
 
 
 def read_links(mode_dir):
@@ -119,7 +125,8 @@ def markdown(results):
                      r["mode"], f"{r['samples_per_s']:.0f}", fmt(r["rounds_per_s"], ".2f"),
                      f"{r['sent_per_round'] / 1e6:.3f}", f"{r['textbook_per_round'] / 1e6:.3f}",
                      f"{r['busiest_link_utilisation']:.0%}", split, fmt(r["final_accuracy"], ".3f")])
-    return lines + ["Workers at the same speed. Sent per round: the bytes each worker logged sending per round (mean "
+    return lines + ["Workers at the same speed, none under a CPU quota (MPI's ranks cannot have one inside the "
+                    "namespaces). Sent per round: the bytes each worker logged sending per round (mean "
                     "over workers and rounds, each worker's first round left out), beside the textbook's figure for "
                     "one aggregation of the model (parameter server M; ring and binary blocks 2(N−1)/N·M; butterfly "
                     "log2(N)·M). Busiest link: the highest rate any link carrying the aggregation (the parameter "
