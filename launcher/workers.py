@@ -39,21 +39,21 @@ def parse_slowdowns(text, num_workers):
 
 
 def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective=collectives.PS,
-                 hogwild_in_namespace=False):
+                 hogwild=False, in_namespaces=False):
     """(a fast device's cores under a CPU quota or None, the line that says how the devices are emulated) for workers
     of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
-    where no CPU quota can be given (not root, no CPU controller) or the launcher does not start the workers itself
-    (--tracker, MPI's ranks, Hogwild!'s processes inside a namespace), the sleeping slowdown."""
+    where no CPU quota can be given (not root, no CPU controller) or none reaches the workers: the launcher does not
+    start them (--tracker), or their processes are started inside the namespaces by others (MPI's ranks, Hogwild!'s
+    processes), where the cgroups cannot be seen: the sleeping slowdown. On loopback MPI's ranks and Hogwild!'s
+    processes make their groups themselves (main.py --device-share)."""
     from training.devices import cpu_quota
 
     cores = len(os.sched_getaffinity(0))
     if given is not None and not 0 < given <= cores:
         raise UsageError(f"--device-share {given:g}: give a share of the {cores} core(s), above 0")
-    others_start_them = tracker or collectives.uses_mpi(collective) or hogwild_in_namespace
-    if sleeping or others_start_them:
-        why = ("--sleeping-slowdown" if sleeping else f"--tracker {tracker} starts the workers" if tracker
-               else f"mpiexec starts --collective {collective}'s ranks" if collectives.uses_mpi(collective)
-               else "hogwild starts its processes inside a namespace")
+    unreachable = quota_unreachable(tracker, collective, hogwild, in_namespaces)
+    if sleeping or unreachable:
+        why = "--sleeping-slowdown" if sleeping else unreachable
         if given is not None:
             raise UsageError(f"--device-share puts the workers the launcher starts under CPU quotas: {why}")
         return None, f"slow devices sleep after each step ({why})"
@@ -66,6 +66,17 @@ def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective
     share = given or default_device_share(slowdowns, cores)
     return share, (f"CPU quotas: a fast device {share:.3g} of a core, one with --slowdown F that / F "
                    f"({found.describe()})")
+
+
+def quota_unreachable(tracker, collective, hogwild, in_namespaces):
+    """Why no CPU quota can reach the workers, or None."""
+    if tracker:
+        return f"--tracker {tracker} starts the workers"
+    if in_namespaces and collectives.uses_mpi(collective):
+        return f"mpiexec starts --collective {collective}'s ranks inside the namespaces"
+    if in_namespaces and hogwild:
+        return "hogwild starts its processes inside a namespace"
+    return None
 
 
 def default_device_share(slowdowns, cores):

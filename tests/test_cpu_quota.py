@@ -191,6 +191,30 @@ def test_every_worker_of_a_run_trains_under_its_quota_and_the_groups_are_gone_wh
     assert "devices: CPU quotas: a fast device 0.5 of a core" in output
 
 
+@needs_quotas
+@pytest.mark.slow
+@pytest.mark.beside_others
+def test_mpi_ranks_on_loopback_train_each_in_a_quota_group_of_its_own_which_is_gone_when_the_run_ends(tmp_path):
+    logs = str(tmp_path / "logs")
+    # 4 s of training: the ranks are still inside their groups when the test looks, whatever the machine's load
+    args = ["--modes", "sync", "--collective", "ring", "--slowdown", "1,4", "--max-time", "4", "--device-share", "0.5",
+            "--no-figures", *LENET]
+    with launcher(args, logs) as proc:
+        wait_for(lambda: training_started(logs, "sync", 2), 90, "iteration logs")
+        ranks_inside = {group: open(os.path.join(group, "cgroup.procs")).read().split()
+                        for group in launcher_groups(proc) if cpu_quota.pid_of(group) is not None}
+        proc.wait(timeout=300)
+        output = read_output(proc)
+
+    assert proc.returncode == 0, output
+    assert len(ranks_inside) == 2 and all(procs == [str(cpu_quota.pid_of(group))]
+                                          for group, procs in ranks_inside.items()), ranks_inside
+    assert launcher_groups(proc) == []
+    metas = [runlog.read_meta(f) for _, _, f in runlog.device_folders(os.path.join(logs, "lenet", "sync"))]
+    assert sorted((m["emulation"], m["device_share"], m["slowdown"]) for m in metas) == [
+        ("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
+
+
 def test_a_worker_the_launcher_started_enters_its_group_when_training_starts_and_leaves_when_it_ends(tmp_path,
                                                                                                       monkeypatch):
     # Files stand in for the two cgroup.procs launcher/in-cgroup opens: the group's and the root's.
