@@ -224,15 +224,7 @@ def parse(argv):
     plan = plan_of(ns)
     if ns.resume:
         check_resumable(ns.log_dir, plan)
-    runs = planned_runs(ns, plan, worker_args)
-    if len({run.device_share is None for _, _, run in runs}) > 1:
-        # A quota cannot reach the workers of the shaped cells (MPI's ranks, Hogwild!'s processes inside the
-        # namespaces): every cell and the limits then emulate the devices the same way, by sleeping.
-        print("[regimes] no CPU quota reaches the workers inside the namespaces: every run sleeps instead "
-              "(--sleeping-slowdown), so that every cell has the same devices", flush=True)
-        ns.sleeping_slowdown = True
-        runs = planned_runs(ns, plan, worker_args)
-    return ns, plan, runs
+    return ns, plan, planned_runs(ns, plan, worker_args)
 
 
 def check_resumable(log_dir, plan):

@@ -7,7 +7,6 @@ import pytest
 from analysis import paper, regime_map
 from analysis import summary as summaries
 from launcher import regime_map as regimes_command
-from tests.test_cpu_quota import quotas_available
 from training import runlog
 from training.checks import UsageError
 from training.files import write_json
@@ -37,19 +36,6 @@ def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
     assert runs[-1][1] == os.path.join(ns.log_dir, "R3", "1-2", "niid", "repeat-2", "esync-plan")
     assert last.worker_args == ("-b", "32") and last.snapshot_seconds == 0.5 and last.dataset == "fashion-mnist"
     assert plan["links"] == ["loopback", 3.0] and plan["schemes"] == ["sync", "esync-plan"]
-
-
-@pytest.mark.skipif(not quotas_available(), reason="CPU quotas need root and a cgroup CPU controller")
-def test_where_no_quota_reaches_the_shaped_cells_workers_every_run_of_the_map_sleeps(capsys):
-    grid = ["--links", "loopback,3", "--profiles", "1,4", "--splits", "iid", "--schemes", "sync,esync", "--repeats",
-            "1"]
-    _, _, over_the_servers = parse_regimes(*grid)
-    ns, _, over_mpi = parse_regimes(*grid, "--collective", "ring")  # the ranks are MPI's inside the namespaces
-
-    assert {run.device_share for *_, run in over_the_servers} == {over_the_servers[0][2].device_share} != {None}
-    assert [run.device_share for *_, run in over_mpi] == [None] * 4 and ns.sleeping_slowdown
-    assert len({run.devices_described for *_, run in over_mpi}) == 1
-    assert "every run sleeps instead" in capsys.readouterr().out
 
 
 def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers_own():
