@@ -17,6 +17,7 @@ BIN = os.path.dirname(sys.executable)  # the mpich wheel installs its programs b
 GFORKER = os.path.join(BIN, "mpiexec.gforker")
 HYDRA = os.path.join(BIN, "mpiexec.hydra")
 IN_NAMESPACE = os.path.join(ROOT, "launcher", "in-namespace")
+WITH_GROUPS = os.path.join(ROOT, "launcher", "with-groups")  # before mpiexec: the workers' CPU quotas, for in-namespace
 
 # One compute thread per rank, as for ps-lite workers: the ranks share this machine's cores like separate devices.
 RANK_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", **threads.ONE_THREAD}
@@ -39,15 +40,19 @@ def one_rank_each(argvs):
     return [(1, argv) for argv in argvs]
 
 
-def start_job(group, argvs, placement=None, env=None, name="mpiexec"):
+def start_job(group, argvs, placement=None, env=None, name="mpiexec", quotas=None):
     """One rank per argv (a python program's arguments), rank i running argvs[i]; on the workers' hosts of
-    `placement` when they are namespaces, else here on loopback. Returns mpiexec's process, which exits once every
-    rank has (non-zero when one failed)."""
+    `placement` when they are namespaces, else here on loopback. `quotas[i]`: the (launcher/in-cgroup, group) of
+    worker i's CPU quota, which its rank enters inside a namespace (on loopback each rank makes its own). Returns
+    mpiexec's process, which exits once every rank has (non-zero when one failed)."""
     workers = placement.workers[:len(argvs)] if placement else []
     if workers and workers[0].namespace:
         argv = [*workers[0].command_prefix, HYDRA, "-launcher", "ssh", "-launcher-exec", IN_NAMESPACE,
                 "-iface", workers[0].interface, "-hosts", ",".join(host.namespace for host in workers),
                 *mpmd(one_rank_each(argvs))]
+        groups = " ".join(f"{host.namespace}={quotas[i][1]}" for i, host in enumerate(workers) if i in (quotas or {}))
+        if groups:
+            argv = [WITH_GROUPS, groups, *argv]
         return group.start(name, argv, {**namespaces_env(workers[0].interface), **(env or {})}, role="mpiexec",
                            host=workers[0].name)
     return group.start(name, [GFORKER, *mpmd(one_rank_each(argvs))], {**LOOPBACK_ENV, **(env or {})},

@@ -259,7 +259,7 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
                                  quota)]
     workers_argv = commands.workers_argv(experiment, mode, log_dir, state_server)
     if collectives.uses_mpi(experiment.collective):
-        job = mpi.start_job(group, workers_argv, hosts.placement)
+        job = mpi.start_job(group, workers_argv, hosts.placement, quotas=hosts.quotas)
         record_and_check()
         return [job]
     return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.num_servers,

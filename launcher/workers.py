@@ -42,16 +42,16 @@ def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective
                  hogwild=False, in_namespaces=False):
     """(a fast device's cores under a CPU quota or None, the line that says how the devices are emulated) for workers
     of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
-    where no CPU quota can be given (not root, no CPU controller) or none reaches the workers: the launcher does not
-    start them (--tracker), or their processes are started inside the namespaces by others (MPI's ranks, Hogwild!'s
-    processes), where the cgroups cannot be seen: the sleeping slowdown. On loopback MPI's ranks and Hogwild!'s
-    processes make their groups themselves (main.py --device-share)."""
+    where no CPU quota can be given (not root, no CPU controller) or none reaches the workers (the launcher does not
+    start them with --tracker; Hogwild!'s processes, which make their groups themselves, cannot see the cgroups inside
+    a namespace): the sleeping slowdown. MPI's ranks make their groups themselves on loopback and enter their
+    workers' groups through launcher/in-namespace inside the namespaces."""
     from training.devices import cpu_quota
 
     cores = len(os.sched_getaffinity(0))
     if given is not None and not 0 < given <= cores:
         raise UsageError(f"--device-share {given:g}: give a share of the {cores} core(s), above 0")
-    unreachable = quota_unreachable(tracker, collective, hogwild, in_namespaces)
+    unreachable = quota_unreachable(tracker, hogwild, in_namespaces)
     if sleeping or unreachable:
         why = "--sleeping-slowdown" if sleeping else unreachable
         if given is not None:
@@ -68,12 +68,10 @@ def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective
                    f"({found.describe()})")
 
 
-def quota_unreachable(tracker, collective, hogwild, in_namespaces):
+def quota_unreachable(tracker, hogwild, in_namespaces):
     """Why no CPU quota can reach the workers, or None."""
     if tracker:
         return f"--tracker {tracker} starts the workers"
-    if in_namespaces and collectives.uses_mpi(collective):
-        return f"mpiexec starts --collective {collective}'s ranks inside the namespaces"
     if in_namespaces and hogwild:
         return "hogwild starts its processes inside a namespace"
     return None

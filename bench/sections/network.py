@@ -56,11 +56,10 @@ def measure(cfg, workdir, earlier):
 
 
 def launcher_options(rate, collective, servers, prefix):
-    """The launcher's options for a run over `collective`. No CPU quotas: mpiexec starts the MPI ranks inside the
-    namespaces, where none can be given, so that every transport runs on the same devices none has one (the workers
-    are of equal speed: nothing sleeps)."""
+    """The launcher's options for a run over `collective`: every transport's workers on the same devices, the
+    launcher's CPU quotas as root."""
     return {"hosts": "netns", "bandwidth": rate, "num_servers": servers, "collective": collective,
-            "netns_prefix": prefix, "sleeping_slowdown": True}
+            "netns_prefix": prefix}
 
 
 def read_links(mode_dir):
@@ -125,9 +124,9 @@ def markdown(results):
                      r["mode"], f"{r['samples_per_s']:.0f}", fmt(r["rounds_per_s"], ".2f"),
                      f"{r['sent_per_round'] / 1e6:.3f}", f"{r['textbook_per_round'] / 1e6:.3f}",
                      f"{r['busiest_link_utilisation']:.0%}", split, fmt(r["final_accuracy"], ".3f")])
-    return lines + ["Workers at the same speed, none under a CPU quota (MPI's ranks cannot have one inside the "
-                    "namespaces). Sent per round: the bytes each worker logged sending per round (mean "
-                    "over workers and rounds, each worker's first round left out), beside the textbook's figure for "
+    return lines + ["Workers at the same speed, as root each under its CPU quota, MPI's ranks too. Sent per round: "
+                    "the bytes each worker logged sending per round (mean over workers and rounds, each worker's "
+                    "first round left out), beside the textbook's figure for "
                     "one aggregation of the model (parameter server M; ring and binary blocks 2(N−1)/N·M; butterfly "
                     "log2(N)·M). Busiest link: the highest rate any link carrying the aggregation (the parameter "
                     "servers', or over MPI the workers') reached in a 2 s window, in either direction, as a share of "
