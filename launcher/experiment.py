@@ -322,8 +322,7 @@ def build(ns, worker_args=()):
     checks.check_worker_args(worker_args)
     checks.check_snapshot_seconds(ns.snapshot_seconds)
     share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker,
-                                                    ns.collective, hogwild=modes.HOGWILD in chosen,
-                                                    in_namespaces=ns.hosts == "netns")
+                                                    hogwild=modes.HOGWILD in chosen, in_namespaces=ns.hosts == "netns")
     if ns.validators < 1 or ns.validators > len(devices):
         raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
     worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))

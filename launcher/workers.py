@@ -6,7 +6,6 @@ import os
 from launcher.commands import device_flags
 from training import argtypes
 from training.checks import UsageError
-from training.transport import collectives
 
 RESERVED_CORES = 0.5            # kept free of the device quotas: scheduler, servers, state server, evaluator
 
@@ -38,8 +37,7 @@ def parse_slowdowns(text, num_workers):
     return factors
 
 
-def device_share(slowdowns, given=None, sleeping=False, tracker=None, collective=collectives.PS,
-                 hogwild=False, in_namespaces=False):
+def device_share(slowdowns, given=None, sleeping=False, tracker=None, hogwild=False, in_namespaces=False):
     """(a fast device's cores under a CPU quota or None, the line that says how the devices are emulated) for workers
     of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
     where no CPU quota can be given (not root, no CPU controller) or none reaches the workers (the launcher does not
