@@ -193,7 +193,6 @@ def test_every_worker_of_a_run_trains_under_its_quota_and_the_groups_are_gone_wh
 
 @needs_quotas
 @pytest.mark.slow
-@pytest.mark.beside_others
 def test_mpi_ranks_on_loopback_train_each_in_a_quota_group_of_its_own_which_is_gone_when_the_run_ends(tmp_path):
     logs = str(tmp_path / "logs")
     # 4 s of training: the ranks are still inside their groups when the test looks, whatever the machine's load

@@ -201,7 +201,6 @@ def test_mpi_ranks_cross_the_shaped_links_and_log_the_bytes_the_kernel_counts(tm
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # it checks where the ranks run, no timing
 def test_mpi_ranks_inside_the_namespaces_train_each_under_its_workers_cpu_quota(tmp_path, prefix):
     from tests.test_cpu_quota import launcher_groups
 
