@@ -149,6 +149,12 @@ def test_two_devices_computing_at_once_each_get_their_own_quota_and_no_more(tmp_
         assert steps > 0 and 0.75 * 0.25 <= share <= at_most(0.25), (name, share)
 
 
+def devices_of(logs, mode):
+    """(emulation, device share, slowdown) of each worker of a lenet run's mode, as its meta.json recorded them."""
+    metas = [runlog.read_meta(f) for _, _, f in runlog.device_folders(os.path.join(logs, "lenet", mode))]
+    return sorted((m["emulation"], m["device_share"], m["slowdown"]) for m in metas)
+
+
 def launcher_groups(proc):
     from launcher.runner import DEVICE_GROUP_PREFIX
 
@@ -184,9 +190,7 @@ def test_every_worker_of_a_run_trains_under_its_quota_and_the_groups_are_gone_wh
 
     assert proc.returncode == 0, output
     assert len(during) == 2 and launcher_groups(proc) == []
-    metas = [runlog.read_meta(f) for mode in ("sync", "local")
-             for _, _, f in runlog.device_folders(os.path.join(logs, "lenet", mode))]
-    assert sorted((m["emulation"], m["device_share"], m["slowdown"]) for m in metas) == [
+    assert sorted(devices_of(logs, "sync") + devices_of(logs, "local")) == [
         ("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
     assert "devices: CPU quotas: a fast device 0.5 of a core" in output
 
@@ -209,9 +213,7 @@ def test_mpi_ranks_on_loopback_train_each_in_a_quota_group_of_its_own_which_is_g
     assert len(ranks_inside) == 2 and all(procs == [str(cpu_quota.pid_of(group))]
                                           for group, procs in ranks_inside.items()), ranks_inside
     assert launcher_groups(proc) == []
-    metas = [runlog.read_meta(f) for _, _, f in runlog.device_folders(os.path.join(logs, "lenet", "sync"))]
-    assert sorted((m["emulation"], m["device_share"], m["slowdown"]) for m in metas) == [
-        ("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
+    assert devices_of(logs, "sync") == [("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
 
 
 def test_a_worker_the_launcher_started_enters_its_group_when_training_starts_and_leaves_when_it_ends(tmp_path,

@@ -202,7 +202,7 @@ def test_mpi_ranks_cross_the_shaped_links_and_log_the_bytes_the_kernel_counts(tm
 
 @pytest.mark.slow
 def test_mpi_ranks_inside_the_namespaces_train_each_under_its_workers_cpu_quota(tmp_path, prefix):
-    from tests.test_cpu_quota import launcher_groups
+    from tests.test_cpu_quota import devices_of, launcher_groups
 
     logs = str(tmp_path / "logs")
     # 4 s of training: the ranks are still inside their groups when the test looks, whatever the machine's load
@@ -218,9 +218,7 @@ def test_mpi_ranks_inside_the_namespaces_train_each_under_its_workers_cpu_quota(
     assert proc.returncode == 0, output
     assert sorted(len(pids) for pids in inside.values()) == [1, 1], inside  # each worker's group holds its rank
     assert launcher_groups(proc) == [] and leftovers(prefix) == []
-    metas = [runlog.read_meta(f) for _, _, f in runlog.device_folders(os.path.join(logs, "lenet", "sync"))]
-    assert sorted((m["emulation"], m["device_share"], m["slowdown"]) for m in metas) == [
-        ("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
+    assert devices_of(logs, "sync") == [("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
 
 
 # ----------------------------------------------------------------------------------------------
