@@ -65,9 +65,9 @@ devices: a worker is a device of fixed capacity, a cgroup of its own whose CPU q
   by its --slowdown (default share: what fits the cores with {workers.RESERVED_CORES:g} to spare for the scheduler, the
   servers, the state server and the evaluator, at most 1; printed), as a shaped link has a rate; the standalone
   baseline runs on a fast device's quota. Where no quota can be given (not root, no cgroup CPU controller), where
-  no quota reaches the workers (--tracker starts them; Hogwild!'s processes, which make their groups themselves,
-  cannot inside --hosts netns's namespaces) or with --sleeping-slowdown, a slow worker sleeps after each step
-  instead, and the launcher says so. The MPI ranks of --collective take their workers' quotas too.
+  no quota reaches the workers (--tracker starts them) or with --sleeping-slowdown, a slow worker sleeps after each
+  step instead, and the launcher says so. The MPI ranks of --collective and Hogwild!'s processes take their
+  workers' quotas too.
 
 accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds of training time, and when
   training stops, rank 0 copies the model (ESync's after an aggregation, an asynchronous scheme's as it holds it)
@@ -321,8 +321,7 @@ def build(ns, worker_args=()):
     checks.check_collective(ns, chosen)
     checks.check_worker_args(worker_args)
     checks.check_snapshot_seconds(ns.snapshot_seconds)
-    share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker,
-                                                    hogwild=modes.HOGWILD in chosen, in_namespaces=ns.hosts == "netns")
+    share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
     if ns.validators < 1 or ns.validators > len(devices):
         raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
     worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))

@@ -11,13 +11,13 @@ import os
 import sys
 
 from launcher.cluster import ROOT
+from launcher.workers import with_groups
 from training.devices import threads
 
 BIN = os.path.dirname(sys.executable)  # the mpich wheel installs its programs beside the interpreter
 GFORKER = os.path.join(BIN, "mpiexec.gforker")
 HYDRA = os.path.join(BIN, "mpiexec.hydra")
 IN_NAMESPACE = os.path.join(ROOT, "launcher", "in-namespace")
-WITH_GROUPS = os.path.join(ROOT, "launcher", "with-groups")  # before mpiexec: the workers' CPU quotas, for in-namespace
 
 # One compute thread per rank, as for ps-lite workers: the ranks share this machine's cores like separate devices.
 RANK_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", **threads.ONE_THREAD}
@@ -50,9 +50,8 @@ def start_job(group, argvs, placement=None, env=None, name="mpiexec", quotas=Non
         argv = [*workers[0].command_prefix, HYDRA, "-launcher", "ssh", "-launcher-exec", IN_NAMESPACE,
                 "-iface", workers[0].interface, "-hosts", ",".join(host.namespace for host in workers),
                 *mpmd(one_rank_each(argvs))]
-        groups = " ".join(f"{host.namespace}={quotas[i][1]}" for i, host in enumerate(workers) if i in (quotas or {}))
-        if groups:
-            argv = [WITH_GROUPS, groups, *argv]
+        quotas = quotas or {}
+        argv = with_groups({host.namespace: quotas[i][1] for i, host in enumerate(workers) if i in quotas}) + argv
         return group.start(name, argv, {**namespaces_env(workers[0].interface), **(env or {})}, role="mpiexec",
                            host=workers[0].name)
     return group.start(name, [GFORKER, *mpmd(one_rank_each(argvs))], {**LOOPBACK_ENV, **(env or {})},

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from analysis import summary
-from launcher import commands, comm_ratio, mpi, netns
+from launcher import commands, comm_ratio, mpi, netns, workers
 from launcher.cluster import (
     POLL_SECONDS,
     JobFailed,
@@ -121,8 +121,8 @@ def run_experiment(experiment):
 @contextlib.contextmanager
 def device_groups(experiment):
     """With CPU quotas, {worker index: the prefix that starts it in its cgroup} for every worker and validator, and
-    "standalone" for the standalone baseline's (the fastest worker's device); the groups, and those Hogwild!'s
-    processes make themselves under this run's tag, are removed on the way out, whatever happens. {} without."""
+    "standalone" for the standalone baseline's (the fastest worker's device); the groups, and those MPI's ranks make
+    themselves under this run's tag on loopback, are removed on the way out, whatever happens. {} without."""
     if not experiment.device_share:
         yield {}
         return
@@ -254,7 +254,7 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
         INTERRUPTS.check()
 
     if not modes.MODES[mode].cluster:
-        quota = hosts.quotas.get("standalone", ()) if mode != modes.HOGWILD else ()  # its processes make their own
+        quota = hosts.quotas.get("standalone", ()) if mode != modes.HOGWILD else hogwild_groups(experiment, hosts)
         return [start_standalone(experiment, mode, group, log_dir, hosts.placement.worker(0), record_and_check,
                                  quota)]
     workers_argv = commands.workers_argv(experiment, mode, log_dir, state_server)
@@ -264,6 +264,13 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
         return [job]
     return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.num_servers,
                         record_and_check, hosts.placement, worker_prefixes=hosts.quotas)
+
+
+def hogwild_groups(experiment, hosts):
+    """The prefix that hands Hogwild!'s coordinator its workers' CPU quotas, one per rank; () without quotas."""
+    if not hosts.quotas:
+        return ()
+    return workers.with_groups({rank: hosts.quotas[rank][1] for rank in range(experiment.num_workers)})
 
 
 def start_standalone(experiment, mode, group, log_dir, host, after_start, quota=()):

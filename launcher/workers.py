@@ -8,6 +8,7 @@ from training import argtypes
 from training.checks import UsageError
 
 RESERVED_CORES = 0.5            # kept free of the device quotas: scheduler, servers, state server, evaluator
+WITH_GROUPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "with-groups")
 
 
 def parse_devices(devices, slowdown):
@@ -37,19 +38,19 @@ def parse_slowdowns(text, num_workers):
     return factors
 
 
-def device_share(slowdowns, given=None, sleeping=False, tracker=None, hogwild=False, in_namespaces=False):
+def device_share(slowdowns, given=None, sleeping=False, tracker=None):
     """(a fast device's cores under a CPU quota or None, the line that says how the devices are emulated) for workers
     of `slowdowns`. Without a `given` share: what fits the cores with RESERVED_CORES to spare, at most one core;
     where no CPU quota can be given (not root, no CPU controller) or none reaches the workers (the launcher does not
-    start them with --tracker; Hogwild!'s processes, which make their groups themselves, cannot see the cgroups inside
-    a namespace): the sleeping slowdown. MPI's ranks make their groups themselves on loopback and enter their
-    workers' groups through launcher/in-namespace inside the namespaces."""
+    start them with --tracker): the sleeping slowdown. MPI's ranks make their groups themselves on loopback and enter
+    their workers' groups through launcher/in-namespace inside the namespaces; Hogwild!'s enter their workers' groups,
+    which their coordinator hands them."""
     from training.devices import cpu_quota
 
     cores = len(os.sched_getaffinity(0))
     if given is not None and not 0 < given <= cores:
         raise UsageError(f"--device-share {given:g}: give a share of the {cores} core(s), above 0")
-    unreachable = quota_unreachable(tracker, hogwild, in_namespaces)
+    unreachable = quota_unreachable(tracker)
     if sleeping or unreachable:
         why = "--sleeping-slowdown" if sleeping else unreachable
         if given is not None:
@@ -66,13 +67,18 @@ def device_share(slowdowns, given=None, sleeping=False, tracker=None, hogwild=Fa
                    f"({found.describe()})")
 
 
-def quota_unreachable(tracker, hogwild, in_namespaces):
+def quota_unreachable(tracker):
     """Why no CPU quota can reach the workers, or None."""
     if tracker:
         return f"--tracker {tracker} starts the workers"
-    if in_namespaces and hogwild:
-        return "hogwild starts its processes inside a namespace"
     return None
+
+
+def with_groups(groups):
+    """The command prefix (launcher/with-groups) that opens each of {key: a worker's cgroup folder} for the process
+    that starts the workers inside a network namespace, where they could not open it; [] for none."""
+    entries = " ".join(f"{key}={group}" for key, group in groups.items())
+    return [WITH_GROUPS, entries] if entries else []
 
 
 def default_device_share(slowdowns, cores):

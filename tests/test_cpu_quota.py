@@ -232,6 +232,18 @@ def test_a_worker_the_launcher_started_enters_its_group_when_training_starts_and
     assert open(tmp_path / "group.procs").read() == pid and open(tmp_path / "root.procs").read() == pid
 
 
+def test_a_process_is_handed_the_group_opened_for_its_key_with_the_root_groups_to_leave_by():
+    env = {cpu_quota.GROUP_FDS_VARIABLE: " 0=11 1=12", cpu_quota.LEAVE_FD_VARIABLE: "10", "OTHER": "kept"}
+
+    first, first_fds = cpu_quota.handed_group(0, env)
+    second, second_fds = cpu_quota.handed_group(1, env)
+    unknown, unknown_fds = cpu_quota.handed_group(2, env)
+
+    assert (first[cpu_quota.PROCS_FD_VARIABLE], first_fds) == ("11", (11, 10))
+    assert (second[cpu_quota.PROCS_FD_VARIABLE], second_fds) == ("12", (12, 10))
+    assert unknown == env and unknown_fds == () and first["OTHER"] == "kept"
+
+
 @needs_quotas
 @pytest.mark.slow
 @pytest.mark.beside_others

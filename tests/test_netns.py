@@ -201,24 +201,28 @@ def test_mpi_ranks_cross_the_shaped_links_and_log_the_bytes_the_kernel_counts(tm
 
 
 @pytest.mark.slow
-def test_mpi_ranks_inside_the_namespaces_train_each_under_its_workers_cpu_quota(tmp_path, prefix):
+def test_mpi_ranks_and_hogwild_processes_inside_the_namespaces_train_each_under_its_workers_cpu_quota(tmp_path,
+                                                                                                    prefix):
     from tests.test_cpu_quota import devices_of, launcher_groups
 
     logs = str(tmp_path / "logs")
-    # 4 s of training: the ranks are still inside their groups when the test looks, whatever the machine's load
-    args = ["--modes", "sync", "--collective", "ring", "--slowdown", "1,4", "--max-time", "4", "--device-share",
-            "0.5", *LENET, "--no-figures", *netns_args(prefix, "10.213.96.0/24")]
+    # 4 s of training: the processes are still inside their groups when the test looks, whatever the machine's load
+    args = ["--modes", "sync,hogwild", "--collective", "ring", "--slowdown", "1,4", "--max-time", "4",
+            "--device-share", "0.5", *LENET, "--no-figures", *netns_args(prefix, "10.213.96.0/24")]
     with launcher(args, logs) as proc:
-        wait_for(lambda: training_started(logs, "sync", 2), STARTUP_TIMEOUT, "iteration logs")
-        inside = {os.path.basename(group): open(os.path.join(group, "cgroup.procs")).read().split()
-                  for group in launcher_groups(proc)}
+        inside = {}
+        for mode in ("sync", "hogwild"):
+            wait_for(lambda: training_started(logs, mode, 2), STARTUP_TIMEOUT, f"{mode}'s iteration logs")
+            inside[mode] = [open(os.path.join(group, "cgroup.procs")).read().split() for group in launcher_groups(proc)]
         proc.wait(timeout=300)
         output = read_output(proc)
 
     assert proc.returncode == 0, output
-    assert sorted(len(pids) for pids in inside.values()) == [1, 1], inside  # each worker's group holds its rank
+    for mode in ("sync", "hogwild"):
+        assert sorted(len(pids) for pids in inside[mode]) == [1, 1], inside  # each worker's group holds its process
+        assert devices_of(logs, mode) == [("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
     assert launcher_groups(proc) == [] and leftovers(prefix) == []
-    assert devices_of(logs, "sync") == [("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
+    assert "sleep" not in output.split("devices:", 1)[1].splitlines()[0]
 
 
 # ----------------------------------------------------------------------------------------------

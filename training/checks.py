@@ -124,8 +124,8 @@ def check_device_share(share):
     cores = len(os.sched_getaffinity(0))
     if share > cores:
         raise UsageError(f"--device-share {share:g}: this machine has {cores} core(s)")
-    if cpu_quota.launcher_fd() is not None:
-        return  # the launcher made its group
+    if cpu_quota.opened_by_launcher():
+        return
     try:
         cpu_quota.controller()
     except cpu_quota.QuotaUnavailable as err:

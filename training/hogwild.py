@@ -3,7 +3,9 @@ without locks.
 
 `python main.py -m hogwild --hogwild-workers N ...` is the coordinator: it builds the initial weights (the seed's),
 puts them in one block of POSIX shared memory, starts N worker processes (main.py with the same flags and
---hogwild-rank R), waits for them, and removes the block whatever happens. A worker attaches to the block and runs
+--hogwild-rank R), waits for them, and removes the block whatever happens. Under the launcher each worker enters its
+worker's CPU quota, whose group the coordinator hands it (launcher/with-groups: inside a network namespace the
+workers could not open it); started by hand, each makes its own. A worker attaches to the block and runs
 the training loop with the Hogwild scheme (training/schemes/hogwild.py). MXNet's own shared-memory arrays
 (Context 'cpu_shared') are handed to another process as a file descriptor that only multiprocessing's pickling
 carries, so independent processes share a named block instead.
@@ -18,7 +20,7 @@ from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
-from training.devices import threads
+from training.devices import cpu_quota, threads
 from training.faults.failures import EXIT_FAILURE
 
 log = logging.getLogger("hogwild")
@@ -90,7 +92,8 @@ def run_coordinator(args, argv, data):
         for rank in range(args.hogwild_workers):
             command = [sys.executable, os.path.abspath(sys.argv[0]), *argv, "--hogwild-rank", str(rank),
                        "--hogwild-memory", weights.name]
-            workers.append(subprocess.Popen(command, env=env))
+            rank_env, group_fds = cpu_quota.handed_group(rank, env)
+            workers.append(subprocess.Popen(command, env=rank_env, pass_fds=group_fds))
         return wait_for(workers)
     except KeyboardInterrupt:
         return 130

@@ -100,7 +100,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), on_start=Non
                                   runlog.device_folder(device, _folder_rank(scheme), scheme.role),
                                   _meta(args, scheme, model, device, len(share)), completed_rounds=resume.step)
     log.info("%s %s rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
-             scheme.name, scheme.role, rank, scheme.num_workers, device, os.getpid(), args.network, len(share),
+             scheme.name, scheme.role, scheme.rank, scheme.num_workers, device, os.getpid(), args.network, len(share),
              model.num_params, model.param_bytes / 1e6,
              f", emulated slowdown x{args.slowdown:g} ({'CPU quota' if args.device_share else 'sleeping'})"
              if args.slowdown > 1 else "",

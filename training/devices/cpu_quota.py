@@ -149,6 +149,23 @@ def remove_groups(tag, found=None, keep_alive=True):
 
 PROCS_FD_VARIABLE = "ESYNC_CGROUP_FD"
 LEAVE_FD_VARIABLE = "ESYNC_CGROUP_LEAVE_FD"  # the root group's cgroup.procs, which the worker leaves its quota by
+GROUP_FDS_VARIABLE = "ESYNC_GROUP_FDS"       # "KEY=FD ...": the workers' cgroup.procs launcher/with-groups opened
+
+
+def opened_by_launcher():
+    """Whether the launcher opened this worker's group (or, for Hogwild!'s coordinator, its workers' groups)."""
+    return launcher_fd() is not None or bool(os.environ.get(GROUP_FDS_VARIABLE, "").strip())
+
+
+def handed_group(key, env):
+    """(env, pass_fds) that hand a process started from here the group launcher/with-groups opened for worker `key`
+    (a Hogwild! rank) as its $ESYNC_CGROUP_FD, with the root group's to leave it by; (env, ()) where none was."""
+    for entry in env.get(GROUP_FDS_VARIABLE, "").split():
+        name, _, fd = entry.partition("=")
+        if name == str(key) and fd.isdigit():
+            leave = env.get(LEAVE_FD_VARIABLE, "")
+            return {**env, PROCS_FD_VARIABLE: fd}, tuple(int(x) for x in (fd, leave) if x.isdigit())
+    return env, ()
 
 
 def launcher_fd(variable=PROCS_FD_VARIABLE):
