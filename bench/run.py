@@ -57,8 +57,8 @@ log = logging.getLogger("bench")
 ALL_MODES = ("sync", "async", "esync")
 
 # Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on `accuracy_profile`, and ESync once more
-# with each of `esync_policies` (variants: training/esync_variants.py) besides the default one; the Byzantine section
-# runs (mode, with the attacker) pairs.
+# with each of `esync_policies` (variants: training/esync_variants.py) besides the default one, all of it `repeats`
+# times (as sync_overhead its runs); the Byzantine section runs (mode, with the attacker) pairs.
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], accuracy_profile="1,1,4", seconds=12, accuracy_budget=15,
             latency_calls=300,

@@ -19,6 +19,41 @@ def test_whole_step_bound_counts_the_whole_steps_that_fit_in_the_slowest_one(ste
     assert heterogeneity.whole_step_bound(step_times) == pytest.approx(bound)
 
 
+def heterogeneity_run(mode, efficiency, time_to_85, profile="1,1,4", training_time=15.0):
+    """One repeat's row of the heterogeneity section, made up (time_to_85 None: 85 % never reached)."""
+    return {"profile": profile, "mode": mode, "samples_per_s": 1000 * efficiency, "standalone_sum": 1000.0,
+            "efficiency": efficiency, "ideal_sync_efficiency": 0.33, "time_to_85": time_to_85,
+            "time_to_85_bound": training_time if time_to_85 is None else None, "accuracy_at_budget": 0.9,
+            "final_accuracy": 0.9, "bytes_per_s_per_worker": None, "busy": 0.8, "whole_step_bound": None,
+            "check_ready": 0.01, "links": None}
+
+
+def test_a_heterogeneity_row_is_the_mean_of_its_repeats_with_their_spread_and_a_time_never_reached_a_lower_bound():
+    reached = heterogeneity.combined([heterogeneity_run("esync", e, t) for e, t in ((0.9, 3.0), (0.8, 5.0))])
+    partly = heterogeneity.combined([heterogeneity_run("sync", 0.3, 10.0), heterogeneity_run("sync", 0.3, None)])
+
+    assert (reached["repeats"], reached["efficiency"], reached["time_to_85"]) == (2, pytest.approx(0.85), 4.0)
+    assert reached["spread"]["efficiency"] == pytest.approx(0.0707, abs=1e-4) and not reached["time_to_85_lower_bound"]
+    assert (partly["time_to_85"], partly["time_to_85_lower_bound"]) == (12.5, True)
+    assert partly["profile"] == "1,1,4" and partly["spread"]["samples_per_s"] == 0.0
+    table = "\n".join(heterogeneity.markdown({"heterogeneity": [reached, partly]}))
+    assert "| 0.85 ± 0.07 |" in table and "| 4.0 ± 1.4 |" in table and "| ≥ 12.5 ± 3.5 |" in table
+
+
+def test_a_heterogeneity_leader_is_named_only_where_its_lead_holds_beyond_the_repeats_spread():
+    clear = [heterogeneity.combined([heterogeneity_run(mode, e, t) for e, t in runs]) for mode, runs in (
+        ("esync", ((0.90, 3.0), (0.91, 3.2), (0.92, 3.1))), ("sync", ((0.30, 10.0), (0.31, 11.0), (0.32, 10.5))))]
+    close = [heterogeneity.combined([heterogeneity_run(mode, e, t) for e, t in runs]) for mode, runs in (
+        ("esync", ((0.90, 3.0), (0.70, 6.0), (0.95, 2.5))), ("async", ((0.85, 3.5), (0.75, 2.0), (0.80, 4.0))))]
+
+    assert heterogeneity.verdicts(clear, "efficiency", lower_is_better=False)["1,1,4"]["winner"] == "esync"
+    assert heterogeneity.verdicts(clear, "time_to_85", lower_is_better=True)["1,1,4"]["winner"] == "esync"
+    tied = heterogeneity.verdicts(close, "time_to_85", lower_is_better=True)["1,1,4"]
+    assert tied["winner"] is None and sorted(tied["tied"]) == ["async", "esync"]
+    lines = heterogeneity.verdict_lines(close)
+    assert "- efficiency on 1,1,4: no winner: esync, async tie" in lines[0]
+
+
 @pytest.mark.slow
 @pytest.mark.beside_others  # it checks that every section is produced, no speed
 def test_quick_benchmark_writes_every_section(tmp_path):

@@ -4,7 +4,8 @@ and accuracy after a fixed budget; 5. traffic: bytes per second each worker send
 import os
 import statistics
 
-from analysis import metrics
+from analysis import metrics, significance
+from analysis.paper import with_lower_bounds as statistics_of_repeats
 from analysis.tables import markdown_table
 from bench.sections.common import DATA_FLAGS, devices_of, fmt, launch, log, runs_with_policies
 from launcher import limit, workers
@@ -42,6 +43,12 @@ def traffic_per_worker(summary):
 
 
 def measure(cfg, workdir, earlier):
+    repeats = [one_repeat(cfg, os.path.join(workdir, f"repeat-{index + 1}")) for index in range(cfg["repeats"])]
+    return [combined(runs) for runs in zip(*repeats)]
+
+
+def one_repeat(cfg, workdir):
+    """A row of one run for every (profile, mode), in the order of the table."""
     rows = []
     links = cfg.get("links", {})
     for profile in cfg["profiles"]:
@@ -59,11 +66,13 @@ def measure(cfg, workdir, earlier):
         ideal_sync = len(slowdowns) * min(1 / f for f in slowdowns) / sum(1 / f for f in slowdowns)
         for mode, run in summaries.items():
             curve = accuracy.get(mode, {})
+            reached = curve.get("time_to_accuracy") if curve.get("target_accuracy") == 0.85 else None
             rows.append({
                 "profile": profile, "mode": mode, "samples_per_s": run["cluster_throughput"],
                 "standalone_sum": limit, "efficiency": run["cluster_throughput"] / limit,
                 "ideal_sync_efficiency": ideal_sync,
-                "time_to_85": curve.get("time_to_accuracy") if curve.get("target_accuracy") == 0.85 else None,
+                "time_to_85": reached,
+                "time_to_85_bound": curve.get("elapsed_time") if curve and reached is None else None,
                 "accuracy_at_budget": accuracy_at(curve, cfg["accuracy_budget"]) if curve else None,
                 "final_accuracy": curve.get("final_accuracy", run["final_accuracy"]),
                 "bytes_per_s_per_worker": traffic_per_worker(run),
@@ -77,21 +86,101 @@ def measure(cfg, workdir, earlier):
     return rows
 
 
+SPREAD = ("samples_per_s", "efficiency", "accuracy_at_budget", "final_accuracy")  # their stddev over the repeats
+
+
+def combined(runs):
+    """One (profile, mode)'s row over its repeats: the mean of each number (a time to 85 % counted at least its
+    run's training time where a repeat never got there: the mean is then a lower bound, `time_to_85_lower_bound`),
+    the stddevs of SPREAD and of the time, and each repeat's values for the tests of who leads."""
+    row = {key: mean_of([run[key] for run in runs]) if numeric(key, runs) else runs[0][key] for key in runs[0]}
+    times = statistics_of_repeats([run["time_to_85"] for run in runs], [run["time_to_85_bound"] for run in runs])
+    row.update(repeats=len(runs), time_to_85=times["mean"], time_to_85_lower_bound=times["lower_bound"],
+               spread={**{key: stdev_of([run[key] for run in runs]) for key in SPREAD}, "time_to_85": times["std"]},
+               per_repeat={key: [run[key] for run in runs] for key in (*SPREAD, "time_to_85", "time_to_85_bound")})
+    del row["time_to_85_bound"]
+    return row
+
+
+def numeric(key, runs):
+    return any(isinstance(run[key], (int, float)) and not isinstance(run[key], bool) for run in runs)
+
+
+def mean_of(values):
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def stdev_of(values):
+    known = [v for v in values if v is not None]
+    return statistics.stdev(known) if len(known) >= 2 else None
+
+
+def verdicts(rows, key, lower_is_better):
+    """{profile: significance.verdict} of the rows that measured `key` in every repeat: the best mean against every
+    other row of the profile, beyond the repeats' spread."""
+    found = {}
+    for profile in dict.fromkeys(r["profile"] for r in rows):
+        values = {r["mode"]: repeat_values(r, key) for r in rows if r["profile"] == profile}
+        values = {mode: v for mode, v in values.items() if v}
+        if len(values) < 2:
+            continue
+        best = (min if lower_is_better else max)(values, key=lambda mode: statistics.fmean(values[mode]))
+        signs = {mode: [v if lower_is_better else -v for v in vs] for mode, vs in values.items()}
+        found[profile] = significance.verdict(best, signs)
+    return found
+
+
+def repeat_values(row, key):
+    """Each repeat's value of `key` (a time to 85 % counted at least its training time where never reached); [] where
+    a repeat has none."""
+    per_repeat = row["per_repeat"]
+    values = per_repeat[key]
+    if key == "time_to_85":
+        values = significance.censored_times(values, per_repeat["time_to_85_bound"])
+        if len(values) < len(per_repeat[key]):
+            return []
+    return values if values and all(v is not None for v in values) else []
+
+
 def markdown(results):
-    links = sorted({r["links"] for r in results["heterogeneity"] if r.get("links")})
+    rows_of = results["heterogeneity"]
+    links = sorted({r["links"] for r in rows_of if r.get("links")})
+    repeats = max(r.get("repeats", 1) for r in rows_of)
     headers = ["profile", "mode", "samples/s", "efficiency", "SSGD ideal", "busy", "whole-step bound",
                "time to 85% (s)", "accuracy at budget", "final accuracy", "push = pull (kB/s per worker)"]
     rows = []
-    for r in results["heterogeneity"]:
+    for r in rows_of:
         traffic = None if r["bytes_per_s_per_worker"] is None else r["bytes_per_s_per_worker"] / 1e3
-        rows.append([r["profile"], r["mode"], f"{r['samples_per_s']:.0f}", f"{r['efficiency']:.2f}",
+        spread = r.get("spread", {})
+        time = with_spread(r["time_to_85"], spread.get("time_to_85"), ".1f")
+        if r.get("time_to_85_lower_bound"):
+            time = f"≥ {time}"
+        rows.append([r["profile"], r["mode"], with_spread(r["samples_per_s"], spread.get("samples_per_s"), ".0f"),
+                     with_spread(r["efficiency"], spread.get("efficiency"), ".2f"),
                      f"{r['ideal_sync_efficiency']:.2f}", fmt(r["busy"], ".2f"), fmt(r["whole_step_bound"], ".2f"),
-                     fmt(r["time_to_85"], ".1f"), fmt(r["accuracy_at_budget"], ".3f"),
-                     fmt(r["final_accuracy"], ".3f"), fmt(traffic, ".0f")])
+                     time, with_spread(r["accuracy_at_budget"], spread.get("accuracy_at_budget"), ".3f"),
+                     with_spread(r["final_accuracy"], spread.get("final_accuracy"), ".3f"), fmt(traffic, ".0f")])
     return ["### Heterogeneity (lenet, mnist-5k): efficiency = cluster samples/s / sum of standalone samples/s", "",
-            f"Links: {'; '.join(links) or 'loopback (no link limit)'}.", "",
+            f"Links: {'; '.join(links) or 'loopback (no link limit)'}. "
+            + (f"Each number the mean of {repeats} repeats ± their stddev." if repeats > 1 else "One run each."), "",
             "busy: share of a worker's time in its own steps (the rest: aggregation, state server, waiting); "
             "whole-step bound: the efficiency ESync's rounds allow at the workers' step times in that run if "
             "aggregating and the state server cost nothing (a round lasts the slowest step; a worker fits whole "
-            "steps only).", "",
-            markdown_table(headers, rows), ""]
+            "steps only); ≥: a lower bound (a repeat never reached 85 %, counted at its training time).", "",
+            markdown_table(headers, rows), "", *verdict_lines(rows_of), ""]
+
+
+def verdict_lines(rows):
+    """Who leads each profile in efficiency and in time to 85 %, beyond the spread (significance.TEST_NAME)."""
+    lines = []
+    for title, key, lower in (("efficiency", "efficiency", False), ("time to 85 %", "time_to_85", True)):
+        for profile, verdict in verdicts(rows, key, lower).items():
+            who = (f"**{verdict['winner']}**" if verdict["winner"]
+                   else "no winner: " + ", ".join(verdict["tied"]) + " tie")
+            lines.append(f"- {title} on {profile}: {who} ({significance.TEST_NAME} over the repeats).")
+    return lines
+
+
+def with_spread(value, spread, spec):
+    return fmt(value, spec) if spread is None or value is None else f"{fmt(value, spec)} ± {fmt(spread, spec)}"
