@@ -5,7 +5,7 @@ import os
 import statistics
 
 from analysis import metrics, significance
-from analysis.paper import with_lower_bounds as statistics_of_repeats
+from analysis.paper import statistics_of, with_lower_bounds as statistics_of_repeats
 from analysis.tables import markdown_table
 from bench.sections.common import DATA_FLAGS, devices_of, fmt, launch, log, runs_with_policies
 from launcher import limit, workers
@@ -107,13 +107,11 @@ def numeric(key, runs):
 
 
 def mean_of(values):
-    known = [v for v in values if v is not None]
-    return statistics.fmean(known) if known else None
+    return statistics_of(values)["mean"]
 
 
 def stdev_of(values):
-    known = [v for v in values if v is not None]
-    return statistics.stdev(known) if len(known) >= 2 else None
+    return statistics_of(values)["std"]
 
 
 def verdicts(rows, key, lower_is_better):
@@ -173,6 +171,8 @@ def markdown(results):
 
 def verdict_lines(rows):
     """Who leads each profile in efficiency and in time to 85 %, beyond the spread (significance.TEST_NAME)."""
+    if max(r.get("repeats", 1) for r in rows) < significance.MIN_REPEATS:
+        return ["One run per row: no leader is named."]
     lines = []
     for title, key, lower in (("efficiency", "efficiency", False), ("time to 85 %", "time_to_85", True)):
         for profile, verdict in verdicts(rows, key, lower).items():
