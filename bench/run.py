@@ -1,6 +1,6 @@
 """Benchmarks of every scheme on this machine, measured side by side within one run.
 
-    python -m bench.run                 # the full table (about 40 minutes on 2 cores, as root)
+    python -m bench.run                 # the full table (about 70 minutes on 2 cores, as root)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
                                         # network, input_pipeline, evaluation, devices), into results-<section>.*
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
