@@ -50,9 +50,8 @@ def device_share(slowdowns, given=None, sleeping=False, tracker=None):
     cores = len(os.sched_getaffinity(0))
     if given is not None and not 0 < given <= cores:
         raise UsageError(f"--device-share {given:g}: give a share of the {cores} core(s), above 0")
-    unreachable = quota_unreachable(tracker)
-    if sleeping or unreachable:
-        why = "--sleeping-slowdown" if sleeping else unreachable
+    if sleeping or tracker:
+        why = "--sleeping-slowdown" if sleeping else f"--tracker {tracker} starts the workers"
         if given is not None:
             raise UsageError(f"--device-share puts the workers the launcher starts under CPU quotas: {why}")
         return None, f"slow devices sleep after each step ({why})"
@@ -65,13 +64,6 @@ def device_share(slowdowns, given=None, sleeping=False, tracker=None):
     share = given or default_device_share(slowdowns, cores)
     return share, (f"CPU quotas: a fast device {share:.3g} of a core, one with --slowdown F that / F "
                    f"({found.describe()})")
-
-
-def quota_unreachable(tracker):
-    """Why no CPU quota can reach the workers, or None."""
-    if tracker:
-        return f"--tracker {tracker} starts the workers"
-    return None
 
 
 def with_groups(groups):

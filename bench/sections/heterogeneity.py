@@ -93,10 +93,11 @@ def combined(runs):
     """One (profile, mode)'s row over its repeats: the mean of each number (a time to 85 % counted at least its
     run's training time where a repeat never got there: the mean is then a lower bound, `time_to_85_lower_bound`),
     the stddevs of SPREAD and of the time, and each repeat's values for the tests of who leads."""
-    row = {key: mean_of([run[key] for run in runs]) if numeric(key, runs) else runs[0][key] for key in runs[0]}
+    over = {key: statistics_of([run[key] for run in runs]) for key in runs[0] if numeric(key, runs)}
+    row = {key: over[key]["mean"] if key in over else runs[0][key] for key in runs[0]}
     times = statistics_of_repeats([run["time_to_85"] for run in runs], [run["time_to_85_bound"] for run in runs])
     row.update(repeats=len(runs), time_to_85=times["mean"], time_to_85_lower_bound=times["lower_bound"],
-               spread={**{key: stdev_of([run[key] for run in runs]) for key in SPREAD}, "time_to_85": times["std"]},
+               spread={**{key: over.get(key, {}).get("std") for key in SPREAD}, "time_to_85": times["std"]},
                per_repeat={key: [run[key] for run in runs] for key in (*SPREAD, "time_to_85", "time_to_85_bound")})
     del row["time_to_85_bound"]
     return row
@@ -104,14 +105,6 @@ def combined(runs):
 
 def numeric(key, runs):
     return any(isinstance(run[key], (int, float)) and not isinstance(run[key], bool) for run in runs)
-
-
-def mean_of(values):
-    return statistics_of(values)["mean"]
-
-
-def stdev_of(values):
-    return statistics_of(values)["std"]
 
 
 def verdicts(rows, key, lower_is_better):
