@@ -1,6 +1,6 @@
 """Benchmarks of every scheme on this machine, measured side by side within one run.
 
-    python -m bench.run                 # the full table (about 70 minutes on 2 cores, as root)
+    python -m bench.run                 # the full table (about 85 minutes on 2 cores, as root)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
                                         # network, input_pipeline, evaluation, devices), into results-<section>.*
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
@@ -57,8 +57,9 @@ log = logging.getLogger("bench")
 ALL_MODES = ("sync", "async", "esync")
 
 # Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on `accuracy_profile`, and ESync once more
-# with each of `esync_policies` (variants: training/esync_variants.py) besides the default one, all of it `repeats`
-# times (as sync_overhead its runs); the Byzantine section runs (mode, with the attacker) pairs.
+# with each of `esync_policies` (variants: training/esync_variants.py) besides the default one; the Byzantine section
+# runs (mode, with the attacker) pairs, the network section `network_runs`: each of the three sections, and
+# sync_overhead, all of it `repeats` times.
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], accuracy_profile="1,1,4", seconds=12, accuracy_budget=15,
             latency_calls=300,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.sections import heterogeneity, network
+from bench.sections import byzantine, heterogeneity, network
 from launcher import experiment, netns
 from launcher.cluster import ROOT
 
@@ -52,6 +52,62 @@ def test_a_heterogeneity_leader_is_named_only_where_its_lead_holds_beyond_the_re
     assert tied["winner"] is None and sorted(tied["tied"]) == ["async", "esync"]
     lines = heterogeneity.verdict_lines(close)
     assert "- efficiency on 1,1,4: no winner: esync, async tie" in lines[0]
+
+
+def network_run(collective, servers, mode, rounds_per_s, samples_per_s):
+    """One repeat's row of the network section, made up: lenet at 100 Mbit/s on 4 workers."""
+    return {"network": "lenet", "rate": "100mbit", "workers": 4, "collective": collective, "servers": servers,
+            "mode": mode, "samples_per_s": samples_per_s, "rounds": 50, "rounds_per_s": rounds_per_s,
+            "final_accuracy": 0.8, "sent_per_round": 178_000.0, "textbook_per_round": 178_000.0,
+            "busiest_link_utilisation": 0.4, "ps_bytes": [100, 300] if servers == 2 else []}
+
+
+def network_rows(measured):
+    """{(collective, servers, mode): [(rounds/s, samples/s) per repeat]} -> the section's combined rows."""
+    return [network.combined([network_run(collective, servers, mode, *repeat) for repeat in repeats])
+            for (collective, servers, mode), repeats in measured.items()]
+
+
+def test_the_network_section_names_a_transport_and_a_mode_only_where_the_repeats_support_it():
+    rows = network_rows({("ps", 1, "sync"): [(7.4, 1950), (7.6, 1990), (7.5, 1960)],
+                         ("ring", 1, "sync"): [(13.5, 3500), (13.9, 3650), (13.7, 3600)],
+                         ("ps", 2, "sync"): [(11.0, 2900), (14.5, 3800), (12.0, 3100)],
+                         ("ps", 1, "esync"): [(2.7, 5200), (2.8, 5300), (2.7, 5250)]})
+
+    transports = network.transport_verdicts(rows)[("lenet at 100mbit, 4 workers", "sync")]
+    assert transports["winner"] is None and sorted(transports["tied"]) == ["ps ×2", "ring"]
+    modes = network.mode_verdicts(rows)[("lenet at 100mbit, 4 workers", "ps ×1")]
+    assert modes["winner"] == "esync"
+    assert rows[2]["ps_bytes"] == [300, 900] and rows[1]["spread"]["rounds_per_s"] == pytest.approx(0.2)
+    table = "\n".join(network.markdown({"network": {"rows": rows}}))
+    assert "| 13.70 ± 0.20 |" in table and "Each number the mean of 3 repeats" in table and "| 25% / 75% |" in table
+    assert ("- rounds/s, lenet at 100mbit, 4 workers, sync: no winner: ring, ps ×2 tie; behind ring beyond the spread: "
+            "ps ×1\n") in table
+    assert "- samples/s, lenet at 100mbit, 4 workers, ps ×1: **esync**" in table
+
+    clear = network_rows({("ps", 1, "sync"): [(7.4, 1950), (7.6, 1990)], ("ring", 1, "sync"): [(13.5, 3500),
+                                                                                              (13.9, 3650)]})
+    assert network.transport_verdicts(clear)[("lenet at 100mbit, 4 workers", "sync")]["winner"] == "ring"
+    once = network_rows({("ps", 1, "sync"): [(7.5, 1960)], ("ring", 1, "sync"): [(13.7, 3600)]})
+    assert "One run per row: no leader is named." in network.markdown({"network": {"rows": once}})
+
+
+def byzantine_run(mode, attacker, accuracy):
+    return {"mode": mode, "attacker": attacker, "final_accuracy": accuracy, "samples_per_s": 4000.0,
+            "attacker_layers_accepted": 0.0 if mode == "zeno" and attacker else None,
+            "honest_layers_accepted": 0.7 if mode == "zeno" else None}
+
+
+def test_a_byzantine_row_is_the_mean_of_its_repeats_and_the_accuracies_that_tie_are_named_together():
+    measured = {("zeno", False): (0.93, 0.92, 0.94), ("sync", True): (0.10, 0.10, 0.11),
+                ("zeno", True): (0.91, 0.93, 0.92)}
+    rows = [byzantine.over_repeats([byzantine_run(mode, attacker, a) for a in accuracies], byzantine.SPREAD)
+            for (mode, attacker), accuracies in measured.items()]
+    table = "\n".join(byzantine.markdown({"byzantine": rows, "config": {"byzantine_profile": "1,1,1,1"}}))
+
+    assert rows[2]["final_accuracy"] == pytest.approx(0.92) and rows[1]["attacker_layers_accepted"] is None
+    assert "| zeno | yes | 0.920 ± 0.010 | 4000 ± 0 | 0% ± 0% | 70% ± 0% |" in table
+    assert "- final accuracy: no winner: zeno, zeno with the attacker tie" in table
 
 
 @pytest.mark.slow

@@ -1,12 +1,14 @@
 """What the benchmark's sections share: launcher runs read back into summaries, each worker's step times, ESync's
-policies as rows of a table, and the cells of the tables."""
+policies as rows of a table, a row's repeats combined and the leaders they support, and the cells of the tables."""
 import contextlib
 import functools
 import io
 import logging
 import os
+import statistics
 
-from analysis import summary
+from analysis import significance, summary
+from analysis.paper import statistics_of
 from analysis.tables import format_cell
 from launcher import experiment, preflight, runner
 from launcher.cluster import ROOT
@@ -85,3 +87,62 @@ def runs_with_policies(modes, variants, profile, seconds, workdir, snapshot_seco
 
 def devices_of(summary):
     return [d for node in summary["devices"].values() for d in node.values()]
+
+
+def over_repeats(runs, spread_keys):
+    """One row of a table over its repeats (each run a row of one repeat, the same keys): the mean of every number
+    that differs between them (anything else as the first repeat has it: the row's names, its number of workers),
+    the stddev over the repeats of each of `spread_keys` (None below two), their values per repeat for the tests of
+    who leads, and the number of repeats."""
+    over = {key: statistics_of([run[key] for run in runs]) for key in runs[0] if numeric(key, runs)}
+    row = {key: over[key]["mean"] if key in over and differ(key, runs) else runs[0][key] for key in runs[0]}
+    row.update(repeats=len(runs), spread={key: over.get(key, {}).get("std") for key in spread_keys},
+               per_repeat={key: [run[key] for run in runs] for key in spread_keys})
+    return row
+
+
+def numeric(key, runs):
+    return any(isinstance(run[key], (int, float)) and not isinstance(run[key], bool) for run in runs)
+
+
+def differ(key, runs):
+    return any(run[key] != runs[0][key] for run in runs)
+
+
+def repeats_of(row, key):
+    """The repeats' values of `key` in a row of over_repeats; [] where a repeat has none."""
+    values = row["per_repeat"][key]
+    return values if values and all(v is not None for v in values) else []
+
+
+def leaders(rows, group_of, label_of, values_of, lower_is_better=False):
+    """{group: significance.verdict}: in each group of rows (group_of(row)), the row with the best mean of its
+    repeats' values (values_of(row), [] where it has none) against every other row of the group, beyond their
+    spread; the rows named by label_of(row), groups with fewer than two rows with values left out."""
+    grouped = {}
+    for row in rows:
+        values = values_of(row)
+        if values:
+            grouped.setdefault(group_of(row), {})[label_of(row)] = values
+    found = {}
+    for group, values in grouped.items():
+        if len(values) < 2:
+            continue
+        best = (min if lower_is_better else max)(values, key=lambda label: statistics.fmean(values[label]))
+        signed = {label: [v if lower_is_better else -v for v in vs] for label, vs in values.items()}
+        found[group] = significance.verdict(best, signed)
+    return found
+
+
+def leader_text(verdict):
+    """The winner in bold, or which rows tie and which are behind the best of them beyond the spread."""
+    if verdict["winner"]:
+        return f"**{verdict['winner']}**"
+    leader, behind = verdict["tied"][0], [row for row in verdict["p_values"] if row not in verdict["tied"]]
+    return (f"no winner: {', '.join(verdict['tied'])} tie"
+            + (f"; behind {leader} beyond the spread: {', '.join(behind)}" if behind else ""))
+
+
+def with_spread(value, spread, spec):
+    """A mean with its stddev over the repeats ("0.85 ± 0.07"), or the value alone where there is no spread."""
+    return fmt(value, spec) if spread is None or value is None else f"{fmt(value, spec)} ± {fmt(spread, spec)}"

@@ -5,9 +5,21 @@ import os
 import statistics
 
 from analysis import metrics, significance
-from analysis.paper import statistics_of, with_lower_bounds as statistics_of_repeats
+from analysis.paper import with_lower_bounds as statistics_of_repeats
 from analysis.tables import markdown_table
-from bench.sections.common import DATA_FLAGS, devices_of, fmt, launch, log, runs_with_policies
+from bench.sections.common import (
+    DATA_FLAGS,
+    devices_of,
+    fmt,
+    launch,
+    leader_text,
+    leaders,
+    log,
+    over_repeats,
+    repeats_of,
+    runs_with_policies,
+    with_spread,
+)
 from launcher import limit, workers
 from training.modes import ESYNC
 
@@ -93,45 +105,29 @@ def combined(runs):
     """One (profile, mode)'s row over its repeats: the mean of each number (a time to 85 % counted at least its
     run's training time where a repeat never got there: the mean is then a lower bound, `time_to_85_lower_bound`),
     the stddevs of SPREAD and of the time, and each repeat's values for the tests of who leads."""
-    over = {key: statistics_of([run[key] for run in runs]) for key in runs[0] if numeric(key, runs)}
-    row = {key: over[key]["mean"] if key in over else runs[0][key] for key in runs[0]}
+    row = over_repeats(runs, SPREAD)
     times = statistics_of_repeats([run["time_to_85"] for run in runs], [run["time_to_85_bound"] for run in runs])
-    row.update(repeats=len(runs), time_to_85=times["mean"], time_to_85_lower_bound=times["lower_bound"],
-               spread={**{key: over.get(key, {}).get("std") for key in SPREAD}, "time_to_85": times["std"]},
-               per_repeat={key: [run[key] for run in runs] for key in (*SPREAD, "time_to_85", "time_to_85_bound")})
+    row.update(time_to_85=times["mean"], time_to_85_lower_bound=times["lower_bound"])
+    row["spread"]["time_to_85"] = times["std"]
+    row["per_repeat"].update({key: [run[key] for run in runs] for key in ("time_to_85", "time_to_85_bound")})
     del row["time_to_85_bound"]
     return row
-
-
-def numeric(key, runs):
-    return any(isinstance(run[key], (int, float)) and not isinstance(run[key], bool) for run in runs)
 
 
 def verdicts(rows, key, lower_is_better):
     """{profile: significance.verdict} of the rows that measured `key` in every repeat: the best mean against every
     other row of the profile, beyond the repeats' spread."""
-    found = {}
-    for profile in dict.fromkeys(r["profile"] for r in rows):
-        values = {r["mode"]: repeat_values(r, key) for r in rows if r["profile"] == profile}
-        values = {mode: v for mode, v in values.items() if v}
-        if len(values) < 2:
-            continue
-        best = (min if lower_is_better else max)(values, key=lambda mode: statistics.fmean(values[mode]))
-        signs = {mode: [v if lower_is_better else -v for v in vs] for mode, vs in values.items()}
-        found[profile] = significance.verdict(best, signs)
-    return found
+    return leaders(rows, lambda r: r["profile"], lambda r: r["mode"], lambda r: repeat_values(r, key), lower_is_better)
 
 
 def repeat_values(row, key):
     """Each repeat's value of `key` (a time to 85 % counted at least its training time where never reached); [] where
     a repeat has none."""
+    if key != "time_to_85":
+        return repeats_of(row, key)
     per_repeat = row["per_repeat"]
-    values = per_repeat[key]
-    if key == "time_to_85":
-        values = significance.censored_times(values, per_repeat["time_to_85_bound"])
-        if len(values) < len(per_repeat[key]):
-            return []
-    return values if values and all(v is not None for v in values) else []
+    values = significance.censored_times(per_repeat[key], per_repeat["time_to_85_bound"])
+    return values if len(values) == len(per_repeat[key]) else []
 
 
 def markdown(results):
@@ -169,11 +165,6 @@ def verdict_lines(rows):
     lines = []
     for title, key, lower in (("efficiency", "efficiency", False), ("time to 85 %", "time_to_85", True)):
         for profile, verdict in verdicts(rows, key, lower).items():
-            who = (f"**{verdict['winner']}**" if verdict["winner"]
-                   else "no winner: " + ", ".join(verdict["tied"]) + " tie")
-            lines.append(f"- {title} on {profile}: {who} ({significance.TEST_NAME} over the repeats).")
+            lines.append(f"- {title} on {profile}: {leader_text(verdict)} ({significance.TEST_NAME} over the "
+                         "repeats).")
     return lines
-
-
-def with_spread(value, spread, spec):
-    return fmt(value, spec) if spread is None or value is None else f"{fmt(value, spec)} ± {fmt(spread, spec)}"

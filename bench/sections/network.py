@@ -1,13 +1,16 @@
 """7. Network: sync and esync (and async) across network namespaces with rate-limited links (launch.py --hosts
 netns), over the parameter server with 1 and 2 servers and over MPI's ring, butterfly and binary blocks: throughput,
-bytes per worker per round beside the textbook's figure, the busiest link's load; skipped with a note where
-namespaces cannot be made (needs root)."""
+bytes per worker per round beside the textbook's figure, the busiest link's load, every run `repeats` times (one
+repeat of every run after another, so that a slow spell of the machine falls on all of them alike) and the fastest
+transport and mode named only where the repeats support it; skipped with a note where namespaces cannot be made
+(needs root)."""
 import json
 import os
 import statistics
 
+from analysis import significance
 from analysis.tables import markdown_table
-from bench.sections.common import fmt, launch, log
+from bench.sections.common import launch, leader_text, leaders, log, over_repeats, repeats_of, with_spread
 from launcher import netns
 from training import runlog
 from training.transport import collectives, traffic
@@ -43,6 +46,13 @@ def measure(cfg, workdir, earlier):
     except netns.NetnsUnavailable as error:
         log.warning("network section skipped: %s", error)
         return {"skipped": str(error)}
+    repeats = [one_repeat(cfg, os.path.join(workdir, f"repeat-{index + 1}"), prefix)
+               for index in range(cfg["repeats"])]
+    return {"rows": [combined(runs) for runs in zip(*repeats)]}
+
+
+def one_repeat(cfg, workdir, prefix):
+    """A row of one run for every (network, rate, workers, transport, mode), in the order of the table."""
     rows = []
     for network, rate, workers, collective, servers, run_modes in cfg["network_runs"]:
         run_dir = os.path.join(workdir, f"net-{network}-{rate}-{workers}-{collective}-{servers}")
@@ -52,7 +62,46 @@ def measure(cfg, workdir, earlier):
             mode_folder = os.path.join(run_dir, "logs", network, mode)
             rows.append(network_row(network, rate, workers, collective, servers, mode, run, read_links(mode_folder),
                                     sent_per_round(mode_folder)))
-    return {"rows": rows}
+    return rows
+
+
+SPREAD = ("samples_per_s", "rounds_per_s", "busiest_link_utilisation", "final_accuracy")  # stddev over the repeats
+
+
+def combined(runs):
+    """One run's row over its repeats: the mean of each number, the stddevs of SPREAD, each repeat's values, and
+    the bytes each server carried summed over the repeats."""
+    row = over_repeats(runs, SPREAD)
+    row["ps_bytes"] = [sum(carried) for carried in zip(*(run["ps_bytes"] for run in runs))]
+    return row
+
+
+def setting(row):
+    return f"{row['network']} at {row['rate']}, {row['workers']} workers"
+
+
+def transport_verdicts(rows):
+    """{(setting, mode): significance.verdict} of the transports' rounds/s, where a mode ran over several."""
+    return leaders(rows, lambda r: (setting(r), r["mode"]), lambda r: transport_label(r["collective"], r["servers"]),
+                   lambda r: repeats_of(r, "rounds_per_s"))
+
+
+def mode_verdicts(rows):
+    """{(setting, transport): significance.verdict} of the modes' samples/s, where several ran over a transport."""
+    return leaders(rows, lambda r: (setting(r), transport_label(r["collective"], r["servers"])),
+                   lambda r: r["mode"], lambda r: repeats_of(r, "samples_per_s"))
+
+
+def verdict_lines(rows):
+    """Which transport moves a mode's rounds fastest, and which mode trains the most samples/s over a transport, in
+    each setting, beyond the repeats' spread (significance.TEST_NAME)."""
+    if max(r.get("repeats", 1) for r in rows) < significance.MIN_REPEATS:
+        return ["One run per row: no leader is named."]
+    lines = [f"- rounds/s, {where}, {mode}: {leader_text(verdict)}"
+             for (where, mode), verdict in transport_verdicts(rows).items()]
+    lines += [f"- samples/s, {where}, {transport}: {leader_text(verdict)}"
+              for (where, transport), verdict in mode_verdicts(rows).items()]
+    return [f"Leaders ({significance.TEST_NAME} over the repeats; otherwise the rows that tie):", "", *lines]
 
 
 def launcher_options(rate, collective, servers, prefix):
@@ -120,15 +169,22 @@ def markdown(results):
     for r in section["rows"]:
         total = sum(r["ps_bytes"])
         split = " / ".join(f"{b / total:.0%}" for b in r["ps_bytes"]) if r["servers"] > 1 and total else "–"
+        spread = r.get("spread", {})
         rows.append([r["network"], r["rate"], str(r["workers"]), transport_label(r["collective"], r["servers"]),
-                     r["mode"], f"{r['samples_per_s']:.0f}", fmt(r["rounds_per_s"], ".2f"),
+                     r["mode"], with_spread(r["samples_per_s"], spread.get("samples_per_s"), ".0f"),
+                     with_spread(r["rounds_per_s"], spread.get("rounds_per_s"), ".2f"),
                      f"{r['sent_per_round'] / 1e6:.3f}", f"{r['textbook_per_round'] / 1e6:.3f}",
-                     f"{r['busiest_link_utilisation']:.0%}", split, fmt(r["final_accuracy"], ".3f")])
-    return lines + ["Workers at the same speed, as root each under its CPU quota, MPI's ranks too. Sent per round: "
+                     with_spread(r["busiest_link_utilisation"], spread.get("busiest_link_utilisation"), ".0%"), split,
+                     with_spread(r["final_accuracy"], spread.get("final_accuracy"), ".3f")])
+    repeats = max(r.get("repeats", 1) for r in section["rows"])
+    return lines + ["Workers at the same speed, as root each under its CPU quota, MPI's ranks too. "
+                    + (f"Each number the mean of {repeats} repeats ± their stddev. " if repeats > 1 else "One run "
+                       "each. ")
+                    + "Sent per round: "
                     "the bytes each worker logged sending per round (mean over workers and rounds, each worker's "
                     "first round left out), beside the textbook's figure for "
                     "one aggregation of the model (parameter server M; ring and binary blocks 2(N−1)/N·M; butterfly "
                     "log2(N)·M). Busiest link: the highest rate any link carrying the aggregation (the parameter "
                     "servers', or over MPI the workers') reached in a 2 s window, in either direction, as a share of "
                     "its limit. Split: each server's share of the bytes.",
-                    "", markdown_table(headers, rows), ""]
+                    "", markdown_table(headers, rows), "", *verdict_lines(section["rows"]), ""]
