@@ -11,7 +11,9 @@ from bench.sections.common import (
     leaders,
     log,
     over_repeats,
+    repeats_note,
     repeats_of,
+    too_few_repeats,
     with_spread,
 )
 
@@ -75,15 +77,10 @@ def markdown(results):
             *verdict_lines(results["byzantine"]), ""]
 
 
-def repeats_note(rows):
-    repeats = max(r.get("repeats", 1) for r in rows)
-    return f"Each number the mean of {repeats} repeats ± their stddev." if repeats > 1 else "One run each."
-
-
 def verdict_lines(rows):
     """The highest final accuracy, and the rows that tie with it, beyond the repeats' spread."""
-    if max(r.get("repeats", 1) for r in rows) < significance.MIN_REPEATS:
-        return ["One run per row: no leader is named."]
+    if too_few_repeats(rows):
+        return too_few_repeats(rows)
     found = leaders(rows, lambda r: "all", label, lambda r: repeats_of(r, "final_accuracy"))
     return [f"- final accuracy: {leader_text(verdict)} ({significance.TEST_NAME} over the repeats)."
             for verdict in found.values()]

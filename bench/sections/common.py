@@ -134,6 +134,19 @@ def leaders(rows, group_of, label_of, values_of, lower_is_better=False):
     return found
 
 
+def repeats_note(rows):
+    """What each number of a table over_repeats made is: "Each number the mean of 3 repeats ± their stddev."."""
+    repeats = max(r.get("repeats", 1) for r in rows)
+    return f"Each number the mean of {repeats} repeats ± their stddev." if repeats > 1 else "One run each."
+
+
+def too_few_repeats(rows):
+    """["One run per row: no leader is named."] where no row has the repeats to judge a lead by, else []."""
+    if max(r.get("repeats", 1) for r in rows) < significance.MIN_REPEATS:
+        return ["One run per row: no leader is named."]
+    return []
+
+
 def leader_text(verdict):
     """The winner in bold, or which rows tie and which are behind the best of them beyond the spread."""
     if verdict["winner"]:

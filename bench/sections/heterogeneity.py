@@ -16,8 +16,10 @@ from bench.sections.common import (
     leaders,
     log,
     over_repeats,
+    repeats_note,
     repeats_of,
     runs_with_policies,
+    too_few_repeats,
     with_spread,
 )
 from launcher import limit, workers
@@ -133,7 +135,6 @@ def repeat_values(row, key):
 def markdown(results):
     rows_of = results["heterogeneity"]
     links = sorted({r["links"] for r in rows_of if r.get("links")})
-    repeats = max(r.get("repeats", 1) for r in rows_of)
     headers = ["profile", "mode", "samples/s", "efficiency", "SSGD ideal", "busy", "whole-step bound",
                "time to 85% (s)", "accuracy at budget", "final accuracy", "push = pull (kB/s per worker)"]
     rows = []
@@ -150,7 +151,7 @@ def markdown(results):
                      with_spread(r["final_accuracy"], spread.get("final_accuracy"), ".3f"), fmt(traffic, ".0f")])
     return ["### Heterogeneity (lenet, mnist-5k): efficiency = cluster samples/s / sum of standalone samples/s", "",
             f"Links: {'; '.join(links) or 'loopback (no link limit)'}. "
-            + (f"Each number the mean of {repeats} repeats ± their stddev." if repeats > 1 else "One run each."), "",
+            + repeats_note(rows_of), "",
             "busy: share of a worker's time in its own steps (the rest: aggregation, state server, waiting); "
             "whole-step bound: the efficiency ESync's rounds allow at the workers' step times in that run if "
             "aggregating and the state server cost nothing (a round lasts the slowest step; a worker fits whole "
@@ -160,8 +161,8 @@ def markdown(results):
 
 def verdict_lines(rows):
     """Who leads each profile in efficiency and in time to 85 %, beyond the spread (significance.TEST_NAME)."""
-    if max(r.get("repeats", 1) for r in rows) < significance.MIN_REPEATS:
-        return ["One run per row: no leader is named."]
+    if too_few_repeats(rows):
+        return too_few_repeats(rows)
     lines = []
     for title, key, lower in (("efficiency", "efficiency", False), ("time to 85 %", "time_to_85", True)):
         for profile, verdict in verdicts(rows, key, lower).items():

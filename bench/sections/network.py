@@ -10,7 +10,17 @@ import statistics
 
 from analysis import significance
 from analysis.tables import markdown_table
-from bench.sections.common import launch, leader_text, leaders, log, over_repeats, repeats_of, with_spread
+from bench.sections.common import (
+    launch,
+    leader_text,
+    leaders,
+    log,
+    over_repeats,
+    repeats_note,
+    repeats_of,
+    too_few_repeats,
+    with_spread,
+)
 from launcher import netns
 from training import runlog
 from training.transport import collectives, traffic
@@ -95,8 +105,8 @@ def mode_verdicts(rows):
 def verdict_lines(rows):
     """Which transport moves a mode's rounds fastest, and which mode trains the most samples/s over a transport, in
     each setting, beyond the repeats' spread (significance.TEST_NAME)."""
-    if max(r.get("repeats", 1) for r in rows) < significance.MIN_REPEATS:
-        return ["One run per row: no leader is named."]
+    if too_few_repeats(rows):
+        return too_few_repeats(rows)
     lines = [f"- rounds/s, {where}, {mode}: {leader_text(verdict)}"
              for (where, mode), verdict in transport_verdicts(rows).items()]
     lines += [f"- samples/s, {where}, {transport}: {leader_text(verdict)}"
@@ -176,10 +186,8 @@ def markdown(results):
                      f"{r['sent_per_round'] / 1e6:.3f}", f"{r['textbook_per_round'] / 1e6:.3f}",
                      with_spread(r["busiest_link_utilisation"], spread.get("busiest_link_utilisation"), ".0%"), split,
                      with_spread(r["final_accuracy"], spread.get("final_accuracy"), ".3f")])
-    repeats = max(r.get("repeats", 1) for r in section["rows"])
     return lines + ["Workers at the same speed, as root each under its CPU quota, MPI's ranks too. "
-                    + (f"Each number the mean of {repeats} repeats ± their stddev. " if repeats > 1 else "One run "
-                       "each. ")
+                    + repeats_note(section["rows"]) + " "
                     + "Sent per round: "
                     "the bytes each worker logged sending per round (mean over workers and rounds, each worker's "
                     "first round left out), beside the textbook's figure for "
