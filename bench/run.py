@@ -81,7 +81,7 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              byzantine_profile="1,1",
              network_runs=[("lenet", "100mbit", 2, "ring", 1, ("esync",))], network_seconds={"lenet": 1},
              pipeline_networks={"lenet": 6}, pipeline_batch=32,
-             evaluation_modes=["sync"], evaluation_profile="1,4", evaluation_seconds=2, evaluation_repeats=1,
+             evaluation_modes=["sync"], evaluation_profile="1,4", evaluation_seconds=1, evaluation_repeats=1,
              snapshot_networks={"lenet": 5}, devices_profile="1,4", devices_seconds=1, devices_emulations=["cpu-quota"])
 
 
