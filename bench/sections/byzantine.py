@@ -79,8 +79,6 @@ def markdown(results):
 
 def verdict_lines(rows):
     """The highest final accuracy, and the rows that tie with it, beyond the repeats' spread."""
-    if too_few_repeats(rows):
-        return too_few_repeats(rows)
-    found = leaders(rows, lambda r: "all", label, lambda r: repeats_of(r, "final_accuracy"))
-    return [f"- final accuracy: {leader_text(verdict)} ({significance.TEST_NAME} over the repeats)."
-            for verdict in found.values()]
+    return too_few_repeats(rows) or [
+        f"- final accuracy: {leader_text(verdict)} ({significance.TEST_NAME} over the repeats)."
+        for verdict in leaders(rows, lambda r: "all", label, lambda r: repeats_of(r, "final_accuracy")).values()]

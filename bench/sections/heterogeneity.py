@@ -161,11 +161,7 @@ def markdown(results):
 
 def verdict_lines(rows):
     """Who leads each profile in efficiency and in time to 85 %, beyond the spread (significance.TEST_NAME)."""
-    if too_few_repeats(rows):
-        return too_few_repeats(rows)
-    lines = []
-    for title, key, lower in (("efficiency", "efficiency", False), ("time to 85 %", "time_to_85", True)):
-        for profile, verdict in verdicts(rows, key, lower).items():
-            lines.append(f"- {title} on {profile}: {leader_text(verdict)} ({significance.TEST_NAME} over the "
-                         "repeats).")
-    return lines
+    measures = (("efficiency", "efficiency", False), ("time to 85 %", "time_to_85", True))
+    return too_few_repeats(rows) or [
+        f"- {title} on {profile}: {leader_text(verdict)} ({significance.TEST_NAME} over the repeats)."
+        for title, key, lower in measures for profile, verdict in verdicts(rows, key, lower).items()]

@@ -105,13 +105,12 @@ def mode_verdicts(rows):
 def verdict_lines(rows):
     """Which transport moves a mode's rounds fastest, and which mode trains the most samples/s over a transport, in
     each setting, beyond the repeats' spread (significance.TEST_NAME)."""
-    if too_few_repeats(rows):
-        return too_few_repeats(rows)
-    lines = [f"- rounds/s, {where}, {mode}: {leader_text(verdict)}"
-             for (where, mode), verdict in transport_verdicts(rows).items()]
-    lines += [f"- samples/s, {where}, {transport}: {leader_text(verdict)}"
-              for (where, transport), verdict in mode_verdicts(rows).items()]
-    return [f"Leaders ({significance.TEST_NAME} over the repeats; otherwise the rows that tie):", "", *lines]
+    return too_few_repeats(rows) or [
+        f"Leaders ({significance.TEST_NAME} over the repeats; otherwise the rows that tie):", "",
+        *(f"- rounds/s, {where}, {mode}: {leader_text(verdict)}"
+          for (where, mode), verdict in transport_verdicts(rows).items()),
+        *(f"- samples/s, {where}, {transport}: {leader_text(verdict)}"
+          for (where, transport), verdict in mode_verdicts(rows).items())]
 
 
 def launcher_options(rate, collective, servers, prefix):
