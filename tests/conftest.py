@@ -20,6 +20,10 @@ def pytest_configure(config):
     """Where a process looks for a dataset without -dd: the repository's data/, then a folder of this session's where
     fashion-mnist is the shipped MNIST sample under that name (standing in for /usr/share/datasets), so that no test
     depends on what this machine has installed. A test of the real Fashion-MNIST gives its folder with -dd."""
+    # numpy's own BLAS, which no process of the project computes with, starts one thread per core when numpy is
+    # imported: one thread each spares the hundreds of short processes the tests start their system time (the
+    # launcher gives the processes of a job one OpenMP thread for the same reason, and OpenBLAS reads that too).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     stand_in = tempfile.mkdtemp(prefix="esync-test-datasets-")
     os.symlink(os.path.join(ROOT, "data", "mnist-5k"), os.path.join(stand_in, "fashion-mnist"))
     os.environ[DATA_PATH_VARIABLE] = f"{os.path.join(ROOT, 'data')}:{stand_in}"
