@@ -15,7 +15,7 @@ from tests.jobs import LENET_ARGS, finish, iter_records, meta
 from training import config, runlog
 from training.attacks import Attack
 from training.model import Model
-from training.schemes.zeno import ZenoSync, zeno_layer_step
+from training.schemes.zeno import ZenoSync, zeno_steps
 from training.schemes.zeno import judges
 from training.schemes.servers.zeno_server import ZenoLayout, ZenoPlusPlus
 
@@ -169,22 +169,45 @@ def test_each_validator_judges_its_share_of_the_workers_and_the_layer_moves_by_t
                        [0.0, 1.0],     # validator 3's v
                        [3.0, 0.0],     # judged by 0: along v but c = 4.5 >= (1 + rho) b = 0.8: rejected
                        [0.1, 0.9]])    # judged by 3: accepted
-    judged_by = [(v, mx.nd.array([judge_of.get(r) == v for r in range(6)])) for v in (0, 3)]
+    judged_by = [(v, np.array([judge_of.get(r) == v for r in range(6)])) for v in (0, 3)]
 
-    step, accepted = zeno_layer_step(mx.nd.array(deltas), judged_by, eta=-0.001, rho=0.6)
+    (step,), (accepted,) = zeno_steps([mx.nd.array(deltas)], judged_by, eta=-0.001, rho=0.6)
 
-    assert accepted.asnumpy().tolist() == [0, 1, 0, 0, 0, 1]
+    assert accepted.astype(int).tolist() == [0, 1, 0, 0, 0, 1]
     # Validator 0's result: worker 1's delta; validator 3's: worker 5's; the layer moves by their mean.
     np.testing.assert_allclose(step.asnumpy(), [(deltas[1] + deltas[5]) / 2], rtol=1e-6)
 
 
+def test_every_layer_takes_the_rule_as_its_means_of_products_define_it():
+    rng = np.random.RandomState(3)
+    validator_of = {0: 4, 1: 5, 2: 4, 3: 5}  # ranks 4 and 5 validate
+    judged_by = [(v, np.array([validator_of.get(r) == v for r in range(6)])) for v in (4, 5)]
+    layers = [rng.normal(size=(6, size)).astype(np.float32) for size in (3, 50, 7)]
+    for layer in layers:  # rank 0 along its validator's v, rank 1 against, rank 2 along but ten times as long
+        layer[0], layer[1], layer[2] = layer[4] + 0.1 * layer[0], -layer[5], 10 * layer[4]
+
+    steps, accepted = zeno_steps([mx.nd.array(layer) for layer in layers], judged_by, eta=0.001, rho=0.5)
+
+    for layer, step, accepts in zip(layers, steps, accepted):
+        expected_step, expected_accepts = np.zeros(layer.shape[1]), np.zeros(6, bool)
+        for v, members in judged_by:
+            b = np.mean(layer[v] * layer[v])
+            ok = [members[r] and np.mean(layer[r] * layer[v]) > 0.001 * b and np.mean(layer[r] ** 2) < 1.5 * b
+                  for r in range(6)]
+            expected_step += layer[ok].sum(axis=0) / max(sum(ok), 1) / 2
+            expected_accepts |= ok
+        assert accepts.tolist() == expected_accepts.tolist()
+        np.testing.assert_allclose(step.asnumpy()[0], expected_step, rtol=1e-5, atol=1e-6)
+    assert accepted[:, 0].all() and not accepted[:, 1:3].any()
+
+
 def test_a_validator_that_accepts_nothing_still_counts_in_the_mean():
     deltas = mx.nd.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.0, -1.0]])  # validators 0 and 2
-    judged_by = [(0, mx.nd.array([0, 1, 0, 0])), (2, mx.nd.array([0, 0, 0, 1]))]
+    judged_by = [(0, np.array([0, 1, 0, 0], bool)), (2, np.array([0, 0, 0, 1], bool))]
 
-    step, accepted = zeno_layer_step(deltas, judged_by, eta=-0.001, rho=0.6)
+    (step,), (accepted,) = zeno_steps([deltas], judged_by, eta=-0.001, rho=0.6)
 
-    assert accepted.asnumpy().tolist() == [0, 1, 0, 0]
+    assert accepted.astype(int).tolist() == [0, 1, 0, 0]
     np.testing.assert_allclose(step.asnumpy(), [[0.5, 0.05]], rtol=1e-6)
 
 
