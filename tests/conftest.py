@@ -21,8 +21,9 @@ def pytest_configure(config):
     fashion-mnist is the shipped MNIST sample under that name (standing in for /usr/share/datasets), so that no test
     depends on what this machine has installed. A test of the real Fashion-MNIST gives its folder with -dd."""
     # numpy's own BLAS, which no process of the project computes with, starts one thread per core when numpy is
-    # imported: one thread each spares the hundreds of short processes the tests start their system time (the
-    # launcher gives the processes of a job one OpenMP thread for the same reason, and OpenBLAS reads that too).
+    # imported: one thread each spares the hundreds of short processes the tests start their system time. MXNet's
+    # OpenBLAS reads the variable too, so the tests' processes multiply matrices on one thread, as a job's processes
+    # do under the launcher's OMP_NUM_THREADS=1, which both OpenBLAS libraries also read.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     stand_in = tempfile.mkdtemp(prefix="esync-test-datasets-")
     os.symlink(os.path.join(ROOT, "data", "mnist-5k"), os.path.join(stand_in, "fashion-mnist"))
