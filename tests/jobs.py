@@ -2,6 +2,7 @@
 import glob
 import os
 import sys
+import time
 
 from launcher.cluster import ROOT, start_ps_job
 from training import runlog
@@ -53,3 +54,19 @@ def iter_records(folder):
 def meta(folder):
     return runlog.read_meta(folder)
 
+
+
+def wait_until(condition, timeout, poll=0.1):
+    """True once condition() is, False if it still is not after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll)
+    return False
+
+
+def logged_a_round(log_dir, workers):
+    """Every one of the `workers` of the job logging to `log_dir` has finished its first round."""
+    folders = worker_folders(log_dir)
+    return len(folders) == workers and all(os.path.exists(runlog.round_path(f, 1)) for f in folders)

@@ -16,7 +16,7 @@ import pytest
 
 from analysis import summary
 from launcher.cluster import ProcessGroup, start_state_server
-from tests.jobs import LENET_ARGS, start_job
+from tests.jobs import LENET_ARGS, start_job, wait_until
 from training import modes
 
 # Real processes, which mostly wait for the bound: beside the in-process tests (tests/conftest.py).
@@ -109,15 +109,6 @@ def joined_or_failed(group):
     workers = [p for p in group.procs if p.role == "worker"]
     return (any(p.poll() is not None for p in group.procs)
             or all(f"of {len(workers)} on cpu" in open(p.output).read() for p in workers))
-
-
-def wait_until(condition, timeout, poll=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll)
-    return False
 
 
 @pytest.fixture(scope="module")

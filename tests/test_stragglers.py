@@ -10,7 +10,17 @@ import pytest
 from analysis import summary
 
 from launcher.cluster import ProcessGroup, start_state_server
-from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
+from tests.jobs import (
+    LENET_ARGS,
+    finish,
+    iter_records,
+    logged_a_round,
+    meta,
+    run_main,
+    start_job,
+    wait_until,
+    worker_folders,
+)
 from training import modes, runlog
 from training.schemes.balanced import batch_plan, drifted
 from training.schemes.feddrop import kept_units, layer_slices, weight_counts
@@ -19,10 +29,13 @@ from training.schemes.tifl import choose_tier, make_tiers, tier_probabilities
 Worker = collections.namedtuple("Worker", "folder meta rounds")
 
 SLOWDOWNS = [1, 1, 4]
-# FedDrop chooses its droppers by the wall clock of round 1, which the four jobs' start-up, side by side, can
-# stretch for a fast worker: at 4x, all four first steps of a fast worker once came out slower than the slow one's
-# fastest. At 10x the slow worker stays the slowest by a margin that start-up does not cover.
+# FedDrop chooses its droppers by the wall clock of round 1, which the other jobs' start-up can stretch for a fast
+# worker: at 4x, all four first steps of a fast worker once came out slower than the slow one's fastest, and at
+# 10x once too (72 and 94 ms against 85 ms), when the fast workers' four steps fell inside the start-up of the
+# twenty processes of the four jobs and the slow worker's, ten times as long, reached past it. So FedDrop's job
+# starts once every worker of the others has finished a round, and its slow worker is 10x slower.
 SLOWDOWNS_OF = {"feddrop": [1, 1, 10]}
+STARTS_LAST = "feddrop"
 FEDDROP_ROUNDS = 24  # of 4 steps each, at 4x FedAvg's default -ll: the 10x slower worker's is the longest job
 # Counts of steps, not seconds: what a job learns does not depend on how busy the machine is.
 JOBS = {
@@ -39,19 +52,26 @@ def runs(tmp_path_factory):
     """{mode: {rank: Worker}} of one job per mode, the jobs running side by side."""
     tmp_path = tmp_path_factory.mktemp("stragglers")
     groups = {mode: ProcessGroup(str(tmp_path / mode / "processes")) for mode in JOBS}
+
+    def log_dir(mode):
+        return str(tmp_path / mode / "lenet" / mode)
+
     try:
         started = {}
-        for mode, args in JOBS.items():
+        for mode, args in sorted(JOBS.items(), key=lambda job: job[0] == STARTS_LAST):
+            if mode == STARTS_LAST:
+                assert wait_until(lambda: all(logged_a_round(log_dir(other), 3) or groups[other].failed()
+                                              for other in started), timeout=120), "no first round in 120 s"
             group = groups[mode]
             if modes.MODES[mode].state_server:
                 args = args + ["-port", str(start_state_server(group))]
             started[mode] = start_job(group, mode, LENET_ARGS + args, num_workers=3,
                                       slowdowns=SLOWDOWNS_OF.get(mode, SLOWDOWNS),
-                                      log_dir=str(tmp_path / mode / "lenet" / mode))
+                                      log_dir=log_dir(mode))
         for mode, workers in started.items():
             finish(groups[mode], workers, timeout=240)
         yield {mode: {meta(f)["rank"]: Worker(f, meta(f), iter_records(f))
-                      for f in worker_folders(str(tmp_path / mode / "lenet" / mode))} for mode in JOBS}
+                      for f in worker_folders(log_dir(mode))} for mode in JOBS}
     finally:
         for group in groups.values():
             group.stop()
