@@ -55,7 +55,6 @@ def meta(folder):
     return runlog.read_meta(folder)
 
 
-
 def wait_until(condition, timeout, poll=0.1):
     """True once condition() is, False if it still is not after `timeout` seconds."""
     deadline = time.monotonic() + timeout
