@@ -93,17 +93,16 @@ def run_ps_role(args, role):
 def run_training(args, data, resume):
     from training.loop import train
 
-    device = device_quota(args)
+    quota = device_quota(args)
     try:
-        train(args, modes.scheme_class(args.mode), data, resume, on_start=device.enter if device else None,
-              on_end=device.leave if device else None)
+        train(args, modes.scheme_class(args.mode), data, resume, quota)
     finally:
-        if device:
-            device.leave()
+        if quota:
+            quota.close()
 
 
 def device_quota(args):
-    """With --device-share, this worker's device (its CPU quota, entered when training starts); else None."""
+    """With --device-share, this worker's device (its CPU quota, which its computing phases run under); else None."""
     from training.devices import cpu_quota
 
     if not args.device_share:

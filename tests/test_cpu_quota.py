@@ -155,6 +155,15 @@ def devices_of(logs, mode):
     return sorted((m["emulation"], m["device_share"], m["slowdown"]) for m in metas)
 
 
+def computed_in(group):
+    """Whether a process has run under the group's quota (the kernel counts its quota periods)."""
+    try:
+        with open(os.path.join(group, "cpu.stat")) as f:
+            return dict(line.split() for line in f)["nr_periods"] != "0"
+    except OSError:
+        return False
+
+
 def launcher_groups(proc):
     from launcher.runner import DEVICE_GROUP_PREFIX
 
@@ -204,19 +213,20 @@ def test_mpi_ranks_on_loopback_train_each_in_a_quota_group_of_its_own_which_is_g
             "--no-figures", *LENET]
     with launcher(args, logs) as proc:
         wait_for(lambda: training_started(logs, "sync", 2), 90, "iteration logs")
-        ranks_inside = {group: open(os.path.join(group, "cgroup.procs")).read().split()
-                        for group in launcher_groups(proc) if cpu_quota.pid_of(group) is not None}
+        groups = [group for group in launcher_groups(proc) if cpu_quota.pid_of(group) is not None]
+        wait_for(lambda: all(computed_in(group) for group in groups), 60, "each rank computing in its group")
+        members = {group: open(os.path.join(group, "cgroup.procs")).read().split() for group in groups}
         proc.wait(timeout=300)
         output = read_output(proc)
 
     assert proc.returncode == 0, output
-    assert len(ranks_inside) == 2 and all(procs == [str(cpu_quota.pid_of(group))]
-                                          for group, procs in ranks_inside.items()), ranks_inside
+    assert len(groups) == 2 and all(set(procs) <= {str(cpu_quota.pid_of(group))}
+                                    for group, procs in members.items()), members
     assert launcher_groups(proc) == []
     assert devices_of(logs, "sync") == [("cpu-quota", 0.5, 1.0), ("cpu-quota", 0.5, 4.0)]
 
 
-def test_a_worker_the_launcher_started_enters_its_group_when_training_starts_and_leaves_when_it_ends(tmp_path,
+def test_a_worker_the_launcher_started_enters_its_group_for_each_computing_phase_and_leaves_it_after(tmp_path,
                                                                                                       monkeypatch):
     # Files stand in for the two cgroup.procs launcher/in-cgroup opens: the group's and the root's.
     group, root = (open(tmp_path / name, "w+") for name in ("group.procs", "root.procs"))
@@ -224,12 +234,15 @@ def test_a_worker_the_launcher_started_enters_its_group_when_training_starts_and
     monkeypatch.setenv(cpu_quota.LEAVE_FD_VARIABLE, str(root.fileno()))
     device = cpu_quota.DeviceQuota(0.25)
 
-    device.enter()
-    device.leave()
-    device.leave()  # once only: the loop leaves when training ends, main.py again on its way out
+    for _ in range(2):
+        with device.computing():
+            inside = device.inside
+    device.close()
+    device.close()  # out once only: the loop's last phase has left, main.py closes again on its way out
 
     pid = f"{os.getpid()}\n"
-    assert open(tmp_path / "group.procs").read() == pid and open(tmp_path / "root.procs").read() == pid
+    assert inside and not device.inside
+    assert open(tmp_path / "group.procs").read() == 2 * pid and open(tmp_path / "root.procs").read() == 2 * pid
 
 
 def test_a_process_is_handed_the_group_opened_for_its_key_with_the_root_groups_to_leave_by():

@@ -3,6 +3,7 @@
 A global iteration (a round) is: local steps until the scheme says the round is done, then the scheme's
 aggregation, then rank 0's evaluation when due, then one iteration log file.
 """
+import contextlib
 import gc
 import logging
 import os
@@ -62,10 +63,10 @@ class Timer:
         self.record[self.key] = self.record.get(self.key, 0.0) + time.perf_counter() - self.start
 
 
-def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), on_start=None, on_end=None):
+def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
     """Train until a stop condition; return the last test accuracy (None where this worker never evaluated).
-    `resume` is where training starts (checkpoints.check_train_dir); `on_start()` runs just before the first step
-    (the worker enters its CPU quota), `on_end()` when the last step is done, also after a failure (it leaves it)."""
+    `resume` is where training starts (checkpoints.check_train_dir); `quota` (a cpu_quota.DeviceQuota, or None)
+    holds the worker's computing phases under its CPU quota."""
     ctxs = contexts(args.gpu, args.cpu)
     watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
     fault_injection.point("worker", "start")
@@ -108,14 +109,11 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), on_start=Non
     if args.digest_weights:
         log.info("weights digest at global step %d: %s", resume.step, model.digest())
     rounds = Rounds(args, scheme, model, stream, data, run_log, stop, watchdog, resume,
-                    _checkpoint_writer(args, scheme, rank), _snapshot_writer(args, scheme))
-    if on_start:
-        on_start()
+                    _checkpoint_writer(args, scheme, rank), _snapshot_writer(args, scheme),
+                    quota.computing if quota else contextlib.nullcontext)
     try:
         accuracy = rounds.run()
     finally:
-        if on_end:
-            on_end()
         scheme.finish()
     model_path = run_log.path(runlog.FINAL_MODEL_FILE)
     atomic_write(model_path, model.save)
@@ -151,6 +149,7 @@ class Rounds:
     resume: checkpoints.ResumePoint
     checkpoints: object     # a CheckpointWriter on rank 0 with --train-dir, else None
     snapshots: object       # a SnapshotWriter on the evaluating worker with --snapshot-dir, else None
+    computing: object       # a context for each computing phase: under the device's CPU quota (--device-share)
 
     def run(self):
         """Train round after round; the last test accuracy (None where this worker never evaluated)."""
@@ -219,24 +218,19 @@ class Rounds:
 
     def local_steps(self):
         """Local steps until the scheme ends the round; per step, the seconds of each phase."""
-        scheme, model = self.scheme, self.model
+        scheme = self.scheme
         steps = []
         while True:
             t = {}
             step_start = time.perf_counter()
-            with Timer(t, runlog.GET_BATCH):
-                images, labels = self.stream.next(scheme.step_batch_size)
-            with Timer(t, runlog.FORWARD_BACKWARD):
-                model.forward_backward(images, labels)
-            if scheme.coordinated and steps and scheme.abandons_step():
+            with self.computing():
+                samples = self.compute_step(t, steps)
+            if samples is None:
                 steps[-1][runlog.ABANDONED_STEP] = time.perf_counter() - step_start
                 return steps
-            if scheme.updates_locally:
-                with Timer(t, runlog.LOCAL_UPDATE):
-                    scheme.local_step()
             if self.slowdown.active:
                 t[runlog.EMULATED_SLOWDOWN] = self.slowdown.pad(t[runlog.FORWARD_BACKWARD]
-                                                               + t.get(runlog.LOCAL_UPDATE, 0.0), len(labels))
+                                                               + t.get(runlog.LOCAL_UPDATE, 0.0), samples)
             steps.append(t)
             step_seconds = time.perf_counter() - step_start
             if scheme.coordinated:
@@ -246,6 +240,21 @@ class Rounds:
                 done = scheme.round_done(len(steps), step_seconds)
             if done:
                 return steps
+
+    def compute_step(self, t, steps):
+        """One local step's computing: its batch, forward and backward pass and local update, timed into `t`; the
+        step's samples, or None where the scheme dropped the step instead of applying it."""
+        scheme = self.scheme
+        with Timer(t, runlog.GET_BATCH):
+            images, labels = self.stream.next(scheme.step_batch_size)
+        with Timer(t, runlog.FORWARD_BACKWARD):
+            self.model.forward_backward(images, labels)
+        if scheme.coordinated and steps and scheme.abandons_step():
+            return None
+        if scheme.updates_locally:
+            with Timer(t, runlog.LOCAL_UPDATE):
+                scheme.local_step()
+        return len(labels)
 
     def aggregate(self, n, last_step, stop_vote):
         """The scheme's aggregation, timed in the round's last step; whether every worker stops now."""
@@ -264,7 +273,7 @@ class Rounds:
         process tests them)."""
         if self.snapshots or not self.scheme.evaluates or not (stopping or self.evaluation_due(n)):
             return None
-        with Timer(last_step, runlog.EVALUATION):
+        with Timer(last_step, runlog.EVALUATION), self.computing():
             self.accuracy = self.model.accuracy(self.data.test_images, self.data.test_labels)
         self.last_evaluation = time.time()
         return self.accuracy

@@ -20,6 +20,7 @@ launcher makes each worker's group itself, esync/launch<pid>-w<index>, and start
 cgroup.procs open as file descriptor $ESYNC_CGROUP_FD (launcher/in-cgroup: under `ip netns exec` the worker no longer
 sees the cgroups); it removes the groups when the run ends. Needs root (or a delegated cgroup).
 """
+import contextlib
 import logging
 import os
 
@@ -175,47 +176,57 @@ def launcher_fd(variable=PROCS_FD_VARIABLE):
 
 
 class DeviceQuota:
-    """This process's device: `cores` CPUs from enter() to leave(), in the group the launcher made for it or in a
-    group of its own, made here."""
+    """This process's device: `cores` CPUs while it computes (computing()), in the group the launcher made for it or
+    in a group of its own, made here. Between its computing phases the process is outside the quota: a device slow
+    at computing talks at its link's speed, as a CPU beside GPUs has as fast a network card as they."""
 
     def __init__(self, cores, tag=None, found=None):
         self.cores = cores
-        self.fd, self.leave_fd = launcher_fd(), launcher_fd(LEAVE_FD_VARIABLE)
-        self.inside = False
         self.controller = self.group = None
+        self.fd, self.leave_fd = launcher_fd(), launcher_fd(LEAVE_FD_VARIABLE)
         if self.fd is None:
             self.controller = found or controller()
             self.tag = tag or os.environ.get(TAG_VARIABLE) or HAND_TAG
             remove_groups(self.tag, self.controller)  # what killed workers of this tag left
             self.group = self.controller.create(f"{self.tag}-{os.getpid()}", cores)
+            self.fd = os.open(os.path.join(self.group, "cgroup.procs"), os.O_WRONLY)
+            self.leave_fd = os.open(os.path.join(self.controller.root, "cgroup.procs"), os.O_WRONLY)
+        self.pid = f"{os.getpid()}\n".encode()
+        self.inside = False
 
     def describe(self):
-        where = "the launcher's group" if self.fd is not None else f"{self.controller.describe()}, group {self.group}"
-        return f"{self.cores:.3g} of a core ({where})"
+        where = "the launcher's group" if self.group is None else f"{self.controller.describe()}, group {self.group}"
+        return f"{self.cores:.3g} of a core while computing ({where})"
 
     def enter(self):
-        if self.fd is not None:
-            os.write(self.fd, f"{os.getpid()}\n".encode())
-        else:
-            write(os.path.join(self.group, "cgroup.procs"), os.getpid())
+        os.write(self.fd, self.pid)  # every thread of the process: MXNet's engine and OpenMP threads compute
         self.inside = True
 
     def leave(self):
-        """Out of the quota (into the root group), once: what a worker does after its training (its final weights,
-        leaving the cluster, ending) is no part of the device it emulates, and at a slow device's share it would
-        take minutes. A group made here is removed."""
-        if not self.inside and self.group is None:
+        """Out of the quota, into the root group: what the worker does between its computing phases (pushing,
+        pulling, asking the state server, snapshots) and after its training is no part of the device's computing."""
+        if self.inside and self.leave_fd is not None:
+            os.write(self.leave_fd, self.pid)
+        self.inside = False
+
+    @contextlib.contextmanager
+    def computing(self):
+        """One computing phase under the quota: one write to cgroup.procs in, one out (0.05 ms each here)."""
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def close(self):
+        """Out of the quota for good; a group made here is removed (once)."""
+        self.leave()
+        if self.group is None:
             return
-        if self.inside:
-            if self.fd is not None:
-                if self.leave_fd is not None:
-                    os.write(self.leave_fd, f"{os.getpid()}\n".encode())
-            else:
-                write(os.path.join(self.controller.root, "cgroup.procs"), os.getpid())
-            self.inside = False
-        if self.group is not None:
-            try:
-                os.rmdir(self.group)
-            except OSError as err:
-                log.warning("could not remove %s: %s", self.group, err.strerror or err)
-            self.group = None
+        for fd in (self.fd, self.leave_fd):
+            os.close(fd)
+        try:
+            os.rmdir(self.group)
+        except OSError as err:
+            log.warning("could not remove %s: %s", self.group, err.strerror or err)
+        self.group = None
