@@ -66,10 +66,15 @@ def standalone_mode():
 
 
 def curve_label(run):
-    """The algorithm, and the Byzantine workers it trained with, if any."""
-    if not run.get("attacked"):
-        return run["algorithm"]
-    return f"{run['algorithm']} ({run.get('byzantine_workers', '?')} Byzantine)"
+    """The algorithm, the Byzantine workers it trained with, if any, and how many workers' logs a partial summary
+    holds."""
+    label = run["algorithm"]
+    if run.get("attacked"):
+        label += f" ({run.get('byzantine_workers', '?')} Byzantine)"
+    partial = run.get("partial")
+    if partial:
+        label += f" (partial: {partial['workers']} of {partial['of']} workers)"
+    return label
 
 
 def run_label(run):
@@ -257,13 +262,10 @@ def draw_traffic(runs, network):
 
 
 def device_labels(run):
-    """{label: compute_ratio} per device, a slow device's label saying how much slower it is; the '-rankN' suffix is
-    dropped where that stays unambiguous."""
-    full = {f"{node}/{device}": stats for node, device, stats in metrics.iter_devices(run["devices"])}
-    short = {runlog.without_rank(label) for label in full}
-    name = runlog.without_rank if len(short) == len(full) else str
-    return {name(label) + slowdown_note(stats.get("slowdown")): stats.get("compute_ratio")
-            for label, stats in full.items()}
+    """{label: compute_ratio} per device: node/folder, which names the device by its position in the job (the same
+    in every mode of an experiment), a slow device's label saying how much slower it is."""
+    return {f"{node}/{device}" + slowdown_note(stats.get("slowdown")): stats.get("compute_ratio")
+            for node, device, stats in metrics.iter_devices(run["devices"])}
 
 
 def draw_compute_ratio(runs, network):

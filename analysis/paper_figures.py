@@ -110,7 +110,7 @@ def draw_figure4(report, cluster_modes):
 
 def ordered_devices(run):
     """The run's devices, slowest last: [(slowdown, device summary)]; the order is the same in every repeat."""
-    devices = [(stats.get("slowdown") or 1.0, node, runlog.without_rank(device), stats.get("rank") or 0, stats)
+    devices = [(stats.get("slowdown") or 1.0, node, runlog.without_index(device), stats.get("index") or 0, stats)
                for node, device, stats in metrics.iter_devices(run["devices"])]
     return [(d[0], d[2], d[4]) for d in sorted(devices, key=lambda d: d[:4])]
 

@@ -138,15 +138,18 @@ def mode_folders(network_dir):
 # Assembling one run's summary
 
 
-def rank_of(device, meta):
-    if is_number(meta.get("rank")):
-        return int(meta["rank"])
-    return runlog.rank_in_folder(device)
+def index_of(device, meta):
+    """The device's position in its job: meta.json's, else the rank of older logs, else the folder's name."""
+    for key in ("worker_index", "rank"):
+        if is_number(meta.get(key)):
+            return int(meta[key])
+    return runlog.index_in_folder(device)
 
 
 def describe_device(device, records, meta):
     stats = summarize_device(records)
-    stats["rank"] = rank_of(device, meta)
+    stats["index"] = index_of(device, meta)
+    stats["rank"] = meta.get("rank")
     stats["slowdown"] = meta.get("slowdown")
     stats["byzantine"] = meta.get("byzantine")
     stats["compute_seconds"] = runlog.median_step_seconds([records[i] for i in sorted(records)],
@@ -192,13 +195,46 @@ def resolve_model_size(metas, num_params, notes):
     return num_params, param_bytes
 
 
-def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
-    """Read every device folder of one run and return its summary dict."""
+def check_one_job(workers, mode_dir, partial=False):
+    """SummaryError unless the workers' folders (`workers`: [(node/folder, meta)]) are every worker of one job: one
+    job id and worker count, each position 0 to N - 1 once. With `partial`, missing workers are allowed: then
+    {"workers": found, "of": N, "missing": [positions]} (None for a whole run). Logs without meta.json (the original
+    scripts') say nothing of their job and are taken as they are."""
+    described = [(name, meta) for name, meta in workers if is_number(meta.get("num_workers"))]
+    if not described:
+        return None
+    jobs = {}
+    for name, meta in described:
+        jobs.setdefault((meta.get("job_id"), int(meta["num_workers"])), []).append(name)
+    if len(jobs) > 1:
+        parts = "; ".join(f"job {job or '(no id)'} of {n} workers: {', '.join(names)}"
+                          for (job, n), names in sorted(jobs.items(), key=lambda item: -len(item[1])))
+        raise SummaryError(f"{mode_dir} mixes the logs of {len(jobs)} jobs ({parts}): move the foreign folders out")
+    (_, expected), = jobs
+    by_index = {}
+    for name, meta in described:
+        by_index.setdefault(index_of(name.split("/", 1)[1], meta), []).append(name)
+    foreign = [names for index, names in sorted(by_index.items(), key=lambda item: str(item[0]))
+               if len(names) > 1 or index is None or not 0 <= index < expected]
+    if foreign:
+        raise SummaryError(f"{mode_dir}: {', '.join(sum(foreign, []))} cannot all be workers of one job of "
+                           f"{expected} (two folders of one position, or a position outside 0-{expected - 1})")
+    missing = [index for index in range(expected) if index not in by_index]
+    if missing and not partial:
+        raise SummaryError(f"{mode_dir}: worker{'s' if len(missing) > 1 else ''} "
+                           f"{', '.join(map(str, missing))} of the job's {expected} left no usable logs here "
+                           f"(collect them, or summarize what is here with --partial)")
+    return {"workers": len(by_index), "of": expected, "missing": missing} if missing else None
+
+
+def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None, partial=False):
+    """Read every device folder of one run and return its summary dict; `partial`: allow missing workers (the
+    summary says which)."""
     algorithm = algorithm_name(mode)
     mode_dir = os.path.join(network_dir, mode)
     if not os.path.isdir(mode_dir):
         raise SummaryError(f"no such log folder: {mode_dir}")
-    devices, metas, validators, validator_names = {}, [], [], []
+    devices, metas, names, validators, validator_names = {}, [], [], [], []
     for node, device, path in runlog.device_folders(mode_dir):
         device_log = runlog.DeviceLog(path)
         records, meta = device_log.rounds, device_log.meta
@@ -213,8 +249,10 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         report_gaps(node, device, stats)
         devices.setdefault(node, {})[device] = stats
         metas.append(meta)
+        names.append(f"{node}/{device}")
     if not devices:
         raise SummaryError(f"no iteration logs under {mode_dir}")
+    incomplete = check_one_job(list(zip(names, metas)), mode_dir, partial)
     notes = []
     num_params, param_bytes = resolve_model_size(metas, num_params, notes)
     if param_bytes is None:
@@ -237,6 +275,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None):
         "links": runlog.links_described(mode_dir),
         "device_emulation": runlog.devices_described(mode_dir),
         "notes": notes,
+        "partial": incomplete,
     }
     cluster.update(fast_devices_compute(devices, mode_dir))
     evaluations = read_evaluator_log(mode_dir)
@@ -291,6 +330,9 @@ def parse_args(argv):
                         help=f"accuracy for time_to_accuracy (default: {DEFAULT_TARGET})")
     parser.add_argument("--num-params", type=positive_int,
                         help="parameter count, for logs without meta.json (traffic estimate)")
+    parser.add_argument("--partial", action="store_true",
+                        help="summarize a run some of whose workers left no logs here (the summary, tables and "
+                             "figures say so); without it such a run is refused")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress as well as problems")
     return parser.parse_args(argv)
 
@@ -307,12 +349,12 @@ def modes_to_summarize(args, network_dir):
     return folders
 
 
-def summarize_modes(network_dir, folders, target, num_params):
+def summarize_modes(network_dir, folders, target, num_params, partial=False):
     """Write one summary per mode folder; with several folders a failing one is reported, not fatal."""
     written = []
     for mode in folders:
         try:
-            summary = summarize_mode(network_dir, mode, target, num_params)
+            summary = summarize_mode(network_dir, mode, target, num_params, partial)
         except SummaryError as error:
             if len(folders) == 1:
                 raise
@@ -330,7 +372,7 @@ def main(argv=None):
 
     def summarize():
         modes = modes_to_summarize(args, network_dir)
-        for path in summarize_modes(network_dir, modes, args.target, args.num_params):
+        for path in summarize_modes(network_dir, modes, args.target, args.num_params, args.partial):
             print(path)
         return 0
 

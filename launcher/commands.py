@@ -36,7 +36,7 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
     """main.py arguments every worker of a mode gets; the device and the slowdown differ per worker."""
     e = experiment
     command = ["-m", mode, "-n", e.network, "--dataset", e.dataset, "-dd", e.data_dir, "-ld", log_dir,
-               "--seed", str(e.seed)]
+               "--seed", str(e.seed), "--job-id", e.job_id(mode)]
     if e.node_name:
         command += ["--node-name", e.node_name]
     if e.non_iid:
@@ -80,14 +80,17 @@ def evaluator_argv(experiment, mode):
 
 
 def worker_argv(experiment, mode, index, log_dir, state_server=None):
-    """Worker `index`'s main.py command line: its --devices entry and its slowdown."""
+    """Worker `index`'s main.py command line: its --devices entry, its slowdown and its position."""
     return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, state_server)
-            + device_flags(experiment.devices[index]) + ["--slowdown", experiment.slowdowns[index]])
+            + device_flags(experiment.devices[index]) + ["--slowdown", experiment.slowdowns[index]]
+            + ["--worker-index", str(index)])
 
 
-def validator_argv(experiment, mode, log_dir, state_server=None):
+def validator_argv(experiment, mode, index, log_dir, state_server=None):
+    """Validator `index`'s: its position is after the training workers'."""
     return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, state_server)
-            + device_flags(experiment.validator_device) + ["--validator"])
+            + device_flags(experiment.validator_device)
+            + ["--validator", "--worker-index", str(experiment.num_workers + index)])
 
 
 def standalone_argv(experiment, mode, log_dir):
@@ -106,7 +109,7 @@ def workers_argv(experiment, mode, log_dir, state_server=None):
     """Every worker's command line, the validators' last in the modes that have them."""
     argvs = [worker_argv(experiment, mode, w, log_dir, state_server) for w in range(experiment.num_workers)]
     if modes.MODES[mode].validator:
-        argvs += [validator_argv(experiment, mode, log_dir, state_server)] * experiment.validators
+        argvs += [validator_argv(experiment, mode, v, log_dir, state_server) for v in range(experiment.validators)]
     return argvs
 
 

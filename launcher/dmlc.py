@@ -119,7 +119,8 @@ def run_task(argv):
         except UsageError as error:
             print(f"launch.py task: error: {error}", file=sys.stderr)
             return EXIT_USAGE
-        main_args += device_flags(devices[index]) + ["--slowdown", slowdowns[index]]
+        main_args += device_flags(devices[index or 0]) + ["--slowdown", slowdowns[index or 0]]
+        main_args += [] if index is None else ["--worker-index", str(index)]
     os.execv(sys.executable, [sys.executable, MAIN_PY] + main_args)
 
 
@@ -132,13 +133,14 @@ def task_parser():
 
 
 def task_index(devices, slowdowns):
-    """This worker's entry in --devices: its task index from the launcher, or 0 when all entries are equal."""
+    """This worker's entry in --devices, its task index from the launcher; None without one, where all entries are
+    equal (the worker's rank is then its position)."""
     found = next(((name, os.environ[name]) for name in TASK_INDEX_VARIABLES if os.environ.get(name)), None)
     if found is None:
         if len(set(devices)) > 1 or len(set(slowdowns)) > 1:
             raise UsageError(f"no task index ({', '.join(TASK_INDEX_VARIABLES)}) to choose among --devices "
                              f"{','.join(devices)}")
-        return 0
+        return None
     name, value = found
     if not value.isdigit() or int(value) >= len(devices):
         raise UsageError(f"{name}={value} does not pick one of the {len(devices)} --devices entries")

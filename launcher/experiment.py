@@ -4,7 +4,8 @@ where its logs go. Every check raises a one-line UsageError; nothing is started 
 import argparse
 import os
 import socket
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 from analysis import summary
 from launcher import checks, netns, workers
@@ -124,6 +125,7 @@ class Experiment:
     netns_subnet: str
     comm_ratio: float | None = None  # --hosts netns: the links' rate follows this ratio (launcher/comm_ratio.py)
     regime: dict | None = None      # with comm_ratio, once measured: the fast step, the model's bytes, the rate
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
     @property
     def links_pending(self):
@@ -163,6 +165,10 @@ class Experiment:
     def evaluator_runs(self):
         """Whether an evaluator process tests rank 0's snapshots (on this machine, where they land)."""
         return self.snapshot_seconds > 0 and self.tracker in (None, "local")
+
+    def job_id(self, mode):
+        """The id every worker of one mode's job records in its logs (summary.py refuses to mix jobs)."""
+        return f"{self.run_id}-{mode}"
 
     def snapshot_folder(self, mode):
         return os.path.join(self.mode_folder(mode), SNAPSHOT_FOLDER)

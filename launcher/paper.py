@@ -185,7 +185,7 @@ def run_options(ns, network, repeat, split, chosen, log_dir, launcher_options):
         non_iid=split == "niid", **experiment.handed_on(ns), **launcher_options)
 
 
-UNMEASURED_FIELDS = ("progress_every", "netns_prefix")  # how often a run prints and its namespaces' names
+UNMEASURED_FIELDS = ("progress_every", "netns_prefix", "run_id")  # how often a run prints, its namespaces' names, its id
 
 
 def record_of(run):

@@ -43,7 +43,7 @@ def run_main(args, env=None, timeout=60):
 
 
 def worker_folders(log_dir):
-    return sorted(glob.glob(os.path.join(log_dir, "node", "*-rank*")))
+    return sorted(glob.glob(os.path.join(log_dir, "node", "*-worker*")))
 
 
 def iter_records(folder):

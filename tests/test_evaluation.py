@@ -35,7 +35,7 @@ def mode_dir(logs, mode):
 
 
 def rank0_records(logs, mode):
-    folder = next(f for _, name, f in runlog.device_folders(mode_dir(logs, mode)) if name.endswith("-rank0"))
+    folder = next(f for _, name, f in runlog.device_folders(mode_dir(logs, mode)) if name.endswith("-worker0"))
     return runlog.DeviceLog(folder).ordered()
 
 

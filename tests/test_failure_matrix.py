@@ -186,7 +186,7 @@ def test_an_injected_fault_ends_every_process_of_the_job_within_the_bound(matrix
 @pytest.mark.parametrize("case", [c for c in CASES if c.phase not in ("start", "setup")], ids=lambda case: case.name)
 def test_the_logs_written_before_the_fault_summarize(matrix, case):
     outcome = matrix[case.name]
-    assert glob.glob(os.path.join(outcome.log_dir, "node", "*-rank*", "iter-*.txt")), outputs(outcome)
+    assert glob.glob(os.path.join(outcome.log_dir, "node", "*-worker*", "iter-*.txt")), outputs(outcome)
 
     result = summary.summarize_mode(os.path.dirname(outcome.log_dir), case.mode)
 

@@ -73,7 +73,7 @@ def test_two_workers_train_one_shared_model_and_the_coordinator_removes_it(tmp_p
     assert result.returncode == 0, result.stderr[-2000:]
     name = result.stderr.split("/dev/shm/")[1].split()[0]
     assert not os.path.exists(f"/dev/shm/{name}")
-    records = {rank: iter_records(str(tmp_path / "node" / f"cpu-rank{rank}")) for rank in (0, 1)}
+    records = {rank: iter_records(str(tmp_path / "node" / f"cpu-worker{rank}")) for rank in (0, 1)}
     assert [len(r) for r in records.values()] == [150, 150]
     # Both wrote to one block: the worker that finished last saw all 300 updates, and its final model (which holds
     # them all) has learned. Which one finishes last, and what the other saw at its end, depends on how the two
@@ -83,7 +83,7 @@ def test_two_workers_train_one_shared_model_and_the_coordinator_removes_it(tmp_p
     assert all(updates == sorted(updates) and updates[-1] >= 150 for updates in seen.values())
     last = max(seen, key=lambda rank: seen[rank][-1])
     model = Model("lenet", [mx.cpu()], (1, 28, 28))
-    model.load(str(tmp_path / "node" / f"cpu-rank{last}" / "model-final.params"))
+    model.load(str(tmp_path / "node" / f"cpu-worker{last}" / "model-final.params"))
     assert model.accuracy(*load_test_set(SAMPLE_DATA, "mnist-5k")) >= 0.85
 
 
@@ -111,7 +111,7 @@ def test_a_killed_worker_ends_the_other_and_the_coordinator_with_an_error_and_th
         assert group_empties(job.pid, within=10.0), processes_in_group(job.pid)
         name = open(job.output).read().split("/dev/shm/")[1].split()[0]
         assert not os.path.exists(f"/dev/shm/{name}")
-        folders = [str(tmp_path / "node" / f"cpu-rank{rank}") for rank in (0, 1)]
+        folders = [str(tmp_path / "node" / f"cpu-worker{rank}") for rank in (0, 1)]
         assert len(iter_records(folders[0])) < 100000
         assert [meta(folder)["slowdown"] for folder in folders] == [1.0, 2.0]
         padded = [sum(step.get(runlog.EMULATED_SLOWDOWN, 0) for r in iter_records(folder)

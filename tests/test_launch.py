@@ -85,7 +85,7 @@ def wait_for(condition, timeout, what):
 
 def training_started(logs, mode, num_workers):
     """True once every worker has logged a few global iterations."""
-    return len(glob.glob(os.path.join(logs, "lenet", mode, NODE, "*-rank*", "iter-3.txt"))) == num_workers
+    return len(glob.glob(os.path.join(logs, "lenet", mode, NODE, "*-worker*", "iter-3.txt"))) == num_workers
 
 
 def pid_of(logs, mode, name):
@@ -329,7 +329,7 @@ def test_without_a_task_index_workers_must_be_identical(monkeypatch):
     for name in dmlc.TASK_INDEX_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
-    assert dmlc.task_index(["gpu0", "gpu0"], ["2", "2"]) == 0
+    assert dmlc.task_index(["gpu0", "gpu0"], ["2", "2"]) is None
     with pytest.raises(UsageError):
         dmlc.task_index(["cpu", "gpu0"], ["1", "1"])
 

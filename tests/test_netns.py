@@ -197,7 +197,7 @@ def test_mpi_ranks_cross_the_shaped_links_log_the_bytes_the_kernel_counts_and_tr
 
     assert proc.returncode == 0, output
     links = network_report(logs, "sync")["links"]
-    for folder in glob.glob(os.path.join(logs, "lenet", "sync", "*", "*-rank*")):
+    for folder in glob.glob(os.path.join(logs, "lenet", "sync", "*", "*-worker*")):
         records = runlog.DeviceLog(folder).ordered()
         link = links[f"w{runlog.read_meta(folder)['rank']}"]
         for field, counted in ((runlog.SENT_BYTES, link["tx_bytes"]), (runlog.RECEIVED_BYTES, link["rx_bytes"])):

@@ -117,13 +117,20 @@ def test_a_restarted_worker_slot_removes_the_later_rounds_and_unfinished_files_o
     assert sorted(os.listdir(folder)) == ["iter-1.txt", "iter-2.txt", "meta.json"]
 
 
-@pytest.mark.parametrize("device, rank, role, name", [
-    ("cpu", None, "worker", "cpu"), ("gpu1", 3, "worker", "gpu1-rank3"), ("cpu", 4, "validator", "cpu-rank4-validator"),
+@pytest.mark.parametrize("device, index, role, name", [
+    ("cpu", None, "worker", "cpu"), ("gpu1", 3, "worker", "gpu1-worker3"),
+    ("cpu", 4, "validator", "cpu-worker4-validator"),
 ])
-def test_device_folders_are_named_and_parsed_in_one_place(device, rank, role, name):
-    assert runlog.device_folder(device, rank, role) == name
-    assert runlog.rank_in_folder(name) == rank
+def test_device_folders_are_named_and_parsed_in_one_place(device, index, role, name):
+    assert runlog.device_folder(device, index, role) == name
+    assert runlog.index_in_folder(name) == index
     assert runlog.is_validator_folder(name) == (role == "validator")
+
+
+@pytest.mark.parametrize("name, index, device", [("gpu1-rank3", 3, "gpu1"), ("cpu-rank4-validator", 4, "cpu"),
+                                                 ("gpu0", None, "gpu0")])
+def test_the_folders_of_older_logs_name_their_worker_too(name, index, device):
+    assert runlog.index_in_folder(name) == index and runlog.without_index(name) == device
 
 
 def test_the_follower_reads_each_new_round_once_and_leaves_the_validator_out(tmp_path):

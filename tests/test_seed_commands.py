@@ -93,7 +93,7 @@ def seed_env(role, root_port):
 
 def rounds_logged(folder):
     return [len(glob.glob(os.path.join(worker, "iter-*.txt")))
-            for worker in sorted(glob.glob(os.path.join(folder, "logs", socket.gethostname(), "cpu-rank*")))]
+            for worker in sorted(glob.glob(os.path.join(folder, "logs", socket.gethostname(), "cpu-worker*")))]
 
 
 def wait_for_rounds(processes, folder, rounds, timeout):

@@ -136,7 +136,7 @@ def test_each_worker_logs_the_bytes_it_pushes_and_pulls_each_round(sync_job):
 
 
 def test_several_cpu_contexts_in_one_worker_log_as_one_device(sync_job):
-    assert [os.path.basename(f) for _, f in sorted(sync_job.items())] == ["cpu2-rank0", "cpu2-rank1"]
+    assert [os.path.basename(f) for _, f in sorted(sync_job.items())] == ["cpu2-worker0", "cpu2-worker1"]
 
 
 @pytest.mark.parametrize("job", ["sync_job", "esync_resnet_job"])

@@ -150,7 +150,7 @@ def test_a_process_reads_the_data_of_its_role_and_index_whichever_rank_ps_lite_g
                                                                                       num_workers=len(roles)))
             scheme.set_roles(roles)
             index = scheme.validator_ranks.index(rank) if scheme.is_validator else scheme.worker_index
-            seen[scheme.role, index] = scheme.data_index, scheme.training_share(labels).tolist()
+            seen[scheme.role, index] = scheme.index, scheme.training_share(labels).tolist()
         return seen
 
     validators_last, validators_spread = reads([0, 0, 0, 1, 1]), reads([1, 0, 1, 0, 0])

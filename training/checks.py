@@ -105,6 +105,7 @@ def check_worker(args, num_workers):
         raise UsageError(str(err))
     mode = modes.MODES[args.mode]
     check_mode(mode, args, num_workers)
+    check_worker_index(args.worker_index, num_workers)
     check_byzantine(args, num_workers)
     check_share(mode, args, num_workers, len(data.train_labels))
     check_folders({"-ld": os.path.join(args.log_dir, args.node_name), "--train-dir": args.train_dir,
@@ -113,6 +114,13 @@ def check_worker(args, num_workers):
         check_state_server(args)
     log.info("%s%s", data.source, " (-dd not given: the first of the data folders that holds it)" if searched else "")
     return data, resume
+
+
+def check_worker_index(index, num_workers):
+    """A position among the job's workers (validators included)."""
+    if index is not None and index >= num_workers:
+        raise UsageError(f"--worker-index {index}: the job has {num_workers} workers, at positions 0 to "
+                         f"{num_workers - 1}")
 
 
 def check_device_share(share):

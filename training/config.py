@@ -112,7 +112,10 @@ def add_job_flags(p):
     p.add_argument("-c", "--cpu", type=argtypes.cpu_count, default=0,
                    help="True or 1: train on the CPU; N > 1: split each batch over N CPU contexts; "
                         "False or 0: the CPU unless -g")
-    p.add_argument("-ld", "--log-dir", default="logs", help="iteration logs go to <log-dir>/<node>/<device>-rank<R>/")
+    p.add_argument("-ld", "--log-dir", default="logs",
+                   help="iteration logs go to <log-dir>/<node>/<device>-worker<I>/ (I: --worker-index)")
+    p.add_argument("--job-id", help="the job this worker belongs to, recorded in its logs: summary.py refuses to mix "
+                                    "the folders of several jobs (launch.py gives every run its own)")
     p.add_argument("-e", "--eval-duration", "--eval-freq", type=argtypes.NON_NEGATIVE_INT, default=1,
                    help="rank 0 evaluates every N global iterations (0: only at the end)")
     p.add_argument("--eval-seconds", type=argtypes.POSITIVE_FLOAT,

@@ -90,7 +90,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
     checkpoints.load_optimizer_state(resume, scheme)
     share = scheme.training_share(data.train_labels)
     scheme.share = (data.train_images[share], data.train_labels[share])  # one copy, the stream's too
-    stream_seed = args.seed + scheme.data_index
+    stream_seed = args.seed + scheme.index
     stream = BatchStream(*scheme.share, scheme.step_batch_size, stream_seed)
     if args.augment != "none":
         stream = Prefetched(augmented(stream, args.augment, stream_seed))
@@ -98,10 +98,10 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
         stream = scheme.attack.poison(stream)
     device = device_name(args.gpu, args.cpu)
     run_log = runlog.RunLogWriter(args.log_dir, args.node_name,
-                                  runlog.device_folder(device, _folder_rank(scheme), scheme.role),
+                                  runlog.device_folder(device, _folder_index(scheme), scheme.role),
                                   _meta(args, scheme, model, device, len(share)), completed_rounds=resume.step)
-    log.info("%s %s rank %d of %d on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
-             scheme.name, scheme.role, scheme.rank, scheme.num_workers, device, os.getpid(), args.network, len(share),
+    log.info("%s %s %d of %d (rank %d) on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
+             scheme.name, scheme.role, scheme.index, scheme.num_workers, scheme.rank, device, os.getpid(), args.network, len(share),
              model.num_params, model.param_bytes / 1e6,
              f", emulated slowdown x{args.slowdown:g} ({'CPU quota' if args.device_share else 'sleeping'})"
              if args.slowdown > 1 else "",
@@ -125,9 +125,10 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
     return accuracy
 
 
-def _folder_rank(scheme):
-    """The rank in the log folder's name: every cluster worker's, and each process of a job without one (Hogwild!)."""
-    return scheme.rank if scheme.transport or scheme.num_workers > 1 else None
+def _folder_index(scheme):
+    """The position in the log folder's name: every cluster worker's, and each process of a job without one
+    (Hogwild!)."""
+    return scheme.index if scheme.transport or scheme.num_workers > 1 else None
 
 
 def during(transport, phase):
@@ -333,10 +334,13 @@ def _snapshot_writer(args, scheme):
 
 
 def _meta(args, scheme, model, device, num_samples):
+    labels = scheme.share[1]
     return runlog.worker_meta(
-        rank=scheme.rank, num_workers=scheme.training_workers, role=scheme.role,
+        index=scheme.index, rank=scheme.rank, job_id=args.job_id, num_workers=scheme.training_workers,
+        role=scheme.role,
         byzantine=scheme.attack.kind if scheme.attack else None, mode=scheme.name, network=args.network,
         dataset=args.dataset, device=device, node=args.node_name, batch_size=args.batch_size,
         num_params=model.num_params, param_bytes=model.param_bytes, slowdown=args.slowdown,
         device_share=args.device_share,
-        non_iid=bool(args.split_by_class), train_samples=num_samples, config=vars(args))
+        non_iid=bool(args.split_by_class), train_samples=num_samples,
+        classes=sorted(int(c) for c in set(labels.tolist())) if args.split_by_class else None, config=vars(args))

@@ -68,6 +68,12 @@ class Options:
     attack: str = option("--attack", default="signflip", choices=ATTACKS, help="what a Byzantine worker does")
     attack_scale: float = option("--attack-scale", default=10.0, type=argtypes.POSITIVE_FLOAT,
                                  help="S of the attack (see training/attacks.py)")
+    worker_index: Optional[int] = option("--worker-index", type=argtypes.NON_NEGATIVE_INT,
+                                         help="this device's position in the job, 0 to workers - 1 (launch.py: its "
+                                              "--devices entry): its share of the data, its log folder "
+                                              "<device>-worker<I>; worker 0 hands the model to be evaluated "
+                                              "(default: the ps-lite rank, which follows the order the workers "
+                                              "joined in; MPI's rank)")
     sync_timeout: float = option("--sync-timeout", default=300.0, type=argtypes.POSITIVE_FLOAT,
                                  help="seconds a worker waits on the cluster or the state server before it exits "
                                       "with an error (a dead process would otherwise block a synchronous job "

@@ -2,8 +2,10 @@
 
 Layout, as in the original ESync scripts: <log_dir>/<node>/<device folder>/iter-<N>.txt, one file per round
 (global iteration) N = 1, 2, ..., with meta.json beside them describing the worker and the job. A device folder
-is the device's name alone on a standalone run, <device>-rank<R> for worker R of a cluster, and
-<device>-rank<R>-validator for Zeno's validator. The launcher and the summaries keep a run's logs in
+is the device's name alone on a standalone run, <device>-worker<I> for the device at position I of a cluster
+(launch.py's --devices and --slowdown entry I; by hand main.py's --worker-index, the worker's rank by default), and
+<device>-worker<I>-validator for Zeno's validator. Folders of this project's logs from before devices were named by
+position, <device>-rank<R>, are read as worker R. The launcher and the summaries keep a run's logs in
 <logs>/<network>/<mode>[-attack][-niid]/ (run_folder).
 
 A round's file is one JSON object: `num_iters` (N), `time` (per local step "0", "1", ...: the seconds of each
@@ -83,7 +85,7 @@ META_FILE = "meta.json"
 FINAL_MODEL_FILE = "model-final.params"
 WORKER_FILES = {META_FILE, FINAL_MODEL_FILE}   # what a worker writes beside its rounds
 ROUND_FILE = re.compile(r"^iter-(\d+)\.txt$")
-RANK = re.compile(r"-rank(\d+)(?:-[a-z]+)?$")
+INDEX = re.compile(r"-(?:worker|rank)(\d+)(?:-[a-z]+)?$")
 VALIDATOR_SUFFIX = "-validator"
 ATTACK_SUFFIX = "-attack"   # a run with Byzantine workers: <mode>-attack[-niid]
 NON_IID_SUFFIX = "-niid"    # a run on the non-i.i.d. partition
@@ -109,21 +111,22 @@ def _strip(name, suffix):
     return (name[:-len(suffix)], True) if name.endswith(suffix) else (name, False)
 
 
-def device_folder(device, rank=None, role="worker"):
-    """'cpu' (no cluster), 'cpu-rank1', 'cpu-rank4-validator'."""
-    if rank is None:
+def device_folder(device, index=None, role="worker"):
+    """'cpu' (no cluster), 'cpu-worker1', 'cpu-worker4-validator'."""
+    if index is None:
         return device
-    return f"{device}-rank{rank}" + ("" if role == "worker" else f"-{role}")
+    return f"{device}-worker{index}" + ("" if role == "worker" else f"-{role}")
 
 
-def rank_in_folder(name):
-    match = RANK.search(name)
+def index_in_folder(name):
+    """The device's position a folder name gives ('cpu-worker1', or the older 'cpu-rank1': 1), or None."""
+    match = INDEX.search(name)
     return int(match.group(1)) if match else None
 
 
-def without_rank(name):
-    """'cpu-rank1' -> 'cpu': the device alone."""
-    return RANK.sub("", name)
+def without_index(name):
+    """'cpu-worker1' -> 'cpu': the device alone."""
+    return INDEX.sub("", name)
 
 
 def is_validator_folder(name):
@@ -230,15 +233,16 @@ def read_json(path, what):
         return None
 
 
-def worker_meta(*, rank, num_workers, role, byzantine, mode, network, dataset, device, node, batch_size, num_params,
-                param_bytes, slowdown, device_share, non_iid, train_samples, config):
-    """The fields of a worker's META_FILE (RunLog adds the log format's version): who it is in its job, what it
-    trains, how its device is emulated (EMULATIONS), and the resolved command line (`config`)."""
-    return dict(rank=rank, num_workers=num_workers, role=role, byzantine=byzantine, mode=mode, network=network,
-                dataset=dataset, device=device, node=node, batch_size=batch_size, num_params=num_params,
+def worker_meta(*, index, rank, job_id, num_workers, role, byzantine, mode, network, dataset, device, node,
+                batch_size, num_params, param_bytes, slowdown, device_share, non_iid, train_samples, classes, config):
+    """The fields of a worker's META_FILE (RunLog adds the log format's version): who it is in its job (its position
+    `worker_index`, the transport's `rank`, the job's id and size), what it trains (its share's samples and, on
+    by-class data, classes), how its device is emulated (EMULATIONS), and the resolved command line (`config`)."""
+    return dict(worker_index=index, rank=rank, job_id=job_id, num_workers=num_workers, role=role, byzantine=byzantine,
+                mode=mode, network=network, dataset=dataset, device=device, node=node, batch_size=batch_size, num_params=num_params,
                 param_bytes=param_bytes, slowdown=slowdown, emulated_slowdown=slowdown > 1,
                 emulation=emulation(slowdown, device_share), device_share=device_share, non_iid=non_iid,
-                train_samples=train_samples, pid=os.getpid(), config=config)
+                train_samples=train_samples, classes=classes, pid=os.getpid(), config=config)
 
 
 CPU_QUOTA, SLEEPING = "cpu-quota", "sleeping"  # a device of fixed capacity; one whose steps are padded with sleep

@@ -55,7 +55,7 @@ def worker_step_times(mode_folder):
     server's round trips take. Evaluation is left out."""
     workers = []
     for _, name, folder in runlog.device_folders(mode_folder):
-        if runlog.rank_in_folder(name) is None:
+        if runlog.index_in_folder(name) is None:
             continue
         steps = [s for r in runlog.DeviceLog(folder).ordered() for s in r["time"].values()]
         own = sum(s.get(k, 0.0) for s in steps for k in runlog.OWN_STEP_PHASES)

@@ -81,7 +81,7 @@ class Scheme:
         self.control_key = self.stats_key + 1
         self.keys = list(range(self.stats_key)) + ([self.stats_key] if self.stats else []) + [self.control_key]
         self.control = mx.nd.zeros((1,))
-        self.attack = attack_for(options, self.rank) if transport else None
+        self.attack = attack_for(options, self.index) if transport else None
         self.schedule = Schedule.from_args(options)
 
     @property
@@ -95,17 +95,19 @@ class Scheme:
 
     @property
     def evaluates(self):
-        """Whether this process evaluates the global model on the test set (-e)."""
-        return self.rank == 0
+        """Whether this process hands the global model to be evaluated (snapshots, or -e): worker 0."""
+        return self.index == 0
 
     @property
-    def data_index(self):
-        """Which share of the training data this process holds; it also seeds the order the share is read in."""
-        return self.rank
+    def index(self):
+        """This device's position in the job (--worker-index; the rank where it is not given): which share of the
+        training data it holds, the seed of the order it reads the share in, its log folder."""
+        given = self.options.worker_index
+        return self.rank if given is None else given
 
     def training_share(self, labels):
         """Indices of the training samples this process trains on."""
-        return partition(labels, self.data_index, self.num_workers, bool(self.options.split_by_class), self.options.seed)
+        return partition(labels, self.index, self.num_workers, bool(self.options.split_by_class), self.options.seed)
 
     def round_record(self):
         """Extra fields for this round's iteration log."""

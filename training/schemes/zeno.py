@@ -156,15 +156,17 @@ class WithValidator(Scheme):
     @property
     def worker_index(self):
         """0-based among the training workers; None for a validator."""
-        return None if self.is_validator else self.training_ranks.index(self.rank)
+        return None if self.is_validator else self.index
 
     @property
-    def data_index(self):
-        """Training workers by their index, validators after them: a run does not depend on the ranks ps-lite hands
-        out in arrival order."""
+    def index(self):
+        """Training workers first, validators after them (--worker-index; where it is not given, by rank among
+        their kind)."""
+        if self.options.worker_index is not None:
+            return self.options.worker_index
         if self.is_validator:
             return self.training_workers + self.validator_ranks.index(self.rank)
-        return self.worker_index
+        return self.training_ranks.index(self.rank)
 
     @property
     def training_workers(self):
@@ -182,7 +184,7 @@ class WithValidator(Scheme):
         validation, rest = split_validation(len(labels), self.options.validation_size, self.options.seed)
         if self.is_validator:
             return validation
-        return rest[partition(labels[rest], self.data_index, self.training_workers,
+        return rest[partition(labels[rest], self.index, self.training_workers,
                               bool(self.options.split_by_class), self.options.seed)]
 
     def set_roles(self, roles):
