@@ -198,8 +198,8 @@ def _read_cifar(path):
     return records[:, 1:].reshape(-1, 3, CIFAR_SIDE, CIFAR_SIDE), labels.astype(np.int32)
 
 
-def partition(labels, rank, num_workers, by_class=False, seed=0):
-    """Indices of the training samples that belong to worker `rank`.
+def partition(labels, index, num_workers, by_class=False, seed=0):
+    """Indices of the training samples that belong to the worker at position `index` of the job.
 
     i.i.d.: a seeded uniform shuffle cut into equal shares. By class: samples sorted by label and cut into
     contiguous shares, so each worker sees a block of classes (the paper's non-i.i.d. setting).
@@ -208,7 +208,7 @@ def partition(labels, rank, num_workers, by_class=False, seed=0):
         order = np.argsort(labels, kind="stable")
     else:
         order = np.random.RandomState(seed).permutation(len(labels))
-    return np.array_split(order, num_workers)[rank]
+    return np.array_split(order, num_workers)[index]
 
 
 class BatchStream:

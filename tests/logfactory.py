@@ -71,16 +71,18 @@ def write_json(path, obj):
         json.dump(obj, handle)
 
 
-def meta_for(mode, network, node, device, rank, num_workers, legacy=False):
-    return {**({} if legacy else {"log_format": 2}), "rank": rank, "num_workers": num_workers, "mode": mode, "network": network, "dataset": "mnist-5k",
+def meta_for(mode, network, node, device, rank, num_workers, legacy=False, job_id=None):
+    return {**({} if legacy else {"log_format": 2}), **({"job_id": job_id} if job_id else {}),
+            "rank": rank, "num_workers": num_workers, "mode": mode, "network": network, "dataset": "mnist-5k",
             "device": device, "node": node, "batch_size": BATCH_SIZE, "num_params": NUM_PARAMS,
             "param_bytes": NUM_PARAMS * 4, "slowdown": 1.0 + 0.5 * rank, "emulated_slowdown": rank > 0,
             "non_iid": mode.endswith("-niid")}
 
 
 def write_run(base, mode, network=NETWORK, nodes=NODES, devices=DEVICES, rounds=ROUNDS, original=False,
-              legacy=False):
-    """Write one run's logs; returns {(node, device folder): {round: record}}."""
+              legacy=False, job_id=None):
+    """Write one run's logs (its workers' meta.json naming `job_id` where given); returns {(node, device folder):
+    {round: record}}."""
     file_offset = -1 if legacy else 0  # the legacy generation numbered its files from 0
     num_workers = len(nodes) * len(devices)
     written = {}
@@ -94,7 +96,7 @@ def write_run(base, mode, network=NETWORK, nodes=NODES, devices=DEVICES, rounds=
                 write_json(os.path.join(folder, f"iter-{iteration + file_offset}.txt"), record)
             if not original:
                 write_json(os.path.join(folder, "meta.json"), meta_for(mode, network, node, device, rank,
-                                                                      num_workers, legacy))
+                                                                      num_workers, legacy, job_id))
             written[(node, os.path.basename(folder))] = records
     return written
 

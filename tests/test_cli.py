@@ -25,6 +25,7 @@ def worker_env():
     (["-m", "nbsync", *BASE, "-b", "100", "--mini-batches", "8"], "-b 100 is not a multiple of --mini-batches 8"),
     (["-m", "nbsync", *BASE, "--mini-batches", "0"], "--mini-batches: expected a positive number"),
     (["-m", "sync", *BASE, "--slowdown", "0.5"], "--slowdown must be >= 1"),
+    (["-m", "sync", *BASE, "--worker-index", "2"], "--worker-index 2: the job has 2 workers, at positions 0 to 1"),
     (["-m", "sync", *BASE, "--validator"], "--validator belongs to -m zeno"),
     (["-m", "sync", *BASE, "--byzantine", "2"], "--byzantine 2 leaves no honest worker among 2"),
     (["-m", "zeno", *BASE, "--byzantine", "1"], "--byzantine 1 leaves no honest worker among 1"),
