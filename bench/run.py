@@ -2,7 +2,8 @@
 
     python -m bench.run                 # the full table (about 85 minutes on 2 cores, as root)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
-                                        # network, input_pipeline, evaluation, devices), into results-<section>.*
+                                        # network, input_pipeline, evaluation, devices, placement), into
+                                        # results-<section>.*
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
     python -m bench.run --only heterogeneity --hosts netns --comm-ratio 3   # that section on shaped links
 
@@ -27,7 +28,12 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections (each a 
      against no evaluation at all, and what one snapshot costs rank 0's step (lenet, resnet18-v1);
  10. devices: on 1,1,1,1,20,20 the fast workers' median step under SSGD and ESync, the standalone baseline's and the
      fast devices' while every device trains alone at once, each device under its CPU quota, and with the sleeping
-     slowdown beside it.
+     slowdown beside it;
+ 11. placement: a device 20x slower than a fast one pushing and pulling lenet's and resnet18-v1's model (one ps-lite
+     worker and one server, nobody to wait for) inside its CPU quota, as when the whole training ran in the quota,
+     and outside it, as now that only the computing phases do, beside a fast device's pushpull inside its quota;
+     and what entering and leaving the quota around each step costs a fast lenet step; skipped with a note where no
+     CPU quota can be given (needs root).
 """
 import argparse
 import logging
@@ -43,6 +49,7 @@ from bench.sections import (
     heterogeneity,
     input_pipeline,
     network,
+    placement,
     state_server,
     sync_overhead,
 )
@@ -59,7 +66,9 @@ ALL_MODES = ("sync", "async", "esync")
 # Heterogeneity runs `modes` on every profile, `accuracy_profile_modes` too on `accuracy_profile`, and ESync once more
 # with each of `esync_policies` (variants: training/esync_variants.py) besides the default one; the Byzantine section
 # runs (mode, with the attacker) pairs, the network section `network_runs`: each of the three sections, and
-# sync_overhead, all of it `repeats` times.
+# sync_overhead, all of it `repeats` times. The placement section times `placement_networks[network]` pushpulls in
+# each placement and `placement_steps` lenet steps each way, the fast device's share the launcher's default for
+# `placement_profile` and the slow one's that / `placement_slowdown`.
 FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], accuracy_profile="1,1,4", seconds=12, accuracy_budget=15,
             latency_calls=300,
@@ -72,7 +81,9 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             pipeline_networks={"lenet": 300, "resnet20": 15}, pipeline_batch=128,
             evaluation_modes=["sync", "lb-bsp"], evaluation_profile="1,1,4", evaluation_seconds=15, evaluation_repeats=5,
             snapshot_networks={"lenet": 200, "resnet18-v1": 15},
-            devices_profile="1,1,1,1,20,20", devices_seconds=15, devices_emulations=["cpu-quota", "sleeping"])
+            devices_profile="1,1,1,1,20,20", devices_seconds=15, devices_emulations=["cpu-quota", "sleeping"],
+            placement_networks={"lenet": 100, "resnet18-v1": 30}, placement_steps=1000, placement_profile="1,1,4",
+            placement_slowdown=20)
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs, two
 # workers where the full benchmark has three or more.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
@@ -82,7 +93,8 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              network_runs=[("lenet", "100mbit", 2, "ring", 1, ("esync",))], network_seconds={"lenet": 1},
              pipeline_networks={"lenet": 6}, pipeline_batch=32,
              evaluation_modes=["sync"], evaluation_profile="1,4", evaluation_seconds=1, evaluation_repeats=1,
-             snapshot_networks={"lenet": 5}, devices_profile="1,4", devices_seconds=1, devices_emulations=["cpu-quota"])
+             snapshot_networks={"lenet": 5}, devices_profile="1,4", devices_seconds=1, devices_emulations=["cpu-quota"],
+             placement_networks={"lenet": 3}, placement_steps=20, placement_profile="1,1,4", placement_slowdown=20)
 
 
 def unknown_modes(cfg):
@@ -98,9 +110,9 @@ def unknown_modes(cfg):
 # earlier) -> its results, `earlier` holding the sections that ran before it; its markdown(results) -> its table.
 SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server,
             "byzantine": byzantine, "network": network, "input_pipeline": input_pipeline, "evaluation": evaluation,
-            "devices": devices}
+            "devices": devices, "placement": placement}
 TABLE_ORDER = ("sync_overhead", "heterogeneity", "byzantine", "state_server", "network", "input_pipeline",
-               "evaluation", "devices")
+               "evaluation", "devices", "placement")
 
 
 def markdown(results):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.sections import byzantine, heterogeneity, network
+from bench.sections import byzantine, heterogeneity, network, placement
 from launcher import experiment, netns
 from launcher.cluster import ROOT
 
@@ -147,10 +147,40 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     for row in results["devices"]:
         assert set(row["fast_step_seconds"]) == {"sync", "esync", "local"}
         assert all(seconds > 0 for seconds in row["fast_step_seconds"].values()) and row["all_at_once_seconds"] > 0
+    placed = results["placement"]
+    if "skipped" not in placed:  # CPU quotas need root
+        assert [r["network"] for r in placed["rows"]] == list(config["placement_networks"])
+        assert all(seconds > 0 for r in placed["rows"] for seconds in r["pushpull_seconds"].values())
+        assert placed["rows"][0]["step"]["per_step"] > 0 and placed["rows"][0]["step"]["entered_once"] > 0
     table = (tmp_path / "results.md").read_text()
     for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network", "Input pipeline",
-                    "Evaluation off the training path", "Devices"):
+                    "Evaluation off the training path", "Devices", "Placement of a device's CPU quota"):
         assert heading in table
+
+
+def placement_row(network, fast, old, new, step=None):
+    """One network's row of the placement section, made up: median seconds of a pushpull in each placement."""
+    row = {"network": network, "param_bytes": 177_704, "pushpulls": 50,
+           "pushpull_seconds": {"fast": fast, "old": old, "new": new}}
+    if step:
+        per_step, entered_once = step
+        row["step"] = {"steps": 400, "batch": 64, "block": 5, "per_step": per_step, "entered_once": entered_once,
+                       "switch": 4e-5, "overhead": per_step / entered_once - 1}
+    return row
+
+
+def test_the_placement_table_gives_each_placement_against_the_fast_device_and_says_where_a_target_is_missed():
+    section = {"profile": "1,1,4", "cores": 2, "fast_cores": 0.667, "slowdown": 20,
+               "rows": [placement_row("lenet", 0.001, 0.030, 0.0012, step=(0.00715, 0.00700)),
+                        placement_row("resnet18-v1", 0.068, 0.598, 0.110)]}
+    table = "\n".join(placement.markdown({"placement": section}))
+
+    assert "0.0334 of a core" in table
+    assert "| lenet | 0.2 | 50 | 1.0 | 30.0 | 1.2 | 30.0 | 1.20 | yes |" in table
+    assert "| resnet18-v1 | 0.2 | 50 | 68.0 | 598.0 | 110.0 | 8.8 | 1.62 | **no** |" in table
+    assert "| lenet | 400 | 7.15 | 7.00 | +2.1% | 0.040 | **no** |" in table
+    skipped = placement.markdown({"placement": {"skipped": "no cgroup CPU controller"}})
+    assert "Skipped: no cgroup CPU controller." in skipped
 
 
 @pytest.mark.parametrize("args, message", [

@@ -49,7 +49,7 @@ def our_sync_throughput(network, iters, warmup, workdir):
             "--max-iters", str(iters), "-e", "0", "-ld", logs, "--node-name", "node"]
     with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
         run_ps_job(group, argv, 2, timeout=600)
-    folder = sorted(glob.glob(os.path.join(logs, "node", "*-rank0")))[0]
+    folder = sorted(glob.glob(os.path.join(logs, "node", "*-worker0")))[0]
     records = runlog.DeviceLog(folder).ordered()[:-1]  # rank 0 evaluates in the last iteration; the Trainer run does not
     return 2 * throughput_from_step_ends([r["total_time"] for r in records], records[0]["num_samples"], warmup)
 

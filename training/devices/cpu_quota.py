@@ -12,13 +12,15 @@ steps, coefficient of variation of a step): at 0.37 of a core 1.06 with the kern
 With 5 ms periods on 1,1,1,1,20,20 the fast workers' forward and backward took 16.0 ms under SSGD, whose workers
 wait, and 19.5 ms under ESync, whose workers compute throughout.
 
-A worker moves itself into its group when its training starts (after MXNet has loaded, the data is read and the
-warm-up pass is done: at a twentieth of a core those alone would take a minute), and out of it when training ends. By
-hand it makes its own group, <controller>/esync/<tag>-<pid> (tag: $ESYNC_DEVICE_GROUP, or "hand"), and removes it
-when it exits; a group a killed process left behind is removed by the next worker of the same tag that starts. The
+A worker is inside its group only while it computes (DeviceQuota.computing: each local step's batch, forward and
+backward pass and local update): its pushes and pulls, the state server's requests, snapshots, its start-up and its
+teardown run outside, at the link's and the machine's speed, as a device slow at computing still has a network card
+as fast as the others'. By hand it makes its own group, <controller>/esync/<tag>-<pid> (tag: $ESYNC_DEVICE_GROUP, or
+"hand"), and removes it when it exits; a group a killed process left behind is removed by the next worker of the same tag that starts. The
 launcher makes each worker's group itself, esync/launch<pid>-w<index>, and starts the worker with that group's
-cgroup.procs open as file descriptor $ESYNC_CGROUP_FD (launcher/in-cgroup: under `ip netns exec` the worker no longer
-sees the cgroups); it removes the groups when the run ends. Needs root (or a delegated cgroup).
+cgroup.procs open as file descriptor $ESYNC_CGROUP_FD, and the root group's as $ESYNC_CGROUP_LEAVE_FD
+(launcher/in-cgroup: under `ip netns exec` the worker no longer sees the cgroups); it removes the groups when the run
+ends. Needs root (or a delegated cgroup).
 """
 import contextlib
 import logging
