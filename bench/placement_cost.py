@@ -20,6 +20,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from bench.snapshot_cost import timed
 from training.devices import cpu_quota
 from training.model import Model
 from training.schemes.base import PackedStatistics
@@ -29,14 +30,6 @@ BATCH = 64
 SAMPLE_SHAPE = (1, 28, 28)  # mnist-5k's, the benchmark's data
 PLACEMENTS = ("fast", "new", "old")
 STEPS_PER_BLOCK = 5  # the two ways of timing a step take turns in blocks of this many steps
-
-
-def timed(action):
-    mx.nd.waitall()
-    started = time.perf_counter()
-    action()
-    mx.nd.waitall()
-    return time.perf_counter() - started
 
 
 def computing_in(quota, action):

@@ -13,13 +13,18 @@ def one_error_line(result):
     return lines[0]
 
 
+def emptied(base, node, folder):
+    """A worker's folder of a sync run with its files removed; its path."""
+    path = os.path.join(base, NETWORK, "sync", node, folder)
+    for name in os.listdir(path):
+        os.remove(os.path.join(path, name))
+    return path
+
+
 def test_a_run_missing_a_workers_folder_is_refused_in_one_line_naming_the_worker(tmp_path):
     base = str(tmp_path)
     logfactory.write_run(base, "sync")
-    folder = os.path.join(base, NETWORK, "sync", "host2", "gpu0-rank4")
-    for name in os.listdir(folder):
-        os.remove(os.path.join(folder, name))
-    os.rmdir(folder)
+    os.rmdir(emptied(base, "host2", "gpu0-rank4"))
 
     line = one_error_line(run_summary("-b", base, "-n", NETWORK, "-m", "sync"))
 
@@ -32,9 +37,7 @@ def test_a_partial_run_is_summarized_when_asked_and_says_so_in_the_json_and_its_
 
     base = str(tmp_path)
     logfactory.write_run(base, "sync")
-    folder = os.path.join(base, NETWORK, "sync", "host1", "cpu-rank0")
-    for name in os.listdir(folder):
-        os.remove(os.path.join(folder, name))
+    emptied(base, "host1", "cpu-rank0")
 
     result = run_summary("-b", base, "-n", NETWORK, "-m", "sync", "--partial")
     run = load_summary(base, "sync")
