@@ -11,7 +11,7 @@ draw the comparison.
 
 Without --tracker every process runs on this machine on 127.0.0.1: the state server (esync and nbsync only), the
 ps-lite scheduler, -s servers and one worker per --devices entry. Per mode, the iteration logs go to
-<log-dir>/<network>/<mode>[-niid]/<node>/<device>-rank<R>/, and each process's output to <name>.log in the
+<log-dir>/<network>/<mode>[-niid]/<node>/<device>-worker<I>/, and each process's output to <name>.log in the
 processes/ folder beside them, with their PIDs in processes/pids.json.
 
 With --tracker, MXNet's own dmlc_tracker starts the scheduler, servers and workers (see --help). The launcher
@@ -20,13 +20,13 @@ itself lives in launcher/.
 import logging
 import sys
 
-from launcher import dmlc, netns, paper, preflight, regime_map, runner, sweep
+from launcher import dmlc, netns, paper, preflight, regime_map, runner, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
-               "sweep": sweep.run, "regimes": regime_map.run}
+               "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run}
 
 
 def main(argv=None):

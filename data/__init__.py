@@ -94,7 +94,24 @@ def check_dataset(data_dir, dataset, splits=("train", "t10k")):
         raise DataError(f"{dataset} not found: missing {', '.join(missing)}; get it from {WHERE_TO_GET[dataset]}")
 
 
-def load_dataset(data_dir, dataset):
+HOLDOUT_SEED = 20_000  # one validation split per data set, whatever the run's --seed: every trial is judged on it
+
+
+def holdout_split(num_samples, size):
+    """(held-out indices, the rest) of a training set: `size` samples drawn by HOLDOUT_SEED, both sorted."""
+    order = np.random.RandomState(HOLDOUT_SEED).permutation(num_samples)
+    return np.sort(order[:size]), np.sort(order[size:])
+
+
+def load_dataset(data_dir, dataset, holdout=0):
+    """The training and test sets; with `holdout` N, N training samples are held out and stand for the test set,
+    which is then not read (a search judges its trials on data the reported results never test)."""
+    if holdout:
+        images, labels, origin = _read_training_set(data_dir, dataset, holdout)
+        held, others = holdout_split(len(labels), holdout)
+        source = (f"{dataset} from {dataset_path(data_dir, dataset)}: {len(others)} training samples and {holdout} "
+                  f"held out of them to validate on (the test set unread){originals.describe(origin)}")
+        return Dataset(images[others], labels[others], images[held], labels[held], source)
     check_dataset(data_dir, dataset)
     root = dataset_path(data_dir, dataset)
     (train_images, train_labels, train_origin), (test_images, test_labels, test_origin) = [
@@ -107,8 +124,26 @@ def load_dataset(data_dir, dataset):
     return Dataset(train_images, train_labels, test_images, test_labels, source)
 
 
-def load_test_set(data_dir, dataset):
-    """(test images, test labels) alone: all the evaluator process reads."""
+def load_validation_set(data_dir, dataset, size):
+    """(images, labels) of the `size` training samples held out to validate on."""
+    images, labels, _ = _read_training_set(data_dir, dataset, size)
+    held, _ = holdout_split(len(labels), size)
+    return images[held], labels[held]
+
+
+def _read_training_set(data_dir, dataset, holdout):
+    check_dataset(data_dir, dataset, splits=("train",))
+    images, labels, origin = _read_split(dataset_path(data_dir, dataset), dataset, "train")
+    if holdout >= len(labels):
+        raise DataError(f"--holdout {holdout}: {dataset} has {len(labels)} training samples; hold out fewer")
+    return images, labels, origin
+
+
+def load_test_set(data_dir, dataset, holdout=0):
+    """(test images, test labels) alone: all the evaluator process reads; with `holdout`, the held-out training
+    samples instead."""
+    if holdout:
+        return load_validation_set(data_dir, dataset, holdout)
     check_dataset(data_dir, dataset, splits=("t10k",))
     root = dataset_path(data_dir, dataset)
     images, labels, _ = _read_split(root, dataset, "t10k")

@@ -56,7 +56,10 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
             command += [flag, str(value)]
     if e.device_share:
         command += ["--device-share", f"{e.device_share:g}"]
-    return command + evaluation_args(experiment, mode) + config.flags_for_mode(e.worker_args, mode)
+    if e.holdout:
+        command += ["--holdout", str(e.holdout)]
+    return (command + evaluation_args(experiment, mode) + list(e.tuned_flags.get(mode, ()))
+            + config.flags_for_mode(e.worker_args, mode))
 
 
 def evaluation_args(experiment, mode):
@@ -76,7 +79,7 @@ def evaluator_argv(experiment, mode):
     e = experiment
     return [MAIN_PY, "-m", config.EVALUATE_MODE, "--train-dir", e.snapshot_folder(mode), "-n", e.network,
             "--dataset", e.dataset, "-dd", e.data_dir, "-c", "1", "-ld", e.mode_folder(mode),
-            "--eval-timeout", f"{e.wall_limit:g}"]
+            "--eval-timeout", f"{e.wall_limit:g}"] + (["--holdout", str(e.holdout)] if e.holdout else [])
 
 
 def worker_argv(experiment, mode, index, log_dir, state_server=None):

@@ -7,7 +7,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
-from analysis import summary
+from analysis import summary, tuned
 from launcher import checks, netns, workers
 from launcher.commands import device_flags
 from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
@@ -125,6 +125,8 @@ class Experiment:
     netns_subnet: str
     comm_ratio: float | None = None  # --hosts netns: the links' rate follows this ratio (launcher/comm_ratio.py)
     regime: dict | None = None      # with comm_ratio, once measured: the fast step, the model's bytes, the rate
+    holdout: int = 0                # training samples held out, which the evaluator tests instead of the test set
+    tuned_flags: dict = field(default_factory=dict)  # --tuned: {mode: the flags of its scheme's tuned values}
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
     @property
@@ -237,6 +239,9 @@ def build_parser():
                    help="end with the summaries and the table only (no matplotlib)")
     add_snapshot_option(p)
     add_device_options(p)
+    add_tuned_option(p)
+    p.add_argument("--holdout", type=int, default=0, help="hold N training samples out of every worker's share: the "
+                   "evaluator tests them instead of the test set, never read then (launch.py tune's trials)")
     p.add_argument("--tracker", choices=TRACKERS, help="start the job through MXNet's dmlc_tracker (see below)")
     p.add_argument("-H", "--hostfile", help="--tracker ssh/mpi: the hosts, one per line")
     p.add_argument("--host-ip", help="--tracker: this machine's address as the other hosts reach it "
@@ -248,6 +253,11 @@ def add_snapshot_option(p):
     p.add_argument("--snapshot-seconds", type=float, default=DEFAULT_SNAPSHOT_SECONDS,
                    help="seconds of training between the snapshots of the model the evaluator process tests "
                         f"(default {DEFAULT_SNAPSHOT_SECONDS:g}; 0: no evaluation; see below)")
+
+
+def add_tuned_option(p):
+    p.add_argument("--tuned", metavar="FILE", help="run every mode at the values launch.py tune found for its "
+                   "scheme in this run's cell (its tuned.json; a file tuned for another cell is refused)")
 
 
 def add_device_options(p):
@@ -286,7 +296,7 @@ def add_host_options(p, rates=True):
 # The aggregation, host and device options that the experiment commands (paper, regimes, the benchmark) hand on to
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
-             "netns_subnet", "device_share", "sleeping_slowdown")
+             "netns_subnet", "device_share", "sleeping_slowdown", "tuned")
 
 
 def handed_on(ns):
@@ -347,7 +357,15 @@ def build(ns, worker_args=()):
         hosts=ns.hosts, bandwidth=bandwidth(ns), ps_bandwidth=ns.ps_bandwidth or bandwidth(ns),
         worker_rate=worker_rate, ps_rate=ps_rate,
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
-        netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio)
+        netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout,
+        tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
+            ns.network, ns.dataset, ",".join(slowdowns), link_of(ns), ns.non_iid), chosen, ns.esync_policy)
+        if ns.tuned else {})
+
+
+def link_of(ns):
+    """The links as tuned.json names a cell's: None on loopback, the ratio, or the rate."""
+    return ns.comm_ratio if ns.comm_ratio is not None else bandwidth(ns) if ns.hosts == "netns" else None
 
 
 # ----------------------------------------------------------------------------------------------

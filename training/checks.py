@@ -99,7 +99,7 @@ def check_worker(args, num_workers):
         check_devices(args.gpu)
         check_snapshot_dir(args)
         args.data_dir = resolve_data_dir(args.data_dir, args.dataset)
-        data = load_dataset(args.data_dir, args.dataset)
+        data = load_dataset(args.data_dir, args.dataset, args.holdout)
         resume = check_train_dir(args)
     except (DataError, DeviceError, CheckpointError, SnapshotError) as err:
         raise UsageError(str(err))
@@ -193,7 +193,7 @@ def check_evaluator(args):
     try:
         check_devices(args.gpu)
         args.data_dir = resolve_data_dir(args.data_dir, args.dataset)
-        test_set = load_test_set(args.data_dir, args.dataset)
+        test_set = load_test_set(args.data_dir, args.dataset, args.holdout)
     except (DataError, DeviceError) as err:
         raise UsageError(str(err))
     check_folders({"-ld": args.log_dir})

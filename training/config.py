@@ -55,7 +55,7 @@ class SchemeFlag:
         return "; ".join(f"{', '.join(readers)}: {text}" for text, readers in self.helps.items())
 
     def add(self, mode, declared):
-        different = [key for key in ("flags", "type", "choices", "switch", "any_mode")
+        different = [key for key in ("flags", "type", "choices", "switch", "any_mode", "search")
                      if declared.metadata[key] != self.field.metadata[key]] + \
             (["default"] if declared.default != self.field.default else [])
         if different:
@@ -77,6 +77,8 @@ def scheme_flags():
 
 def add_declared(p, declared, help_text):
     meta = declared.metadata
+    if meta.get("search") and help_text != argparse.SUPPRESS:
+        help_text += f" [launch.py tune searches {meta['search'].describe()}]"
     kwargs = dict(dest=declared.name, default=declared.default, help=help_text)
     if meta["switch"]:
         kwargs["action"] = "store_true"
@@ -114,6 +116,10 @@ def add_job_flags(p):
                         "False or 0: the CPU unless -g")
     p.add_argument("-ld", "--log-dir", default="logs",
                    help="iteration logs go to <log-dir>/<node>/<device>-worker<I>/ (I: --worker-index)")
+    p.add_argument("--holdout", type=argtypes.NON_NEGATIVE_INT, default=0,
+                   help="hold N samples of the training set out of every worker's share, drawn the same in every run; "
+                        "evaluations (the evaluator's, -e) test them instead of the test set, which is then never "
+                        "read: launch.py tune judges its trials so")
     p.add_argument("--job-id", help="the job this worker belongs to, recorded in its logs: summary.py refuses to mix "
                                     "the folders of several jobs (launch.py gives every run its own)")
     p.add_argument("-e", "--eval-duration", "--eval-freq", type=argtypes.NON_NEGATIVE_INT, default=1,
@@ -246,6 +252,19 @@ def resolve_momentum(parser, args):
                      f"{MOMENTUM_OPTIMIZER_DEFAULT})")
     if args.momentum is None:
         args.momentum = MOMENTUM_OPTIMIZER_DEFAULT if args.local_optimizer == "momentum" else 0.0
+
+
+def search_space(mode):
+    """{args name: (its flag, its Range)}: what a search (launch.py tune) tries for `mode`, every flag its scheme reads
+    that declares a range; -l is left out where the scheme's steps run at -ll (its workers' local steps)."""
+    fields = {f.name: f for f in flag_fields(modes.MODES[mode].options) if f.metadata.get("search")}
+    if "local_lr" in fields:
+        fields.pop("learning_rate", None)
+    return {name: (_long_flag(f.metadata["flags"]), f.metadata["search"]) for name, f in fields.items()}
+
+
+def _long_flag(flags):
+    return next((f for f in flags if f.startswith("--")), flags[0])
 
 
 def reads(mode, name):

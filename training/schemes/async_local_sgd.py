@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from coordination.rules import plan as plan_rule
 
 from training import argtypes
-from training.options import CoordinatedOptions, check_one_server, fixed, option
+from training.options import CoordinatedOptions, Range, check_one_server, fixed, option
 from training.schemes.fedbuff import FedBuff, FedBuffOptions
 from training.schemes.local_sgd import smoothed
 from training.transport.state_client import StateClient
@@ -22,6 +22,7 @@ DEFAULT_OUTER_MOMENTUM = 0.9
 class AsyncLocalSGDOptions(CoordinatedOptions, FedBuffOptions):
     buffer_size: int = fixed(1)  # the momentum catches up every N arrivals, N the workers
     outer_momentum: float = option("--outer-momentum", default=DEFAULT_OUTER_MOMENTUM, type=argtypes.momentum,
+                                   search=Range(0.0, 0.95),
                                    help="async-local-sgd: beta of the delayed Nesterov momentum (default 0.9)")
 
     @classmethod

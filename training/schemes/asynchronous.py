@@ -10,7 +10,7 @@ from typing import Optional
 
 from training import argtypes
 from training.lazy import mx
-from training.options import Options, check_constant_lr, check_one_server, fixed, option
+from training.options import Options, Range, check_constant_lr, check_one_server, fixed, option
 from training.schemes.base import Scheme
 
 DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's lambda0 of DC-ASGD-c and DC-ASGD-a
@@ -19,7 +19,7 @@ DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's 
 @dataclass(frozen=True)
 class DCASGDOptions(Options):
     dc_lambda: Optional[float] = option(
-        "--dc-lambda", type=argtypes.NON_NEGATIVE_FLOAT,
+        "--dc-lambda", type=argtypes.NON_NEGATIVE_FLOAT, search=Range(0.01, 4.0, log=True),
         help="lambda of the delay compensation (default 0.04; with --dc-adaptive lambda0, default 2)")
     dc_adaptive: float = fixed(0.0)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from training import argtypes
 from training.lazy import mx
-from training.options import Options, OptionError, global_lr, local_lr, local_optimizer, option, proximal
+from training.options import Options, OptionError, Range, global_lr, local_lr, local_optimizer, option, proximal
 from training.schemes.averaging.corrections import corrections
 from training.schemes.averaging.outer import OUTER_OPTIMIZERS, OuterOptimizer
 from training.schemes.averaging.timing import timing
@@ -58,7 +58,7 @@ class LocalSGDOptions(Options):
              "to it as a pseudo-gradient, learning rate -gl, momentum --server-momentum (sgd: without momentum the "
              "average itself, FedAvg's and ESync's; nag: Nesterov's momentum, DiLoCo's outer step; adam: FedAdam's)")
     server_momentum: float = option(
-        "--server-momentum", default=0.0, type=argtypes.momentum,
+        "--server-momentum", default=0.0, type=argtypes.momentum, search=Range(0.0, 0.95),
         help="the outer optimizer's momentum beta (sgd, nag): each aggregation moves the global model by beta x its "
              "last move + the average of the deltas (default 0: the average alone)")
     normalised_averaging: bool = option(
