@@ -11,8 +11,8 @@ averaged over the repeats. A repeat whose run never reached the target counts wi
 time; for a speedup, SSGD's training time over the mode's time), and a mean over such repeats is shown as a lower
 bound ("≥"). Final accuracies are compared with sequential SGD's only in the repeats where both curves had levelled
 off (metrics.plateau); with SSGD's (the paper's claim on non-i.i.d. data) after the same training time, in every
-repeat. Whether ESync's lead over a rival, in time or accuracy, holds beyond the repeats' spread is Welch's t-test
-(analysis/significance.py).
+repeat. Whether ESync's lead over a rival holds beyond the repeats' spread is the log-rank test for times (a repeat
+that never reached the target censored) and Welch's t-test for accuracies (analysis/significance.py).
 """
 import glob
 import os
@@ -197,7 +197,8 @@ def cells(runs_by_mode, target):
         values = per_repeat(runs_by_mode, mode, target)
         table[mode] = {key: statistics_of(values[key]) for key in ("samples_per_s", "traffic_mb_per_s",
                                                                   "final_accuracy")}
-        table[mode]["time_to_target"] = with_lower_bounds(values["time_to_target"], values["time_to_target_bound"])
+        table[mode]["time_to_target"] = {**with_lower_bounds(values["time_to_target"], values["time_to_target_bound"]),
+                                          "reached": sum(t is not None for t in values["time_to_target"])}
         table[mode]["levelled"] = levelled_count(values["plateau"])
         if "speedup" in values:
             table[mode]["speedup"] = with_lower_bounds(values["speedup"], values["speedup_bound"])
@@ -253,8 +254,8 @@ def lead_of(own, rival, ahead):
 
 def later_than(rival, own):
     """{later, of, p_value, holds}: in how many repeats the rival reached the target after ESync (or never, where
-    ESync did), of the repeats in which either reached it; Welch's p-value between the two modes' times (a repeat
-    that never reached counting with its training time) and which mode's lead it supports ("esync", "rival", or
+    ESync did), of the repeats in which either reached it; the log-rank p-value between the two modes' times (a
+    repeat that never reached censored at its training time) and which mode's lead it supports ("esync", "rival", or
     None for a tie within the spread)."""
     decided = [(r, o) for r, o in zip(rival["time_to_target"], own["time_to_target"]) if (r, o) != (None, None)]
     later = sum(1 for r, o in decided if o is not None and (r is None or r > o))
@@ -282,7 +283,8 @@ def difference(value, other):
 
 def format_statistic(stat, spec, unit=""):
     """'mean ± std', with the number of repeats that have a value when some lack one; '≥ mean' where some repeats
-    gave only a lower bound; 'k of n' for a count of levelled-off curves."""
+    gave only a lower bound, with how many repeats reached the target for a time; 'k of n' for a count of
+    levelled-off curves."""
     if "levelled" in stat:
         return f"{stat['levelled']} of {stat['of']}"
     if stat["mean"] is None:
@@ -293,7 +295,10 @@ def format_statistic(stat, spec, unit=""):
     elif stat["std"] is not None:
         text += f" ± {stat['std']:{spec.replace('+', '')}}"
     missing = len(stat["values"]) - stat["n"]
-    return text + unit + (f" ({stat['n']} of {len(stat['values'])} repeats)" if missing else "")
+    text += unit + (f" ({stat['n']} of {len(stat['values'])} repeats)" if missing else "")
+    if "reached" in stat and stat["reached"] < len(stat["values"]):
+        text += f" ({stat['reached']} of {len(stat['values'])} reached)"
+    return text
 
 
 def split_table(table, target, esync_policy=None):
@@ -352,7 +357,7 @@ def describe_rival(count, name, target):
         return f"neither it nor {name} reached {target:g}"
     return (f"{name} reached {target:g} later in {count['later']} of {count['of']} repeats "
             f"({describe_lead(count.get('holds'), name)}, "
-            f"{significance.TEST_NAME}: p = {count['p_value']:.2g})")
+            f"{significance.TIME_TEST_NAME}: p = {count['p_value']:.2g})")
 
 
 def format_report(report):

@@ -299,8 +299,8 @@ def format_report(result):
              f"time to test accuracy {result['target']:g} (mean ± stddev over the repeats that reached it). "
              "Links: loopback, or every link shaped so that one transfer of the model over a worker's link lasts "
              "R steps of the fastest worker. Efficiency: samples/s over the concurrent standalone limit. A cell names "
-             f"a winner where its lead over every other scheme holds by {significance.TEST_NAME} on the repeats' "
-             "times (a repeat that never reached the target counting with its training time); otherwise "
+             f"a winner where its lead over every other scheme holds by {significance.TIME_TEST_NAME} on the "
+             "repeats' times; otherwise "
              "\"tie\" lists the schemes it does not lead beyond the spread. Fast step: the fast devices' median "
              "forward and backward pass in the run, and its ratio to the --comm-ratio probe's alone.", ""]
     for split in result["splits"]:
@@ -374,7 +374,7 @@ def draw_at(result, out_dir, suffix):
         bar = fig.colorbar(image, ax=ax, ticks=[0, 1, 2, 3])
         bar.ax.set_yticklabels(["×1", "×2", "×4", "≥×8"])
         bar.set_label("time to the target / the leader's")
-        legend = ("(best: its lead holds by " + significance.TEST_NAME + "; tie: the schemes it does not lead beyond "
+        legend = ("(best: its lead holds by " + significance.TIME_TEST_NAME + "; tie: the schemes it does not lead beyond "
                   "the spread; grey: never reached, failed or not run)")
         ax.set_title(f"{result['network']}, {SPLIT_NAMES[split]} data: time to {result['target']:g} relative to "
                      "each cell's leader\n" + textwrap.fill(legend, int(11 * fig.get_figwidth())), fontsize=9)

@@ -216,8 +216,12 @@ def objective(ns, scheme, trial, output):
 
 def open_storage(url):
     """Optuna's storage at `url`; UsageError (one line) where it cannot be opened."""
+    import warnings
+
     import optuna
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the trials' own lines say what a study does
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat's
     try:
         return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
     except Exception as error:  # SQLAlchemy's and Optuna's many ways to refuse a URL

@@ -241,13 +241,13 @@ def test_a_cell_names_a_winner_only_where_its_lead_holds_beyond_the_repeats_spre
     assert os.path.exists(paths[-1])
 
 
-def test_a_repeat_that_never_reached_the_target_counts_with_its_training_time(tmp_path):
+def test_a_repeat_that_never_reached_the_target_is_censored_at_its_training_time(tmp_path):
     log_dir, plan = three_repeats_of_esync_at_3_to_5_s(tmp_path)
     write_repeats(log_dir, plan, "sync", [[0.5] * 12, [0.5] * 11, [0.5] * 13])
 
     cell = regime_map.build(log_dir)["cells"][0]
 
-    assert cell["schemes"]["sync"]["censored_times"] == [12.0, 11.0, 13.0]
+    assert cell["schemes"]["sync"]["censored_times"] == [[12.0, False], [11.0, False], [13.0, False]]
     assert cell["winner"] == "esync"
 
 
@@ -267,7 +267,7 @@ def test_a_higher_target_has_its_own_winners_tables_and_heatmaps(tmp_path):
     cell = result["cells"][0]
     assert (cell["winner"], cell["tied"]) == (None, ["esync", "sync"])
     higher = cell["at_higher_targets"]["0.85"]
-    assert (higher["winner"], higher["schemes"]["sync"]["censored_times"]) == ("esync", [30.0, 30.0, 30.0])
+    assert (higher["winner"], higher["schemes"]["sync"]["censored_times"]) == ("esync", [[30.0, False]] * 3)
     assert "## Time to 0.85, i.i.d. data" in text and "| 1,4 | **ESync** 11.0 ± 1.0 s |" in text
     assert sorted(os.path.basename(p) for p in paths if p.endswith(".png")) == ["regimes-iid-0.85.png",
                                                                                "regimes-iid.png"]

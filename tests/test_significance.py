@@ -36,5 +36,23 @@ def test_the_verdict_names_a_winner_or_the_schemes_that_tie_with_the_leader():
     assert alone["p_values"]["sync"] < significance.ALPHA
 
 
-def test_a_repeat_that_never_reached_counts_with_its_training_time_and_a_failed_one_not_at_all():
-    assert significance.censored_times([3.0, None, None], [10.0, 10.5, None]) == [3.0, 10.5]
+def test_a_repeat_that_never_reached_is_censored_at_its_training_time_and_a_failed_one_left_out():
+    times = significance.censored_times([3.0, None, None], [10.0, 10.5, None])
+
+    assert times == [[3.0, True], [10.5, False]]
+    assert significance.reached_note(times) == "1 of 2 reached" and significance.location(times) == 6.75
+
+
+def test_times_never_reached_are_judged_as_censored_whatever_the_runs_would_have_done():
+    leader = [[35.0, True], [40.0, True], [45.0, True]]
+    censored = [[75.0, False], [75.1, False], [75.2, False]]
+    went_on = [[76.0, True], [150.0, True], [400.0, True]]  # what the censored runs might have done
+
+    # Welch's test on the plugged-in times would say 0.0067 here and 0.23 there
+    assert significance.p_value(leader, censored) == pytest.approx(0.0246, abs=5e-4)
+    assert significance.p_value(leader, went_on) == pytest.approx(significance.p_value(leader, censored))
+    assert significance.leads(leader, censored) and not significance.leads(censored, leader)
+
+
+def test_repeats_none_of_which_reached_the_target_do_not_differ():
+    assert significance.p_value([[30.0, False]] * 3, [[30.0, False]] * 3) == 1.0

@@ -5,7 +5,6 @@ import functools
 import io
 import logging
 import os
-import statistics
 
 from analysis import significance, summary
 from analysis.paper import statistics_of
@@ -128,7 +127,7 @@ def leaders(rows, group_of, label_of, values_of, lower_is_better=False):
     for group, values in grouped.items():
         if len(values) < 2:
             continue
-        best = (min if lower_is_better else max)(values, key=lambda label: statistics.fmean(values[label]))
+        best = (min if lower_is_better else max)(values, key=lambda label: significance.location(values[label]))
         signed = {label: [v if lower_is_better else -v for v in vs] for label, vs in values.items()}
         found[group] = significance.verdict(best, signed)
     return found

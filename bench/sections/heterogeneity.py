@@ -161,7 +161,8 @@ def markdown(results):
 
 def verdict_lines(rows):
     """Who leads each profile in efficiency and in time to 85 %, beyond the spread (significance.TEST_NAME)."""
-    measures = (("efficiency", "efficiency", False), ("time to 85 %", "time_to_85", True))
+    measures = (("efficiency", "efficiency", False, significance.TEST_NAME),
+                ("time to 85 %", "time_to_85", True, significance.TIME_TEST_NAME))
     return too_few_repeats(rows) or [
-        f"- {title} on {profile}: {leader_text(verdict)} ({significance.TEST_NAME} over the repeats)."
-        for title, key, lower in measures for profile, verdict in verdicts(rows, key, lower).items()]
+        f"- {title} on {profile}: {leader_text(verdict)} ({test} over the repeats)."
+        for title, key, lower, test in measures for profile, verdict in verdicts(rows, key, lower).items()]
