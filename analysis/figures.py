@@ -330,15 +330,16 @@ def mean(values):
 def table_row(run, target):
     points = headline_points(run)
     ratios = [stats.get("compute_ratio") for _, _, stats in metrics.iter_devices(run["devices"])]
-    return [run_label(run), run.get("num_workers"), run.get("cluster_throughput"), run.get("traffic_mb_per_s"),
+    return [run_label(run), run.get("num_workers"), run.get("cluster_throughput"), run.get("applied_throughput"),
+            run.get("traffic_mb_per_s"),
             run.get("num_rounds"), metrics.time_to_reach(points, target),
             points[-1][2] if points else None, mean(ratios)]
 
 
 def format_table(runs, target):
-    headers = ["algorithm", "workers", "samples/s", "MB/s", "rounds", f"time to {target:g} (s)",
+    headers = ["algorithm", "workers", "samples/s", "applied samples/s", "MB/s", "rounds", f"time to {target:g} (s)",
                "final acc", "compute ratio"]
-    specs = ["", "d", ".1f", ".2f", "d", ".1f", ".4f", ".3f"]
+    specs = ["", "d", ".1f", ".1f", ".2f", "d", ".1f", ".4f", ".3f"]
     return tables.text_table(headers, [[tables.format_cell(v, spec) for v, spec in zip(table_row(r, target), specs)]
                                        for r in runs])
 

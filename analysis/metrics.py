@@ -78,13 +78,32 @@ def summarize_device(records):
         "elapsed_time_list": elapsed,
         "aggregate_time_list": aggregate,
         "total_samples": sum(samples),
+        "applied_samples": applied_samples(ordered),
         "elapsed_time": last_time,
         "throughput": ratio(sum(samples), last_time),
+        "applied_throughput": ratio(applied_samples(ordered), last_time),
         "compute_ratio": None if compute_share is None else 1.0 - compute_share,
         "sent_bytes": sent,
         "received_bytes": received,
         "bytes_per_round": None if None in (sent, received) else ratio(sent + received, len(ordered)),
     }
+
+
+def applied_samples(records):
+    """The samples whose update reached the model: a round's, less a step the backup workers' rule dropped (it came
+    too late) and the layers of a delta Zeno's rule rejected; of Zeno++'s gradients, the share it accepted of those
+    it judged."""
+    applied = 0.0
+    for r in records:
+        if r.get(runlog.DROPPED) is True:
+            continue
+        layers, accepted = r.get("zeno_layers"), r.get("zeno_accepted_layers")
+        applied += r["num_samples"] * (accepted / layers if is_number(layers) and layers and is_number(accepted)
+                                       else 1.0)
+    judged = sum(r["zeno_judged_updates"] for r in records if is_number(r.get("zeno_judged_updates")))
+    if judged:
+        applied *= sum(r["zeno_accepted_updates"] for r in records if is_number(r.get("zeno_accepted_updates"))) / judged
+    return applied
 
 
 def logged_total(records, field):
@@ -181,6 +200,7 @@ def summarize_cluster(devices, num_workers, param_bytes, target, standalone=Fals
                                                                          num_workers, rounds, elapsed)
     summary.update({
         "cluster_throughput": sum(s["throughput"] or 0.0 for s in stats),
+        "applied_throughput": sum(s.get("applied_throughput") or 0.0 for s in stats),
         "elapsed_time": elapsed,
         "num_rounds": rounds,
         "rounds_per_second": ratio(rounds, elapsed),

@@ -7,7 +7,7 @@ import statistics
 import numpy as np
 import pytest
 
-from analysis import summary
+from analysis import metrics, summary
 
 from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import (
@@ -123,6 +123,12 @@ def test_backup_steps_apply_the_first_gradients_drop_the_slow_workers_and_every_
     last = max(accepted)
     assert sorted(accepted) == list(range(last + 1))
     assert all(accepted[step] == 2 for step in range(last)) and accepted[last] <= 2
+    # the throughput of what was applied leaves the dropped steps out
+    applied = {rank: metrics.applied_samples(rounds) for rank, rounds in records.items()}
+    computed = {rank: sum(r["num_samples"] for r in rounds) for rank, rounds in records.items()}
+    assert applied[slow] < 0.5 * computed[slow]
+    assert sum(applied.values()) == sum(r["num_samples"] for rounds in records.values() for r in rounds
+                                        if r.get(runlog.DROPPED) is not True)
     assert [r["accuracy"] for r in records[0] if "accuracy" in r][-1] >= 0.8
 
 
