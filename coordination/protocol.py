@@ -2,11 +2,14 @@
 (training/transport/state_client.py) builds its requests from these declarations; the server's views
 (SimpleStateServer/coordinator/views.py) read and check every request against them, and its URLs are their paths.
 
-A request's fields travel as a form body (or a JSON object); a switch travels as 0 or 1. A field's `minimum` is
-checked by the server, which answers a missing, malformed or out-of-range field with 400 naming it.
+A request's fields travel as a form body (or a JSON object); a switch travels as 0 or 1. Every number has a range
+a real job can need (`minimum`, `maximum`), checked by the server, which answers a missing, malformed or
+out-of-range field with 400 naming it and changes nothing.
 """
 from dataclasses import dataclass
 from typing import Optional
+
+from coordination.records import MAX_PLANNED_STEPS, MAX_WORKERS
 
 INTEGER, NUMBER, TEXT, SWITCH = "integer", "number", "text", "switch"
 
@@ -18,6 +21,7 @@ class Field:
     meaning: str
     required: bool = True
     minimum: Optional[float] = None    # INTEGER and NUMBER
+    maximum: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -31,35 +35,44 @@ class Endpoint:
         object.__setattr__(self, "required", frozenset(f.name for f in self.fields if f.required))
 
 
-RANK = Field("r", INTEGER, "the worker's rank", minimum=0)
-ROUND = Field("t", INTEGER, "the global iteration (round) the worker is in", minimum=0)
-STEP_SECONDS = Field("c", NUMBER, "seconds per local step, as the worker measured them", minimum=0.0)
-WORKER_CLOCK = Field("te", NUMBER, "the worker's clock, kept for display")
+MAX_STEPS = MAX_PLANNED_STEPS  # local steps of one round
+MAX_ROUNDS = 10 ** 12        # global iterations of a job
+MAX_SECONDS = 24 * 3600.0    # a step, an aggregation or a margin: a day at most
+MAX_CLOCK = 10 ** 12         # a worker's clock in seconds (since the epoch, or since it started)
+
+RANK = Field("r", INTEGER, "the worker's rank", minimum=0, maximum=MAX_WORKERS - 1)
+ROUND = Field("t", INTEGER, "the global iteration (round) the worker is in", minimum=0, maximum=MAX_ROUNDS)
+STEP_SECONDS = Field("c", NUMBER, "seconds per local step, as the worker measured them", minimum=0.0,
+                     maximum=MAX_SECONDS)
+WORKER_CLOCK = Field("te", NUMBER, "the worker's clock, kept for display", minimum=-MAX_CLOCK, maximum=MAX_CLOCK)
 
 INIT = Endpoint("/init/", "POST", (
-    Field("num_workers", INTEGER, "the job's workers", minimum=1),
+    Field("num_workers", INTEGER, "the job's workers", minimum=1, maximum=MAX_WORKERS),
     Field("epsilon", NUMBER, "the readiness margin in seconds (absent: fitted to the step times)", required=False,
-          minimum=0.0),
+          minimum=0.0, maximum=MAX_SECONDS),
     Field("policy", TEXT, "the coordination rule (absent: apply)", required=False),
     Field("resumed", SWITCH, "the running job, set up again after the server lost it", required=False),
     Field("share", NUMBER, "adaptive: the largest share of a round the aggregation may idle the workers",
-          required=False, minimum=0.0),
+          required=False, minimum=0.0, maximum=1.0),
     Field("max_slowest_steps", INTEGER, "adaptive: the most local steps of the slowest worker per round",
-          required=False, minimum=1),
+          required=False, minimum=1, maximum=MAX_STEPS),
     Field("overlap", SWITCH, "adaptive: the aggregation runs while the workers compute the next round",
           required=False),
-    Field("accept", INTEGER, "backup: the gradients a step applies", required=False, minimum=1),
+    Field("accept", INTEGER, "backup: the gradients a step applies", required=False, minimum=1,
+          maximum=MAX_WORKERS),
 ))
 APPLY = Endpoint("/apply/", "POST", (
-    RANK, Field("k", INTEGER, "local steps done in this round", minimum=0), STEP_SECONDS, WORKER_CLOCK))
+    RANK, Field("k", INTEGER, "local steps done in this round", minimum=0, maximum=MAX_STEPS), STEP_SECONDS,
+    WORKER_CLOCK))
 RESET = Endpoint("/reset/", "POST", (RANK, ROUND, WORKER_CLOCK))
 PLAN = Endpoint("/plan/", "POST", (
     RANK, STEP_SECONDS,
-    Field("a", NUMBER, "adaptive: seconds the worker's aggregation took", required=False, minimum=0.0)))
+    Field("a", NUMBER, "adaptive: seconds the worker's aggregation took", required=False, minimum=0.0,
+          maximum=MAX_SECONDS)))
 ARRIVE = Endpoint("/arrive/", "POST", (RANK, ROUND))
 WATCH = Endpoint("/watch/", "POST", (
     RANK, ROUND, Field("arrived", SWITCH, "the worker has arrived at the round's mini-batch boundary"),
-    Field("wait", NUMBER, "the longest the answer may wait, in seconds", minimum=0.0)))
+    Field("wait", NUMBER, "the longest the answer may wait, in seconds", minimum=0.0, maximum=MAX_SECONDS)))
 STATE = Endpoint("/", "GET")
 ENDPOINTS = (STATE, INIT, APPLY, RESET, PLAN, ARRIVE, WATCH)
 

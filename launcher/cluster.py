@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from launcher.hosts import LOCAL_HOST, LOOPBACK, Placement, on_host
 from training.devices import threads
+from training.transport.state_client import TOKEN_ENV as STATE_TOKEN_VARIABLE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANAGE_PY = os.path.join(ROOT, "SimpleStateServer", "manage.py")
@@ -100,13 +101,15 @@ def start_state_server(group, host=LOCAL_HOST, port=None, name="state-server", t
     if after_start:
         after_start()
     deadline = time.monotonic() + timeout
-    if on_host(host, wait_until_answering, proc, host.address, port, deadline, while_waiting or (lambda: None)):
+    if on_host(host, wait_until_answering, proc, host.address, port, deadline, while_waiting or (lambda: None),
+               group.env.get(STATE_TOKEN_VARIABLE)):
         return port
     raise JobFailed(proc, "exited before answering" if proc.poll() is not None else f"did not answer in {timeout:g} s")
 
 
-def wait_until_answering(proc, address, port, deadline, while_waiting):
-    """True once the server at address:port answers; False when `proc` exits or the deadline passes first."""
+def wait_until_answering(proc, address, port, deadline, while_waiting, token=None):
+    """True once the server at address:port answers (to `token`); False when `proc` exits or the deadline passes
+    first."""
     from training.transport.state_client import StateClient, StateServerUnavailable
 
     # Connection attempts until it listens (the state client would log each refusal), then one request.
@@ -116,7 +119,7 @@ def wait_until_answering(proc, address, port, deadline, while_waiting):
         while_waiting()
         time.sleep(POLL_SECONDS)
     try:
-        with StateClient(address, port) as client:
+        with StateClient(address, port, token=token) as client:
             client.wait_until_up(max(deadline - time.monotonic(), 0.0))
         return True
     except StateServerUnavailable:
@@ -150,13 +153,16 @@ class Proc:
 class ProcessGroup:
     """The processes of one job; `with ProcessGroup(...) as group:` stops them all on the way out."""
 
-    def __init__(self, out_dir):
+    def __init__(self, out_dir, env=None):
+        """`env`: what every process of the job gets in its environment (the job's state-server token)."""
         self.out_dir = out_dir
+        self.env = dict(env or {})
         os.makedirs(out_dir, exist_ok=True)
         self.procs = []
 
     def start(self, name, argv, env=None, role="", cwd=ROOT, **meta):
         full_env = {k: v for k, v in os.environ.items() if k not in INHERITED_VARS_TO_DROP}
+        full_env.update(self.env)
         full_env.update(env or {})
         full_env["PYTHONUNBUFFERED"] = "1"
         taken = sum(1 for proc in self.procs if proc.name == name or proc.name.startswith(f"{name}."))

@@ -6,6 +6,7 @@ import dataclasses
 import glob
 import logging
 import os
+import secrets
 import shlex
 import shutil
 import sys
@@ -16,6 +17,7 @@ from analysis import summary
 from launcher import commands, comm_ratio, mpi, netns, workers
 from launcher.cluster import (
     POLL_SECONDS,
+    STATE_TOKEN_VARIABLE,
     JobFailed,
     ProcessGroup,
     describe_exit,
@@ -178,7 +180,9 @@ def run_mode(experiment, mode, position, hosts):
 
 def train_mode(experiment, mode, label, log_dir, hosts):
     """run_mode's job, every process of it stopped on the way out."""
-    with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER)) as group:
+    # A fresh token per job: the state server answers its own workers only (a shared network's other users' not).
+    token = {STATE_TOKEN_VARIABLE: secrets.token_urlsafe(24)}
+    with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER), token) as group:
         print(f"[{label}] {describe_workers(experiment, mode)}, "
               f"{describe_aggregation(experiment, mode)}; logs in {log_dir}, process outputs and PIDs in {group.out_dir}",
               flush=True)

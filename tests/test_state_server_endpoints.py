@@ -5,6 +5,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from coordination import protocol
 from coordination.records import MAX_PLANNED_STEPS, Settings
 from tests.state_server_helpers import FORM, EndpointTestCase
 
@@ -254,12 +255,21 @@ class PlanEndpointTests(EndpointTestCase):
         self.assertEqual(response.json(), {"k": 4})
 
     def test_plan_for_extreme_step_times_is_bounded(self):
-        self.init(2, epsilon=1e308)
-        self.post("/plan/", r=0, c=1.7e308)
+        self.init(2, epsilon=protocol.MAX_SECONDS)
+        self.post("/plan/", r=0, c=protocol.MAX_SECONDS)
 
         response = self.post("/plan/", r=1, c=5e-324)
 
         self.assertEqual(response.json(), {"k": MAX_PLANNED_STEPS})
+
+    def test_a_step_time_no_job_can_have_is_refused_and_changes_nothing(self):
+        self.init(2, policy="plan")
+        self.post("/plan/", r=0, c=0.5)
+        before = self.client.get("/").json()
+
+        for c in (1e12, 1.7e308):
+            self.assertJsonError(self.post("/plan/", r=1, c=c), 400, "c")
+        self.assertEqual(self.client.get("/").json(), before)
 
     def test_plan_rejects_zero_step_time(self):
         self.init(2)

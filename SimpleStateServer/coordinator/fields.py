@@ -9,7 +9,7 @@ from coordination.records import FieldError
 _ECHO_LIMIT = 40
 
 
-def integer_field(data, name, minimum=0):
+def integer_field(data, name, minimum=0, maximum=None):
     raw = _required(data, name)
     if isinstance(raw, bool) or not isinstance(raw, (int, str)):
         raise FieldError(name, f"must be an integer, got {_echo(raw)}")
@@ -19,10 +19,16 @@ def integer_field(data, name, minimum=0):
         raise FieldError(name, f"must be an integer, got {_echo(raw)}") from None
     if value < minimum:
         raise FieldError(name, f"must be >= {minimum}, got {value}")
+    _check_maximum(name, value, maximum)
     return value
 
 
-def float_field(data, name, minimum=None):
+def _check_maximum(name, value, maximum):
+    if maximum is not None and value > maximum:
+        raise FieldError(name, f"must be <= {maximum:g}, got {_echo(value)}")
+
+
+def float_field(data, name, minimum=None, maximum=None):
     raw = _required(data, name)
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
         raise FieldError(name, f"must be a number, got {_echo(raw)}")
@@ -34,19 +40,20 @@ def float_field(data, name, minimum=None):
         raise FieldError(name, f"must be a finite number, got {_echo(raw)}")
     if minimum is not None and value < minimum:
         raise FieldError(name, f"must be >= {minimum}, got {value}")
+    _check_maximum(name, value, maximum)
     return value
 
 
-def optional_float_field(data, name, minimum=None):
+def optional_float_field(data, name, minimum=None, maximum=None):
     if _is_absent(data.get(name)):
         return None
-    return float_field(data, name, minimum)
+    return float_field(data, name, minimum, maximum)
 
 
-def optional_integer_field(data, name, default, minimum=0):
+def optional_integer_field(data, name, default, minimum=0, maximum=None):
     if _is_absent(data.get(name)):
         return default
-    return integer_field(data, name, minimum)
+    return integer_field(data, name, minimum, maximum)
 
 
 def optional_text_field(data, name, default):
@@ -83,14 +90,14 @@ def read(endpoint, data):
 def _integer(data, field):
     minimum = 0 if field.minimum is None else int(field.minimum)
     if field.required:
-        return integer_field(data, field.name, minimum)
-    return optional_integer_field(data, field.name, default=None, minimum=minimum)
+        return integer_field(data, field.name, minimum, field.maximum)
+    return optional_integer_field(data, field.name, default=None, minimum=minimum, maximum=field.maximum)
 
 
 def _number(data, field):
     if field.required:
-        return float_field(data, field.name, field.minimum)
-    return optional_float_field(data, field.name, field.minimum)
+        return float_field(data, field.name, field.minimum, field.maximum)
+    return optional_float_field(data, field.name, field.minimum, field.maximum)
 
 
 def _text(data, field):
