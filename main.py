@@ -92,7 +92,10 @@ def run_ps_role(args, role):
 
 def run_training(args, data, resume):
     from training.loop import train
+    from training.transport import state_client
 
+    if args.job_id:  # every state-server client of this process asks about this job
+        os.environ[state_client.JOB_ENV] = args.job_id
     quota = device_quota(args)
     try:
         train(args, modes.scheme_class(args.mode), data, resume, quota)

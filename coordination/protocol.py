@@ -39,12 +39,15 @@ MAX_STEPS = MAX_PLANNED_STEPS  # local steps of one round
 MAX_ROUNDS = 10 ** 12        # global iterations of a job
 MAX_SECONDS = 24 * 3600.0    # a step, an aggregation or a margin: a day at most
 MAX_CLOCK = 10 ** 12         # a worker's clock in seconds (since the epoch, or since it started)
+MAX_JOB_ID = 100             # characters of a job's id
 
 RANK = Field("r", INTEGER, "the worker's rank", minimum=0, maximum=MAX_WORKERS - 1)
 ROUND = Field("t", INTEGER, "the global iteration (round) the worker is in", minimum=0, maximum=MAX_ROUNDS)
 STEP_SECONDS = Field("c", NUMBER, "seconds per local step, as the worker measured them", minimum=0.0,
                      maximum=MAX_SECONDS)
 WORKER_CLOCK = Field("te", NUMBER, "the worker's clock, kept for display", minimum=-MAX_CLOCK, maximum=MAX_CLOCK)
+JOB = Field("job", TEXT, "the job's id, as /init/ answered or took it (absent: the server's only job)", required=False,
+            maximum=MAX_JOB_ID)
 
 INIT = Endpoint("/init/", "POST", (
     Field("num_workers", INTEGER, "the job's workers", minimum=1, maximum=MAX_WORKERS),
@@ -60,20 +63,21 @@ INIT = Endpoint("/init/", "POST", (
           required=False),
     Field("accept", INTEGER, "backup: the gradients a step applies", required=False, minimum=1,
           maximum=MAX_WORKERS),
+    JOB,
 ))
 APPLY = Endpoint("/apply/", "POST", (
     RANK, Field("k", INTEGER, "local steps done in this round", minimum=0, maximum=MAX_STEPS), STEP_SECONDS,
-    WORKER_CLOCK))
-RESET = Endpoint("/reset/", "POST", (RANK, ROUND, WORKER_CLOCK))
+    WORKER_CLOCK, JOB))
+RESET = Endpoint("/reset/", "POST", (RANK, ROUND, WORKER_CLOCK, JOB))
 PLAN = Endpoint("/plan/", "POST", (
     RANK, STEP_SECONDS,
     Field("a", NUMBER, "adaptive: seconds the worker's aggregation took", required=False, minimum=0.0,
-          maximum=MAX_SECONDS)))
-ARRIVE = Endpoint("/arrive/", "POST", (RANK, ROUND))
+          maximum=MAX_SECONDS), JOB))
+ARRIVE = Endpoint("/arrive/", "POST", (RANK, ROUND, JOB))
 WATCH = Endpoint("/watch/", "POST", (
     RANK, ROUND, Field("arrived", SWITCH, "the worker has arrived at the round's mini-batch boundary"),
-    Field("wait", NUMBER, "the longest the answer may wait, in seconds", minimum=0.0, maximum=MAX_SECONDS)))
-STATE = Endpoint("/", "GET")
+    Field("wait", NUMBER, "the longest the answer may wait, in seconds", minimum=0.0, maximum=MAX_SECONDS), JOB))
+STATE = Endpoint("/", "GET", (JOB,))
 ENDPOINTS = (STATE, INIT, APPLY, RESET, PLAN, ARRIVE, WATCH)
 
 

@@ -192,3 +192,25 @@ def test_an_overlapped_job_stops_together_when_only_the_slowest_worker_votes(pro
     assert [len(records) for records in runs.values()] == [reached + 2, reached + 2]
     finals = {open(f"{folder}/{runlog.FINAL_MODEL_FILE}", "rb").read() for folder in folders.values()}
     assert len(finals) == 1
+
+
+def test_two_jobs_share_one_state_server_each_under_its_own_policy(processes, tmp_path):
+    from training.transport.state_client import StateClient
+
+    state_port = start_state_server(processes)
+    runs = {}
+    for job, policy in (("a", "plan"), ("b", "apply")):
+        log_dir = str(tmp_path / job)
+        args = LENET_ARGS + ["-port", str(state_port), "--esync-policy", policy, "--job-id", job, "--max-iters",
+                             "20", "-e", "0"]
+        runs[job] = (log_dir, start_job(processes, "esync", args, num_workers=2, slowdowns=[1, 4], log_dir=log_dir))
+    for log_dir, workers in runs.values():
+        finish(processes, workers, timeout=180)
+
+    planned = {job: [runlog.PLANNED_STEPS in r for f in worker_folders(log_dir) for r in iter_records(f)]
+               for job, (log_dir, _) in runs.items()}
+    with StateClient("127.0.0.1", state_port, job="a") as client:
+        state = client.state()
+    assert all(planned["a"]) and not any(planned["b"])
+    assert state["policy"] == "plan" and sorted(state["jobs"]) == ["a", "b"]
+    assert state["requests"]["plan"] > 0 and state["requests"]["apply"] == 0

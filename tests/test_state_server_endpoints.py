@@ -13,12 +13,14 @@ pytestmark = pytest.mark.usefixtures("quiet_coordinator_console")  # tests/conft
 
 
 class InitEndpointTests(EndpointTestCase):
-    def test_init_answers_ok_with_the_job_settings(self):
+    def test_init_answers_ok_with_the_job_settings_and_its_id(self):
         response = self.post("/init/", num_workers=3, epsilon=0.25, policy="plan")
+        named = self.post("/init/", num_workers=3, epsilon=0.25, policy="plan", job="run-7")
 
         self.assertEqual(response.status_code, 200)
         self.assertEqual(response.json(), {"ok": 1, "num_workers": 3, "epsilon": 0.25,
-                                           "policy": "plan", "margin": None})
+                                           "policy": "plan", "margin": None, "job": "default"})
+        self.assertEqual(named.json()["job"], "run-7")
 
     def test_init_without_epsilon_uses_the_automatic_margin(self):
         response = self.post("/init/", num_workers=2)

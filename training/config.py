@@ -120,8 +120,6 @@ def add_job_flags(p):
                    help="hold N samples of the training set out of every worker's share, drawn the same in every run; "
                         "evaluations (the evaluator's, -e) test them instead of the test set, which is then never "
                         "read: launch.py tune judges its trials so")
-    p.add_argument("--job-id", help="the job this worker belongs to, recorded in its logs: summary.py refuses to mix "
-                                    "the folders of several jobs (launch.py gives every run its own)")
     p.add_argument("-e", "--eval-duration", "--eval-freq", type=argtypes.NON_NEGATIVE_INT, default=1,
                    help="rank 0 evaluates every N global iterations (0: only at the end)")
     p.add_argument("--eval-seconds", type=argtypes.POSITIVE_FLOAT,

@@ -109,6 +109,10 @@ class Options:
                                               "<device>-worker<I>; worker 0 hands the model to be evaluated "
                                               "(default: the ps-lite rank, which follows the order the workers "
                                               "joined in; MPI's rank)")
+    job_id: Optional[str] = option("--job-id", any_mode=True,
+                                   help="the job this worker belongs to (launch.py gives every run its own): its logs "
+                                        "record it, summary.py refuses to mix the folders of several jobs, and the "
+                                        "state server keeps the job apart from others it serves")
     sync_timeout: float = option("--sync-timeout", default=300.0, type=argtypes.POSITIVE_FLOAT,
                                  help="seconds a worker waits on the cluster or the state server before it exits "
                                       "with an error (a dead process would otherwise block a synchronous job "

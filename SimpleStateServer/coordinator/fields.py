@@ -104,6 +104,8 @@ def _text(data, field):
     value = optional_text_field(data, field.name, default=None)
     if value is None and field.required:
         raise FieldError(field.name, "is missing")
+    if value is not None and field.maximum is not None and len(value) > field.maximum:
+        raise FieldError(field.name, f"must be at most {field.maximum:g} characters, got {len(value)}")
     return value
 
 

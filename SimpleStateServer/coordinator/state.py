@@ -1,7 +1,9 @@
-"""A job's coordination state behind one lock: the records of its workers (coordination/records.py) and of NBSSGD's
-rounds, and the rule it answers by (coordination/rules/, the job's `policy`): ESync's apply, plan, nonblocking and
-adaptive rules, Non-blocking Synchronous SGD's rounds, SSGD with backup workers. No web framework here, so that the
-rules and the records can be tested with an injected clock.
+"""The jobs' coordination state behind one lock: per job, the records of its workers (coordination/records.py) and
+of NBSSGD's rounds, and the rule it answers by (coordination/rules/, the job's `policy`): ESync's apply, plan,
+nonblocking and adaptive rules, Non-blocking Synchronous SGD's rounds, SSGD with backup workers. A server keeps up to
+MAX_JOBS jobs by their id, so that several launcher runs or users share one server; a request names its job, or
+means DEFAULT_JOB (the one job of clients that name none, as the original scripts'). No web framework here, so that the rules and the records can be tested with an injected
+clock.
 """
 
 import math
@@ -17,10 +19,16 @@ POLICIES = tuple(RULES)
 # NBSSGD rounds kept for late or repeated requests; older ones count as complete.
 ROUNDS_KEPT = 4
 MAX_WATCH_SECONDS = 30.0
+MAX_JOBS = 16  # a new job beyond these drops the one that has gone longest without a request
+DEFAULT_JOB = "default"  # the job of requests that name none
 
 
 class NotInitialised(RuntimeError):
-    """A worker request arrived before any job was set up with init."""
+    """A worker request arrived for a job this server does not have (none set up yet, or lost in a restart)."""
+
+
+class JobConflict(RuntimeError):
+    """A request that cannot be of the job it names (a rank the job does not have)."""
 
 
 @dataclass
@@ -42,6 +50,7 @@ class Job:
     oldest_round: int = 0
     resumed: bool = False
     round_in_progress: int | None = None  # of a resumed job: the first round it heard of
+    named: str | None = None  # the id the request being answered named the job by (None: it named none)
 
     @property
     def rule(self):
@@ -62,29 +71,34 @@ class Job:
 
 
 class Coordinator:
-    """The current job behind one lock, since the web server answers from many threads."""
+    """The jobs behind one lock, since the web server answers from many threads."""
 
     def __init__(self, clock=time.monotonic):
         self._clock = clock
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._job = None
+        self._jobs = {}  # id: Job, the one with the latest request last
 
-    def init(self, num_workers, epsilon=None, policy="apply", resumed=False, settings=Settings()):
-        """A new job; `resumed`: the job of a running cluster, set up again after this server restarted."""
+    def init(self, num_workers, epsilon=None, policy="apply", resumed=False, settings=Settings(), job=None):
+        """A new job under the id `job` (DEFAULT_JOB where None), replacing a job of that id; `resumed`: the job of a
+        running cluster, set up again after this server restarted. Its settings and its id."""
         _check_job_settings(num_workers, epsilon, policy, settings)
         with self._lock:
             now = self._clock()
             # A resumed job does not know in which round each worker is: some may wait in an aggregation.
             round_known = None if resumed else 0
             workers = [WorkerRecord(rank=rank, step_start=now, t=round_known) for rank in range(num_workers)]
-            self._job = Job(num_workers, epsilon, policy, workers, settings=settings, resumed=resumed)
+            job = job or DEFAULT_JOB
+            self._jobs.pop(job, None)
+            if len(self._jobs) >= MAX_JOBS:
+                del self._jobs[next(iter(self._jobs))]
+            self._jobs[job] = Job(num_workers, epsilon, policy, workers, settings=settings, resumed=resumed)
             self._changed.notify_all()
-            return self._describe_settings(self._job)
+            return {**self._describe_settings(self._jobs[job]), "job": job}
 
-    def apply(self, rank, k, c, te):
+    def apply(self, rank, k, c, te, job=None):
         with self._lock:
-            job = self._current_job()
+            job = self._current_job(job)
             worker = self._worker(job, rank)
             now = self._clock()
             if c > 0:  # a worker reporting before its first step has no time to give
@@ -98,20 +112,20 @@ class Coordinator:
                 worker.ready = job.rule.ready(job, rank, now)
             return worker.ready
 
-    def reset(self, rank, t, te):
+    def reset(self, rank, t, te, job=None):
         with self._lock:
-            job = self._current_job()
+            job = self._current_job(job)
             worker = self._worker(job, rank)
             worker.k, worker.ready, worker.t, worker.te = 0, False, t, te
             worker.step_start = self._clock()
             worker.resets += 1
             job.requests["reset"] += 1
 
-    def plan(self, rank, c, a=None):
+    def plan(self, rank, c, a=None, job=None):
         """This round's plan for worker `rank`, whose step takes `c` s and whose aggregation `a` s: {"k": its local
         steps, and what else the job's rule plans}."""
         with self._lock:
-            job = self._current_job()
+            job = self._current_job(job)
             worker = self._worker(job, rank)
             worker.c = c
             if a is not None:
@@ -120,12 +134,12 @@ class Coordinator:
             job.requests["plan"] += 1
             return job.rule.plan(job, rank)
 
-    def arrive(self, rank, t):
+    def arrive(self, rank, t, job=None):
         """NBSSGD: worker `rank` is at a mini-batch boundary of round t and will aggregate (it completed its batch,
         or it saw that another worker did). Backup workers: its gradient of step t is ready, and the answer says
         whether the step takes it. Idempotent."""
         with self._lock:
-            job = self._current_job()
+            job = self._current_job(job)
             self._worker(job, rank)
             job.requests["arrive"] += 1
             job.heard_of(t)
@@ -134,42 +148,51 @@ class Coordinator:
                 self._changed.notify_all()
             return answer
 
-    def watch(self, rank, t, arrived, wait):
+    def watch(self, rank, t, arrived, wait, job=None):
         """NBSSGD: the status of round t once it is finished (or, for a worker that has
         arrived, once every worker has), or after `wait` seconds, whichever comes first.
         An arrived worker's watch repeats its arrival, so a restarted server relearns it."""
         if arrived:
-            self.arrive(rank, t)
+            self.arrive(rank, t, job)
         with self._lock:
-            job = self._current_job()
+            job = self._current_job(job)
             self._worker(job, rank)
             job.requests["watch"] += 1
             job.heard_of(t)
             wanted = "gathered" if arrived else "finished"
-            self._changed.wait_for(lambda: self._job is not job or job.rule.status(job, t)[wanted],
+            self._changed.wait_for(lambda: job not in self._jobs.values() or job.rule.status(job, t)[wanted],
                                    timeout=min(wait, MAX_WATCH_SECONDS))
             return job.rule.status(job, t)
 
-    def snapshot(self):
+    def snapshot(self, job=None):
+        """The state of the job (DEFAULT_JOB where None), and the ids of every job the server keeps."""
         with self._lock:
-            job = self._job
-            if job is None:
+            found = self._jobs.get(job or DEFAULT_JOB)
+            if found is None:
                 return {"num_workers": None, "epsilon": None, "policy": None,
-                        "margin": None, "workers": [], "requests": {}}
+                        "margin": None, "workers": [], "requests": {}, "jobs": list(self._jobs)}
             now = self._clock()
-            return {**self._describe_settings(job),
-                    "workers": [_describe_worker(worker, now) for worker in job.workers],
-                    "requests": dict(job.requests),
-                    "rounds": {t: sorted(r.arrived) for t, r in sorted(job.rounds.items())}}
+            return {**self._describe_settings(found), "job": job or DEFAULT_JOB, "jobs": list(self._jobs),
+                    "workers": [_describe_worker(worker, now) for worker in found.workers],
+                    "requests": dict(found.requests),
+                    "rounds": {t: sorted(r.arrived) for t, r in sorted(found.rounds.items())}}
 
-    def _current_job(self):
-        if self._job is None:
-            raise NotInitialised("no job yet: POST /init/ first")
-        return self._job
+    def _current_job(self, job=None):
+        """The job a request names (DEFAULT_JOB where it names none); a worker's rank out of a job the request named
+        is then a conflict, not a bad field."""
+        found = self._jobs.pop(job or DEFAULT_JOB, None)
+        if found is None:
+            raise NotInitialised(f"no job {job or DEFAULT_JOB} (not set up yet, or lost in a restart): POST /init/ "
+                                 "first")
+        self._jobs[job or DEFAULT_JOB] = found  # the latest used last
+        found.named = job
+        return found
 
     @staticmethod
     def _worker(job, rank):
         if not 0 <= rank < job.num_workers:
+            if job.named:
+                raise JobConflict(f"job {job.named} has {job.num_workers} workers: rank {rank} is of another job")
             raise FieldError("r", f"is out of range: rank {rank} with {job.num_workers} workers")
         return job.workers[rank]
 

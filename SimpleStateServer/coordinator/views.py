@@ -13,7 +13,7 @@ from coordination.records import FieldError, Settings
 from coordination.rules import RULES
 from coordinator.fields import read
 from coordinator.responses import error_response, json_response
-from coordinator.state import Coordinator, NotInitialised
+from coordinator.state import Coordinator, JobConflict, NotInitialised
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ def endpoint(declared):
                 return error_response(request, 400, str(error), field=error.field_name)
             except NotInitialised as error:
                 return error_response(request, 409, str(error))
+            except JobConflict as error:  # not to be answered by setting a job up again
+                return error_response(request, 409, str(error), conflict=1)
 
         return django_view
 
@@ -47,7 +49,7 @@ def endpoint(declared):
 
 def _request_data(request):
     if request.method != "POST":
-        return {}
+        return request.GET
     try:
         if request.content_type == "application/json":
             return _json_object(request.body)
@@ -74,11 +76,12 @@ def init(fields):
     settings = Settings(share=defaults.share if fields["share"] is None else fields["share"],
                         max_slowest_steps=fields["max_slowest_steps"] or defaults.max_slowest_steps,
                         overlap=fields["overlap"], accept=fields["accept"])
-    job_settings = COORDINATOR.init(num_workers, epsilon, policy, resumed=fields["resumed"], settings=settings)
+    job_settings = COORDINATOR.init(num_workers, epsilon, policy, resumed=fields["resumed"], settings=settings,
+                                    job=fields["job"])
     margin_text = "auto (0.1 x slowest step)" if epsilon is None else f"{epsilon} s"
     sizing = RULES[policy].sizing(settings)  # the policy was checked by init()
-    logger.info("%s job: %d workers, margin %s, policy %s%s", "resumed" if fields["resumed"] else "new", num_workers,
-                margin_text, policy, sizing)
+    logger.info("%s job %s: %d workers, margin %s, policy %s%s", "resumed" if fields["resumed"] else "new",
+                job_settings["job"], num_workers, margin_text, policy, sizing)
     return {"ok": 1, **job_settings}
 
 
@@ -86,12 +89,12 @@ def init(fields):
 def apply(fields):
     if fields["c"] == 0 and fields["k"] > 0:
         raise FieldError("c", "must be > 0 once steps were done (k > 0)")
-    return {"ready": int(COORDINATOR.apply(fields["r"], fields["k"], fields["c"], fields["te"]))}
+    return {"ready": int(COORDINATOR.apply(fields["r"], fields["k"], fields["c"], fields["te"], fields["job"]))}
 
 
 @endpoint(protocol.RESET)
 def reset(fields):
-    COORDINATOR.reset(fields["r"], fields["t"], fields["te"])
+    COORDINATOR.reset(fields["r"], fields["t"], fields["te"], fields["job"])
     return {"ok": 1}
 
 
@@ -99,22 +102,22 @@ def reset(fields):
 def plan(fields):
     if fields["c"] == 0:
         raise FieldError("c", "must be > 0")
-    return COORDINATOR.plan(fields["r"], fields["c"], fields["a"])
+    return COORDINATOR.plan(fields["r"], fields["c"], fields["a"], fields["job"])
 
 
 @endpoint(protocol.ARRIVE)
 def arrive(fields):
-    return COORDINATOR.arrive(fields["r"], fields["t"])
+    return COORDINATOR.arrive(fields["r"], fields["t"], fields["job"])
 
 
 @endpoint(protocol.WATCH)
 def watch(fields):
-    return COORDINATOR.watch(fields["r"], fields["t"], fields["arrived"], fields["wait"])
+    return COORDINATOR.watch(fields["r"], fields["t"], fields["arrived"], fields["wait"], fields["job"])
 
 
 @endpoint(protocol.STATE)
 def state(fields):
-    return COORDINATOR.snapshot()
+    return COORDINATOR.snapshot(fields["job"])
 
 
 # The views of the protocol's endpoints, by endpoint (coordinator/urls.py serves each at its path).

@@ -28,6 +28,7 @@ from coordination import protocol
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "ESYNC_STATE_TOKEN"
+JOB_ENV = "ESYNC_JOB_ID"  # the job every client of the process is of, where none is given (main.py's --job-id)
 TOKEN_HEADER = "X-ESync-Token"
 FIRST_RETRY_DELAY = 0.05
 MAX_RETRY_DELAY = 2.0
@@ -52,15 +53,18 @@ class StateServerUnavailable(RuntimeError):
 
 
 class StateClient:
-    def __init__(self, host, port, token=None, timeout=10.0, retry_for=300.0, on_not_initialised=None):
-        """`on_not_initialised`: without it a 409 (no job) raises StateServerError. With it, a 409 is retried like
-        an unavailable server, calling the hook before each retry: a restarted server lost its job, and the hook
-        sets it up again (init_again_if_lost)."""
+    def __init__(self, host, port, token=None, timeout=10.0, retry_for=300.0, on_not_initialised=None, job=None):
+        """`job`: the id of the job every request is of (default $ESYNC_JOB_ID, else the server's default job).
+        `on_not_initialised`:
+        without it a 409 (no job) raises StateServerError. With it, a 409 is retried like an unavailable server,
+        calling the hook before each retry: a restarted server lost its job, and the hook sets it up again
+        (init_again_if_lost). A 409 that is a conflict (a rank the job does not have) always raises."""
         self.address = _address(host, port)
         self.host, self.port = host.strip("[]"), port
         self.timeout = timeout
         self.retry_for = retry_for
         self.on_not_initialised = on_not_initialised
+        self.job = job if job is not None else os.environ.get(JOB_ENV) or None
         self._connection = None
         self._headers = {"Accept": "application/json"}
         token = token if token is not None else os.environ.get(TOKEN_ENV)
@@ -133,9 +137,13 @@ class StateClient:
         self.close()
 
     def _send(self, endpoint, retry_for=None, still_wanted=None, **values):
-        """A request to a protocol endpoint (coordination/protocol.py) with these field values."""
-        return self._call(endpoint.method, endpoint.path, protocol.request(endpoint, **values), retry_for,
-                          still_wanted)
+        """A request to a protocol endpoint (coordination/protocol.py) with these field values, of this client's
+        job."""
+        fields = protocol.request(endpoint, **values, job=self.job)
+        if endpoint.method == "GET":
+            path = endpoint.path + (f"?{urlencode(fields)}" if fields else "")
+            return self._call("GET", path, None, retry_for, still_wanted)
+        return self._call(endpoint.method, endpoint.path, fields, retry_for, still_wanted)
 
     def _call(self, method, path, fields=None, retry_for=None, still_wanted=None):
         retry_for = self.retry_for if retry_for is None else retry_for
@@ -185,7 +193,7 @@ class StateClient:
             return f"HTTP {response.status}", None
         if response.status < 400 and not content:
             return CUT_SHORT, None
-        if response.status == NOT_INITIALISED and self.on_not_initialised is not None:
+        if response.status == NOT_INITIALISED and self.on_not_initialised is not None and b'"conflict"' not in content:
             return NO_JOB, None
         return None, _decode(response.status, response.getheader("Content-Type", ""), content,
                              self.address + path)
