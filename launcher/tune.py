@@ -62,8 +62,9 @@ def build_parser():
     p.add_argument("--target", type=float, default=0.8, help="the accuracy a run is timed to (default 0.8)")
     p.add_argument("--max-time", type=float, default=30.0, help="seconds of training a trial at most (default 30)")
     p.add_argument("--trials", type=int, default=8,
-                   help="trials of each scheme's study this command runs (default 8: about 6 minutes a scheme on 2 "
-                        "cores at the default --max-time, 40 minutes for the default six schemes)")
+                   help="trials of each scheme's study this command runs (default 8: at most 6 minutes a scheme on 2 "
+                        "cores at the default --max-time, 10 to 40 minutes for the default six schemes as the pruner "
+                        "stops runs; 0: only the report of what the studies hold)")
     p.add_argument("--holdout", type=int, default=5000,
                    help="training samples held out to validate on (default 5000)")
     p.add_argument("--seed", type=int, default=1000,
@@ -81,9 +82,11 @@ def parse(argv):
     ns.schemes = [s.strip() for s in ns.schemes.split(",") if s.strip()]
     ns.log_dir = os.path.abspath(ns.log_dir)
     ns.storage = ns.storage or f"sqlite:///{os.path.join(ns.log_dir, 'studies.db')}"
-    for name in ("trials", "holdout", "max_time", "target"):
+    for name in ("holdout", "max_time", "target"):
         if not getattr(ns, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    if ns.trials < 0:
+        raise UsageError("--trials must be 0 (report what the studies hold) or more")
     ns.cell = tuned.cell_key(ns.network, ns.dataset, ns.profile, ns.link, ns.non_iid)
     for scheme in ns.schemes:
         first_run(ns, scheme, 0)  # every scheme's run is one the launcher takes
@@ -249,8 +252,9 @@ def tune(ns, storage):
     for scheme in ns.schemes:
         study = study_of(ns, storage, scheme)
         print(f"[tune] {scheme}: {len(study.trials)} trials before, {ns.trials} more", flush=True)
-        study.optimize(lambda trial: objective(ns, scheme, trial, sys.stdout), n_trials=ns.trials,
-                       catch=(RuntimeError,))
+        if ns.trials:
+            study.optimize(lambda trial: objective(ns, scheme, trial, sys.stdout), n_trials=ns.trials,
+                           catch=(RuntimeError,))
         studies[scheme] = study
     return studies
 
@@ -311,7 +315,8 @@ def markdown(cell, entry):
 
 
 def draw(ns, studies):
-    """One figure per scheme: each complete trial's objective against each hyperparameter."""
+    """One figure per scheme: each complete trial's objective against each hyperparameter, and each pruned one's
+    score when the pruner stopped it (hollow)."""
     import matplotlib
     import optuna
 
@@ -324,15 +329,20 @@ def draw(ns, studies):
     for scheme, study in studies.items():
         space = config.search_space(scheme_run(scheme, ns.profile)[0])
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-        if not space or not complete:
+        pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED and t.intermediate_values]
+        if not space or not complete + pruned:
             continue
         fig, axes = pyplot.subplots(1, len(space), figsize=(4 * len(space), 3.2), squeeze=False)
         for ax, (name, (flag, rng)) in zip(axes[0], space.items()):
-            ax.scatter([t.params[name] for t in complete], [t.value for t in complete])
+            ax.scatter([t.params[name] for t in complete], [t.value for t in complete], label="complete")
+            ax.scatter([t.params[name] for t in pruned], [t.intermediate_values[max(t.intermediate_values)]
+                                                          for t in pruned], facecolors="none", edgecolors="C1",
+                       label="pruned (its score then)")
             ax.set_xscale("log" if rng.log else "linear")
             ax.set_xlim(rng.low, rng.high)
             ax.set_xlabel(flag)
             ax.set_ylabel(f"seconds to {ns.target:g} (penalised)")
+        axes[0][0].legend(fontsize="small")
         fig.suptitle(f"{scheme}: {ns.cell}")
         fig.tight_layout()
         path = os.path.join(folder, f"{scheme}.png")
