@@ -15,7 +15,11 @@ import statistics
 import tempfile
 import time
 
-import mxnet as mx
+from training import mxnet_internals
+
+mxnet_internals.install()  # before MXNet's import, as main.py: its operator cache and numpy's aliases
+
+import mxnet as mx  # noqa: E402
 import numpy as np
 from mxnet import gluon
 

@@ -7,7 +7,11 @@ Same network, data, batch and devices as `main.py -m sync`; it records the wall 
 import argparse
 import time
 
-import mxnet as mx
+from training import mxnet_internals
+
+mxnet_internals.install()  # before MXNet's import, as main.py: its operator cache and numpy's aliases
+
+import mxnet as mx  # noqa: E402
 from mxnet import gluon
 
 from data import BatchStream, load_dataset, partition

@@ -177,7 +177,7 @@ def placeholder(argv):
 
 
 def parse_launch(argv, monkeypatch):
-    from launcher import dmlc, experiment, paper, regime_map, sweep
+    from launcher import dmlc, experiment, paper, regime_map, sweep, tune
 
     if argv[:1] == ["paper"]:
         return paper.parse(argv[1:])
@@ -187,6 +187,8 @@ def parse_launch(argv, monkeypatch):
         return regime_map.parse(argv[1:])
     if argv[:1] == ["sweep"]:
         return sweep.parse(argv[1:])
+    if argv[:1] == ["tune"]:
+        return tune.parse(argv[1:])
     if argv[:1] == ["submit"]:
         from dmlc_tracker import opts
         return opts.get_opts(argv[1:])

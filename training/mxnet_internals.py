@@ -220,11 +220,26 @@ def installed_cache():
 
 
 def install(path=None):
-    """Serve MXNet's operator code from the cache from now on (before MXNet is imported)."""
+    """Serve MXNet's operator code from the cache from now on (before MXNet is imported); MXNet 1.9.1 imported
+    beside numpy 1.24 and later too."""
     if "mxnet" in sys.modules or installed_cache():
         return
+    define_numpy_aliases()
     use_the_standard_distutils()
     sys.meta_path.insert(0, _Finder(OperatorCache(path or cache_path())))
+
+
+NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": object, "complex": complex, "str": str}
+
+
+def define_numpy_aliases():
+    """MXNet 1.9.1 reads numpy.bool, .int, .float and .object at import, aliases numpy 1.24 removed (and numpy
+    1.23.5, the last with them, has no wheel for Python 3.12): give them back their old meaning, the builtins."""
+    import numpy
+
+    for name, value in NUMPY_ALIASES.items():
+        if name not in numpy.__dict__:
+            setattr(numpy, name, value)
 
 
 def use_the_standard_distutils():

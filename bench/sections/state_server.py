@@ -5,17 +5,20 @@ import statistics
 import time
 
 from bench.sections.common import policy_row, runs_with_policies
-from launcher.cluster import ProcessGroup, start_state_server
+from launcher.cluster import STATE_TOKEN_VARIABLE, ProcessGroup, start_state_server
 from training import config
 from training.transport.state_client import StateClient
 
 
+TOKEN, JOB = "a-benchmark-token-of-24-characters", "bench"  # as a launcher job's requests carry them
+
+
 def apply_latencies(num_workers, calls, workdir):
     """/apply/ round trips of `num_workers` client processes calling at once, as workers do (threads of one process
-    would wait for each other's interpreter lock)."""
-    with ProcessGroup(os.path.join(workdir, "state-server")) as group:
+    would wait for each other's interpreter lock), each request with the job's token and id."""
+    with ProcessGroup(os.path.join(workdir, "state-server"), {STATE_TOKEN_VARIABLE: TOKEN}) as group:
         port = start_state_server(group)
-        with StateClient("127.0.0.1", port) as admin:
+        with StateClient("127.0.0.1", port, token=TOKEN, job=JOB) as admin:
             admin.init(num_workers)
         context = multiprocessing.get_context("fork")
         start, results = context.Barrier(num_workers), context.Queue()
@@ -32,7 +35,7 @@ def apply_latencies(num_workers, calls, workdir):
 
 def _timed_applies(port, rank, calls, start, results):
     latencies = []
-    with StateClient("127.0.0.1", port) as client:
+    with StateClient("127.0.0.1", port, token=TOKEN, job=JOB) as client:
         client.state()  # connected before the clock starts
         start.wait()
         for k in range(1, calls + 1):
