@@ -101,7 +101,7 @@ def test_a_run_evaluated_only_by_the_evaluator_still_gets_its_accuracy_curve_and
     run = load_summary(base, "sync")
 
     assert drawer.draw_accuracy([run], NETWORK, False, None) is not None
-    assert drawer.table_row(run, 0.7)[5:7] == [pytest.approx(2.0), 0.9]
+    assert drawer.table_row(run, 0.7)[6:8] == [pytest.approx(2.0), 0.9]
 
 
 def test_steps_of_the_workers_curve_count_global_steps_done():
