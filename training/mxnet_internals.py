@@ -222,11 +222,18 @@ def installed_cache():
 def install(path=None):
     """Serve MXNet's operator code from the cache from now on (before MXNet is imported); MXNet 1.9.1 imported
     beside numpy 1.24 and later too."""
-    if "mxnet" in sys.modules or installed_cache():
+    if mxnet_executed() or installed_cache():
         return
     define_numpy_aliases()
     use_the_standard_distutils()
     sys.meta_path.insert(0, _Finder(OperatorCache(path or cache_path())))
+
+
+def mxnet_executed():
+    """Whether MXNet's package has been imported, not only registered to load at its first use (training/lazy.py:
+    a mode module named in ESYNC_MODE_MODULES registers it before main() installs the hook)."""
+    module = sys.modules.get("mxnet")
+    return module is not None and type(module).__name__ != "_LazyModule"
 
 
 NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": object, "complex": complex, "str": str}
