@@ -79,3 +79,34 @@ def test_a_launcher_run_of_esync_trains_with_a_fresh_token_that_others_lack(tmp_
     assert proc.returncode == 0, output
     assert token and len(token) >= 24 and answers == [401, 401, 200]
     assert token not in output  # the secret is nowhere in the launcher's own output
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others
+def test_a_real_server_refuses_out_of_range_fields_and_a_rank_of_another_job_and_keeps_its_jobs(tmp_path):
+    import http.client
+    import json
+    from urllib.parse import urlencode
+
+    from launcher.cluster import STATE_TOKEN_VARIABLE, ProcessGroup, start_state_server
+
+    def post(path, **fields):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("POST", path, urlencode(fields), {"Content-Type": "application/x-www-form-urlencoded",
+                                                             TOKEN_HEADER: "t0ken"})
+        response = connection.getresponse()
+        answer = response.status, json.loads(response.read())
+        connection.close()
+        return answer
+
+    with ProcessGroup(str(tmp_path / "processes"), {STATE_TOKEN_VARIABLE: "t0ken"}) as group:
+        port = start_state_server(group)
+        post("/init/", num_workers=6, policy="apply", job="a")
+        post("/init/", num_workers=2, policy="plan", job="b")
+        answers = [post("/plan/", r=0, c=c, job="b") for c in ("nan", "1e12", "-1")]
+        conflict = post("/apply/", r=4, k=1, c=0.1, te=1.0, job="b")
+        kept = [post("/plan/", r=1, c=0.1, job="b"), post("/apply/", r=4, k=1, c=0.1, te=1.0, job="a")]
+
+    assert [(status, body.get("field")) for status, body in answers] == [(400, "c")] * 3
+    assert conflict[0] == 409 and conflict[1]["conflict"] == 1
+    assert [status for status, _ in kept] == [200, 200] and kept[0][1]["k"] == 1
