@@ -184,7 +184,7 @@ def add_checkpoint_flags(p):
     p.add_argument("--eval-timeout", type=argtypes.POSITIVE_FLOAT, default=300.0,
                    help=f"-m {EVALUATE_MODE}: stop after this many seconds without a new checkpoint")
     p.add_argument("--snapshot-seconds", type=argtypes.POSITIVE_FLOAT,
-                   help="with --snapshot-dir: instead of evaluating in its loop (-e), rank 0 hands a copy of the "
+                   help="with --snapshot-dir: instead of evaluating in its loop (-e), worker 0 hands a copy of the "
                         "model to the evaluator process every this many seconds of training and at the end "
                         "(training/snapshots.py; what launch.py does)")
     p.add_argument("--snapshot-dir", help="with --snapshot-seconds: the folder the snapshots go to; "
