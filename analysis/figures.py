@@ -66,14 +66,17 @@ def standalone_mode():
 
 
 def curve_label(run):
-    """The algorithm, the Byzantine workers it trained with, if any, and how many workers' logs a partial summary
-    holds."""
+    """The algorithm, the Byzantine workers it trained with, if any, how many workers' logs a partial summary holds,
+    and how often the launcher started the job again (--max-restarts)."""
     label = run["algorithm"]
     if run.get("attacked"):
         label += f" ({run.get('byzantine_workers', '?')} Byzantine)"
     partial = run.get("partial")
     if partial:
         label += f" (partial: {partial['workers']} of {partial['of']} workers)"
+    restarts = len(run.get("restarts") or ())
+    if restarts:
+        label += f" ({restarts} restart{'s' if restarts > 1 else ''})"
     return label
 
 

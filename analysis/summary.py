@@ -274,6 +274,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None, pa
         "param_bytes": param_bytes,
         "links": runlog.links_described(mode_dir),
         "device_emulation": runlog.devices_described(mode_dir),
+        "restarts": runlog.launcher_record(mode_dir, "restarts") or [],
         "notes": notes,
         "partial": incomplete,
     }

@@ -88,3 +88,15 @@ def check_worker_args(worker_args):
 def check_snapshot_seconds(seconds):
     if not 0 <= seconds < float("inf"):
         raise UsageError(f"--snapshot-seconds {seconds:g}: give a period in seconds, or 0 for no evaluation")
+
+
+def check_comm_ratio(ns):
+    if ns.comm_ratio is None:
+        return
+    if not 0 < ns.comm_ratio < float("inf"):
+        raise UsageError(f"--comm-ratio {ns.comm_ratio:g}: give a positive ratio (transfer time / fast step time)")
+    if ns.hosts != "netns":
+        raise UsageError("--comm-ratio sets the rate of shaped links: give --hosts netns too (loopback has no rate "
+                         "to set)")
+    if ns.bandwidth is not None:
+        raise UsageError("--comm-ratio sets the workers' links' rate: leave out --bandwidth")

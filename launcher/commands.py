@@ -10,7 +10,7 @@ import shlex
 import sys
 
 from launcher.cluster import ROOT
-from training import config, modes
+from training import config, modes, runlog
 from training.transport import collectives
 from training.checks import UsageError
 
@@ -58,8 +58,27 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
         command += ["--device-share", f"{e.device_share:g}"]
     if e.holdout:
         command += ["--holdout", str(e.holdout)]
+    if e.max_restarts:
+        command += restart_args(experiment, mode)
     return (command + evaluation_args(experiment, mode) + list(e.tuned_flags.get(mode, ()))
             + config.flags_for_mode(e.worker_args, mode))
+
+
+CHECKPOINT_EVERY = 50  # global iterations between checkpoints, with --max-restarts
+
+
+def checkpoint_folder(experiment, mode):
+    """Where a mode's job saves its checkpoints with --max-restarts."""
+    return os.path.join(experiment.mode_folder(mode), runlog.CHECKPOINTS_FOLDER, experiment.run_id)
+
+
+def restart_args(experiment, mode):
+    """With --max-restarts: checkpoints to restart from, and --resume from the newest when there is one."""
+    from training.checkpoints import saved_steps
+
+    folder = checkpoint_folder(experiment, mode)
+    resume = ["--resume"] if experiment.resuming and saved_steps(folder) else []
+    return ["--train-dir", folder, "--save-freq", str(CHECKPOINT_EVERY)] + resume
 
 
 def evaluation_args(experiment, mode):

@@ -24,7 +24,7 @@ PROCESSES_FOLDER = runlog.PROCESSES_FOLDER
 PID_FILE = "pids.json"
 NETWORK_FILE = runlog.NETWORK_FILE
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
-SNAPSHOT_FOLDER = "snapshots"   # in a mode's folder: rank 0's snapshots, which the evaluator process tests
+SNAPSHOT_FOLDER = "snapshots"   # in a mode's folder: worker 0's snapshots, which the evaluator process tests
 DEFAULT_SNAPSHOT_SECONDS = 0.5
 DEFAULT_BANDWIDTH = "1gbit"
 LOOPBACK_LINKS = "loopback (no link limit)"
@@ -45,8 +45,8 @@ devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N)
   {', '.join(TASK_INDEX_VARIABLES)} (set by the {', '.join(TRACKERS_WITH_TASK_INDEX)} launchers, workers
   numbered 0..N-1), then runs main.py with that device; for the scheduler and servers it runs main.py alone.
   The ssh and kubernetes launchers give no task index, so they need identical --devices entries (and one
-  --slowdown); the shipped sge launcher cannot start a ps-lite job and is refused. The task index is not the
-  ps-lite rank: each worker's meta.json records its device, slowdown and rank.
+  --slowdown); the shipped sge launcher cannot start a ps-lite job and is refused. The task index is the
+  worker's position (--worker-index), which its meta.json records with its device, slowdown and rank.
   Remote hosts need this repository and the data at the same paths, and --host-ip must be an address of this
   machine they can reach (it runs the scheduler and, for the modes that use one, the state server). All output of
   the job goes to processes/tracker.log; progress and summaries read the logs that land on this machine.
@@ -71,12 +71,12 @@ devices: a worker is a device of fixed capacity, a cgroup of its own whose CPU q
   workers' quotas too.
 
 accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds of training time, and when
-  training stops, rank 0 copies the model (ESync's after an aggregation, an asynchronous scheme's as it holds it)
+  training stops, worker 0 copies the model (ESync's after an aggregation, an asynchronous scheme's as it holds it)
   and a thread writes the copy to <mode>/{SNAPSHOT_FOLDER}/; the evaluator process, started with each mode at the
   lowest CPU priority, tests every snapshot on the whole test set and logs it with the training time it was taken
   at (<mode>/evaluator.jsonl). The table, the summaries and the figures take their accuracy from that log.
   --snapshot-seconds 0 evaluates nothing (throughput runs). With a remote --tracker the snapshots would land on the
-  workers' hosts: there rank 0 evaluates in its loop every --snapshot-seconds instead, and the launcher says so.
+  workers' hosts: there worker 0 evaluates in its loop every --snapshot-seconds instead, and the launcher says so.
 
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
 """
@@ -127,6 +127,8 @@ class Experiment:
     regime: dict | None = None      # with comm_ratio, once measured: the fast step, the model's bytes, the rate
     holdout: int = 0                # training samples held out, which the evaluator tests instead of the test set
     tuned_flags: dict = field(default_factory=dict)  # --tuned: {mode: the flags of its scheme's tuned values}
+    max_restarts: int = 0           # times a mode's job is started again from its newest checkpoint after a failure
+    resuming: bool = False          # the job now started continues from the newest checkpoint
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
     @property
@@ -239,7 +241,7 @@ def build_parser():
                    help="end with the summaries and the table only (no matplotlib)")
     add_snapshot_option(p)
     add_device_options(p)
-    add_tuned_option(p)
+    add_run_options(p)
     p.add_argument("--holdout", type=int, default=0, help="hold N training samples out of every worker's share: the "
                    "evaluator tests them instead of the test set, never read then (launch.py tune's trials)")
     p.add_argument("--tracker", choices=TRACKERS, help="start the job through MXNet's dmlc_tracker (see below)")
@@ -255,9 +257,13 @@ def add_snapshot_option(p):
                         f"(default {DEFAULT_SNAPSHOT_SECONDS:g}; 0: no evaluation; see below)")
 
 
-def add_tuned_option(p):
+def add_run_options(p):
+    """What every run of the launcher's commands takes: the tuned values, the restarts."""
     p.add_argument("--tuned", metavar="FILE", help="run every mode at the values launch.py tune found for its "
                    "scheme in this run's cell (its tuned.json; a file tuned for another cell is refused)")
+    p.add_argument("--max-restarts", type=int, default=0, help="when a process of a mode's job dies, stop the others "
+                   "and start the job again from its newest checkpoint (one every 50 global iterations), up to N "
+                   "times (default 0: the run fails)")
 
 
 def add_device_options(p):
@@ -296,7 +302,7 @@ def add_host_options(p, rates=True):
 # The aggregation, host and device options that the experiment commands (paper, regimes, the benchmark) hand on to
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
-             "netns_subnet", "device_share", "sleeping_slowdown", "tuned")
+             "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts")
 
 
 def handed_on(ns):
@@ -357,7 +363,7 @@ def build(ns, worker_args=()):
         hosts=ns.hosts, bandwidth=bandwidth(ns), ps_bandwidth=ns.ps_bandwidth or bandwidth(ns),
         worker_rate=worker_rate, ps_rate=ps_rate,
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
-        netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout,
+        netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})
@@ -386,7 +392,7 @@ def parse_modes(text):
 def link_rates(ns, num_hosts):
     """(worker link, parameter-server link) in bits per second with --hosts netns, else (None, None); with
     --comm-ratio the workers' rate is None until measured, and so is the servers' unless --ps-bandwidth gives it."""
-    check_comm_ratio(ns)
+    checks.check_comm_ratio(ns)
     if ns.hosts == "local":
         return None, None
     try:
@@ -398,18 +404,6 @@ def link_rates(ns, num_hosts):
     except ValueError as error:
         raise UsageError(f"--hosts netns: {error}")
     return worker_rate, ps_rate or worker_rate
-
-
-def check_comm_ratio(ns):
-    if ns.comm_ratio is None:
-        return
-    if not 0 < ns.comm_ratio < float("inf"):
-        raise UsageError(f"--comm-ratio {ns.comm_ratio:g}: give a positive ratio (transfer time / fast step time)")
-    if ns.hosts != "netns":
-        raise UsageError("--comm-ratio sets the rate of shaped links: give --hosts netns too (loopback has no rate "
-                         "to set)")
-    if ns.bandwidth is not None:
-        raise UsageError("--comm-ratio sets the workers' links' rate: leave out --bandwidth")
 
 
 # ----------------------------------------------------------------------------------------------

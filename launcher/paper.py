@@ -60,7 +60,7 @@ def build_parser():
     experiment.add_aggregation_options(p)
     experiment.add_host_options(p)
     experiment.add_device_options(p)
-    experiment.add_tuned_option(p)
+    experiment.add_run_options(p)
     p.add_argument("--modes", default=",".join(PAPER_MODES),
                    help=f"the cluster modes to compare (default {','.join(PAPER_MODES)}); the standalone baseline "
                         "always runs")

@@ -77,7 +77,7 @@ def build_parser():
     experiment.add_aggregation_options(p)
     experiment.add_host_options(p, rates=False)
     experiment.add_device_options(p)
-    experiment.add_tuned_option(p)
+    experiment.add_run_options(p)
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
                    help=f"(default {DEFAULT_LOG_DIR})")
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines (default 10)")

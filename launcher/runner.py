@@ -36,7 +36,8 @@ from launcher.supervision import (
     wait_for_group_to_drain,
     write_pid_file,
 )
-from training import modes
+from training import modes, runlog
+from training.checkpoints import saved_steps
 from training.devices import cpu_quota, threads
 from training.transport import collectives
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
@@ -179,7 +180,41 @@ def run_mode(experiment, mode, position, hosts):
 
 
 def train_mode(experiment, mode, label, log_dir, hosts):
-    """run_mode's job, every process of it stopped on the way out."""
+    """run_mode's job, every process of it stopped on the way out; with --max-restarts started again from its newest
+    checkpoint after a failure, up to that many times."""
+    restarts = []
+    while True:
+        final = len(restarts) >= experiment.max_restarts
+        job = dataclasses.replace(experiment, resuming=bool(restarts))
+        code, failure = run_job(job, mode, label, log_dir, hosts, restarts, final)
+        if failure is None or final:
+            return code
+        restarts.append(restart_record(experiment, mode, failure))
+        keep_outputs(os.path.join(log_dir, PROCESSES_FOLDER), len(restarts))
+        print(f"[{label}] {failure.proc.name if failure.proc else 'the job'} {failure.reason}: restart "
+              f"{len(restarts)} of {experiment.max_restarts}, "
+              f"from global step {restarts[-1]['resumed_from_step']}", flush=True)
+        if not restarts[-1]["resumed_from_step"]:  # no checkpoint yet: the job starts over
+            clear_earlier_run(log_dir, summary.summary_file_name(os.path.basename(log_dir)), processes=False)
+
+
+def restart_record(experiment, mode, failure):
+    """What a restart notes: the process that failed, how, and the step the job goes on from (0: from the start)."""
+    steps = saved_steps(commands.checkpoint_folder(experiment, mode))
+    return {"process": failure.proc.name if failure.proc else None, "reason": failure.reason,
+            "resumed_from_step": steps[-1] if steps else 0, "at": time.time()}
+
+
+def keep_outputs(folder, restart):
+    """The failed attempt's process outputs, moved to <processes>/attempt-<restart>/ before the next one writes."""
+    kept = os.path.join(folder, f"attempt-{restart}")
+    os.makedirs(kept, exist_ok=True)
+    for path in glob.glob(os.path.join(folder, "*.log")):
+        shutil.move(path, kept)
+
+
+def run_job(experiment, mode, label, log_dir, hosts, restarts, final):
+    """One start of the mode's job: (its exit code, its JobFailed or None); a failure is reported when `final`."""
     # A fresh token per job: the state server answers its own workers only (a shared network's other users' not).
     token = {STATE_TOKEN_VARIABLE: secrets.token_urlsafe(24)}
     with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER), token) as group:
@@ -199,19 +234,21 @@ def train_mode(experiment, mode, label, log_dir, hosts):
             if evaluator:
                 finish_evaluation(evaluator, progress, experiment.wall_limit)
         except JobFailed as failure:
-            report_failure(label, failure, group)
-            return EXIT_FAILURE
+            if final:
+                report_failure(label, failure, group)
+            return EXIT_FAILURE, failure
         finally:
             if meter:
                 meter.stop()
+        record = {"links_described": experiment.describe_links(), "devices_described": experiment.devices_described,
+                  "restarts": restarts}
         if meter:
-            code = report_links(experiment, mode, label, meter, group.out_dir)
+            code = report_links(experiment, mode, label, meter, group.out_dir, record)
         else:
-            write_json(os.path.join(group.out_dir, NETWORK_FILE), {"links_described": experiment.describe_links(),
-                                                                    "devices_described": experiment.devices_described})
+            write_json(os.path.join(group.out_dir, NETWORK_FILE), record)
             code = 0
         let_parameter_servers_exit(experiment, group, finishers)
-    return code
+    return code, None
 
 
 def start_mode_state_server(group, host, mode):
@@ -300,17 +337,21 @@ def start_tracker(experiment, mode, group, log_dir, state_server, hosts, label):
     return [tracker]
 
 
-def clear_earlier_run(mode_dir, summary_name):
-    """A mode folder holds one run: an earlier run's iteration logs would mix into this run's summary."""
-    patterns = ["*/*/iter-*.txt", "*/*/meta.json", "*/*/model-final.params", f"{PROCESSES_FOLDER}/*", summary_name,
-                EVALUATOR_LOG]
+def clear_earlier_run(mode_dir, summary_name, processes=True):
+    """A mode folder holds one run: an earlier run's iteration logs would mix into this run's summary. Without
+    `processes`, the process outputs stay (a job started again from its start keeps its failed attempt's)."""
+    patterns = ["*/*/iter-*.txt", "*/*/meta.json", "*/*/model-final.params", summary_name, EVALUATOR_LOG]
     stale = [path for pattern in patterns for path in glob.glob(os.path.join(mode_dir, pattern))]
+    folders = [SNAPSHOT_FOLDER, runlog.CHECKPOINTS_FOLDER]
+    if processes:
+        stale += [path for path in glob.glob(os.path.join(mode_dir, PROCESSES_FOLDER, "*")) if os.path.isfile(path)]
+        folders += glob.glob(os.path.join(mode_dir, PROCESSES_FOLDER, "attempt-*"))
     for path in stale:
         os.unlink(path)
-    snapshots = os.path.join(mode_dir, SNAPSHOT_FOLDER)
-    if os.path.isdir(snapshots):
-        stale.append(snapshots)
-        shutil.rmtree(snapshots)
+    for folder in (os.path.join(mode_dir, name) for name in folders):
+        if os.path.isdir(folder):
+            stale.append(folder)
+            shutil.rmtree(folder)
     for folder in glob.glob(os.path.join(mode_dir, "*", "*")) + glob.glob(os.path.join(mode_dir, "*")):
         if os.path.isdir(folder) and not os.listdir(folder):
             os.rmdir(folder)
@@ -338,14 +379,11 @@ def describe_device(experiment, index):
     return device if float(factor) == 1 else f"{device} x{factor}"
 
 
-def report_links(experiment, mode, label, meter, out_dir):
+def report_links(experiment, mode, label, meter, out_dir, record):
     """The bytes each link carried during the mode, into processes/network.json and one line (the parameter
     servers' links, or over MPI the workers'); 0, or EXIT_FAILURE after one line when a cluster mode's worker link
     carried no traffic or a link carried more than its rate: then the run did not measure the links it names."""
-    report = meter.report()
-    report["links_described"] = experiment.describe_links()
-    report["devices_described"] = experiment.devices_described
-    report["regime"] = experiment.regime
+    report = {**meter.report(), **record, "regime": experiment.regime}
     problems = netns.link_problems(report, worker_links=modes.MODES[mode].cluster)
     report["problems"] = problems
     write_json(os.path.join(out_dir, NETWORK_FILE), report)

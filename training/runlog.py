@@ -80,6 +80,7 @@ DROPPED = "dropped"
 LATE_BY = "late_by"
 
 PROCESSES_FOLDER = "processes"  # beside a run's node folders (the launcher's): each process's output and PIDs
+CHECKPOINTS_FOLDER = "checkpoints"  # beside them too, with the launcher's --max-restarts: a folder per run
 NETWORK_FILE = "network.json"   # in PROCESSES_FOLDER: the links the run had and, when shaped, what each carried
 META_FILE = "meta.json"
 FINAL_MODEL_FILE = "model-final.params"
@@ -314,9 +315,10 @@ def subfolders(path):
 
 
 def device_folders(mode_dir):
-    """[(node, device folder name, path)] of every <node>/<device> folder of a run."""
+    """[(node, device folder name, path)] of every <node>/<device> folder of a run (the launcher's folders beside the
+    nodes left out)."""
     return [(node, device, os.path.join(mode_dir, node, device))
-            for node in subfolders(mode_dir)
+            for node in subfolders(mode_dir) if node not in (PROCESSES_FOLDER, CHECKPOINTS_FOLDER)
             for device in subfolders(os.path.join(mode_dir, node))]
 
 
