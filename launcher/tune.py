@@ -74,6 +74,8 @@ def build_parser():
     p.add_argument("--storage", help="the studies' database, an SQLAlchemy URL (default: sqlite under the log dir)")
     p.add_argument("-ld", "--log-dir", "--logs", default=os.path.join("logs", "tune"))
     experiment.add_device_options(p)
+    p.add_argument("--max-restarts", type=int, default=0,
+                   help="a trial whose process dies is started again from its newest checkpoint, up to N times")
     return p
 
 
@@ -124,7 +126,7 @@ def run_of(ns, scheme, number, values):
         modes=mode, network=ns.network, dataset=ns.dataset, data_dir=ns.data_dir, slowdown=profile,
         max_time=ns.max_time, target_accuracy=ns.target, seed=ns.seed + number, holdout=ns.holdout,
         snapshot_seconds=ns.snapshot_seconds, non_iid=ns.non_iid, figures=False, progress_every=1000.0,
-        device_share=ns.device_share, sleeping_slowdown=ns.sleeping_slowdown,
+        device_share=ns.device_share, sleeping_slowdown=ns.sleeping_slowdown, max_restarts=ns.max_restarts,
         log_dir=trial_dir(ns, scheme, number), **links, **own)
     return experiment.build(options, flags)
 
