@@ -380,10 +380,11 @@ def describe_device(experiment, index):
 
 
 def report_links(experiment, mode, label, meter, out_dir, record):
-    """The bytes each link carried during the mode, into processes/network.json and one line (the parameter
+    """The bytes each link carried during the mode, into processes/network.json with `record` and one line (the parameter
     servers' links, or over MPI the workers'); 0, or EXIT_FAILURE after one line when a cluster mode's worker link
     carried no traffic or a link carried more than its rate: then the run did not measure the links it names."""
-    report = {**meter.report(), **record, "regime": experiment.regime}
+    report = {**meter.report(), "links_described": experiment.describe_links(),
+              "devices_described": experiment.devices_described, "regime": experiment.regime, **record}
     problems = netns.link_problems(report, worker_links=modes.MODES[mode].cluster)
     report["problems"] = problems
     write_json(os.path.join(out_dir, NETWORK_FILE), report)

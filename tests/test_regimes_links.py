@@ -145,7 +145,7 @@ def test_a_mode_whose_links_carried_nothing_fails_and_says_why(tmp_path, capsys)
             "links": {name: {**link(8e6, 100, 100), "rx_bytes_per_s": 20, "tx_bytes_per_s": 20,
                              "peak_rx_bytes_per_s": 50, "peak_tx_bytes_per_s": 50} for name in ("ps", "w0", "w1")}}
 
-    code = runner.report_links(run, "sync", "sync 1/1", FixedMeter(idle), str(tmp_path))
+    code = runner.report_links(run, "sync", "sync 1/1", FixedMeter(idle), str(tmp_path), {})
 
     assert code == 1
     assert "w0 carried 100 bytes in and 100 out" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from training import runlog
 
 pytestmark = [pytest.mark.slow, pytest.mark.beside_others]  # the checks do not depend on timing
 
-MAX_TIME = 6
+MAX_TIME = 8
 
 
 def rounds_logged(logs, mode):
@@ -33,39 +33,43 @@ def kill_during_training(logs, mode, name, after_rounds):
     return rounds_logged(logs, mode)
 
 
-def run_with_kills(tmp_path, mode, name, kills, after_rounds=(CHECKPOINT_EVERY + 10,)):
+def run_with_kills(tmp_path, mode, victims, max_restarts):
+    """A launcher run of `mode` whose processes `victims` are SIGKILLed one after another, each once the job (the
+    restarted one after the first) has trained past its first checkpoint; (logs, exit code, output, the rounds
+    logged at each kill)."""
     logs = str(tmp_path / "logs")
-    args = ["--modes", mode, "--devices", "cpu,cpu", "--max-time", str(MAX_TIME), "--max-restarts", "1",
-            "--no-figures", *LENET]
+    args = ["--modes", mode, "--devices", "cpu,cpu", "--max-time", str(MAX_TIME), "--max-restarts",
+            str(max_restarts), "--no-figures", *LENET]
     with launcher(args, logs) as proc:
         killed_at = []
-        for kill in range(kills):
+        for kill, name in enumerate(victims):
             if kill:  # the restarted job's processes have recorded themselves anew
-                wait_for(lambda: "restart 1 of 1" in read_output(proc), 60, "the restart")
-            killed_at.append(kill_during_training(logs, mode, name, after_rounds[min(kill, len(after_rounds) - 1)]))
+                wait_for(lambda: f"restart {kill} of {max_restarts}" in read_output(proc), 60, "the restart")
+            resumed = killed_at[-1] - CHECKPOINT_EVERY if killed_at else 0
+            killed_at.append(kill_during_training(logs, mode, name, resumed + CHECKPOINT_EVERY + 10))
         proc.wait(timeout=300)
         output = read_output(proc)
     return logs, proc.returncode, output, killed_at
 
 
-@pytest.mark.parametrize("mode, name", [("sync", "worker-1"), ("sync", "server-0"), ("esync", "state-server")])
-def test_a_killed_process_restarts_the_job_from_its_newest_checkpoint_and_the_run_ends_well(tmp_path, mode, name):
-    logs, code, output, (killed_at,) = run_with_kills(tmp_path, mode, name, kills=1)
+def test_a_killed_worker_server_and_state_server_each_restart_the_job_from_its_newest_checkpoint(tmp_path):
+    victims = ["worker-1", "server-0", "state-server"]
+    logs, code, output, killed_at = run_with_kills(tmp_path, "esync", victims, max_restarts=3)
 
-    run = summary.load_summary(os.path.join(logs, "lenet"), mode)
-    restarts = json.load(open(os.path.join(logs, "lenet", mode, "processes", "network.json")))["restarts"]
+    run = summary.load_summary(os.path.join(logs, "lenet"), "esync")
+    restarts = json.load(open(os.path.join(logs, "lenet", "esync", "processes", "network.json")))["restarts"]
     assert code == 0, output
-    assert len(restarts) == 1 and restarts[0]["process"] == name and "SIGKILL" in restarts[0]["reason"]
-    step = restarts[0]["resumed_from_step"]
-    assert killed_at - CHECKPOINT_EVERY <= step <= killed_at + 1  # at most one interval of steps lost
-    assert f"{name} exited with signal SIGKILL: restart 1 of 1, from global step {step}" in output
+    assert [r["process"] for r in restarts] == victims and all("SIGKILL" in r["reason"] for r in restarts)
+    for n, (restart, rounds) in enumerate(zip(restarts, killed_at), 1):
+        step = restart["resumed_from_step"]
+        assert rounds - CHECKPOINT_EVERY <= step <= rounds + 1  # at most one interval of steps lost
+        assert f"{restart['process']} exited with signal SIGKILL: restart {n} of 3, from global step {step}" in output
     assert run["restarts"] == restarts and run["elapsed_time"] >= MAX_TIME  # one run, its whole training time
     assert still_running(recorded_pids(logs)) == []
 
 
 def test_a_second_kill_past_the_limit_ends_the_run_with_its_failure_line_and_nothing_left(tmp_path):
-    logs, code, output, _ = run_with_kills(tmp_path, "sync", "worker-1", kills=2,
-                                           after_rounds=(CHECKPOINT_EVERY + 10, 2 * CHECKPOINT_EVERY + 10))
+    logs, code, output, _ = run_with_kills(tmp_path, "sync", ["worker-1", "worker-1"], max_restarts=1)
 
     after_the_restart = output.split("restart 1 of 1")[1]
     assert code == 1, output
