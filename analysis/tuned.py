@@ -44,9 +44,11 @@ def read(path):
 
 
 def write(path, cell, entry):
-    """Write one cell's entry into tuned.json, keeping the others."""
+    """Write one cell's entry into tuned.json, keeping the other cells and the schemes of this one it does not
+    name."""
     cells = read(path)
-    cells[cell] = entry
+    schemes = {**cells.get(cell, {}).get("schemes", {}), **entry["schemes"]}
+    cells[cell] = {**entry, "schemes": schemes}
     write_json(path, {"cells": cells}, indent=1)
 
 

@@ -319,11 +319,9 @@ def markdown(cell, entry):
 def draw(ns, studies):
     """One figure per scheme: each complete trial's objective against each hyperparameter, and each pruned one's
     score when the pruner stopped it (hollow)."""
-    import matplotlib
     import optuna
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
+    from analysis.figures import plt, save_figure
 
     folder = os.path.join(ns.log_dir, cell_folder(ns.cell), "figures")
     os.makedirs(folder, exist_ok=True)
@@ -334,7 +332,7 @@ def draw(ns, studies):
         pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED and t.intermediate_values]
         if not space or not complete + pruned:
             continue
-        fig, axes = pyplot.subplots(1, len(space), figsize=(4 * len(space), 3.2), squeeze=False)
+        fig, axes = plt.subplots(1, len(space), figsize=(4 * len(space), 3.2), squeeze=False)
         for ax, (name, (flag, rng)) in zip(axes[0], space.items()):
             ax.scatter([t.params[name] for t in complete], [t.value for t in complete], label="complete")
             ax.scatter([t.params[name] for t in pruned], [t.intermediate_values[max(t.intermediate_values)]
@@ -346,11 +344,7 @@ def draw(ns, studies):
             ax.set_ylabel(f"seconds to {ns.target:g} (penalised)")
         axes[0][0].legend(fontsize="small")
         fig.suptitle(f"{scheme}: {ns.cell}")
-        fig.tight_layout()
-        path = os.path.join(folder, f"{scheme}.png")
-        fig.savefig(path)
-        pyplot.close(fig)
-        written.append(path)
+        written += save_figure(fig, folder, scheme, pdf=False)
     return written
 
 

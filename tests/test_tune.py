@@ -195,3 +195,11 @@ def test_a_file_tuned_for_another_cell_is_refused_in_one_line(tmp_path):
                             text=True,
                             env=launcher_env(), timeout=60)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_report_of_some_schemes_keeps_the_others_of_the_cell(tmp_path):
+    path = tuned_file(tmp_path)
+
+    tuned.write(path, CELL, {"schemes": {"async": {"flags": {"--learning-rate": 0.002}}}})
+
+    assert set(tuned.read(path)[CELL]["schemes"]) == {"sync", "esync-apply", "async"}
