@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -18,35 +19,42 @@ pytestmark = [pytest.mark.slow, pytest.mark.beside_others]  # the checks do not 
 MAX_TIME = 8
 
 
-def rounds_logged(logs, mode):
+def rounds_logged(logs, mode, since=0.0):
+    """The most rounds a worker of the run has logged (written after `since`, a time.time())."""
     mode_dir = os.path.join(logs, "lenet", mode)
     if not os.path.isdir(mode_dir):
         return 0
-    return max((len(glob.glob(os.path.join(folder, "iter-*.txt"))) for _, _, folder in runlog.device_folders(mode_dir)),
-               default=0)
+    return max((sum(1 for path in glob.glob(os.path.join(folder, "iter-*.txt")) if os.path.getmtime(path) > since)
+                for _, _, folder in runlog.device_folders(mode_dir)), default=0)
 
 
-def kill_during_training(logs, mode, name, after_rounds):
-    """SIGKILL `name` once a worker has logged `after_rounds` rounds; the rounds logged then."""
-    wait_for(lambda: rounds_logged(logs, mode) >= after_rounds, 120, f"{after_rounds} rounds of {mode}")
+def started(logs, mode, name):
+    try:
+        return pid_of(logs, mode, name)
+    except (OSError, ValueError, StopIteration):  # not recorded (yet) by the job now running
+        return None
+
+
+def kill_during_training(logs, mode, name, after_rounds, since=0.0):
+    """SIGKILL `name` once a worker has logged `after_rounds` rounds since `since`; the rounds it had logged then."""
+    wait_for(lambda: started(logs, mode, name) and rounds_logged(logs, mode, since) >= after_rounds, 60,
+             f"{after_rounds} rounds of {mode}")
     os.kill(pid_of(logs, mode, name), signal.SIGKILL)
     return rounds_logged(logs, mode)
 
 
 def run_with_kills(tmp_path, mode, victims, max_restarts):
-    """A launcher run of `mode` whose processes `victims` are SIGKILLed one after another, each once the job (the
-    restarted one after the first) has trained past its first checkpoint; (logs, exit code, output, the rounds
-    logged at each kill)."""
+    """A launcher run of `mode` whose processes `victims` are SIGKILLed one after another: the first once the job
+    has trained past its first checkpoint, each later one once the restarted job has trained a few rounds; (logs,
+    exit code, output, the rounds logged at each kill)."""
     logs = str(tmp_path / "logs")
     args = ["--modes", mode, "--devices", "cpu,cpu", "--max-time", str(MAX_TIME), "--max-restarts",
             str(max_restarts), "--no-figures", *LENET]
     with launcher(args, logs) as proc:
-        killed_at = []
-        for kill, name in enumerate(victims):
-            if kill:  # the restarted job's processes have recorded themselves anew
-                wait_for(lambda: f"restart {kill} of {max_restarts}" in read_output(proc), 60, "the restart")
-            resumed = killed_at[-1] - CHECKPOINT_EVERY if killed_at else 0
-            killed_at.append(kill_during_training(logs, mode, name, resumed + CHECKPOINT_EVERY + 10))
+        killed_at = [kill_during_training(logs, mode, victims[0], CHECKPOINT_EVERY + 5)]
+        for kill, name in enumerate(victims[1:], 1):
+            wait_for(lambda: f"restart {kill} of {max_restarts}" in read_output(proc), 60, "the restart")
+            killed_at.append(kill_during_training(logs, mode, name, 5, since=time.time()))
         proc.wait(timeout=300)
         output = read_output(proc)
     return logs, proc.returncode, output, killed_at
