@@ -57,15 +57,29 @@ def run_dir(log_dir, link, profile, split, repeat, scheme):
     return os.path.join(log_dir, link_folder(link), profile_folder(profile), split, f"repeat-{repeat}", scheme)
 
 
+FAST_ONLY = "fast-only"  # SSGD on the profile's fastest devices alone: the stragglers dropped
+STANDALONE = modes.STANDALONE  # one fast device, no cluster
+
+
 def mode_of(scheme):
-    """(mode, ESync variant or None) of a scheme: a mode of the catalog, or esync-<variant>
-    (training/esync_variants.py)."""
+    """(mode, ESync variant or None) of a scheme: a mode of the catalog, esync-<variant>
+    (training/esync_variants.py), or fast-only (sync on the fastest devices)."""
+    if scheme == FAST_ONLY:
+        return "sync", None
     if scheme.startswith(esync_variants.PREFIX) and scheme not in modes.MODES:
         return "esync", scheme[len(esync_variants.PREFIX):]
     return scheme, None
 
 
+def fastest_profile(profile):
+    """'1,1,20' -> '1,1': the profile's fastest devices alone."""
+    factors = [float(f) for f in profile.split(",")]
+    return ",".join(f"{f:g}" for f in factors if f == min(factors))
+
+
 def display(scheme):
+    if scheme == FAST_ONLY:
+        return "SSGD on the fast devices alone"
     mode, variant = mode_of(scheme)
     name = modes.MODES[mode].display
     return f"{name} ({esync_variants.describe(variant)})" if variant else name
@@ -180,7 +194,24 @@ def cell_at(runs, limit, target):
     leader, relative = rank(cell)
     for scheme, numbers in cell.items():
         numbers["relative_time"] = relative.get(scheme)
-    return {"leader": leader, **decide(leader, cell), "schemes": cell}
+    return {"leader": leader, **decide(leader, cell), "cluster_pays": cluster_pays(cell), "schemes": cell}
+
+
+def cluster_pays(cell):
+    """Whether the cluster pays in a cell with one fast device alone (`local`) beside the cluster's schemes: "yes"
+    where the cluster's leader reaches the target sooner beyond the spread, "no" where the device alone does, else
+    "cannot be told"; None without the device alone."""
+    alone = cell.get(STANDALONE)
+    others = {s: n for s, n in cell.items() if s != STANDALONE}
+    if alone is None or not others:
+        return None
+    leader, _ = rank(others)
+    if leader is None:
+        return "no" if alone["reached"] else "cannot be told"
+    cluster, device = others[leader]["censored_times"], alone["censored_times"]
+    if significance.leads(cluster, device):
+        return "yes"
+    return "no" if significance.leads(device, cluster) else "cannot be told"
 
 
 def at_target(result, target):
@@ -211,7 +242,9 @@ def winner_table(result, split):
         row = [profile]
         for link in result["links"]:
             cell = find_cell(result, split, profile, link)
-            row.append(nobody_reached(cell) if cell["leader"] is None else cell_entry(cell))
+            entry = nobody_reached(cell) if cell["leader"] is None else cell_entry(cell)
+            pays = cell.get("cluster_pays")
+            row.append(entry + (f"; the cluster pays: **{pays}**" if pays else ""))
         rows.append(row)
     return markdown_table(["workers"] + [describe_link(link) for link in result["links"]], rows)
 

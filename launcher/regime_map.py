@@ -38,7 +38,8 @@ from training.files import read_json, write_json
 DEFAULT_LINKS = "loopback,0.3,3,12"   # 12: the ESync paper's cluster (launcher/comm_ratio.py)
 DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
 DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-apply,esync-nonblocking,esync-overlap,"
-                   "esync-apply-drift,nbsync,backup,lb-bsp,downpour,fedavg,diloco,fedasync,fedbuff,async-local-sgd,tifl,feddrop")
+                   "esync-apply-drift,nbsync,backup,lb-bsp,downpour,fedavg,diloco,fedasync,fedbuff,async-local-sgd,tifl,feddrop,"
+                   "local,fast-only")
 DEFAULT_LOG_DIR = os.path.join("logs", "regimes")
 DEFAULT_HIGHER_TARGETS = "0.85"
 START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (for the estimate printed)
@@ -55,7 +56,8 @@ def build_parser():
                    help=f"the workers' slowdowns, profiles separated by / (default {DEFAULT_PROFILES})")
     p.add_argument("--splits", default="iid,niid", help="iid, niid or both (default iid,niid)")
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
-                   help=f"cluster modes and esync-<policy>[-overlap][-drift] (default {DEFAULT_SCHEMES})")
+                   help=f"cluster modes, esync-<policy>[-overlap][-drift], local (one fast device) and fast-only (SSGD "
+                        f"on the fastest devices alone) (default {DEFAULT_SCHEMES})")
     p.add_argument("--repeats", type=int, default=3,
                    help="runs of every scheme in every cell (default 3: a winner is named only where the repeats' "
                         "spread allows)")
@@ -129,8 +131,11 @@ def parse_schemes(text):
     schemes = [s.strip() for s in text.split(",") if s.strip()]
     for scheme in schemes:
         mode, variant = regime_map.mode_of(scheme)
+        if scheme == regime_map.STANDALONE:
+            continue
         if mode not in modes.MODES or not modes.MODES[mode].cluster:
-            raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}) "
+            raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}), "
+                             f"{regime_map.STANDALONE}, {regime_map.FAST_ONLY} "
                              f"or esync-<policy>[-overlap][-drift] ({', '.join(esync.POLICIES)})")
         if variant is not None:
             try:
@@ -204,7 +209,8 @@ def planned_runs(ns, plan, worker_args):
                         label = (f"{scheme}, {regime_map.describe_link(link)}, workers {profile}, "
                                  f"{regime_map.SPLIT_NAMES[split]}, repeat {repeat}")
                         mode, own_options, own_flags = scheme_parts(scheme)
-                        options = run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options)
+                        devices = regime_map.fastest_profile(profile) if scheme == regime_map.FAST_ONLY else profile
+                        options = run_options(ns, plan, link, devices, split, repeat, scheme, mode, own_options)
                         run = experiment.build(options, own_flags + list(worker_args))
                         runs.append((label, regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme), run))
     return runs

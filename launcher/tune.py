@@ -35,7 +35,7 @@ from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 log = logging.getLogger("tune")
 
-FAST_ONLY = "fast-only"
+FAST_ONLY = map_analysis.FAST_ONLY
 DEFAULT_SCHEMES = "sync,async,esync,esync-apply,local,fast-only"
 PENALTY = 10.0          # a censored run's score grows by its training time x this for each unit of accuracy it lacked
 PRUNED = "pruned"       # what INTERRUPTS notes when the pruner stops a run
@@ -102,8 +102,7 @@ def parse(argv):
 def scheme_run(scheme, profile):
     """(mode, the launcher's options, the workers' flags, the profile) of one scheme of the search."""
     if scheme == FAST_ONLY:
-        factors = [float(f) for f in profile.split(",")]
-        return "sync", {}, [], ",".join(f"{f:g}" for f in factors if f == min(factors))
+        return "sync", {}, [], map_analysis.fastest_profile(profile)
     mode, variant = map_analysis.mode_of(scheme)
     if not variant:
         return mode, {}, [], profile

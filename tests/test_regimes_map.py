@@ -59,7 +59,7 @@ def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers
     (["--links", "3,3"], "names an entry twice"),
     (["--profiles", "1,0.5"], "must be >= 1"),
     (["--splits", "both"], "give iid, niid or both"),
-    (["--schemes", "local"], "not a cluster mode"),
+    (["--schemes", "hogwild"], "not a cluster mode"),
     (["--schemes", "esync-greedy"], "has no configuration 'greedy'"),
     (["--repeats", "0"], "must be positive"),
     (["--target", "85"], "not an accuracy"),
@@ -271,3 +271,36 @@ def test_a_higher_target_has_its_own_winners_tables_and_heatmaps(tmp_path):
     assert "## Time to 0.85, i.i.d. data" in text and "| 1,4 | **ESync** 11.0 ± 1.0 s |" in text
     assert sorted(os.path.basename(p) for p in paths if p.endswith(".png")) == ["regimes-iid-0.85.png",
                                                                                "regimes-iid.png"]
+
+
+@pytest.mark.parametrize("alone, cluster, pays", [
+    ([4.0, 4.5, 5.0], [10.0, 11.0, 12.0], "no"),
+    ([10.0, 11.0, 12.0], [4.0, 4.5, 5.0], "yes"),
+    ([4.0, 9.0, 14.0], [5.0, 8.0, 13.0], "cannot be told"),
+])
+def test_each_cell_says_whether_the_cluster_pays_against_one_device_alone(alone, cluster, pays):
+    def numbers(times):
+        return {"reached": len(times), "censored_times": [[t, True] for t in times],
+                "time_to_target": {"mean": sum(times) / len(times)}}
+
+    cell = {"local": numbers(alone), "esync": numbers(cluster), "sync": numbers([30.0, 31.0, 32.0])}
+
+    assert regime_map.cluster_pays(cell) == pays
+    assert regime_map.cluster_pays({"esync": numbers(cluster)}) is None  # no device alone in the map
+
+
+def test_fast_only_is_sync_on_the_profiles_fastest_devices():
+    assert regime_map.mode_of("fast-only") == ("sync", None)
+    assert regime_map.fastest_profile("1,1,1,1,20,20") == "1,1,1,1"
+
+
+def test_the_map_runs_one_device_alone_and_ssgd_on_the_fast_devices_beside_the_schemes(tmp_path):
+    from launcher import regime_map as regimes_command
+
+    _, _, runs = regimes_command.parse(["--schemes", "esync,local,fast-only", "--profiles", "1,1,4", "--links",
+                                        "loopback", "--splits", "iid", "--repeats", "1", "--max-time", "5", "-n",
+                                        "lenet", "--dataset", "mnist-5k", "-ld", str(tmp_path)])
+
+    planned = {os.path.basename(folder): (run.modes, run.slowdowns) for _, folder, run in runs}
+    assert planned == {"esync": (("esync",), ("1", "1", "4")), "local": (("local",), ("1", "1", "4")),
+                       "fast-only": (("sync",), ("1", "1"))}
