@@ -295,8 +295,6 @@ def test_fast_only_is_sync_on_the_profiles_fastest_devices():
 
 
 def test_the_map_runs_one_device_alone_and_ssgd_on_the_fast_devices_beside_the_schemes(tmp_path):
-    from launcher import regime_map as regimes_command
-
     _, _, runs = regimes_command.parse(["--schemes", "esync,local,fast-only", "--profiles", "1,1,4", "--links",
                                         "loopback", "--splits", "iid", "--repeats", "1", "--max-time", "5", "-n",
                                         "lenet", "--dataset", "mnist-5k", "-ld", str(tmp_path)])
