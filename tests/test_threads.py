@@ -9,9 +9,10 @@ def job(root, workers=3, **more):
 
 
 @pytest.mark.parametrize("role", ["scheduler", "server"])
-def test_the_scheduler_and_servers_take_one_thread_wherever_they_run(role):
-    assert compute_threads(role, job("10.1.1.34"), cores=32)[0] == 1
+def test_the_scheduler_and_servers_take_one_thread_beside_the_workers_and_mxnets_default_on_a_host_of_their_own(role):
     assert compute_threads(role, job("127.0.0.1"), cores=2)[0] == 1
+    assert compute_threads(role, job("10.1.1.34", DMLC_NODE_HOST="127.0.0.1"), cores=2)[0] == 1
+    assert compute_threads(role, job("10.1.1.34"), cores=32) == (None, None)
 
 
 @pytest.mark.parametrize("env, cores, threads", [

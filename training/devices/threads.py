@@ -29,12 +29,12 @@ def compute_threads(role, env, cores):
     """(threads, why) for a ps-lite role, or (None, None) to keep MXNet's default."""
     if env.get(VARIABLE) or role is None:
         return None, None
+    if not (on_loopback(env.get("DMLC_PS_ROOT_URI")) or on_loopback(env.get("DMLC_NODE_HOST"))):
+        return None, None  # a machine of its own: a server summing or updating on a dedicated host uses its cores
     if role in ("scheduler", "server"):
-        return 1, "as the role hardly computes"
-    if on_loopback(env.get("DMLC_PS_ROOT_URI")) or on_loopback(env.get("DMLC_NODE_HOST")):
-        workers = int(env["DMLC_NUM_WORKER"])
-        return share(workers, cores), f"its share of {cores} core(s) among the job's {workers} workers on loopback"
-    return None, None
+        return 1, "as the role hardly computes beside the workers on this machine"
+    workers = int(env["DMLC_NUM_WORKER"])
+    return share(workers, cores), f"its share of {cores} core(s) among the job's {workers} workers on loopback"
 
 
 def on_loopback(host):
