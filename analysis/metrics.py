@@ -66,6 +66,7 @@ def summarize_device(records):
     last_time = max(elapsed, default=0.0)
     compute_share = ratio(sum(aggregate), last_time)
     sent, received = (logged_total(ordered, field) for field in runlog.TRAFFIC_FIELDS)
+    applied = applied_samples(ordered)
     return {
         "iterations": iterations,
         "missing_iterations": missing_iterations(iterations),
@@ -78,10 +79,10 @@ def summarize_device(records):
         "elapsed_time_list": elapsed,
         "aggregate_time_list": aggregate,
         "total_samples": sum(samples),
-        "applied_samples": applied_samples(ordered),
+        "applied_samples": applied,
         "elapsed_time": last_time,
         "throughput": ratio(sum(samples), last_time),
-        "applied_throughput": ratio(applied_samples(ordered), last_time),
+        "applied_throughput": ratio(applied, last_time),
         "compute_ratio": None if compute_share is None else 1.0 - compute_share,
         "sent_bytes": sent,
         "received_bytes": received,
@@ -102,7 +103,8 @@ def applied_samples(records):
                                        else 1.0)
     judged = sum(r["zeno_judged_updates"] for r in records if is_number(r.get("zeno_judged_updates")))
     if judged:
-        applied *= sum(r["zeno_accepted_updates"] for r in records if is_number(r.get("zeno_accepted_updates"))) / judged
+        accepted = sum(r["zeno_accepted_updates"] for r in records if is_number(r.get("zeno_accepted_updates")))
+        applied *= accepted / judged
     return applied
 
 

@@ -38,8 +38,8 @@ from training.files import read_json, write_json
 DEFAULT_LINKS = "loopback,0.3,3,12"   # 12: the ESync paper's cluster (launcher/comm_ratio.py)
 DEFAULT_PROFILES = "1,1,1/1,1,4/1,1,1,1,20,20"
 DEFAULT_SCHEMES = ("sync,async,dcasgd,dcasgd-paper,esync,esync-apply,esync-nonblocking,esync-overlap,"
-                   "esync-apply-drift,nbsync,backup,lb-bsp,downpour,fedavg,diloco,fedasync,fedbuff,async-local-sgd,tifl,feddrop,"
-                   "local,fast-only")
+                   "esync-apply-drift,nbsync,backup,lb-bsp,downpour,fedavg,diloco,fedasync,fedbuff,async-local-sgd,tifl,"
+                   "feddrop,local,fast-only")
 DEFAULT_LOG_DIR = os.path.join("logs", "regimes")
 DEFAULT_HIGHER_TARGETS = "0.85"
 START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (for the estimate printed)

@@ -33,8 +33,6 @@ from training.checks import UsageError
 from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
-log = logging.getLogger("tune")
-
 FAST_ONLY = map_analysis.FAST_ONLY
 DEFAULT_SCHEMES = "sync,async,esync,esync-apply,local,fast-only"
 PENALTY = 10.0          # a censored run's score grows by its training time x this for each unit of accuracy it lacked

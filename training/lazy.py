@@ -22,10 +22,4 @@ def lazy_module(name):
     return module
 
 
-def loaded(name="mxnet"):
-    """Whether `name` has really been imported (not only registered lazily)."""
-    module = sys.modules.get(name)
-    return module is not None and type(module).__name__ != "_LazyModule"
-
-
 mx = lazy_module("mxnet")

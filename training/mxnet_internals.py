@@ -230,8 +230,8 @@ def install(path=None):
 
 
 def mxnet_executed():
-    """Whether MXNet's package has been imported, not only registered to load at its first use (training/lazy.py:
-    a mode module named in ESYNC_MODE_MODULES registers it before main() installs the hook)."""
+    """Whether MXNet's package has been imported, not only registered to load at its first use by training/lazy.py
+    (a mode module named in ESYNC_MODE_MODULES registers it before main() installs the hook)."""
     module = sys.modules.get("mxnet")
     return module is not None and type(module).__name__ != "_LazyModule"
 

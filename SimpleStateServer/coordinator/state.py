@@ -2,8 +2,8 @@
 of NBSSGD's rounds, and the rule it answers by (coordination/rules/, the job's `policy`): ESync's apply, plan,
 nonblocking and adaptive rules, Non-blocking Synchronous SGD's rounds, SSGD with backup workers. A server keeps up to
 MAX_JOBS jobs by their id, so that several launcher runs or users share one server; a request names its job, or
-means DEFAULT_JOB (the one job of clients that name none, as the original scripts'). No web framework here, so that the rules and the records can be tested with an injected
-clock.
+means DEFAULT_JOB (the one job of clients that name none, as the original scripts'). No web framework here, so that
+the rules and the records can be tested with an injected clock.
 """
 
 import math
@@ -50,7 +50,6 @@ class Job:
     oldest_round: int = 0
     resumed: bool = False
     round_in_progress: int | None = None  # of a resumed job: the first round it heard of
-    named: str | None = None  # the id the request being answered named the job by (None: it named none)
 
     @property
     def rule(self):
@@ -98,8 +97,7 @@ class Coordinator:
 
     def apply(self, rank, k, c, te, job=None):
         with self._lock:
-            job = self._current_job(job)
-            worker = self._worker(job, rank)
+            job, worker = self._worker_of(job, rank)
             now = self._clock()
             if c > 0:  # a worker reporting before its first step has no time to give
                 worker.c = c
@@ -114,8 +112,7 @@ class Coordinator:
 
     def reset(self, rank, t, te, job=None):
         with self._lock:
-            job = self._current_job(job)
-            worker = self._worker(job, rank)
+            job, worker = self._worker_of(job, rank)
             worker.k, worker.ready, worker.t, worker.te = 0, False, t, te
             worker.step_start = self._clock()
             worker.resets += 1
@@ -125,8 +122,7 @@ class Coordinator:
         """This round's plan for worker `rank`, whose step takes `c` s and whose aggregation `a` s: {"k": its local
         steps, and what else the job's rule plans}."""
         with self._lock:
-            job = self._current_job(job)
-            worker = self._worker(job, rank)
+            job, worker = self._worker_of(job, rank)
             worker.c = c
             if a is not None:
                 worker.a = a
@@ -139,8 +135,7 @@ class Coordinator:
         or it saw that another worker did). Backup workers: its gradient of step t is ready, and the answer says
         whether the step takes it. Idempotent."""
         with self._lock:
-            job = self._current_job(job)
-            self._worker(job, rank)
+            job, _ = self._worker_of(job, rank)
             job.requests["arrive"] += 1
             job.heard_of(t)
             changed, answer = job.rule.arrive(job, rank, t)
@@ -155,8 +150,7 @@ class Coordinator:
         if arrived:
             self.arrive(rank, t, job)
         with self._lock:
-            job = self._current_job(job)
-            self._worker(job, rank)
+            job, _ = self._worker_of(job, rank)
             job.requests["watch"] += 1
             job.heard_of(t)
             wanted = "gathered" if arrived else "finished"
@@ -177,24 +171,19 @@ class Coordinator:
                     "requests": dict(found.requests),
                     "rounds": {t: sorted(r.arrived) for t, r in sorted(found.rounds.items())}}
 
-    def _current_job(self, job=None):
-        """The job a request names (DEFAULT_JOB where it names none); a worker's rank out of a job the request named
-        is then a conflict, not a bad field."""
+    def _worker_of(self, job, rank):
+        """(the job a request names, DEFAULT_JOB where it names none; its worker `rank`). A rank out of a job the
+        request named is a conflict (another job's worker), out of the default job a bad field."""
         found = self._jobs.pop(job or DEFAULT_JOB, None)
         if found is None:
             raise NotInitialised(f"no job {job or DEFAULT_JOB} (not set up yet, or lost in a restart): POST /init/ "
                                  "first")
         self._jobs[job or DEFAULT_JOB] = found  # the latest used last
-        found.named = job
-        return found
-
-    @staticmethod
-    def _worker(job, rank):
-        if not 0 <= rank < job.num_workers:
-            if job.named:
-                raise JobConflict(f"job {job.named} has {job.num_workers} workers: rank {rank} is of another job")
-            raise FieldError("r", f"is out of range: rank {rank} with {job.num_workers} workers")
-        return job.workers[rank]
+        if not 0 <= rank < found.num_workers:
+            if job:
+                raise JobConflict(f"job {job} has {found.num_workers} workers: rank {rank} is of another job")
+            raise FieldError("r", f"is out of range: rank {rank} with {found.num_workers} workers")
+        return found, found.workers[rank]
 
     @staticmethod
     def _describe_settings(job):
