@@ -34,6 +34,7 @@ REPEAT_FOLDER = "repeat-{}"
 BASELINE = "sync"           # speedups are against SSGD, as in the paper
 TRAFFIC_BASELINE = "async"  # the paper compares ESync's traffic with ASGD's
 LATER_RIVALS = {"async": "ASGD", "dcasgd": "DC-ASGD"}  # the paper: both reach the target later than ESync
+FAST_ONLY = "fast-only"     # the row of SSGD on the profile's fastest devices alone: the stragglers dropped
 TABLE_FILE = "table1.md"
 RESULTS_FILE = "paper.json"
 # (key, column title, format) of Table 1's cells, in order.
@@ -41,6 +42,7 @@ COLUMNS = (
     ("time_to_target", "time to {target:g} (s)", ".1f"),
     ("speedup", "speedup vs SSGD", ".1f"),
     ("samples_per_s", "samples/s", ".0f"),
+    ("applied_samples_per_s", "applied samples/s", ".0f"),
     ("traffic_mb_per_s", "traffic (MB/s)", ".2f"),
     ("final_accuracy", "final accuracy", ".3f"),
     ("levelled", "levelled off", ""),
@@ -77,6 +79,11 @@ def variant_dir(log_dir, repeat, variant):
     return os.path.join(repeat_dir(log_dir, repeat), esync_variants.PREFIX + variant)
 
 
+def fast_only_dir(log_dir, repeat):
+    """Where the launcher runs of SSGD on the fastest devices alone log in a repeat."""
+    return os.path.join(repeat_dir(log_dir, repeat), FAST_ONLY)
+
+
 def is_esync(row):
     return row == modes.ESYNC or variant_of(row) is not None
 
@@ -84,6 +91,8 @@ def is_esync(row):
 def display(row, esync_policy=None):
     """A row's name in the tables and figures: ESync with its policy ('the paper's rule' for apply) or its
     variant, every other mode by its catalog name."""
+    if row == FAST_ONLY:
+        return "SSGD, fast devices alone"
     variant = variant_of(row)
     if variant is not None:
         return f"ESync ({esync_variants.describe(variant)})"
@@ -106,7 +115,10 @@ def load_grid(log_dir, network, cluster_modes, repeats, splits=SPLITS):
         for split in splits:
             for mode in cluster_modes:
                 variant = variant_of(mode)
-                if variant is None:
+                if mode == FAST_ONLY:
+                    grid[split][mode].append(read_summary(os.path.join(fast_only_dir(log_dir, repeat), network),
+                                                          folder_of("sync", split)))
+                elif variant is None:
                     grid[split][mode].append(read_summary(network_dir, folder_of(mode, split)))
                 else:
                     grid[split][mode].append(read_summary(os.path.join(variant_dir(log_dir, repeat, variant),
@@ -141,6 +153,8 @@ def per_repeat(runs_by_mode, mode, target):
         "time_to_target": times,
         "time_to_target_bound": [run.get("elapsed_time") if t is None else None for run, t in zip(runs, times)],
         "samples_per_s": [run.get("cluster_throughput") for run in runs],
+        # what reached the model: a backup worker's dropped steps and Zeno's rejected updates left out
+        "applied_samples_per_s": [run.get("applied_throughput") for run in runs],
         "traffic_mb_per_s": [run.get("traffic_mb_per_s") for run in runs],
         "final_accuracy": [run.get("final_accuracy") for run in runs],
         "plateau": [metrics.plateau(metrics.curve_points(run)) for run in runs],
@@ -195,8 +209,8 @@ def cells(runs_by_mode, target):
     table = {}
     for mode in runs_by_mode:
         values = per_repeat(runs_by_mode, mode, target)
-        table[mode] = {key: statistics_of(values[key]) for key in ("samples_per_s", "traffic_mb_per_s",
-                                                                  "final_accuracy")}
+        table[mode] = {key: statistics_of(values[key])
+                       for key in ("samples_per_s", "applied_samples_per_s", "traffic_mb_per_s", "final_accuracy")}
         table[mode]["time_to_target"] = {**with_lower_bounds(values["time_to_target"], values["time_to_target_bound"]),
                                           "reached": sum(t is not None for t in values["time_to_target"])}
         table[mode]["levelled"] = levelled_count(values["plateau"])

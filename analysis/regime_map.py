@@ -19,6 +19,7 @@ import textwrap
 
 from analysis import summary as summaries
 from analysis import significance
+from analysis import paper
 from analysis.paper import format_statistic, statistics_of, time_to_target
 from analysis.tables import markdown_table
 from training import esync_variants, modes, runlog
@@ -57,7 +58,7 @@ def run_dir(log_dir, link, profile, split, repeat, scheme):
     return os.path.join(log_dir, link_folder(link), profile_folder(profile), split, f"repeat-{repeat}", scheme)
 
 
-FAST_ONLY = "fast-only"  # SSGD on the profile's fastest devices alone: the stragglers dropped
+FAST_ONLY = paper.FAST_ONLY  # SSGD on the profile's fastest devices alone: the stragglers dropped
 STANDALONE = modes.STANDALONE  # one fast device, no cluster
 
 

@@ -61,11 +61,26 @@ def scheme_of(mode, esync_policy):
 
 def flags_for(path, cell, modes, esync_policy):
     """{mode: its tuned flags} for the modes of a run in `cell`; UsageError where the file has no such cell."""
+    schemes = cell_schemes(path, cell)
+    return {mode: flags_of(schemes[scheme_of(mode, esync_policy)])
+            for mode in modes if scheme_of(mode, esync_policy) in schemes}
+
+
+def scheme_flags(path, cell, scheme):
+    """The tuned flags of one scheme of `cell`, () where it was not searched: for the runs whose own cell is not the
+    one searched (fast-only trains on the fastest devices of the cell's profile)."""
+    schemes = cell_schemes(path, cell)
+    return flags_of(schemes[scheme]) if scheme in schemes else ()
+
+
+def cell_schemes(path, cell):
     cells = read(path)
     if not cells:
         raise UsageError(f"--tuned {path}: no such file of launch.py tune")
     if cell not in cells:
         raise UsageError(f"--tuned {path} was tuned for {', '.join(sorted(cells))}, not for this run's cell {cell}")
-    schemes = cells[cell]["schemes"]
-    return {mode: tuple(f"{flag}={value}" for flag, value in schemes[scheme_of(mode, esync_policy)]["flags"].items())
-            for mode in modes if scheme_of(mode, esync_policy) in schemes}
+    return cells[cell]["schemes"]
+
+
+def flags_of(found):
+    return tuple(f"{flag}={value}" for flag, value in found["flags"].items())

@@ -2,15 +2,16 @@
 
     python -m bench.run                 # the full table (about 85 minutes on 2 cores, as root)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
-                                        # network, input_pipeline, evaluation, devices, placement), into
-                                        # results-<section>.*
+                                        # network, input_pipeline, evaluation, devices, placement,
+                                        # checkpointing), into results-<section>.*
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
     python -m bench.run --only heterogeneity --hosts netns --comm-ratio 3   # that section on shaped links
 
 Run from the repository's root folder.
 
 Writes bench/results.json and bench/results.md (or --out DIR). Sections (each a module of bench/sections/):
-  1. sync overhead: our sync mode vs gluon.Trainer(kvstore='dist_sync'), same network, batch, data and cluster;
+  1. sync overhead: our sync mode vs gluon.Trainer(kvstore='dist_sync'), same network, batch, data and cluster, the
+     Trainer's servers updating the weights (MXNet's default) and its workers updating them (as ours do);
   2. efficiency under heterogeneity: cluster samples/s / the sum of each worker's standalone samples/s under its
      own slowdown, measured while all run at once (the fair limit when processes share few cores);
   3. time to accuracy and accuracy after a fixed budget, lenet on mnist-5k, slowdown 1,1,4;
@@ -33,7 +34,8 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections (each a 
      worker and one server, nobody to wait for) inside its CPU quota, as when the whole training ran in the quota,
      and outside it, as now that only the computing phases do, beside a fast device's pushpull inside its quota;
      and what entering and leaving the quota around each step costs a fast lenet step; skipped with a note where no
-     CPU quota can be given (needs root).
+     CPU quota can be given (needs root);
+ 12. checkpointing: the launcher's runs with their default checkpoints against the same runs without any.
 """
 import argparse
 import logging
@@ -44,6 +46,7 @@ import time
 
 from bench.sections import (
     byzantine,
+    checkpointing,
     devices,
     evaluation,
     heterogeneity,
@@ -69,7 +72,7 @@ ALL_MODES = ("sync", "async", "esync")
 # sync_overhead, all of it `repeats` times. The placement section times `placement_networks[network]` pushpulls in
 # each placement and `placement_steps` lenet steps each way, the fast device's share the launcher's default for
 # `placement_profile` and the slow one's that / `placement_slowdown`.
-FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5,
+FULL = dict(repeats=3, trainer_iters={"lenet": 600, "resnet18-v1": 40}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], accuracy_profile="1,1,4", seconds=12, accuracy_budget=15,
             latency_calls=300,
             modes=["esync", "sync", "async"],
@@ -83,7 +86,9 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 300, "resnet18-v1": 25}, warmup=5
             snapshot_networks={"lenet": 200, "resnet18-v1": 15},
             devices_profile="1,1,1,1,20,20", devices_seconds=15, devices_emulations=["cpu-quota", "sleeping"],
             placement_networks={"lenet": 100, "resnet18-v1": 30}, placement_steps=1000, placement_profile="1,1,4",
-            placement_slowdown=20)
+            placement_slowdown=20,
+            checkpoint_runs={"lenet": ["sync", "esync"], "resnet18-v1": ["sync"]}, checkpoint_profile="1,1,4",
+            checkpoint_seconds=12)
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs, two
 # workers where the full benchmark has three or more.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
@@ -94,7 +99,8 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              pipeline_networks={"lenet": 6}, pipeline_batch=32,
              evaluation_modes=["sync"], evaluation_profile="1,4", evaluation_seconds=1, evaluation_repeats=1,
              snapshot_networks={"lenet": 5}, devices_profile="1,4", devices_seconds=1, devices_emulations=["cpu-quota"],
-             placement_networks={"lenet": 3}, placement_steps=20, placement_profile="1,1,4", placement_slowdown=20)
+             placement_networks={"lenet": 3}, placement_steps=20, placement_profile="1,1,4", placement_slowdown=20,
+             checkpoint_runs={"lenet": ["sync"]}, checkpoint_profile="1,4", checkpoint_seconds=1)
 
 
 def unknown_modes(cfg):
@@ -110,9 +116,9 @@ def unknown_modes(cfg):
 # earlier) -> its results, `earlier` holding the sections that ran before it; its markdown(results) -> its table.
 SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server,
             "byzantine": byzantine, "network": network, "input_pipeline": input_pipeline, "evaluation": evaluation,
-            "devices": devices, "placement": placement}
+            "devices": devices, "placement": placement, "checkpointing": checkpointing}
 TABLE_ORDER = ("sync_overhead", "heterogeneity", "byzantine", "state_server", "network", "input_pipeline",
-               "evaluation", "devices", "placement")
+               "evaluation", "devices", "placement", "checkpointing")
 
 
 def markdown(results):

@@ -8,8 +8,10 @@ import argparse
 import time
 
 from training import mxnet_internals
+from training.devices.threads import limit_compute_threads
 
 mxnet_internals.install()  # before MXNet's import, as main.py: its operator cache and numpy's aliases
+limit_compute_threads("worker")  # the OpenMP threads main.py gives a worker of the same job
 
 import mxnet as mx  # noqa: E402
 from mxnet import gluon
@@ -28,6 +30,9 @@ def main():
     p.add_argument("-l", "--learning-rate", type=float, default=0.001)
     p.add_argument("--iters", type=int, required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--update-on-workers", action="store_true",
+                   help="each worker updates the weights from the pulled sums (update_on_kvstore=False), as main.py's "
+                        "sync does; by default the servers update them, MXNet's default for dist_sync")
     args = p.parse_args()
 
     data = load_dataset(args.data_dir, args.dataset)
@@ -36,14 +41,16 @@ def main():
     stream = BatchStream(data.train_images[share], data.train_labels[share], args.batch_size, kv.rank)
     model = Model(args.network, [mx.cpu()], data.train_images.shape[1:])
     params = model.net.collect_params()
-    trainer = gluon.Trainer(params, "sgd", {"learning_rate": args.learning_rate}, kvstore=kv)
+    trainer = gluon.Trainer(params, "sgd", {"learning_rate": args.learning_rate}, kvstore=kv,
+                            update_on_kvstore=False if args.update_on_workers else None)
     trainer._init_kvstore()  # initialise the keys now, not at the first step
     trainer._init_params()
     step_ends = []
     for _ in range(args.iters):
         images, labels = stream.next()
-        model.forward_backward(images, labels)
-        trainer.step(1)  # gradients of the loss summed over the batch, as main.py uses them
+        # Gluon's idiom: step() right after backward is queued, so that each gradient's push starts once it is
+        # written (gradients of the loss summed over the batch, as main.py uses them).
+        model.forward_backward(images, labels, while_backward=lambda: trainer.step(1))
         mx.nd.waitall()
         step_ends.append(time.time())
     if kv.rank == 0:

@@ -58,27 +58,29 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
         command += ["--device-share", f"{e.device_share:g}"]
     if e.holdout:
         command += ["--holdout", str(e.holdout)]
-    if e.max_restarts:
-        command += restart_args(experiment, mode)
+    if e.checkpoint_every:
+        command += checkpoint_args(experiment, mode)
     return (command + evaluation_args(experiment, mode) + list(e.tuned_flags.get(mode, ()))
             + config.flags_for_mode(e.worker_args, mode))
 
 
-CHECKPOINT_EVERY = 50  # global iterations between checkpoints, with --max-restarts
+CHECKPOINT_EVERY = 50  # global iterations between a job's checkpoints, to restart from (--checkpoint-every)
+KEPT_CHECKPOINTS = 2  # the newest kept: a restart needs one whole, and the newest may be cut by the failure
 
 
 def checkpoint_folder(experiment, mode):
-    """Where a mode's job saves its checkpoints with --max-restarts."""
+    """Where a mode's job saves the checkpoints it restarts from."""
     return os.path.join(experiment.mode_folder(mode), runlog.CHECKPOINTS_FOLDER, experiment.run_id)
 
 
-def restart_args(experiment, mode):
-    """With --max-restarts: checkpoints to restart from, and --resume from the newest when there is one."""
+def checkpoint_args(experiment, mode):
+    """Checkpoints to restart from, and --resume from the newest when a restarted job has one."""
     from training.checkpoints import saved_steps
 
     folder = checkpoint_folder(experiment, mode)
     resume = ["--resume"] if experiment.resuming and saved_steps(folder) else []
-    return ["--train-dir", folder, "--save-freq", str(CHECKPOINT_EVERY)] + resume
+    return ["--train-dir", folder, "--save-freq", str(experiment.checkpoint_every),
+            "--keep-checkpoints", str(KEPT_CHECKPOINTS)] + resume
 
 
 def evaluation_args(experiment, mode):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from analysis import summary, tuned
 from launcher import checks, netns, workers
-from launcher.commands import device_flags
+from launcher.commands import CHECKPOINT_EVERY, KEPT_CHECKPOINTS, device_flags
 from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
 from launcher.hosts import LOOPBACK
 from training import config, modes, runlog
@@ -128,6 +128,7 @@ class Experiment:
     holdout: int = 0                # training samples held out, which the evaluator tests instead of the test set
     tuned_flags: dict = field(default_factory=dict)  # --tuned: {mode: the flags of its scheme's tuned values}
     max_restarts: int = 0           # times a mode's job is started again from its newest checkpoint after a failure
+    checkpoint_every: int = CHECKPOINT_EVERY  # global iterations between a job's checkpoints (0: none)
     resuming: bool = False          # the job now started continues from the newest checkpoint
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
@@ -262,8 +263,11 @@ def add_run_options(p):
     p.add_argument("--tuned", metavar="FILE", help="run every mode at the values launch.py tune found for its "
                    "scheme in this run's cell (its tuned.json; a file tuned for another cell is refused)")
     p.add_argument("--max-restarts", type=int, default=0, help="when a process of a mode's job dies, stop the others "
-                   "and start the job again from its newest checkpoint (one every 50 global iterations), up to N "
-                   "times (default 0: the run fails)")
+                   "and start the job again from its newest checkpoint, up to N times (default 0: the run fails)")
+    p.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, metavar="N",
+                   help=f"every mode's job saves a checkpoint every N global iterations, the newest "
+                        f"{KEPT_CHECKPOINTS} kept, to restart from (default {CHECKPOINT_EVERY}; 0: none, and a "
+                        "restart starts the job over)")
 
 
 def add_device_options(p):
@@ -302,7 +306,7 @@ def add_host_options(p, rates=True):
 # The aggregation, host and device options that the experiment commands (paper, regimes, the benchmark) hand on to
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
-             "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts")
+             "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts", "checkpoint_every")
 
 
 def handed_on(ns):
@@ -364,6 +368,7 @@ def build(ns, worker_args=()):
         worker_rate=worker_rate, ps_rate=ps_rate,
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
+        checkpoint_every=ns.checkpoint_every,
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})

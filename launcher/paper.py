@@ -28,7 +28,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from analysis import paper
+from analysis import paper, tuned
 from coordination.rules import apply as paper_rule
 from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
@@ -71,6 +71,9 @@ def build_parser():
                         "them without 'esync-' (default: default, what --modes esync runs with no other flag; "
                         "adaptive-drift; apply-drift; training/esync_variants.py; '' for none); each is a launcher "
                         "run of its own per repeat and split")
+    p.add_argument("--fast-only", action=argparse.BooleanOptionalAction, default=True,
+                   help="a row of SSGD on the profile's fastest devices alone, the stragglers dropped, a launcher run "
+                        "of its own per repeat and split, where the profile has slower devices (default on)")
     p.add_argument("--splits", default=",".join(paper.SPLITS),
                    help="the data splits, iid and niid (each worker a block of classes), in the order they run "
                         "(default iid,niid); the standalone baseline runs with the first")
@@ -145,8 +148,10 @@ def parse(argv):
     networks = tuple(n.strip() for n in ns.networks.split(",") if n.strip())
     if not ns.report_only:
         ns.data_dir = experiment.data_dir(ns)
+    ns.fast_only = ns.fast_only and len(fastest_devices(ns)[0].split(",")) < len(ns.slowdown.split(","))
     runs = [] if ns.report_only else planned_runs(ns, networks, cluster_modes, worker_args)
-    return ns, networks, runs, cluster_modes + tuple(esync_variants.PREFIX + v for v in ns.esync_variants)
+    return ns, networks, runs, (cluster_modes + tuple(esync_variants.PREFIX + v for v in ns.esync_variants)
+                                + ((paper.FAST_ONLY,) if ns.fast_only else ()))
 
 
 def planned_runs(ns, networks, cluster_modes, worker_args):
@@ -167,7 +172,30 @@ def planned_runs(ns, networks, cluster_modes, worker_args):
                                           configuration.launcher_options(),
                                           list(worker_args) + configuration.worker_flags(),
                                           f"ESync ({configuration.describe()})"))
+                if ns.fast_only:
+                    runs.append(fast_only_run(ns, network, repeat, split, worker_args))
     return runs
+
+
+def fastest_devices(ns):
+    """(--slowdown, --devices) of the profile's fastest devices alone; devices None where --devices is not given."""
+    factors = [float(f) for f in ns.slowdown.split(",")]
+    fastest = [i for i, factor in enumerate(factors) if factor == min(factors)]
+    devices = ns.devices.split(",") if ns.devices else None
+    return (",".join(f"{factors[i]:g}" for i in fastest),
+            ",".join(devices[i] for i in fastest) if devices and len(devices) == len(factors) else ns.devices)
+
+
+def fast_only_run(ns, network, repeat, split, worker_args):
+    """SSGD on the fastest devices alone, at fast-only's tuned values in the whole profile's cell (--tuned)."""
+    slowdown, devices = fastest_devices(ns)
+    flags = ()
+    if ns.tuned:
+        cell = tuned.cell_key(network, ns.dataset, ns.slowdown, experiment.link_of(ns), split == "niid")
+        flags = tuned.scheme_flags(ns.tuned, cell, paper.FAST_ONLY)
+    return paper_run(ns, network, repeat, split, ("sync",), paper.fast_only_dir(ns.log_dir, repeat),
+                     {"slowdown": slowdown, "devices": devices, "tuned": None}, list(worker_args) + list(flags),
+                     paper.display(paper.FAST_ONLY))
 
 
 def paper_run(ns, network, repeat, split, chosen, log_dir, launcher_options, worker_args, name=None):
@@ -179,11 +207,11 @@ def paper_run(ns, network, repeat, split, chosen, log_dir, launcher_options, wor
 
 def run_options(ns, network, repeat, split, chosen, log_dir, launcher_options):
     """The launcher's options of one run: `chosen` modes on one split of one repeat, logging under log_dir."""
-    return experiment.options(
-        modes=",".join(chosen), network=network, dataset=ns.dataset, data_dir=ns.data_dir, slowdown=ns.slowdown,
-        devices=ns.devices, max_time=ns.max_time, seed=ns.seed + repeat - 1, log_dir=log_dir,
-        progress_every=ns.progress_every, figures=False, snapshot_seconds=ns.snapshot_seconds,
-        non_iid=split == "niid", **experiment.handed_on(ns), **launcher_options)
+    given = dict(modes=",".join(chosen), network=network, dataset=ns.dataset, data_dir=ns.data_dir,
+                 slowdown=ns.slowdown, devices=ns.devices, max_time=ns.max_time, seed=ns.seed + repeat - 1,
+                 log_dir=log_dir, progress_every=ns.progress_every, figures=False,
+                 snapshot_seconds=ns.snapshot_seconds, non_iid=split == "niid", **experiment.handed_on(ns))
+    return experiment.options(**{**given, **launcher_options})
 
 
 UNMEASURED_FIELDS = ("progress_every", "netns_prefix", "run_id")  # how often a run prints, its namespaces' names, its id

@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 
-from analysis import paper, regime_map
+from analysis import paper, regime_map, tuned
 from launcher import experiment, limit, preflight, runner, workers
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes
@@ -183,8 +183,17 @@ def scheme_parts(scheme):
     return mode, configuration.launcher_options(), configuration.worker_flags()
 
 
-def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options):
-    """The launcher's options of one scheme (its mode and own options) in one cell and repeat."""
+def fast_only_flags(ns, plan, link, profile, split):
+    """fast-only's tuned flags in the cell of the whole profile (--tuned), else none."""
+    if not ns.tuned:
+        return ()
+    cell = tuned.cell_key(plan["network"], plan["dataset"], profile, link, split == "niid")
+    return tuned.scheme_flags(ns.tuned, cell, regime_map.FAST_ONLY)
+
+
+def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options, devices=None):
+    """The launcher's options of one scheme (its mode and own options) in one cell and repeat; `devices`: the
+    slowdowns it trains on where they are not the cell's profile (fast-only's)."""
     links = experiment.handed_on(ns)
     if link == regime_map.LOOPBACK:
         links = {name: value for name, value in links.items() if name not in NETNS_OPTIONS}
@@ -192,10 +201,10 @@ def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_option
     else:
         links.update(hosts="netns", comm_ratio=float(link))
     return experiment.options(
-        modes=mode, network=plan["network"], dataset=plan["dataset"], data_dir=ns.data_dir, slowdown=profile,
+        modes=mode, network=plan["network"], dataset=plan["dataset"], data_dir=ns.data_dir, slowdown=devices or profile,
         max_time=float(plan["max_time"]), seed=plan["seed"] + repeat - 1, progress_every=ns.progress_every,
         figures=False, snapshot_seconds=plan["snapshot_seconds"], non_iid=split == "niid",
-        log_dir=regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme), **links, **own_options)
+        log_dir=regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme), **{**links, **own_options})
 
 
 def planned_runs(ns, plan, worker_args):
@@ -209,8 +218,13 @@ def planned_runs(ns, plan, worker_args):
                         label = (f"{scheme}, {regime_map.describe_link(link)}, workers {profile}, "
                                  f"{regime_map.SPLIT_NAMES[split]}, repeat {repeat}")
                         mode, own_options, own_flags = scheme_parts(scheme)
-                        devices = regime_map.fastest_profile(profile) if scheme == regime_map.FAST_ONLY else profile
-                        options = run_options(ns, plan, link, devices, split, repeat, scheme, mode, own_options)
+                        devices = profile
+                        if scheme == regime_map.FAST_ONLY:  # its own cell is the fast devices': tuned in this one
+                            devices = regime_map.fastest_profile(profile)
+                            own_options = {**own_options, "tuned": None}
+                            own_flags = own_flags + list(fast_only_flags(ns, plan, link, profile, split))
+                        options = run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options,
+                                              devices)
                         run = experiment.build(options, own_flags + list(worker_args))
                         runs.append((label, regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme), run))
     return runs

@@ -30,6 +30,7 @@ from launcher import experiment, preflight, runner
 from launcher.supervision import INTERRUPTS
 from training import config, modes
 from training.checks import UsageError
+from training.options import Range
 from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
@@ -117,7 +118,7 @@ def run_of(ns, scheme, number, values):
     """The Experiment of trial `number` of a scheme at `values` ({args name: value})."""
     mode, own, flags, profile = scheme_run(scheme, ns.profile)
     space = config.search_space(mode)
-    flags = flags + [f"{space[name][0]}={value:.6g}" for name, value in values.items()]
+    flags = flags + [f"{space[name][0]}={space[name][1].text(value)}" for name, value in values.items()]
     links = {} if ns.link == tuned.LOOPBACK else {"hosts": "netns", "comm_ratio": float(ns.link)}
     options = experiment.options(
         modes=mode, network=ns.network, dataset=ns.dataset, data_dir=ns.data_dir, slowdown=profile,
@@ -188,7 +189,8 @@ def objective(ns, scheme, trial, output):
     import optuna
 
     mode = scheme_run(scheme, ns.profile)[0]
-    values = {name: rng.suggest(trial, name) for name, (_, rng) in config.search_space(mode).items()}
+    space = config.search_space(mode)
+    values = {name: rng.suggest(trial, name) for name, (_, rng) in space.items()}
     run = run_of(ns, scheme, trial.number, values)
     trial.set_user_attr("seed", run.seed)
     evaluator_log = os.path.join(run.mode_folder(mode), EVALUATOR_LOG)
@@ -199,7 +201,7 @@ def objective(ns, scheme, trial, output):
             Watch(trial, evaluator_log, ns.target) as watch:
         code = runner.run(run)
     evaluations = read_evaluations(evaluator_log)
-    said = ", ".join(f"{name}={value:.4g}" for name, value in values.items())
+    said = ", ".join(f"{name}={space[name][1].text(value, 4)}" for name, value in values.items())
     if watch.pruned:
         print(f"[tune {scheme} trial {trial.number}] {said}: pruned after {len(evaluations)} evaluations", file=output)
         raise optuna.TrialPruned()
@@ -302,7 +304,8 @@ def markdown(cell, entry):
 
     rows = []
     for scheme, found in entry["schemes"].items():
-        values = ", ".join(f"{flag} {value:.3g}" + (" (at its range's edge)" if name in found["at_edge"] else "")
+        values = ", ".join((f"{flag} {value:.3g}" if isinstance(value, (int, float)) else f"{flag} {value}")
+                           + (" (at its range's edge)" if name in found["at_edge"] else "")
                            for (flag, value), name in zip(found["flags"].items(), found["values"]))
         spread = ", ".join(f"{v:.1f}" for v in found["best_few"])
         rows.append([scheme, values or "–", f"{found['complete']} / {found['pruned']} / {found['failed']}",
@@ -336,7 +339,8 @@ def draw(ns, studies):
                                                           for t in pruned], facecolors="none", edgecolors="C1",
                        label="pruned (its score then)")
             ax.set_xscale("log" if rng.log else "linear")
-            ax.set_xlim(rng.low, rng.high)
+            if isinstance(rng, Range):
+                ax.set_xlim(rng.low, rng.high)
             ax.set_xlabel(flag)
             ax.set_ylabel(f"seconds to {ns.target:g} (penalised)")
         axes[0][0].legend(fontsize="small")

@@ -148,3 +148,15 @@ def test_an_optimizer_state_saved_before_the_rule_was_recorded_still_loads(tmp_p
     restarted.load_local_optimizer_states(old_states)
 
     assert pickle.loads(restarted.local_optimizer_states())["states"] == old_states
+
+
+def test_with_a_number_to_keep_each_older_checkpoint_goes_once_a_newer_one_is_whole(tmp_path):
+    writer = CheckpointWriter(str(tmp_path), 10, DESCRIPTION, keep=2)
+    model = lenet()
+    for step in (10, 20, 30):
+        writer.save(step, step / 10.0, 0.0, model, b"state")
+    writer.finish(35, 3.5, 0.0, model, b"state")
+
+    assert saved_steps(str(tmp_path)) == [30, 35]
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-30.json", "ckpt-30.params", "ckpt-30.states", "ckpt-35.json",
+                                            "ckpt-35.params", "ckpt-35.states", "final.json"]

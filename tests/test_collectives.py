@@ -17,7 +17,7 @@ import pytest
 from analysis import summary
 from launcher import mpi
 from launcher.cluster import ROOT, ProcessGroup, is_running, processes_in_group, start_state_server, tail
-from tests.jobs import LENET_ARGS, iter_records, meta, run_main, worker_folders
+from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
 from training import config, modes, runlog
 from training.faults import fault_injection
 from training.transport import collectives, traffic
@@ -217,6 +217,23 @@ def test_sync_over_each_collective_keeps_every_rank_identical_and_learns(mpi_job
     run = summary.summarize_mode(os.path.dirname(log_dir), "sync")
     assert sum(len(devices) for devices in run["devices"].values()) == SYNC_JOBS[collective]
     assert run["best_accuracy"] >= TARGET
+
+
+@pytest.mark.slow
+def test_sync_over_the_parameter_server_with_its_round_queued_during_backward_computes_the_summed_update(
+        mpi_jobs, processes, tmp_path):
+    """Over the ps-lite servers SSGD queues each gradient's pushpull and its weight's update while the backward pass
+    runs; over MPI it sums after the step and updates with the Trainer. Two workers' sums are exact either way, so
+    the weights agree bit for bit, round after round."""
+    mpi_runs = [iter_records(f) for f in worker_folders(mpi_jobs["binary-blocks"])]
+    rounds = min(20, len(mpi_runs[0]))
+    log_dir = str(tmp_path / "logs")
+    args = [*LENET_ARGS, "-e", "10", "--max-iters", str(rounds), "--digest-weights", "--sync-timeout", "60"]
+    finish(processes, start_job(processes, "sync", args, log_dir=log_dir), 120)
+    ps_runs = [iter_records(f) for f in worker_folders(log_dir)]
+    for n in range(rounds):
+        digests = {run[n]["weights_digest"] for run in ps_runs + mpi_runs}
+        assert len(digests) == 1, f"weights differ after round {n + 1}"
 
 
 @pytest.mark.slow

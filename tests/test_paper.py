@@ -155,7 +155,7 @@ def parse(*argv):
 
 def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_the_iid_modes():
     ns, networks, runs, rows = parse("--repeats", "2", "--seed", "7", "--max-time", "3", "--esync-variants", "",
-                                     "--", "-b", "32")
+                                     "--no-fast-only", "--", "-b", "32")
 
     assert networks == ("lenet",) and rows == paper_command.PAPER_MODES
     assert [(r.experiment.seed, r.experiment.non_iid) for r in runs] == [(7, False), (7, True), (8, False), (8, True)]
@@ -172,11 +172,11 @@ def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_
 
 
 def test_splits_choose_the_runs_of_each_repeat_and_the_first_carries_the_standalone_baseline():
-    _, _, runs, _ = parse("--repeats", "2", "--splits", "niid", "--esync-variants", "")
+    _, _, runs, _ = parse("--repeats", "2", "--splits", "niid", "--esync-variants", "", "--no-fast-only")
 
     assert [(r.experiment.seed, r.experiment.non_iid) for r in runs] == [(0, True), (1, True)]
     assert runs[0].experiment.modes == paper_command.PAPER_MODES + ("local",)
-    _, _, runs, _ = parse("--repeats", "1", "--splits", "niid,iid", "--esync-variants", "")
+    _, _, runs, _ = parse("--repeats", "1", "--splits", "niid,iid", "--esync-variants", "", "--no-fast-only")
     assert [(r.experiment.non_iid, "local" in r.experiment.modes) for r in runs] == [(True, True), (False, False)]
 
 
@@ -198,7 +198,8 @@ def test_a_table_of_one_split_reads_its_runs_alone_and_draws_its_figures(tmp_pat
 
 
 def test_each_esync_variant_is_a_run_of_its_own_beside_the_modes_of_each_repeat_and_split():
-    _, _, runs, rows = parse("--repeats", "1", "--esync-variants", "adaptive-drift", "--", "-b", "32")
+    _, _, runs, rows = parse("--repeats", "1", "--esync-variants", "adaptive-drift", "--no-fast-only", "--", "-b",
+                             "32")
 
     assert rows == paper_command.PAPER_MODES + ("esync-adaptive-drift",)
     variant = runs[1].experiment
@@ -214,11 +215,24 @@ def test_each_esync_variant_is_a_run_of_its_own_beside_the_modes_of_each_repeat_
 def test_by_default_the_projects_esync_runs_beside_the_papers_rule_spelled_out():
     _, _, runs, rows = parse("--repeats", "1")
 
-    assert rows == paper_command.PAPER_MODES + ("esync-default",)
+    assert rows == paper_command.PAPER_MODES + ("esync-default", "fast-only")
     default = runs[1].experiment
     assert default.modes == ("esync",) and default.esync_policy == config.default("esync_policy")
     assert paper_command.record_of(default)["esync_policy"] == config.default("esync_policy")  # what --resume keeps
     assert paper.display("esync-default") == f"ESync ({config.default('esync_policy')}, the default)"
+
+
+def test_ssgd_on_the_fast_devices_alone_is_a_run_of_its_own_where_the_profile_has_stragglers(tmp_path):
+    _, _, runs, rows = parse("--repeats", "1", "--splits", "iid", "--esync-variants", "", "--devices",
+                             "cpu,cpu1,cpu,cpu,cpu,cpu", "--", "-b", "32")
+
+    assert rows == paper_command.PAPER_MODES + ("fast-only",) and len(runs) == 2
+    fast = runs[1].experiment
+    assert fast.modes == ("sync",) and fast.slowdowns == ("1", "1", "1", "1") and not fast.non_iid
+    assert fast.devices == ("cpu", "cpu1", "cpu", "cpu") and fast.worker_args == ("-b", "32")
+    assert fast.log_dir == os.path.abspath(os.path.join("runs", "repeat-1", "fast-only"))
+    assert paper.display("fast-only") == "SSGD, fast devices alone" in runs[1].label
+    assert len(parse("--repeats", "1", "--slowdown", "1,1", "--esync-variants", "")[2]) == 2  # no stragglers: none
 
 
 def test_resume_keeps_a_run_only_when_it_finished_as_the_same_experiment(tmp_path):
@@ -291,6 +305,8 @@ def repeat_folder(logs, repeat, folder):
 
 def run_folder(logs, repeat, row, split):
     """Where a Table 1 row's run of one repeat and split logged: the project's ESync in a launcher run of its own."""
+    if row == "fast-only":
+        return os.path.join(logs, f"repeat-{repeat}", "fast-only", "lenet", runlog.run_folder("sync", non_iid=split == "niid"))
     if row == "esync-default":
         return os.path.join(logs, f"repeat-{repeat}", "esync-default", "lenet",
                             runlog.run_folder("esync", non_iid=split == "niid"))
@@ -319,7 +335,7 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
 
     assert report["repeats"] == [1, 2] and report["seeds"] == [0, 1] and report["dataset"] == "fashion-mnist"
     for split in paper.SPLITS:
-        assert list(report["cells"][split]) == ["sync", "local"]
+        assert list(report["cells"][split]) == ["sync", "fast-only", "local"]
         for mode, cells in report["cells"][split].items():
             finals = [logged_accuracies(run_folder(logs, r, mode, split))[-1] for r in (1, 2)]
             assert cells["final_accuracy"]["values"] == finals, (split, mode)

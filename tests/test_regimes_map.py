@@ -38,6 +38,24 @@ def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
     assert plan["links"] == ["loopback", 3.0] and plan["schemes"] == ["sync", "esync-plan"]
 
 
+def test_fast_only_trains_on_the_fast_devices_at_its_values_tuned_in_the_whole_profiles_cell(tmp_path):
+    from analysis import tuned
+
+    path = str(tmp_path / "tuned.json")
+    tuned.write(path, "lenet/fashion-mnist/1,1,4/loopback/iid",
+                {"schemes": {"sync": {"flags": {"--learning-rate": 0.004}},
+                             "fast-only": {"flags": {"--learning-rate": 0.008}}}})
+    ns, _, runs = parse_regimes("--links", "loopback", "--profiles", "1,1,4", "--splits", "iid", "--schemes",
+                                "sync,fast-only", "--repeats", "1", "--tuned", path, "--", "-b", "32")
+
+    (_, sync_folder, sync), (_, folder, fast) = runs
+    assert (fast.modes, fast.slowdowns) == (("sync",), ("1", "1")) and sync.slowdowns == ("1", "1", "4")
+    assert folder == os.path.join(ns.log_dir, "loopback", "1-1-4", "iid", "repeat-1", "fast-only")
+    assert fast.log_dir == folder  # where the map reads it back
+    assert fast.worker_args == ("--learning-rate=0.008", "-b", "32") and fast.tuned_flags == {}
+    assert sync.tuned_flags == {"sync": ("--learning-rate=0.004",)}
+
+
 def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers_own():
     from launcher import experiment
     from training import esync_variants

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from analysis import summary
+from analysis import paper, summary
 from launcher.commands import CHECKPOINT_EVERY
 from tests.test_launch import LENET, launcher, pid_of, read_output, recorded_pids, still_running, wait_for
 from training import runlog
@@ -86,4 +86,25 @@ def test_a_second_kill_past_the_limit_ends_the_run_with_its_failure_line_and_not
     after_the_restart = output.split("restart 1 of 1")[1]
     assert code == 1, output
     assert "launch.py: [sync 1/1] worker-1 (worker, pid" in after_the_restart and "SIGKILL" in after_the_restart
+    assert still_running(recorded_pids(logs)) == []
+
+
+def test_paper_keeps_a_repeat_whose_run_restarted_in_table_1(tmp_path):
+    """launch.py paper --max-restarts 1: the repeat's SSGD job loses a worker past its first checkpoint, goes on
+    from it, and its run is a cell of Table 1 like any other, its restart in its summary."""
+    logs = str(tmp_path / "logs")
+    # no --dataset: the paper's, Fashion-MNIST, as tiny files where the tests put it (tests/conftest.py)
+    args = ["--repeats", "1", "--splits", "iid", "--modes", "sync", "--esync-variants", "", "--max-time", "120",
+            "--max-restarts", "1", "--", "--max-iters", str(MAX_ITERS)]
+    with launcher(args, logs, subprogram=["paper"]) as proc:
+        kill_during_training(os.path.join(logs, "repeat-1"), "sync", "worker-1", CHECKPOINT_EVERY + 5)
+        proc.wait(timeout=300)
+        output = read_output(proc)
+
+    assert proc.returncode == 0, output
+    assert "worker-1 exited with signal SIGKILL: restart 1 of 1" in output
+    run = summary.load_summary(os.path.join(logs, "repeat-1", "lenet"), "sync")
+    assert len(run["restarts"]) == 1 and run["num_rounds"] == MAX_ITERS
+    report = json.load(open(os.path.join(logs, "lenet", paper.RESULTS_FILE)))
+    assert report["cells"]["iid"]["sync"]["final_accuracy"]["n"] == 1
     assert still_running(recorded_pids(logs)) == []

@@ -18,7 +18,27 @@ def write_rounds(folder, rounds):
     writer = runlog.RunLogWriter(str(folder), "node", "cpu-rank0", {"rank": 0})
     for n, count in enumerate(rounds, 1):
         writer.write(n, steps_of(count), num_samples=32 * count, total_time=0.1 * n, accuracy=0.5 if n == 2 else None)
+    writer.flush()
+    writer.close()
     return writer.folder
+
+
+def test_a_round_is_encoded_when_handed_over_and_a_failed_write_is_raised_by_the_next_call(tmp_path):
+    writer = runlog.RunLogWriter(str(tmp_path), "node", "cpu-worker0", {"rank": 0})
+    steps = steps_of(1)
+    writer.write(1, steps, num_samples=32, total_time=0.1)
+    steps[-1][runlog.CHECKPOINT] = 5.0  # timed later into the same dict: the round handed over stays as it was
+    writer.flush()
+    assert runlog.CHECKPOINT not in json.load(open(os.path.join(writer.folder, "iter-1.txt")))["time"]["0"]
+
+    os.rename(writer.folder, writer.folder + "-gone")
+    writer.write(2, steps, num_samples=32, total_time=0.2)
+    with pytest.raises(FileNotFoundError):
+        writer.flush()
+    with pytest.raises(FileNotFoundError):
+        writer.write(3, steps, num_samples=32, total_time=0.3)
+    writer.close()
+    assert not writer._writer.is_alive()
 
 
 def test_a_round_is_written_as_the_original_scripts_wrote_it(tmp_path):
@@ -140,9 +160,12 @@ def test_the_follower_reads_each_new_round_once_and_leaves_the_validator_out(tmp
     follower = runlog.RunFollower(str(mode_dir))
     worker.write(1, steps_of(2), num_samples=64, total_time=0.5)
     validator.write(1, steps_of(1), num_samples=999, total_time=9.0)
+    worker.flush()
+    validator.flush()
 
     follower.update()
     worker.write(2, steps_of(1), num_samples=32, total_time=1.0, accuracy=0.7)
+    worker.flush()
     follower.update()
     follower.update()
 

@@ -113,6 +113,22 @@ def test_a_two_trial_study_writes_the_best_values_and_its_trials_validate_on_hel
 
 @pytest.mark.slow
 @pytest.mark.beside_others
+def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
+    logs = str(tmp_path / "logs")
+    args = tune_args(train_only, logs)
+    args[args.index("sync")] = "esync"
+    args[args.index("--trials") + 1] = "1"
+    code, output = run_tune(args, logs)
+
+    assert code == 0, output
+    trial = study(logs, "esync").trials[0]
+    assert trial.params["outer_optimizer"] in ("sgd", "nag")
+    assert f"--outer-optimizer {trial.params['outer_optimizer']}" in output or trial.state.name != "COMPLETE"
+    assert f"outer_optimizer={trial.params['outer_optimizer']}" in output
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others
 def test_the_same_command_again_runs_more_trials_of_the_study_none_repeated(two_trials, train_only):
     logs, _ = two_trials
 

@@ -8,7 +8,8 @@ Rank 0 writes, every --save-freq global steps and once more when training ends:
                                 ("files"): written last, so a checkpoint exists exactly when its .json does
   <train-dir>/final.json        the marker written after the last checkpoint: {"step": S}
 Every file is written atomically (training/files.atomic_write): a process killed at any moment leaves whole
-checkpoints only. Checkpoints are kept (none is deleted). A file damaged later (a cut copy, a full disk, a bad
+checkpoints only. Checkpoints are kept, or with --keep-checkpoints K the newest K: an older one is deleted, its
+.json first, once a newer one is whole. A file damaged later (a cut copy, a full disk, a bad
 sector) no longer matches its checksum: --resume and the evaluator skip that checkpoint with a warning.
 
 Resuming restores the global step, the training time, the weights, the local optimizer state (the same state
@@ -167,10 +168,11 @@ def load_optimizer_state(resume, scheme):
 class CheckpointWriter:
     """Rank 0's side: every `save_freq` global steps and at the end, one checkpoint; then the final marker."""
 
-    def __init__(self, train_dir, save_freq, description):
+    def __init__(self, train_dir, save_freq, description, keep=None):
         self.train_dir = train_dir
         self.save_freq = save_freq
         self.description = description
+        self.keep = keep  # the newest checkpoints kept; None: all
         self.last_saved = None
         os.makedirs(train_dir, exist_ok=True)
         self._clean_earlier_leftovers()
@@ -194,6 +196,9 @@ class CheckpointWriter:
             files.append(("states", write_states))
         write_checkpoint(self.train_dir, step, elapsed, epochs, self.description, files)
         self.last_saved = step
+        if self.keep:
+            for older in saved_steps(self.train_dir)[:-self.keep]:
+                delete_checkpoint(self.train_dir, older)
 
     def finish(self, step, elapsed, epochs, model, optimizer_states=None):
         """The last checkpoint (unless this step was just saved), then the marker an evaluator stops at."""
@@ -214,6 +219,13 @@ def write_checkpoint(train_dir, step, elapsed, epochs, description, files):
               "params": os.path.basename(written[0]),
               "files": {os.path.basename(path): file_checksum(path) for path in written}}
     write_json(checkpoint_path(train_dir, step, "json"), record)
+
+
+def delete_checkpoint(train_dir, step):
+    """The .json first: from then on the checkpoint no longer exists, whatever is left of its other files."""
+    for path in [checkpoint_path(train_dir, step, "json")] + glob.glob(checkpoint_path(train_dir, step, "*")):
+        if os.path.exists(path):
+            os.unlink(path)
 
 
 def write_final_marker(train_dir, step, elapsed):

@@ -178,6 +178,9 @@ def add_checkpoint_flags(p):
                                        f"-m {EVALUATE_MODE} evaluates what it finds there")
     p.add_argument("--save-freq", type=argtypes.NON_NEGATIVE_INT, default=100,
                    help="global iterations between checkpoints (0: only the last one)")
+    p.add_argument("--keep-checkpoints", type=argtypes.POSITIVE_INT, metavar="K",
+                   help="keep the newest K checkpoints, deleting each older one once a newer one is whole "
+                        "(default: keep every checkpoint)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the latest checkpoint in --train-dir: its global step, weights and "
                         "local optimizer state")

@@ -26,6 +26,14 @@ def write_json(path, obj, indent=None):
     atomic_write(path, write)
 
 
+def write_text(path, text):
+    """Atomic against a killed process, as write_json."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    atomic_write(path, write)
+
+
 def read_json(path):
     """The parsed file; FileNotFoundError, or ValueError when it is not JSON."""
     with open(path, encoding="utf-8") as handle:

@@ -113,7 +113,9 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
                     quota.computing if quota else contextlib.nullcontext)
     try:
         accuracy = rounds.run()
+        run_log.flush()
     finally:
+        run_log.close()
         scheme.finish()
     model_path = run_log.path(runlog.FINAL_MODEL_FILE)
     atomic_write(model_path, model.save)
@@ -186,10 +188,13 @@ class Rounds:
         with Timer(opening, runlog.CHECK_READY):
             scheme.begin_round(n - 1)
         sitting_out = scheme.sits_out()
+        self.n, self.voted = n, False
         steps = [{}] if sitting_out else self.local_steps()  # a round sat out logs its aggregation alone
         if scheme.coordinated:
             steps[0][runlog.CHECK_READY] = steps[0].get(runlog.CHECK_READY, 0.0) + opening[runlog.CHECK_READY]
-        reason = self.stop.reason(n, time.time() - self.started, self.accuracy, self.epochs)
+        if not self.voted:
+            self.reason = self.stop.reason(n, time.time() - self.started, self.accuracy, self.epochs)
+        reason = self.reason
         round_samples = 0 if sitting_out else len(steps) * scheme.step_batch_size  # before the aggregation, which
         # may plan another batch size
         stopping = self.aggregate(n, steps[-1], reason is not None)
@@ -249,13 +254,20 @@ class Rounds:
         with Timer(t, runlog.GET_BATCH):
             images, labels = self.stream.next(scheme.step_batch_size)
         with Timer(t, runlog.FORWARD_BACKWARD):
-            self.model.forward_backward(images, labels)
+            self.model.forward_backward(images, labels, scheme.during_backward and self.queue_round)
         if scheme.coordinated and steps and scheme.abandons_step():
             return None
         if scheme.updates_locally:
             with Timer(t, runlog.LOCAL_UPDATE):
                 scheme.local_step()
         return len(labels)
+
+    def queue_round(self):
+        """A scheme that queues its round while the backward pass runs (a step per round) queues its stop vote with
+        it: the round's stop condition is judged here, once the step's batch is drawn, rather than after its step."""
+        self.reason = self.stop.reason(self.n, time.time() - self.started, self.accuracy, self.epochs)
+        self.voted = True
+        self.scheme.during_backward(self.reason is not None)
 
     def aggregate(self, n, last_step, stop_vote):
         """The scheme's aggregation, timed in the round's last step; whether every worker stops now."""
@@ -290,6 +302,7 @@ class Rounds:
         writer = self.checkpoints
         if not writer or not (stopping or writer.due(n)):
             return False
+        self.run_log.flush()  # round n's log is on disk before its checkpoint is
         with Timer(last_step, runlog.CHECKPOINT):
             fault_injection.point("worker", "checkpoint", self.scheme.rank)
             save = writer.finish if stopping else writer.save
@@ -319,7 +332,7 @@ def _checkpoint_writer(args, scheme, rank):
         return None
     description = {"mode": scheme.name, "network": args.network, "dataset": args.dataset,
                    "num_workers": scheme.num_workers, "batch_size": args.batch_size, "seed": args.seed}
-    return checkpoints.CheckpointWriter(args.train_dir, args.save_freq, description)
+    return checkpoints.CheckpointWriter(args.train_dir, args.save_freq, description, args.keep_checkpoints)
 
 
 def _snapshot_writer(args, scheme):

@@ -84,8 +84,11 @@ class Model:
             x = mx.nd.contrib.BilinearResize2D(x, height=self.side, width=self.side)
         return x
 
-    def forward_backward(self, images, labels):
-        """One pass over a batch split across the devices; gradients of the loss summed over the batch."""
+    def forward_backward(self, images, labels, while_backward=None):
+        """One pass over a batch split across the devices; gradients of the loss summed over the batch.
+        `while_backward`, a callable, runs once the backward pass is queued, before it is waited for: what it queues
+        on the gradients (a scheme's per-key pushes) starts as each gradient is written, last layers first, while
+        the backward pass goes on computing the first ones (MXNet's overlap of backward and communication)."""
         parts = np.array_split(np.arange(len(labels)), len(self.ctxs))
         losses = []
         with autograd.record():
@@ -94,10 +97,13 @@ class Model:
                 losses.append(self.loss_fn(out, mx.nd.array(labels[idx], ctx=ctx)))
         for loss in losses:
             loss.backward()
-        # The step's compute time is measured, and the emulated slowdown scales it. With an aggregation in flight
-        # (--overlap) the step waits for its own gradients only: waitall() would wait for the transfer too. Without
-        # one, waitall() is cheaper (lenet: 6.16 against 6.33 ms a step, one wait per gradient).
-        if self.steps_overlap_transfers:
+        if while_backward is not None:
+            while_backward()
+        # The step's compute time is measured, and the emulated slowdown scales it. With transfers in flight (queued
+        # above, or --overlap's aggregation) the step waits for its own gradients only: waitall() would wait for the
+        # transfers too. Without them, waitall() is cheaper (lenet: 6.16 against 6.33 ms a step, one wait per
+        # gradient).
+        if self.steps_overlap_transfers or while_backward is not None:
             for p in self.trainable:
                 for grad in p.list_grad():
                     grad.wait_to_read()

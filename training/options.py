@@ -49,12 +49,38 @@ class Range:
             return trial.suggest_int(name, int(self.low), int(self.high), log=self.log)
         return trial.suggest_float(name, self.low, self.high, log=self.log)
 
+    def text(self, value, digits=6):
+        return f"{value:.{digits}g}"
+
     def position(self, value):
         """Where `value` lies in the range, 0 at low to 1 at high (on the log scale where the range has one)."""
         import math
 
         scale = math.log if self.log else float
         return (scale(value) - scale(self.low)) / (scale(self.high) - scale(self.low))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The names a search (launch.py tune) tries for a flag that takes one of a few."""
+    names: tuple
+    log = False
+
+    def __contains__(self, value):
+        return value in self.names
+
+    def describe(self):
+        return "one of " + ", ".join(self.names)
+
+    def suggest(self, trial, name):
+        return trial.suggest_categorical(name, list(self.names))
+
+    def position(self, value):
+        """A name lies at no edge."""
+        return 0.5
+
+    def text(self, value, digits=6):
+        return str(value)
 
 
 LEARNING_RATES = Range(1e-4, 3e-2, log=True)  # lenet's sequential SGD diverged at 0.016 on Fashion-MNIST

@@ -1,5 +1,7 @@
 """1. Sync overhead: our sync mode against gluon.Trainer(kvstore='dist_sync'), same network, batch, data and
-cluster (1 server, 2 workers)."""
+cluster (1 server, 2 workers): MXNet's default, the servers updating the weights, and the Trainer with
+update_on_kvstore=False, each worker updating them from the pulled sums as ours does. The three alternate within a
+repeat."""
 import glob
 import json
 import os
@@ -32,10 +34,10 @@ def run_ps_job(group, worker_argv, num_workers, timeout):
     group.wait(group.procs, 30)
 
 
-def trainer_throughput(network, iters, warmup, workdir):
+def trainer_throughput(network, iters, warmup, workdir, update_on_workers=False):
     out = os.path.join(workdir, "trainer-steps.json")
     argv = ["-m", "bench.trainer_worker", "-n", network, *DATA_FLAGS, "--iters", str(iters),
-            "--out", out]
+            "--out", out] + (["--update-on-workers"] if update_on_workers else [])
     with ProcessGroup(os.path.join(workdir, "trainer")) as group:
         run_ps_job(group, argv, 2, timeout=600)
     with open(out) as f:
@@ -54,6 +56,14 @@ def our_sync_throughput(network, iters, warmup, workdir):
     return 2 * throughput_from_step_ends([r["total_time"] for r in records], records[0]["num_samples"], warmup)
 
 
+def workers_updating(network, iters, warmup, workdir):
+    return trainer_throughput(network, iters, warmup, workdir, update_on_workers=True)
+
+
+# result key: how it is measured, in the order they run within a repeat
+MEASURED = {"trainer": trainer_throughput, "ours": our_sync_throughput, "trainer_workers_update": workers_updating}
+
+
 def with_one_retry(measure, network, iters, warmup, run_dir):
     """A ps-lite job on a loaded machine occasionally fails to start; one failure is logged and run again."""
     try:
@@ -66,23 +76,28 @@ def with_one_retry(measure, network, iters, warmup, run_dir):
 def measure(cfg, workdir, earlier):
     rows = []
     for network, iters in cfg["trainer_iters"].items():
-        ratios, ours_all, theirs_all = [], [], []
+        runs = {key: [] for key in MEASURED}
         for repeat in range(cfg["repeats"]):
-            run_dir = os.path.join(workdir, f"sync-{network}-{repeat}")
-            theirs = with_one_retry(trainer_throughput, network, iters, cfg["warmup"], run_dir + "-trainer")
-            ours = with_one_retry(our_sync_throughput, network, iters, cfg["warmup"], run_dir + "-ours")
-            ratios.append(ours / theirs)
-            ours_all.append(ours)
-            theirs_all.append(theirs)
-            log.info("sync vs Trainer, %s, repeat %d: %.0f vs %.0f samples/s", network, repeat, ours, theirs)
-        rows.append({"network": network, "ours": statistics.median(ours_all),
-                     "trainer": statistics.median(theirs_all), "ratio": statistics.median(ratios),
-                     "ratios": ratios})
+            for key, how in MEASURED.items():
+                run_dir = os.path.join(workdir, f"sync-{network}-{repeat}-{key}")
+                runs[key].append(with_one_retry(how, network, iters, cfg["warmup"], run_dir))
+            log.info("sync vs Trainer, %s, repeat %d: %.0f vs %.0f (servers update), %.0f (workers update) samples/s",
+                     network, repeat, *(runs[key][-1] for key in ("ours", "trainer", "trainer_workers_update")))
+        row = {"network": network, **{key: statistics.median(values) for key, values in runs.items()}}
+        for baseline, ratio in (("trainer", "ratio"), ("trainer_workers_update", "ratio_workers_update")):
+            row[ratio + "s"] = [ours / theirs for ours, theirs in zip(runs["ours"], runs[baseline])]
+            row[ratio] = statistics.median(row[ratio + "s"])
+        rows.append(row)
     return rows
 
 
 def markdown(results):
-    rows = [[r["network"], f"{r['ours']:.0f}", f"{r['trainer']:.0f}", f"{r['ratio']:.2f}"]
+    rows = [[r["network"], f"{r['ours']:.0f}", f"{r['trainer']:.0f}", f"{r['ratio']:.2f}",
+             f"{r['trainer_workers_update']:.0f}" if "ratio_workers_update" in r else "–",
+             f"{r['ratio_workers_update']:.2f}" if "ratio_workers_update" in r else "–"]
             for r in results["sync_overhead"]]
     return ["### Sync overhead: ours / gluon.Trainer(kvstore='dist_sync'), 1 server, 2 workers", "",
-            markdown_table(["network", "ours (samples/s)", "Trainer (samples/s)", "ratio (median)"], rows), ""]
+            "Samples/s, medians of the repeats; ratios: the median of each repeat's ratio. The Trainer's servers update "
+            "the weights (MXNet's default), or each worker does (update_on_kvstore=False), as ours does.", "",
+            markdown_table(["network", "ours (samples/s)", "Trainer, servers update", "ratio (median)",
+                            "Trainer, workers update", "ratio (median)"], rows), ""]

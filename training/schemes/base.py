@@ -68,6 +68,7 @@ class Scheme:
     lr_factor = 1.0                   # the learning-rate schedule's factor this round (training/schedule.py)
     train_samples = None              # the training set's size (the loop sets it before setup)
     share = None                      # (images, labels) of this worker's share (the loop sets it after setup)
+    during_backward = None            # f(stop_vote), run once a step's backward pass is queued (a step per round)
 
     def __init__(self, options, model, transport):
         self.options = options

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from training import argtypes
 from training.lazy import mx
-from training.options import Options, OptionError, Range, global_lr, local_lr, local_optimizer, option, proximal
+from training.options import Choice, Options, OptionError, Range, global_lr, local_lr, local_optimizer, option, proximal
 from training.schemes.averaging.corrections import corrections
 from training.schemes.averaging.outer import OUTER_OPTIMIZERS, OuterOptimizer
 from training.schemes.averaging.timing import timing
@@ -53,7 +53,7 @@ class LocalSGDOptions(Options):
              "is applied at the end of that round, keeping the local progress made meanwhile (delayed averaging)")
     proximal: float = proximal()
     outer_optimizer: str = option(
-        "--outer-optimizer", default="sgd", choices=OUTER_OPTIMIZERS,
+        "--outer-optimizer", default="sgd", choices=OUTER_OPTIMIZERS, search=Choice(("sgd", "nag")),
         help="what the global model does with the workers' average delta: MXNet's optimizer of that name applied "
              "to it as a pseudo-gradient, learning rate -gl, momentum --server-momentum (sgd: without momentum the "
              "average itself, FedAvg's and ESync's; nag: Nesterov's momentum, DiLoCo's outer step; adam: FedAdam's)")

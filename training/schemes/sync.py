@@ -3,7 +3,15 @@
 The servers only sum (no update rule on them): pushpull returns the round's sum, and each worker applies the
 same update to the same weights, so all workers stay identical. With an MPI collective (--collective) an
 allreduce among the workers hands everyone the same sum instead.
+
+Over the parameter server the whole round is queued in MXNet's engine as soon as the backward pass is, as Gluon's
+Trainer does it: each gradient's pushpull, the update of its weight from the sum, the BatchNorm statistics and the
+stop vote. Each gradient travels once it is written, the last layers' while the first ones are computed. The sums
+land in buffers of their own, so that the step's compute time still ends when its gradients are written. A
+Byzantine worker corrupts its gradients after the step, so it pushes them then, as over MPI.
 """
+from training import mxnet_internals
+from training.lazy import mx
 from training.schemes.base import Scheme
 
 
@@ -15,14 +23,30 @@ class Sync(Scheme):
     def setup(self):
         self.broadcast_initial_weights()
         self.trainer = self.local_trainer(self.options.learning_rate)
-        # In place: the pulled sums overwrite the gradients and statistics that were pushed.
-        self.buffers = self.exchanged(p.list_grad() for p in self.model.trainable)
+        grads = [p.list_grad() for p in self.model.trainable]
+        self.buffers = self.exchanged(grads)  # in place: the sums overwrite what was pushed
+        if self.transport.sums_per_key and not self.attack:
+            self.sums = [[mx.nd.zeros_like(g) for g in copies] for copies in grads]
+            self.outs = self.exchanged(self.sums)  # the statistics and the stop vote still in place
+            self.update_groups = mxnet_internals.update_groups(self.model.trainable)
+            self.during_backward = self.queue_round
 
-    def aggregate(self, stop_vote):
-        self.corrupt(p.list_grad() for p in self.model.trainable)
+    def queue_round(self, stop_vote):
+        """The round's sums and the update from them, queued while the gradients are still being written."""
         self.control[:] = float(stop_vote)
         self.stats.gather()
-        self.transport.sum(self.keys, self.buffers)
+        self.transport.queue_sums(self.keys, self.buffers, self.outs)
+        trainable = self.model.trainable
+        for group in self.update_groups:
+            mxnet_internals.queue_update(self.trainer, group, [self.sums[i] for i in group],
+                                         [trainable[i].list_data() for i in group], self.num_workers)
+
+    def aggregate(self, stop_vote):
+        if not self.during_backward:
+            self.control[:] = float(stop_vote)
+            self.stats.gather()
+            self.corrupt(p.list_grad() for p in self.model.trainable)
+            self.transport.sum(self.keys, self.buffers)
+            self.trainer.update(self.num_workers)
         self.stats.scatter(1.0 / self.num_workers)
-        self.trainer.update(self.num_workers)
         return stop_vote or self.stop_requested()
