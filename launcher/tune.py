@@ -334,9 +334,12 @@ def draw(ns, studies):
             continue
         fig, axes = plt.subplots(1, len(space), figsize=(4 * len(space), 3.2), squeeze=False)
         for ax, (name, (flag, rng)) in zip(axes[0], space.items()):
-            ax.scatter([t.params[name] for t in complete], [t.value for t in complete], label="complete")
-            ax.scatter([t.params[name] for t in pruned], [t.intermediate_values[max(t.intermediate_values)]
-                                                          for t in pruned], facecolors="none", edgecolors="C1",
+            # a flag searched only since the study began is not in every trial
+            shown = [t for t in complete if name in t.params]
+            ax.scatter([t.params[name] for t in shown], [t.value for t in shown], label="complete")
+            shown = [t for t in pruned if name in t.params]
+            ax.scatter([t.params[name] for t in shown], [t.intermediate_values[max(t.intermediate_values)]
+                                                         for t in shown], facecolors="none", edgecolors="C1",
                        label="pruned (its score then)")
             ax.set_xscale("log" if rng.log else "linear")
             if isinstance(rng, Range):

@@ -386,7 +386,7 @@ def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
     outputs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(repeat_folder(logs, 1, "sync"),
                                                                           "processes", "*.log")))
     assert outputs == ["evaluator.log", "scheduler.log", "server-0.log", "worker-0.log", "worker-1.log"]
-    assert output.count("[paper ") == 4  # per repeat and split: one launcher run of the modes
+    assert output.count("[paper ") == 8  # per repeat and split: one launcher run of the modes, one of fast-only
 
 
 def test_missing_data_ends_the_command_in_one_line_before_any_run(tmp_path):

@@ -130,11 +130,12 @@ def check_train_dir(args):
     """Before any network wait: where training starts. --resume needs an intact checkpoint of this network and
     dataset (the newest one; damaged ones are skipped with a warning); a new job needs a folder without
     checkpoints."""
-    if args.resume and not args.train_dir:
+    if (args.resume or args.resume_if_saved) and not args.train_dir:
         raise CheckpointError("--resume needs --train-dir (the folder the checkpoints were saved to)")
     if not args.train_dir:
         return ResumePoint()
     steps = saved_steps(args.train_dir)
+    args.resume = args.resume or (args.resume_if_saved and bool(steps))
     if not args.resume:
         if steps:
             raise CheckpointError(f"{args.train_dir} holds checkpoints of an earlier job (up to step {steps[-1]}): "

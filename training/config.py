@@ -184,6 +184,9 @@ def add_checkpoint_flags(p):
     p.add_argument("--resume", action="store_true",
                    help="continue from the latest checkpoint in --train-dir: its global step, weights and "
                         "local optimizer state")
+    p.add_argument("--resume-if-saved", action="store_true",
+                   help="--resume where --train-dir holds a checkpoint, else start afresh: for a loop that starts a "
+                        "failed process again (docs/failures.md)")
     p.add_argument("--eval-timeout", type=argtypes.POSITIVE_FLOAT, default=300.0,
                    help=f"-m {EVALUATE_MODE}: stop after this many seconds without a new checkpoint")
     p.add_argument("--snapshot-seconds", type=argtypes.POSITIVE_FLOAT,
