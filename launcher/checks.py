@@ -22,6 +22,8 @@ def check_limits(ns, num_workers):
         raise UsageError(f"-s {ns.num_servers}: at least one server is needed")
     if ns.progress_every <= 0 or (ns.wall_limit is not None and ns.wall_limit <= 0):
         raise UsageError("--progress-every and --wall-limit must be positive")
+    if ns.max_restarts < 0 or ns.checkpoint_every < 0:
+        raise UsageError("--max-restarts and --checkpoint-every must be 0 or more")
     if not 0 <= ns.byzantine < num_workers:
         raise UsageError(f"--byzantine {ns.byzantine}: must leave at least one of the {num_workers} "
                          "workers honest")

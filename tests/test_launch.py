@@ -224,6 +224,7 @@ def test_a_worker_exiting_0_must_have_reached_a_stop_condition(tmp_path, last_li
     (["--devices", "cpu,cpu", "--slowdown", "0.5"], "must be >= 1"),
     (["--devices", "cpu,cpu", "-dd", "/nonexistent"], "mnist-5k not found"),
     (["--devices", "cpu,cpu", "--byzantine", "2"], "--byzantine 2: must leave at least one of the 2 workers honest"),
+    (["--devices", "cpu,cpu", "--checkpoint-every", "-1"], "--max-restarts and --checkpoint-every must be 0 or more"),
     (["--modes", "zeno", "--devices", "cpu,cpu", "--tracker", "local"], "--modes zeno needs its validator process"),
     (["--devices", "cpu,cpu", "--hosts", "netns", "--bandwidth", "10MB"], "rate '10MB' is not like 1gbit"),
     (["--devices", "cpu,cpu", "--hosts", "netns", "--netns-subnet", "10.213.0.0/30"], "no room for 3 hosts"),

@@ -197,6 +197,27 @@ def test_a_table_of_one_split_reads_its_runs_alone_and_draws_its_figures(tmp_pat
     assert len(drawn) == 3 and all(open(path, "rb").read(8) == PNG_SIGNATURE for path in drawn)
 
 
+def test_the_fast_devices_row_reads_its_own_runs_and_shows_computed_and_applied_samples(tmp_path):
+    repeat = os.path.join(str(tmp_path), "repeat-1")
+    for folder, mode, accuracies, applied in ((os.path.join(repeat, "lenet"), "sync", [0.5, 0.7], 100.0),
+                                              (os.path.join(repeat, "lenet"), "local", [0.7, 0.9], 50.0),
+                                              (os.path.join(repeat, "fast-only", "lenet"), "sync", [0.6, 0.85], 80.0)):
+        summary = {**run([1.0, 2.0], accuracies), "mode": mode, "applied_throughput": applied,
+                   "links": "loopback (no link limit)"}
+        os.makedirs(os.path.join(folder, mode))
+        write_json(summaries.summary_path(folder, mode), summary)
+    description = {"dataset": "fashion-mnist", "seeds": [0], "esync_policy": "apply"}
+
+    report, grid = paper.build_report(str(tmp_path), "lenet", ("sync", "fast-only"), [1], TARGET, description,
+                                      splits=("iid",))
+
+    cells = report["cells"]["iid"]
+    assert cells["fast-only"]["final_accuracy"]["mean"] == 0.85 and cells["sync"]["final_accuracy"]["mean"] == 0.7
+    assert [cells[row]["applied_samples_per_s"]["mean"] for row in ("sync", "fast-only", "local")] == [100, 80, 50]
+    text = paper.format_report(report)
+    assert "| SSGD, fast devices alone |" in text and "applied samples/s" in text
+
+
 def test_each_esync_variant_is_a_run_of_its_own_beside_the_modes_of_each_repeat_and_split():
     _, _, runs, rows = parse("--repeats", "1", "--esync-variants", "adaptive-drift", "--no-fast-only", "--", "-b",
                              "32")
@@ -291,7 +312,7 @@ def quick_form(tmp_path_factory):
     logs = str(tmp_path_factory.mktemp("paper") / "logs")
     # no --dataset: the paper's, Fashion-MNIST, as tiny files in its layout where the tests put it (tests/conftest.py)
     args = ["--repeats", "2", "--max-time", "0.5", "--slowdown", "1,20", "--modes", "sync", "--esync-variants", "",
-            "--progress-every", "0.5"]
+            "--no-fast-only", "--progress-every", "0.5"]
     with launcher(args, logs, subprogram=["paper"]) as proc:
         proc.wait(timeout=300)
         with open(proc.output) as f:
@@ -335,7 +356,7 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
 
     assert report["repeats"] == [1, 2] and report["seeds"] == [0, 1] and report["dataset"] == "fashion-mnist"
     for split in paper.SPLITS:
-        assert list(report["cells"][split]) == ["sync", "fast-only", "local"]
+        assert list(report["cells"][split]) == ["sync", "local"]
         for mode, cells in report["cells"][split].items():
             finals = [logged_accuracies(run_folder(logs, r, mode, split))[-1] for r in (1, 2)]
             assert cells["final_accuracy"]["values"] == finals, (split, mode)
@@ -386,7 +407,7 @@ def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
     outputs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(repeat_folder(logs, 1, "sync"),
                                                                           "processes", "*.log")))
     assert outputs == ["evaluator.log", "scheduler.log", "server-0.log", "worker-0.log", "worker-1.log"]
-    assert output.count("[paper ") == 8  # per repeat and split: one launcher run of the modes, one of fast-only
+    assert output.count("[paper ") == 4  # per repeat and split: one launcher run of the modes
 
 
 def test_missing_data_ends_the_command_in_one_line_before_any_run(tmp_path):

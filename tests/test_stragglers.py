@@ -166,6 +166,9 @@ def test_lb_bsp_gives_the_slow_worker_a_smaller_batch_the_batches_add_up_and_the
 
     for n in range(150):
         assert sum(rounds[n][runlog.BATCH] for rounds in records.values()) == 3 * 64
+    model_bytes = job[slow].meta["param_bytes"]
+    for rounds in records.values():  # one push of the model a round, and of the control (stop vote, samples, speeds)
+        assert all(r[runlog.SENT_BYTES] == model_bytes + 4 * (2 + 3) for r in rounds[1:])
     assert all(rounds[0][runlog.BATCH] == 64 and rounds[0][runlog.REPLANNED] for rounds in records.values())
     batches = {rank: statistics.median(r[runlog.BATCH] for r in rounds[10:]) for rank, rounds in records.items()}
     assert all(batches[slow] < 0.5 * batch for rank, batch in batches.items() if rank != slow)

@@ -61,6 +61,7 @@ class BalancedSync(Sync):
     description = ("SSGD with load-balanced batches, each worker's sized to its measured speed, the global batch as "
                    "SSGD's (dist_sync)")
     Options = BalancedOptions
+    queues_round = False  # the update's scale is the round's samples, summed with the gradients
 
     def __init__(self, options, model, transport):
         super().__init__(options, model, transport)

@@ -19,13 +19,14 @@ class Sync(Scheme):
     name = "sync"
     description = "SSGD, one step per round: push gradients, pull their sum, apply lr x mean (dist_sync)"
     kvstore = "dist_sync"
+    queues_round = True  # False where the update's scale is known only once the round's sums are in
 
     def setup(self):
         self.broadcast_initial_weights()
         self.trainer = self.local_trainer(self.options.learning_rate)
         grads = [p.list_grad() for p in self.model.trainable]
         self.buffers = self.exchanged(grads)  # in place: the sums overwrite what was pushed
-        if self.transport.sums_per_key and not self.attack:
+        if self.queues_round and self.transport.sums_per_key and not self.attack:
             self.sums = [[mx.nd.zeros_like(g) for g in copies] for copies in grads]
             self.outs = self.exchanged(self.sums)  # the statistics and the stop vote still in place
             self.update_groups = mxnet_internals.update_groups(self.model.trainable)
