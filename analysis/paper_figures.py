@@ -150,14 +150,16 @@ def draw_figure5(grid_runs, network, cluster_modes, names):
     return fig
 
 
-CAPTION_WIDTH = 150  # characters of a caption line: the links of runs taken in several sittings make long captions
+CAPTION_CHARACTERS_PER_INCH = 13  # of a caption line in small type: the links of runs taken in several sittings
+# make long captions
 
 
 def caption_links(fig, links):
     """The links the runs had, below the title, in lines that fit the figure."""
     if links:
         title = fig.get_suptitle()
-        caption = textwrap.fill(f"links: {'; '.join(links)}", CAPTION_WIDTH)
+        width = int(fig.get_figwidth() * CAPTION_CHARACTERS_PER_INCH)
+        caption = textwrap.fill(f"links: {'; '.join(links)}", width)
         fig.suptitle((title + "\n" if title else "") + caption, fontsize="small")
 
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from analysis import paper, paper_figures
+from analysis import paper, paper_figures, tuned
 from analysis import summary as summaries
 from launcher import paper as paper_command
 from launcher.cluster import ROOT
@@ -302,6 +302,9 @@ def test_bad_input_is_refused_before_anything_runs(argv, message):
 # The quick form, for real
 
 
+TUNED_RATES = {"sync": 0.0042, "local": 0.0075}
+
+
 # Its checks do not depend on timing, but its eight launches run with the real-process tests, one after another,
 # which left the in-process group the suite's longer one by about their length.
 @pytest.fixture(scope="module")
@@ -310,9 +313,15 @@ def quick_form(tmp_path_factory):
     own runs are the benchmark's and the full form's; a real run of every ESync policy is in test_esync.py, one of a
     named ESync configuration in the regime map's, test_regimes_runs.py)."""
     logs = str(tmp_path_factory.mktemp("paper") / "logs")
+    # every mode at its tuned values, where the cell of each split has some
+    tuned_path = str(tmp_path_factory.mktemp("tuned") / "tuned.json")
+    for split in paper.SPLITS:
+        tuned.write(tuned_path, f"lenet/fashion-mnist/1,20/loopback/{split}",
+                    {"schemes": {"sync": {"flags": {"--learning-rate": TUNED_RATES["sync"]}},
+                                 "local": {"flags": {"--learning-rate": TUNED_RATES["local"]}}}})
     # no --dataset: the paper's, Fashion-MNIST, as tiny files in its layout where the tests put it (tests/conftest.py)
     args = ["--repeats", "2", "--max-time", "0.5", "--slowdown", "1,20", "--modes", "sync", "--esync-variants", "",
-            "--no-fast-only", "--progress-every", "0.5"]
+            "--no-fast-only", "--progress-every", "0.5", "--tuned", tuned_path]
     with launcher(args, logs, subprogram=["paper"]) as proc:
         proc.wait(timeout=300)
         with open(proc.output) as f:
@@ -369,6 +378,16 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
     table = open(os.path.join(logs, "lenet", paper.TABLE_FILE)).read()
     assert table.count("| Sync |") == table.count("| Standalone |") == 4  # Table 1 and the thresholds, per split
     assert table in output + "\n"
+
+
+@pytest.mark.slow
+def test_with_tuned_values_every_run_of_the_quick_form_trains_at_its_schemes(quick_form):
+    logs, _, _ = quick_form
+    for repeat in (1, 2):
+        for row, split in (("sync", "iid"), ("sync", "niid"), ("local", "iid")):
+            folders = [folder for *_, folder in runlog.device_folders(run_folder(logs, repeat, row, split))]
+            assert folders and all(runlog.read_meta(folder)["config"]["learning_rate"] == TUNED_RATES[row]
+                                   for folder in folders), (repeat, row, split)
 
 
 @pytest.mark.slow

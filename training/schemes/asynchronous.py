@@ -2,8 +2,7 @@
 
 A round is one local step: push the gradient (device copies summed) and the BatchNorm statistics, let the
 servers apply their rule (training/schemes/servers/server_optimizer.py) to this push alone, pull the newest weights and
-statistics. Each gradient's push and its weight's pull are queued as soon as the backward pass is, so that they
-travel while the first layers' gradients are computed (MXNet's overlap). DC-ASGD comes twice: MXNet's (one backup of the weights per key) and the paper's (one per worker,
+statistics. DC-ASGD comes twice: MXNet's (one backup of the weights per key) and the paper's (one per worker,
 through per-worker key ranges on one server).
 """
 from dataclasses import dataclass
@@ -63,20 +62,13 @@ class Async(Scheme):
         self.transport.barrier()  # no worker pushes before every server holds the rule
         self.pushed = self.exchanged(p.list_grad() for p in self.model.trainable)
         self.pulled = self.exchanged(p.list_data() for p in self.model.trainable)
-        if not self.attack:  # a Byzantine worker's gradients are corrupted after the step, then pushed
-            self.during_backward = self.queue_round
 
-    def queue_round(self, stop_vote):
-        """The round's pushes and pulls, queued: each gradient travels once the backward pass has written it."""
+    def aggregate(self, stop_vote):
+        self.corrupt(p.list_grad() for p in self.model.trainable)
         self.control[:] = float(stop_vote)
         self.stats.gather()
         self.kv.push(self.keys, self.pushed)
         self.kv.pull(self.keys, out=self.pulled)
-
-    def aggregate(self, stop_vote):
-        if not self.during_backward:
-            self.corrupt(p.list_grad() for p in self.model.trainable)
-            self.queue_round(stop_vote)
         self.stats.scatter()
         return stop_vote or self.stop_requested()
 

@@ -271,6 +271,13 @@ class FixedLocalSteps(LocallyUpdating):
         return steps >= self.options.sync_interval
 
 
+def wait_for(entries):
+    """Return once every array of `entries` (each an array or the list of its device copies) is written."""
+    for entry in entries:
+        for array in entry if isinstance(entry, (list, tuple)) else [entry]:
+            array.wait_to_read()
+
+
 def _saved_optimizer_state(data):
     """What local_optimizer_states() wrote; a checkpoint from before it recorded the rule holds an SGD updater's
     states alone (None per weight without momentum)."""

@@ -6,13 +6,15 @@ allreduce among the workers hands everyone the same sum instead.
 
 Over the parameter server the whole round is queued in MXNet's engine as soon as the backward pass is, as Gluon's
 Trainer does it: each gradient's pushpull, the update of its weight from the sum, the BatchNorm statistics and the
-stop vote. Each gradient travels once it is written, the last layers' while the first ones are computed. The sums
-land in buffers of their own, so that the step's compute time still ends when its gradients are written. A
-Byzantine worker corrupts its gradients after the step, so it pushes them then, as over MPI.
+stop vote. Each gradient travels once it is written, the last layers' while the first ones are computed. Each is
+copied into a buffer of its own, which is pushed and into which its sum is pulled: MXNet's kvstore pulls a key into
+the array it pushed for it, and a pull into the gradient itself would make the next step's backward pass, and the
+step's measured compute time, wait for the other workers. A Byzantine worker corrupts its gradients after the step,
+so it pushes them then, as over MPI.
 """
 from training import mxnet_internals
 from training.lazy import mx
-from training.schemes.base import Scheme
+from training.schemes.base import Scheme, wait_for
 
 
 class Sync(Scheme):
@@ -28,7 +30,7 @@ class Sync(Scheme):
         self.buffers = self.exchanged(grads)  # in place: the sums overwrite what was pushed
         if self.queues_round and self.transport.sums_per_key and not self.attack:
             self.sums = [[mx.nd.zeros_like(g) for g in copies] for copies in grads]
-            self.outs = self.exchanged(self.sums)  # the statistics and the stop vote still in place
+            self.outs = self.exchanged(self.sums)  # pushed, then the sums pulled in place
             self.update_groups = mxnet_internals.update_groups(self.model.trainable)
             self.during_backward = self.queue_round
 
@@ -36,8 +38,11 @@ class Sync(Scheme):
         """The round's sums and the update from them, queued while the gradients are still being written."""
         self.control[:] = float(stop_vote)
         self.stats.gather()
-        self.transport.queue_sums(self.keys, self.buffers, self.outs)
         trainable = self.model.trainable
+        for p, sums in zip(trainable, self.sums):
+            for grad, total in zip(p.list_grad(), sums):
+                grad.copyto(total)
+        self.transport.queue_sums(self.keys, self.outs, self.outs)
         for group in self.update_groups:
             mxnet_internals.queue_update(self.trainer, group, [self.sums[i] for i in group],
                                          [trainable[i].list_data() for i in group], self.num_workers)
@@ -49,5 +54,7 @@ class Sync(Scheme):
             self.corrupt(p.list_grad() for p in self.model.trainable)
             self.transport.sum(self.keys, self.buffers)
             self.trainer.update(self.num_workers)
+        else:  # its sums arrive here, within the watchdog's bound on the aggregation, not in the next step's wait
+            wait_for(self.outs)
         self.stats.scatter(1.0 / self.num_workers)
         return stop_vote or self.stop_requested()
