@@ -112,7 +112,6 @@ def test_a_two_trial_study_writes_the_best_values_and_its_trials_validate_on_hel
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others
 def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
     logs = str(tmp_path / "logs")
     args = tune_args(train_only, logs)
