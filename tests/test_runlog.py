@@ -171,3 +171,11 @@ def test_the_follower_reads_each_new_round_once_and_leaves_the_validator_out(tmp
 
     assert (follower.rounds, follower.samples, follower.training_time, follower.accuracy) == (2, 96, 1.0, 0.7)
     assert follower.throughput == 96
+
+
+def test_a_device_under_a_cpu_quota_writes_its_rounds_itself(tmp_path):
+    """Its threads all share the quota while it computes: the round is written by the loop, outside the quota."""
+    writer = runlog.RunLogWriter(str(tmp_path), "node", "cpu-worker0", {"rank": 0}, in_thread=False)
+    writer.write(1, steps_of(1), num_samples=32, total_time=0.1)
+
+    assert os.path.exists(os.path.join(writer.folder, "iter-1.txt")) and not writer._writer.is_alive()

@@ -99,7 +99,8 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
     device = device_name(args.gpu, args.cpu)
     run_log = runlog.RunLogWriter(args.log_dir, args.node_name,
                                   runlog.device_folder(device, _folder_index(scheme), scheme.role),
-                                  _meta(args, scheme, model, device, len(share)), completed_rounds=resume.step)
+                                  _meta(args, scheme, model, device, len(share)), completed_rounds=resume.step,
+                                  in_thread=not args.device_share)
     log.info("%s %s %d of %d (rank %d) on %s (pid %d): %s, %d training samples, %d parameters (%.1f MB)%s%s",
              scheme.name, scheme.role, scheme.index, scheme.num_workers, scheme.rank, device, os.getpid(), args.network, len(share),
              model.num_params, model.param_bytes / 1e6,
@@ -231,6 +232,8 @@ class Rounds:
             step_start = time.perf_counter()
             with self.computing():
                 samples = self.compute_step(t, steps)
+            if scheme.during_backward and not self.voted:  # a device under a CPU quota exchanges outside it
+                self.queue_round()
             if samples is None:
                 steps[-1][runlog.ABANDONED_STEP] = time.perf_counter() - step_start
                 return steps
@@ -254,7 +257,10 @@ class Rounds:
         with Timer(t, runlog.GET_BATCH):
             images, labels = self.stream.next(scheme.step_batch_size)
         with Timer(t, runlog.FORWARD_BACKWARD):
-            self.model.forward_backward(images, labels, scheme.during_backward and self.queue_round)
+            # Under a CPU quota the exchange waits for the device to leave it: the quota emulates its computing
+            # alone (docs/logs-and-figures.md), and a process's threads all share its quota.
+            overlap = scheme.during_backward and not self.args.device_share
+            self.model.forward_backward(images, labels, self.queue_round if overlap else None)
         if scheme.coordinated and steps and scheme.abandons_step():
             return None
         if scheme.updates_locally:

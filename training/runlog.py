@@ -153,8 +153,9 @@ class RunLogWriter:
     is when write() is called. flush() waits until every round handed over is on disk and raises what writing one
     raised; close() ends the thread."""
 
-    def __init__(self, log_dir, node, folder_name, meta, completed_rounds=0):
-        """Rounds after `completed_rounds` replace an earlier run's; a resumed job keeps those before them."""
+    def __init__(self, log_dir, node, folder_name, meta, completed_rounds=0, in_thread=True):
+        """Rounds after `completed_rounds` replace an earlier run's; a resumed job keeps those before them. Without
+        `in_thread` (a device under a CPU quota, whose every thread shares it while it computes) write() writes."""
         self.folder = os.path.join(log_dir, node, folder_name)
         os.makedirs(self.folder, exist_ok=True)
         stale = [path for path in glob.glob(os.path.join(self.folder, "iter-*.txt"))
@@ -170,7 +171,8 @@ class RunLogWriter:
         self._pending = queue.Queue()
         self._failure = None
         self._writer = threading.Thread(target=self._write_rounds, name="round-logs", daemon=True)
-        self._writer.start()
+        if in_thread:
+            self._writer.start()
 
     def write(self, n, step_times, num_samples, total_time, accuracy=None, **extra):
         """Round n (from 1): `step_times` holds each local step's {phase: seconds}."""
@@ -184,7 +186,11 @@ class RunLogWriter:
         if accuracy is not None:
             record["accuracy"] = accuracy
         record.update(extra)
-        self._pending.put((round_path(self.folder, n), json.dumps(record, separators=(",", ":"))))
+        written = (round_path(self.folder, n), json.dumps(record, separators=(",", ":")))
+        if self._writer.is_alive():
+            self._pending.put(written)
+        else:
+            files.write_text(*written)
 
     def flush(self):
         """Return once every round handed to write() is on disk; raise what writing one raised."""
