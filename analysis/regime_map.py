@@ -72,10 +72,16 @@ def mode_of(scheme):
     return scheme, None
 
 
+def fastest_positions(profile):
+    """'1,20,1' -> [0, 2]: the positions of the profile's fastest devices."""
+    factors = [float(f) for f in profile.split(",")]
+    return [i for i, factor in enumerate(factors) if factor == min(factors)]
+
+
 def fastest_profile(profile):
     """'1,1,20' -> '1,1': the profile's fastest devices alone."""
     factors = [float(f) for f in profile.split(",")]
-    return ",".join(f"{f:g}" for f in factors if f == min(factors))
+    return ",".join(f"{factors[i]:g}" for i in fastest_positions(profile))
 
 
 def display(scheme):

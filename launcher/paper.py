@@ -28,7 +28,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from analysis import paper, tuned
+from analysis import paper, regime_map, tuned
 from coordination.rules import apply as paper_rule
 from launcher import experiment, preflight, runner
 from launcher.dmlc import split_at_double_dash
@@ -179,11 +179,11 @@ def planned_runs(ns, networks, cluster_modes, worker_args):
 
 def fastest_devices(ns):
     """(--slowdown, --devices) of the profile's fastest devices alone; devices None where --devices is not given."""
-    factors = [float(f) for f in ns.slowdown.split(",")]
-    fastest = [i for i, factor in enumerate(factors) if factor == min(factors)]
+    fastest = regime_map.fastest_positions(ns.slowdown)
     devices = ns.devices.split(",") if ns.devices else None
-    return (",".join(f"{factors[i]:g}" for i in fastest),
-            ",".join(devices[i] for i in fastest) if devices and len(devices) == len(factors) else ns.devices)
+    return (regime_map.fastest_profile(ns.slowdown),
+            ",".join(devices[i] for i in fastest) if devices and len(devices) == len(ns.slowdown.split(","))
+            else ns.devices)
 
 
 def fast_only_run(ns, network, repeat, split, worker_args):

@@ -17,6 +17,7 @@ from training.attacks import attack_for, flatten_arrays
 from training.lazy import mx
 from training.options import Options, local_update_rule
 from training.schedule import Schedule
+from training.transport.collectives import copies_of
 
 log = logging.getLogger("scheme")
 
@@ -274,7 +275,7 @@ class FixedLocalSteps(LocallyUpdating):
 def wait_for(entries):
     """Return once every array of `entries` (each an array or the list of its device copies) is written."""
     for entry in entries:
-        for array in entry if isinstance(entry, (list, tuple)) else [entry]:
+        for array in copies_of(entry):
             array.wait_to_read()
 
 

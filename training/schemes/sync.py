@@ -28,7 +28,7 @@ class Sync(Scheme):
         self.trainer = self.local_trainer(self.options.learning_rate)
         grads = [p.list_grad() for p in self.model.trainable]
         self.buffers = self.exchanged(grads)  # in place: the sums overwrite what was pushed
-        if self.queues_round and self.transport.sums_per_key and not self.attack:
+        if self.queues_round and self.transport.sums_in_engine and not self.attack:
             self.sums = [[mx.nd.zeros_like(g) for g in copies] for copies in grads]
             self.outs = self.exchanged(self.sums)  # pushed, then the sums pulled in place
             self.update_groups = mxnet_internals.update_groups(self.model.trainable)
@@ -42,7 +42,7 @@ class Sync(Scheme):
         for p, sums in zip(trainable, self.sums):
             for grad, total in zip(p.list_grad(), sums):
                 grad.copyto(total)
-        self.transport.queue_sums(self.keys, self.outs, self.outs)
+        self.transport.sum(self.keys, self.outs)
         for group in self.update_groups:
             mxnet_internals.queue_update(self.trainer, group, [self.sums[i] for i in group],
                                          [trainable[i].list_data() for i in group], self.num_workers)

@@ -154,7 +154,7 @@ class CountingKVStore:
 
 class ParameterServer:
     """The ps-lite kvstore: the servers sum what the workers push."""
-    sums_per_key = True  # queue_sums() overlaps each key's transfer with the work that writes the others
+    sums_in_engine = True  # sum() returns at once, each key's transfer queued in MXNet's engine
 
     def __init__(self, kv):
         self.kv = CountingKVStore(kv)
@@ -174,11 +174,6 @@ class ParameterServer:
 
     def sum(self, keys, arrays):
         self.kv.pushpull(keys, arrays, out=arrays)
-
-    def queue_sums(self, keys, arrays, outs):
-        """Each key's sum over the workers written into its entry of `outs`, queued in MXNet's engine, which starts
-        each key's transfer once its array is written."""
-        self.kv.pushpull(keys, arrays, out=outs)
 
     def start_sum(self, keys, arrays):
         """The kvstore's pushpull already runs in MXNet's engine threads: only its arrival is watched for."""
@@ -247,7 +242,7 @@ class CollectiveFailed(RuntimeError):
 class MpiAllreduce:
     """MPI among the workers, no servers: one packed float32 buffer per operation."""
     kv = None
-    sums_per_key = False
+    sums_in_engine = False  # sum() returns once the allreduce is done
 
     def __init__(self, collective, timeout, on_timeout):
         self.collective = collective
