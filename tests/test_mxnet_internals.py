@@ -116,3 +116,14 @@ def test_no_module_but_mxnet_internals_reaches_past_mxnets_public_api():
                                   "net._collect_params_with_prefix()"])
 def test_the_check_sees_a_private_call(line):
     assert PRIVATE_MXNET.search(line)
+
+
+def test_on_python_3_12_mxnet_keeps_setuptools_stand_in_for_distutils_the_only_one_there(monkeypatch):
+    monkeypatch.delenv("SETUPTOOLS_USE_DISTUTILS", raising=False)
+    monkeypatch.setattr(sys, "version_info", (3, 12, 3, "final", 0))
+    mxnet_internals.use_the_standard_distutils()
+    # the processes it starts keep the stand-in too
+    assert "SETUPTOOLS_USE_DISTUTILS" not in os.environ
+    monkeypatch.setattr(sys, "version_info", (3, 11, 2, "final", 0))
+    mxnet_internals.use_the_standard_distutils()
+    assert os.environ["SETUPTOOLS_USE_DISTUTILS"] == "stdlib"

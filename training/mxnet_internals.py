@@ -253,7 +253,10 @@ def use_the_standard_distutils():
     """MXNet imports distutils.version; setuptools' stand-in for distutils costs about 0.15 s of CPU to import, the
     standard library's (still in Python 3.11) next to nothing. Setuptools reads SETUPTOOLS_USE_DISTUTILS when the
     interpreter starts (its .pth file puts the stand-in's finder first on sys.meta_path): the variable serves the
-    processes this one starts, and this one takes the finder out."""
+    processes this one starts, and this one takes the finder out. Python 3.12 has no distutils of its own: there the
+    stand-in is MXNet's only one (requirements.txt installs setuptools on 3.12)."""
+    if sys.version_info >= (3, 12):
+        return
     os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
     if os.environ["SETUPTOOLS_USE_DISTUTILS"] == "stdlib" and "distutils" not in sys.modules:
         hack = sys.modules.get("_distutils_hack")
