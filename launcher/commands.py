@@ -10,7 +10,7 @@ import shlex
 import sys
 
 from launcher.cluster import ROOT
-from training import config, modes, runlog
+from training import config, evaluator, modes, runlog
 from training.transport import collectives
 from training.checks import UsageError
 
@@ -84,23 +84,22 @@ def checkpoint_args(experiment, mode):
 
 
 def evaluation_args(experiment, mode):
-    """How rank 0 hands its model to be evaluated: snapshots for the evaluator process; in its loop at the same
-    period where the snapshots would land on another host; at the end only with --snapshot-seconds 0."""
+    """How rank 0 hands its model to be evaluated: snapshots for the evaluator process, which the launcher starts
+    here, or rank 0 beside itself where the snapshots land on another host (a remote --tracker); at the end only with
+    --snapshot-seconds 0."""
     period = experiment.snapshot_seconds
     if not period:
         return ["-e", "0"]
-    if not experiment.evaluator_runs:
-        return ["--eval-seconds", f"{period:g}"]
-    return ["--snapshot-seconds", f"{period:g}", "--snapshot-dir", experiment.snapshot_folder(mode)]
+    snapshots = ["--snapshot-seconds", f"{period:g}", "--snapshot-dir", experiment.snapshot_folder(mode)]
+    return snapshots if experiment.evaluator_runs else snapshots + ["--evaluator-beside"]
 
 
 def evaluator_argv(experiment, mode):
     """The evaluator process of a mode: it tests the snapshots in the mode's folder and logs beside its nodes. It
     waits for snapshots as long as the mode may run."""
     e = experiment
-    return [MAIN_PY, "-m", config.EVALUATE_MODE, "--train-dir", e.snapshot_folder(mode), "-n", e.network,
-            "--dataset", e.dataset, "-dd", e.data_dir, "-c", "1", "-ld", e.mode_folder(mode),
-            "--eval-timeout", f"{e.wall_limit:g}"] + (["--holdout", str(e.holdout)] if e.holdout else [])
+    return evaluator.command(e.snapshot_folder(mode), e.mode_folder(mode), e.network, e.dataset, e.data_dir,
+                             e.wall_limit, e.holdout)
 
 
 def worker_argv(experiment, mode, index, log_dir, state_server=None):

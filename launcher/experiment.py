@@ -75,8 +75,8 @@ accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds
   and a thread writes the copy to <mode>/{SNAPSHOT_FOLDER}/; the evaluator process, started with each mode at the
   lowest CPU priority, tests every snapshot on the whole test set and logs it with the training time it was taken
   at (<mode>/evaluator.jsonl). The table, the summaries and the figures take their accuracy from that log.
-  --snapshot-seconds 0 evaluates nothing (throughput runs). With a remote --tracker the snapshots would land on the
-  workers' hosts: there worker 0 evaluates in its loop every --snapshot-seconds instead, and the launcher says so.
+  --snapshot-seconds 0 evaluates nothing (throughput runs). With a remote --tracker the snapshots land on rank 0's
+  host: rank 0 starts the evaluator there itself (main.py --evaluator-beside), and the launcher says so.
 
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
 """

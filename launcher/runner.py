@@ -262,11 +262,12 @@ def start_mode_state_server(group, host, mode):
 
 def start_evaluator(experiment, mode, group, label):
     """The evaluator process of the mode's snapshots, on this machine at the lowest CPU priority; None when the
-    experiment has none (--snapshot-seconds 0, or a remote --tracker: then rank 0 evaluates in its loop)."""
+    experiment has none (--snapshot-seconds 0, or a remote --tracker: then rank 0 starts it on its own host)."""
     if not experiment.evaluator_runs:
         if experiment.snapshot_seconds:
-            print(f"[{label}] --tracker {experiment.tracker}: the snapshots would stay on the workers' hosts, so "
-                  f"rank 0 evaluates in its loop every {experiment.snapshot_seconds:g} s instead", flush=True)
+            print(f"[{label}] --tracker {experiment.tracker}: the snapshots stay on rank 0's host, so rank 0 starts "
+                  f"the evaluator there (main.py --evaluator-beside); its log lands in rank 0's "
+                  f"{experiment.mode_folder(mode)}", flush=True)
         return None
     proc = group.start_python("evaluator", commands.evaluator_argv(experiment, mode), threads.ONE_THREAD,
                               role="evaluator", command_prefix=EVALUATOR_PRIORITY)

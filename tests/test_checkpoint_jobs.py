@@ -1,6 +1,7 @@
 """Real ps-lite jobs with checkpoints: an evaluator process beside a sync job, and a killed job resumed."""
 import os
 import re
+import signal
 import time
 
 import mxnet as mx
@@ -57,6 +58,49 @@ def test_the_evaluator_beside_a_sync_job_tests_each_checkpoint_once_as_inline_ev
         assert r["accuracy"] == checkpoint_model(train_dir, r["step"]).accuracy(images, labels)
         assert r["accuracy"] == inline[r["step"] - 1]["accuracy"]
         assert r["time"] == read_checkpoint(train_dir, r["step"])["time"] == inline[r["step"] - 1]["total_time"]
+
+
+def test_rank_0_starts_the_evaluator_beside_itself_and_exits_once_it_tested_the_final_snapshot(processes, tmp_path):
+    snapshots, log_dir = str(tmp_path / "snapshots"), str(tmp_path / "logs")
+    workers = start_job(processes, "sync", LENET_ARGS + ["--max-steps", "40", "--snapshot-seconds", "0.3",
+                                                         "--snapshot-dir", snapshots, "--evaluator-beside"],
+                        log_dir=log_dir)
+
+    outputs = finish(processes, workers, timeout=180)
+
+    records = read_evaluations(os.path.join(log_dir, EVALUATOR_LOG))
+    assert records and records[-1]["step"] == 40 and records[-1]["accuracy"] > 0.1, outputs
+    assert [r["step"] for r in records] == sorted(saved_steps(snapshots))  # every snapshot, once
+    started = re.findall(r"evaluator beside this worker: pid (\d+)", outputs)
+    assert len(started) == 1, outputs  # by the worker that snapshots only
+    assert not running(int(started[0])), "the evaluator outlived the worker that waited for it"
+
+
+def test_the_evaluator_beside_a_worker_ends_with_the_worker_when_it_dies(processes, tmp_path):
+    snapshots, log_dir = str(tmp_path / "snapshots"), str(tmp_path / "logs")
+    workers = start_job(processes, "sync", LENET_ARGS + ["--max-time", "60", "--snapshot-seconds", "0.3",
+                                                         "--snapshot-dir", snapshots, "--evaluator-beside"],
+                        log_dir=log_dir)
+    deadline = time.monotonic() + 60
+    while not read_evaluations(os.path.join(log_dir, EVALUATOR_LOG)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    output = "".join(open(w.output).read() for w in workers)
+    pid = int(re.search(r"evaluator beside this worker: pid (\d+)", output).group(1))
+    rank0 = next(w for w in workers if f"pid {pid}" in open(w.output).read())
+
+    os.kill(rank0.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running(pid), "the evaluator outlived the worker that started it"
+
+
+def running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_killed_sync_job_resumes_from_its_last_checkpoint_with_its_step_and_weights(processes, tmp_path):

@@ -164,6 +164,19 @@ def test_every_worker_gets_the_snapshot_period_and_rank_0s_folder_and_the_evalua
     assert evaluator.log_dir == described.mode_folder("esync")
 
 
+def test_with_a_remote_tracker_rank_0_starts_the_evaluator_on_its_own_host(tmp_path):
+    from launcher import commands
+
+    hostfile = tmp_path / "hosts"
+    described = parse("--devices", "cpu,cpu", "--tracker", "mpi", "-H", str(hostfile), "--host-ip", "10.1.1.34",
+                      "--snapshot-seconds", "2")
+    workers = [config.parse_args(argv[1:]) for argv in commands.workers_argv(described, "sync", "logs")]
+
+    assert not described.evaluator_runs  # not the launcher's: the snapshots stay on rank 0's host
+    assert {(w.snapshot_seconds, w.snapshot_dir, w.evaluator_beside) for w in workers} == \
+        {(2.0, described.snapshot_folder("sync"), True)}
+
+
 def test_snapshot_seconds_0_evaluates_at_the_end_only():
     from launcher import commands
 

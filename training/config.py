@@ -195,6 +195,10 @@ def add_checkpoint_flags(p):
                         "(training/snapshots.py; what launch.py does)")
     p.add_argument("--snapshot-dir", help="with --snapshot-seconds: the folder the snapshots go to; "
                                           f"-m {EVALUATE_MODE} --train-dir reads it")
+    p.add_argument("--evaluator-beside", action="store_true",
+                   help="with --snapshot-dir: the worker that snapshots starts the evaluator process on its own "
+                        "machine (lowest CPU priority, one core, its -ld) and waits for it to test the final "
+                        "snapshot before it exits (what launch.py --tracker does where the snapshots stay on that host)")
 
 
 # The older way to pick a variant, still accepted: -m async -dcasgd 1 is -m dcasgd (as in the original scripts), and

@@ -125,6 +125,8 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
     with watchdog.guard("leaving the cluster"):
         scheme.kv = scheme.transport = transport = None
         gc.collect()  # the kvstore's destructor waits for every other node at a barrier
+    if rounds.snapshots and rounds.snapshots.evaluator:
+        rounds.snapshots.evaluator.wait()
     return accuracy
 
 
@@ -349,7 +351,12 @@ def _snapshot_writer(args, scheme):
 
     description = {"mode": scheme.name, "network": args.network, "dataset": args.dataset,
                    "num_workers": scheme.num_workers, "seed": args.seed, "snapshot": True}
-    return SnapshotWriter(args.snapshot_dir, args.snapshot_seconds, description, resumed=args.resume)
+    writer = SnapshotWriter(args.snapshot_dir, args.snapshot_seconds, description, resumed=args.resume)
+    if args.evaluator_beside:
+        from training.snapshots import EvaluatorBeside
+
+        writer.evaluator = EvaluatorBeside(args)
+    return writer
 
 
 def _meta(args, scheme, model, device, num_samples):

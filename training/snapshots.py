@@ -15,9 +15,13 @@ for; the final one always waits.
 The evaluator writes the latest accuracy it measured to D/evaluated.json; rank 0 reads it at each snapshot, so that
 --target-accuracy still stops a job, later than the model reached it by the evaluator's delay.
 """
+import ctypes
 import logging
 import os
 import queue
+import signal
+import subprocess
+import sys
 import threading
 
 from training import checkpoints
@@ -41,6 +45,9 @@ def check_snapshot_dir(args):
         raise SnapshotError("--snapshot-seconds and --snapshot-dir go together: the period and the folder the "
                             "evaluator reads")
     if folder is None:
+        if args.evaluator_beside:
+            raise SnapshotError("--evaluator-beside tests the snapshots of --snapshot-dir: give --snapshot-dir and "
+                                "--snapshot-seconds")
         return
     if args.train_dir and os.path.abspath(args.train_dir) == os.path.abspath(folder):
         raise SnapshotError(f"--snapshot-dir {folder} is --train-dir too: give the snapshots a folder of their own")
@@ -67,6 +74,50 @@ def report_evaluation(folder, step, elapsed, accuracy):
     write_json(os.path.join(folder, EVALUATED_FILE), {"step": step, "time": elapsed, "accuracy": accuracy})
 
 
+class EvaluatorBeside:
+    """The evaluator process of this worker's snapshots, started by the worker on its own machine: where the
+    snapshots stay on the host that takes them (a remote launch.py --tracker, or by hand). It runs at the lowest CPU
+    priority on one core, logs beside the worker (-ld), ends with the worker if the worker dies, and is waited for
+    once training has ended."""
+
+    def __init__(self, args):
+        from training import evaluator
+
+        inactivity = max(args.eval_timeout, 3 * args.snapshot_seconds)
+        argv = evaluator.command(args.snapshot_dir, args.log_dir, args.network, args.dataset, args.data_dir,
+                                 inactivity, args.holdout)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}  # not a node of the job
+        self.timeout = args.eval_timeout
+        self.process = subprocess.Popen([sys.executable] + argv, env={**env, "OMP_NUM_THREADS": "1"},
+                                        preexec_fn=_idle_and_ending_with_parent)
+        log.info("evaluator beside this worker: pid %d, testing %s", self.process.pid, args.snapshot_dir)
+
+    def wait(self):
+        """Once the final marker is written: its exit; SnapshotError if it fails or outlasts the timeout."""
+        try:
+            code = self.process.wait(self.timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise SnapshotError(f"the evaluator (pid {self.process.pid}) had not tested every snapshot "
+                                f"{self.timeout:g} s after training ended (--eval-timeout)")
+        if code != 0:
+            raise SnapshotError(f"the evaluator (pid {self.process.pid}) exited with {code}")
+        return code
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _idle_and_ending_with_parent():
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class SnapshotWriter:
     """Rank 0's side: a copy of the model every `period` seconds of training and at the end, written by a thread."""
 
@@ -80,6 +131,7 @@ class SnapshotWriter:
         self.taken = 0
         self.dropped = 0
         self.failure = None
+        self.evaluator = None  # an EvaluatorBeside with --evaluator-beside
         self.pending = queue.Queue(maxsize=1)  # at most one copy waits while another is written
         os.makedirs(folder, exist_ok=True)
         for leftover in (checkpoints.FINAL_MARKER, EVALUATED_FILE):
