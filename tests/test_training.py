@@ -1,4 +1,5 @@
 """Real training: one device, and real ps-lite jobs (scheduler, servers, workers as separate processes)."""
+import glob
 import os
 import re
 
@@ -164,6 +165,26 @@ def test_dist_async_improves_accuracy(processes, tmp_path):
     for folder in worker_folders(log_dir):  # each round pushes the gradients and pulls the weights, once each
         round_bytes = meta(folder)["param_bytes"] + 4  # and the stop vote
         assert all(r[runlog.SENT_BYTES] == r[runlog.RECEIVED_BYTES] == round_bytes for r in iter_records(folder)[1:])
+
+
+def test_one_asgd_worker_whose_exchange_is_queued_with_its_backward_pass_ends_with_sequential_sgds_weights(
+        processes, tmp_path):
+    # The push is queued before the gradient is written and the weights pulled before the next step: one worker's
+    # server applies SGD to each of its gradients in turn, as -m local does on the device.
+    args = LENET_ARGS + ["--max-iters", "30", "-e", "0", "-l", "0.01", "--seed", "3"]
+    workers = start_job(processes, "async", args, num_workers=1, log_dir=str(tmp_path / "async"))
+    finish(processes, workers, timeout=120)
+    alone = run_main(["-m", "local", "-ld", str(tmp_path / "local"), "--node-name", "node"] + args)
+    assert alone.returncode == 0, alone.stderr
+
+    cluster, sequential = final_weights(tmp_path / "async"), final_weights(tmp_path / "local")
+    assert sorted(cluster) == sorted(sequential)
+    assert all((cluster[k].asnumpy() == sequential[k].asnumpy()).all() for k in cluster)
+
+
+def final_weights(log_dir):
+    path, = glob.glob(os.path.join(log_dir, "**", runlog.FINAL_MODEL_FILE), recursive=True)
+    return mx.nd.load(path)
 
 
 def test_batchnorm_statistics_are_identical_across_sync_workers(processes, tmp_path):

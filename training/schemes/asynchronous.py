@@ -4,6 +4,11 @@ A round is one local step: push the gradient (device copies summed) and the Batc
 servers apply their rule (training/schemes/servers/server_optimizer.py) to this push alone, pull the newest weights and
 statistics. DC-ASGD comes twice: MXNet's (one backup of the weights per key) and the paper's (one per worker,
 through per-worker key ranges on one server).
+
+The push and the pull are queued as soon as the backward pass is, as Gluon's Trainer queues them: each gradient
+travels once it is written. Each is copied into a buffer of its own first: MXNet's kvstore pulls a key through the
+array pushed for it, and pushed from the gradient, the next backward pass would wait for the servers (as SSGD,
+training/schemes/sync.py). A Byzantine worker corrupts its gradient after the step, so it pushes then.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -11,7 +16,7 @@ from typing import Optional
 from training import argtypes
 from training.lazy import mx
 from training.options import Options, Range, check_constant_lr, check_one_server, fixed, option
-from training.schemes.base import Scheme
+from training.schemes.base import Scheme, wait_for
 
 DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's lambda0 of DC-ASGD-c and DC-ASGD-a
 
@@ -60,15 +65,34 @@ class Async(Scheme):
         self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), stats_key=self.stats_key,
                                               control_key=self.control_key, num_workers=self.num_workers))
         self.transport.barrier()  # no worker pushes before every server holds the rule
-        self.pushed = self.exchanged(p.list_grad() for p in self.model.trainable)
+        grads = [p.list_grad() for p in self.model.trainable]
         self.pulled = self.exchanged(p.list_data() for p in self.model.trainable)
+        if self.attack:
+            self.pushed = self.exchanged(grads)
+        else:
+            self.sent = [[mx.nd.zeros_like(g) for g in copies] for copies in grads]
+            self.pushed = self.exchanged(self.sent)
+            self.during_backward = self.queue_exchange
 
-    def aggregate(self, stop_vote):
-        self.corrupt(p.list_grad() for p in self.model.trainable)
+    def queue_exchange(self, stop_vote):
+        """The push of this step's gradient and the pull of the newest weights, queued while it is being written."""
         self.control[:] = float(stop_vote)
         self.stats.gather()
+        for p, sent in zip(self.model.trainable, self.sent):
+            for grad, copy in zip(p.list_grad(), sent):
+                grad.copyto(copy)
         self.kv.push(self.keys, self.pushed)
         self.kv.pull(self.keys, out=self.pulled)
+
+    def aggregate(self, stop_vote):
+        if self.during_backward:  # the weights arrive here, within the watchdog's bound on the aggregation
+            wait_for(self.pulled)
+        else:
+            self.corrupt(p.list_grad() for p in self.model.trainable)
+            self.control[:] = float(stop_vote)
+            self.stats.gather()
+            self.kv.push(self.keys, self.pushed)
+            self.kv.pull(self.keys, out=self.pulled)
         self.stats.scatter()
         return stop_vote or self.stop_requested()
 
