@@ -1,4 +1,4 @@
-"""A dist_sync worker on MXNet's standard path, gluon.Trainer(kvstore=...), as the baseline of the sync benchmark.
+"""A dist_sync (or dist_async) worker on MXNet's standard path, gluon.Trainer(kvstore=...), as the baseline of the sync benchmark.
 
 Same network, data, batch and devices as `main.py -m sync`; it records the wall time at the end of every step:
 
@@ -33,10 +33,12 @@ def main():
     p.add_argument("--update-on-workers", action="store_true",
                    help="each worker updates the weights from the pulled sums (update_on_kvstore=False), as main.py's "
                         "sync does; by default the servers update them, MXNet's default for dist_sync")
+    p.add_argument("--kvstore", choices=("dist_sync", "dist_async"), default="dist_sync",
+                   help="dist_async: the servers apply each worker's gradient as it comes (main.py's async)")
     args = p.parse_args()
 
     data = load_dataset(args.data_dir, args.dataset)
-    kv = mx.kv.create("dist_sync")
+    kv = mx.kv.create(args.kvstore)
     share = partition(data.train_labels, kv.rank, kv.num_workers)
     stream = BatchStream(data.train_images[share], data.train_labels[share], args.batch_size, kv.rank)
     model = Model(args.network, [mx.cpu()], data.train_images.shape[1:])

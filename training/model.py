@@ -97,13 +97,18 @@ class Model:
                 losses.append(self.loss_fn(out, mx.nd.array(labels[idx], ctx=ctx)))
         for loss in losses:
             loss.backward()
-        if while_backward is not None:
-            while_backward()
         # The step's compute time is measured, and the emulated slowdown scales it. With transfers in flight (queued
-        # above, or --overlap's aggregation) the step waits for its own gradients only: waitall() would wait for the
+        # here, or --overlap's aggregation) the step waits for its own gradients only: waitall() would wait for the
         # transfers too. Without them, waitall() is cheaper (lenet: 6.16 against 6.33 ms a step, one wait per
         # gradient).
-        if self.steps_overlap_transfers or while_backward is not None:
+        if while_backward is not None:
+            # What is queued on a gradient may write into it (MXNet's kvstore pulls a key through the array pushed
+            # for it): the end of each gradient's computing is marked before, by an operation that only reads it.
+            written = [mx.nd.shape_array(grad) for p in self.trainable for grad in p.list_grad()]
+            while_backward()
+            for mark in written:
+                mark.wait_to_read()
+        elif self.steps_overlap_transfers:
             for p in self.trainable:
                 for grad in p.list_grad():
                     grad.wait_to_read()

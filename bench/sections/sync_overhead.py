@@ -1,7 +1,7 @@
 """1. Sync overhead: our sync mode against gluon.Trainer(kvstore='dist_sync'), same network, batch, data and
 cluster (1 server, 2 workers): MXNet's default, the servers updating the weights, and the Trainer with
-update_on_kvstore=False, each worker updating them from the pulled sums as ours does. The three alternate within a
-repeat."""
+update_on_kvstore=False, each worker updating them from the pulled sums as ours does. Then our async against the
+Trainer on dist_async (the servers apply each gradient as it comes, in both). All alternate within a repeat."""
 import glob
 import json
 import os
@@ -19,9 +19,9 @@ def throughput_from_step_ends(step_ends, samples_per_step, warmup):
     return samples_per_step * (len(ends) - 1) / (ends[-1] - ends[0])
 
 
-def run_ps_job(group, worker_argv, num_workers, timeout):
+def run_ps_job(group, worker_argv, num_workers, timeout, mode="sync"):
     main = os.path.join(ROOT, "main.py")
-    workers = start_ps_job(group, [main, "-m", "sync"], [worker_argv] * num_workers)
+    workers = start_ps_job(group, [main, "-m", mode], [worker_argv] * num_workers)
     deadline = time.monotonic() + timeout
     while any(w.poll() is None for w in workers):
         failed = group.failed()
@@ -34,23 +34,23 @@ def run_ps_job(group, worker_argv, num_workers, timeout):
     group.wait(group.procs, 30)
 
 
-def trainer_throughput(network, iters, warmup, workdir, update_on_workers=False):
+def trainer_throughput(network, iters, warmup, workdir, update_on_workers=False, kvstore="dist_sync"):
     out = os.path.join(workdir, "trainer-steps.json")
     argv = ["-m", "bench.trainer_worker", "-n", network, *DATA_FLAGS, "--iters", str(iters),
-            "--out", out] + (["--update-on-workers"] if update_on_workers else [])
+            "--out", out, "--kvstore", kvstore] + (["--update-on-workers"] if update_on_workers else [])
     with ProcessGroup(os.path.join(workdir, "trainer")) as group:
-        run_ps_job(group, argv, 2, timeout=600)
+        run_ps_job(group, argv, 2, timeout=600, mode="async" if kvstore == "dist_async" else "sync")
     with open(out) as f:
         steps = json.load(f)
     return 2 * throughput_from_step_ends(steps["step_ends"], steps["batch_size"], warmup)
 
 
-def our_sync_throughput(network, iters, warmup, workdir):
+def our_sync_throughput(network, iters, warmup, workdir, mode="sync"):
     logs = os.path.join(workdir, "ours")
-    argv = [os.path.join(ROOT, "main.py"), "-m", "sync", "-n", network, *DATA_FLAGS, "-c", "1",
+    argv = [os.path.join(ROOT, "main.py"), "-m", mode, "-n", network, *DATA_FLAGS, "-c", "1",
             "--max-iters", str(iters), "-e", "0", "-ld", logs, "--node-name", "node"]
     with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
-        run_ps_job(group, argv, 2, timeout=600)
+        run_ps_job(group, argv, 2, timeout=600, mode=mode)
     folder = sorted(glob.glob(os.path.join(logs, "node", "*-worker0")))[0]
     records = runlog.DeviceLog(folder).ordered()[:-1]  # rank 0 evaluates in the last iteration; the Trainer run does not
     return 2 * throughput_from_step_ends([r["total_time"] for r in records], records[0]["num_samples"], warmup)
@@ -60,8 +60,20 @@ def workers_updating(network, iters, warmup, workdir):
     return trainer_throughput(network, iters, warmup, workdir, update_on_workers=True)
 
 
+def trainer_async(network, iters, warmup, workdir):
+    return trainer_throughput(network, iters, warmup, workdir, kvstore="dist_async")
+
+
+def our_async(network, iters, warmup, workdir):
+    return our_sync_throughput(network, iters, warmup, workdir, mode="async")
+
+
 # result key: how it is measured, in the order they run within a repeat
-MEASURED = {"trainer": trainer_throughput, "ours": our_sync_throughput, "trainer_workers_update": workers_updating}
+MEASURED = {"trainer": trainer_throughput, "ours": our_sync_throughput, "trainer_workers_update": workers_updating,
+            "trainer_async": trainer_async, "ours_async": our_async}
+# ratio key: (ours, the baseline)
+RATIOS = {"ratio": ("ours", "trainer"), "ratio_workers_update": ("ours", "trainer_workers_update"),
+          "ratio_async": ("ours_async", "trainer_async")}
 
 
 def with_one_retry(measure, network, iters, warmup, run_dir):
@@ -81,23 +93,30 @@ def measure(cfg, workdir, earlier):
             for key, how in MEASURED.items():
                 run_dir = os.path.join(workdir, f"sync-{network}-{repeat}-{key}")
                 runs[key].append(with_one_retry(how, network, iters, cfg["warmup"], run_dir))
-            log.info("sync vs Trainer, %s, repeat %d: %.0f vs %.0f (servers update), %.0f (workers update) samples/s",
-                     network, repeat, *(runs[key][-1] for key in ("ours", "trainer", "trainer_workers_update")))
+            log.info("sync vs Trainer, %s, repeat %d: %.0f vs %.0f (servers update), %.0f (workers update) samples/s; "
+                     "async %.0f vs %.0f", network, repeat,
+                     *(runs[key][-1] for key in ("ours", "trainer", "trainer_workers_update", "ours_async",
+                                                 "trainer_async")))
         row = {"network": network, **{key: statistics.median(values) for key, values in runs.items()}}
-        for baseline, ratio in (("trainer", "ratio"), ("trainer_workers_update", "ratio_workers_update")):
-            row[ratio + "s"] = [ours / theirs for ours, theirs in zip(runs["ours"], runs[baseline])]
+        for ratio, (ours, baseline) in RATIOS.items():
+            row[ratio + "s"] = [a / b for a, b in zip(runs[ours], runs[baseline])]
             row[ratio] = statistics.median(row[ratio + "s"])
         rows.append(row)
     return rows
 
 
 def markdown(results):
+    def cell(r, key, spec):
+        return format(r[key], spec) if key in r else "–"
+
     rows = [[r["network"], f"{r['ours']:.0f}", f"{r['trainer']:.0f}", f"{r['ratio']:.2f}",
-             f"{r['trainer_workers_update']:.0f}" if "ratio_workers_update" in r else "–",
-             f"{r['ratio_workers_update']:.2f}" if "ratio_workers_update" in r else "–"]
+             cell(r, "trainer_workers_update", ".0f"), cell(r, "ratio_workers_update", ".2f"),
+             cell(r, "ours_async", ".0f"), cell(r, "trainer_async", ".0f"), cell(r, "ratio_async", ".2f")]
             for r in results["sync_overhead"]]
-    return ["### Sync overhead: ours / gluon.Trainer(kvstore='dist_sync'), 1 server, 2 workers", "",
+    return ["### Sync overhead: ours / gluon.Trainer(kvstore='dist_sync' and 'dist_async'), 1 server, 2 workers", "",
             "Samples/s, medians of the repeats; ratios: the median of each repeat's ratio. The Trainer's servers update "
-            "the weights (MXNet's default), or each worker does (update_on_kvstore=False), as ours does.", "",
-            markdown_table(["network", "ours (samples/s)", "Trainer, servers update", "ratio (median)",
-                            "Trainer, workers update", "ratio (median)"], rows), ""]
+            "the weights (MXNet's default), or each worker does (update_on_kvstore=False), as our sync does. Our async "
+            "and the Trainer on dist_async both leave the update to the servers.", "",
+            markdown_table(["network", "sync (samples/s)", "Trainer, servers update", "ratio",
+                            "Trainer, workers update", "ratio", "async (samples/s)", "Trainer, dist_async",
+                            "ratio"], rows), ""]

@@ -6,9 +6,8 @@ statistics. DC-ASGD comes twice: MXNet's (one backup of the weights per key) and
 through per-worker key ranges on one server).
 
 The push and the pull are queued as soon as the backward pass is, as Gluon's Trainer queues them: each gradient
-travels once it is written. Each is copied into a buffer of its own first: MXNet's kvstore pulls a key through the
-array pushed for it, and pushed from the gradient, the next backward pass would wait for the servers (as SSGD,
-training/schemes/sync.py). A Byzantine worker corrupts its gradient after the step, so it pushes then.
+travels once it is written, and the aggregation waits for the newest weights, within the watchdog's bound. A
+Byzantine worker corrupts its gradient after the step, so it pushes then.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -65,22 +64,15 @@ class Async(Scheme):
         self.kv.set_optimizer(ServerOptimizer(inner=self.server_rule(), stats_key=self.stats_key,
                                               control_key=self.control_key, num_workers=self.num_workers))
         self.transport.barrier()  # no worker pushes before every server holds the rule
-        grads = [p.list_grad() for p in self.model.trainable]
+        self.pushed = self.exchanged(p.list_grad() for p in self.model.trainable)
         self.pulled = self.exchanged(p.list_data() for p in self.model.trainable)
-        if self.attack:
-            self.pushed = self.exchanged(grads)
-        else:
-            self.sent = [[mx.nd.zeros_like(g) for g in copies] for copies in grads]
-            self.pushed = self.exchanged(self.sent)
+        if not self.attack:
             self.during_backward = self.queue_exchange
 
     def queue_exchange(self, stop_vote):
         """The push of this step's gradient and the pull of the newest weights, queued while it is being written."""
         self.control[:] = float(stop_vote)
         self.stats.gather()
-        for p, sent in zip(self.model.trainable, self.sent):
-            for grad, copy in zip(p.list_grad(), sent):
-                grad.copyto(copy)
         self.kv.push(self.keys, self.pushed)
         self.kv.pull(self.keys, out=self.pulled)
 

@@ -6,11 +6,10 @@ allreduce among the workers hands everyone the same sum instead.
 
 Over the parameter server the whole round is queued in MXNet's engine as soon as the backward pass is, as Gluon's
 Trainer does it: each gradient's pushpull, the update of its weight from the sum, the BatchNorm statistics and the
-stop vote. Each gradient travels once it is written, the last layers' while the first ones are computed. Each is
-copied into a buffer of its own, which is pushed and into which its sum is pulled: MXNet's kvstore pulls a key into
-the array it pushed for it, and a pull into the gradient itself would make the next step's backward pass, and the
-step's measured compute time, wait for the other workers. A Byzantine worker corrupts its gradients after the step,
-so it pushes them then, as over MPI.
+stop vote. Each gradient travels once it is written, the last layers' while the first ones are computed, and its
+sum is pulled into it. The aggregation waits for the sums, within the watchdog's bound: the next step's backward
+pass, which writes the gradients again, then waits for nobody. A Byzantine worker corrupts its gradients after the
+step, so it pushes them then, as over MPI.
 """
 from training import mxnet_internals
 from training.lazy import mx
@@ -29,8 +28,6 @@ class Sync(Scheme):
         grads = [p.list_grad() for p in self.model.trainable]
         self.buffers = self.exchanged(grads)  # in place: the sums overwrite what was pushed
         if self.queues_round and self.transport.sums_in_engine and not self.attack:
-            self.sums = [[mx.nd.zeros_like(g) for g in copies] for copies in grads]
-            self.outs = self.exchanged(self.sums)  # pushed, then the sums pulled in place
             self.update_groups = mxnet_internals.update_groups(self.model.trainable)
             self.during_backward = self.queue_round
 
@@ -39,12 +36,9 @@ class Sync(Scheme):
         self.control[:] = float(stop_vote)
         self.stats.gather()
         trainable = self.model.trainable
-        for p, sums in zip(trainable, self.sums):
-            for grad, total in zip(p.list_grad(), sums):
-                grad.copyto(total)
-        self.transport.sum(self.keys, self.outs)
+        self.transport.sum(self.keys, self.buffers)
         for group in self.update_groups:
-            mxnet_internals.queue_update(self.trainer, group, [self.sums[i] for i in group],
+            mxnet_internals.queue_update(self.trainer, group, [trainable[i].list_grad() for i in group],
                                          [trainable[i].list_data() for i in group], self.num_workers)
 
     def aggregate(self, stop_vote):
@@ -55,6 +49,6 @@ class Sync(Scheme):
             self.transport.sum(self.keys, self.buffers)
             self.trainer.update(self.num_workers)
         else:  # its sums arrive here, within the watchdog's bound on the aggregation, not in the next step's wait
-            wait_for(self.outs)
+            wait_for(self.buffers)
         self.stats.scatter(1.0 / self.num_workers)
         return stop_vote or self.stop_requested()
