@@ -29,8 +29,10 @@ from launcher.hosts import LOOPBACK, Host, Placement
 from launcher.results import summarize_and_draw
 from launcher.supervision import (
     INTERRUPTS,
+    PORT_RETRIES,
     Interrupted,
     Progress,
+    port_taken,
     report_failure,
     supervise,
     wait_for_group_to_drain,
@@ -182,11 +184,19 @@ def run_mode(experiment, mode, position, hosts):
 def train_mode(experiment, mode, label, log_dir, hosts):
     """run_mode's job, every process of it stopped on the way out; with --max-restarts started again from its newest
     checkpoint after a failure, up to that many times."""
-    restarts = []
+    restarts, port_retries = [], 0
     while True:
         final = len(restarts) >= experiment.max_restarts
         job = dataclasses.replace(experiment, resuming=bool(restarts))
-        code, failure = run_job(job, mode, label, log_dir, hosts, restarts, final)
+        code, failure = run_job(job, mode, label, log_dir, hosts, restarts, final, port_retries < PORT_RETRIES)
+        if failure is not None and port_retries < PORT_RETRIES and port_taken(failure):
+            port_retries += 1
+            keep_outputs(os.path.join(log_dir, PROCESSES_FOLDER), f"port-{port_retries}")
+            print(f"[{label}] {failure.proc.name} could not bind the port chosen for it (another program took it): "
+                  f"starting the job again on new ports ({port_retries} of {PORT_RETRIES})", flush=True)
+            if not restarts:  # what the start left, as a job started again from its start
+                clear_earlier_run(log_dir, summary.summary_file_name(os.path.basename(log_dir)), processes=False)
+            continue
         if failure is None or final:
             return code
         restarts.append(restart_record(experiment, mode, failure))
@@ -206,15 +216,17 @@ def restart_record(experiment, mode, failure):
 
 
 def keep_outputs(folder, restart):
-    """The failed attempt's process outputs, moved to <processes>/attempt-<restart>/ before the next one writes."""
+    """The failed attempt's process outputs, moved to <processes>/attempt-<restart>/ before the next one writes
+    (`restart`: its number, or port-<n> for a start whose port was taken)."""
     kept = os.path.join(folder, f"attempt-{restart}")
     os.makedirs(kept, exist_ok=True)
     for path in glob.glob(os.path.join(folder, "*.log")):
         shutil.move(path, kept)
 
 
-def run_job(experiment, mode, label, log_dir, hosts, restarts, final):
-    """One start of the mode's job: (its exit code, its JobFailed or None); a failure is reported when `final`."""
+def run_job(experiment, mode, label, log_dir, hosts, restarts, final, port_retry=False):
+    """One start of the mode's job: (its exit code, its JobFailed or None); a failure is reported when `final`,
+    unless it is a port taken before its process bound it and `port_retry` allows another start."""
     # A fresh token per job: the state server answers its own workers only (a shared network's other users' not).
     token = {STATE_TOKEN_VARIABLE: secrets.token_urlsafe(24)}
     with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER), token) as group:
@@ -234,7 +246,7 @@ def run_job(experiment, mode, label, log_dir, hosts, restarts, final):
             if evaluator:
                 finish_evaluation(evaluator, progress, experiment.wall_limit)
         except JobFailed as failure:
-            if final:
+            if final and not (port_retry and port_taken(failure)):
                 report_failure(label, failure, group)
             return EXIT_FAILURE, failure
         finally:

@@ -164,6 +164,23 @@ def supervise(group, finishers, progress, wall_limit):
         time.sleep(POLL_SECONDS)
 
 
+# ps-lite's words where a node could not bind the port the launcher chose for it: another program took the port in
+# between (free_port can only choose one that is free at the time). Nothing was trained: the job starts again.
+PORT_TAKEN = "bind failed"
+PORT_RETRIES = 2
+
+
+def port_taken(failure):
+    """Whether the job failed because a process could not bind the port chosen for it."""
+    if failure.proc is None:
+        return False
+    try:
+        with open(failure.proc.output, errors="replace") as f:
+            return PORT_TAKEN in f.read()
+    except OSError:
+        return False
+
+
 def report_failure(label, failure, group):
     lines = [f"launch.py: [{label}] {failure.reason}" if failure.proc is None else
              f"launch.py: [{label}] {failure.proc.name} ({failure.proc.role}, pid {failure.proc.pid}) "
