@@ -165,11 +165,12 @@ def test_async_local_sgd_scales_each_workers_steps_to_its_speed_and_reaches_ssgd
         processes, tmp_path, ssgd_on_1_1_4):
     # Rounds in which the slow worker runs 4 steps and the fast ones 4 x the steps that fit in one of the slow one's,
     # once the state server has the slow worker's speed: its first round's end. Until then a fast worker's round is
-    # 4 steps, and a slow first step (MXNet's first forward pass, times 4) may last many of them: 20 rounds leave
-    # the fast workers rounds planned from both speeds on a busy machine too. On 3 lenet workers a momentum of 0.5
+    # 4 steps, and a slow first step (MXNet's first forward pass, times 4) may last many of them: 20 rounds did not
+    # outlast the slow worker's first round once (1.31 s against 1.39 s); 40 leave the fast workers rounds planned
+    # from both speeds. On 3 lenet workers a momentum of 0.5
     # keeps the stale deltas' overshoot small (0.9, the default, ended between 0.81 and 0.90 in three runs).
     records, curve, _ = run_on_1_1_4(processes, tmp_path, "async-local-sgd",
-                                     ["--max-iters", "20", "-e", "4", "--sync-interval", "4", "--local-optimizer",
+                                     ["--max-iters", "40", "-e", "4", "--sync-interval", "4", "--local-optimizer",
                                       "adam", "-gl", "0.7", "--outer-momentum", "0.5",
                                       "-port", str(start_state_server(processes))])
 
