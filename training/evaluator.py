@@ -36,7 +36,9 @@ MAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def command(snapshot_dir, log_dir, network, dataset, data_dir, timeout, holdout=0):
     """The evaluator's main.py command line (after the interpreter): one core, the workers' -ld."""
-    return [MAIN_PY, "-m", "evaluate", "--train-dir", snapshot_dir, "-n", network, "--dataset", dataset,
+    from training.config import EVALUATE_MODE
+
+    return [MAIN_PY, "-m", EVALUATE_MODE, "--train-dir", snapshot_dir, "-n", network, "--dataset", dataset,
             "-dd", data_dir, "-c", "1", "-ld", log_dir, "--eval-timeout", f"{timeout:g}"] + \
         (["--holdout", str(holdout)] if holdout else [])
 

@@ -70,7 +70,7 @@ class Async(Scheme):
             self.during_backward = self.queue_exchange
 
     def queue_exchange(self, stop_vote):
-        """The push of this step's gradient and the pull of the newest weights, queued while it is being written."""
+        """The push of this step's gradient and the pull of the newest weights, queued in MXNet's engine."""
         self.control[:] = float(stop_vote)
         self.stats.gather()
         self.kv.push(self.keys, self.pushed)
@@ -81,10 +81,7 @@ class Async(Scheme):
             wait_for(self.pulled)
         else:
             self.corrupt(p.list_grad() for p in self.model.trainable)
-            self.control[:] = float(stop_vote)
-            self.stats.gather()
-            self.kv.push(self.keys, self.pushed)
-            self.kv.pull(self.keys, out=self.pulled)
+            self.queue_exchange(stop_vote)
         self.stats.scatter()
         return stop_vote or self.stop_requested()
 

@@ -33,20 +33,22 @@ class Sync(Scheme):
 
     def queue_round(self, stop_vote):
         """The round's sums and the update from them, queued while the gradients are still being written."""
-        self.control[:] = float(stop_vote)
-        self.stats.gather()
+        self.sum_round(stop_vote)
         trainable = self.model.trainable
-        self.transport.sum(self.keys, self.buffers)
         for group in self.update_groups:
             mxnet_internals.queue_update(self.trainer, group, [trainable[i].list_grad() for i in group],
                                          [trainable[i].list_data() for i in group], self.num_workers)
 
+    def sum_round(self, stop_vote):
+        """The gradients, the BatchNorm statistics and the stop vote summed over the workers, in place."""
+        self.control[:] = float(stop_vote)
+        self.stats.gather()
+        self.transport.sum(self.keys, self.buffers)
+
     def aggregate(self, stop_vote):
         if not self.during_backward:
-            self.control[:] = float(stop_vote)
-            self.stats.gather()
             self.corrupt(p.list_grad() for p in self.model.trainable)
-            self.transport.sum(self.keys, self.buffers)
+            self.sum_round(stop_vote)
             self.trainer.update(self.num_workers)
         else:  # its sums arrive here, within the watchdog's bound on the aggregation, not in the next step's wait
             wait_for(self.buffers)
