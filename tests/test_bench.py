@@ -120,7 +120,8 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["network"] for r in results["sync_overhead"]] == ["lenet"]
     assert all(r[key] > 0 for r in results["sync_overhead"]
-               for key in ("ours", "trainer", "trainer_workers_update", "ours_async", "trainer_async"))
+               for key in ("ours", "ours_servers_update", "trainer", "trainer_workers_update", "ours_async",
+                           "trainer_async"))
     config = results["config"]
     assert {r["mode"] for r in results["heterogeneity"]} == {*config["modes"], *config["accuracy_profile_modes"],
                                                              *(f"esync-{p}" for p in config["esync_policies"])}

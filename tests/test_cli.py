@@ -134,6 +134,7 @@ def test_the_rivals_flags_resolve_to_their_papers_defaults(argv, field, value):
     (["-m", "async", "--server-momentum", "0.9"], "--server-momentum belongs to -m esync, fedavg, not -m async"),
     (["-m", "async", "--server-optimizer", "adagrad"], "--server-optimizer belongs to -m downpour, not -m async"),
     (["-m", "downpour", "--server-optimizer", "adagrad", "--momentum", "0.9"], "--momentum is SGD's"),
+    (["-m", "async", "--update-on-servers"], "--update-on-servers belongs to -m sync"),
 ])
 def test_a_rivals_flag_where_it_does_not_belong_is_refused_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -203,6 +203,7 @@ def test_the_launcher_sets_the_mode_itself():
     (["-m", "zeno-async", "--validation-size", "10"], 3, "1", "--validation-size 10 is smaller than the batch size"),
     (["-m", "zeno-async"], 3, "2", "-m zeno-async needs each worker's whole push on one server: set DMLC_NUM_SERVER=1"),
     (["-m", "zeno", "--zeno-flavour", "async"], 3, "2", "-m zeno-async needs each worker's whole push on one server"),
+    (["-m", "sync", "--update-on-servers", "--collective", "ring"], 2, "1", "leave out --collective ring"),
 ])
 def test_main_reports_a_mode_check_as_a_usage_error(argv, num_workers, servers, message, monkeypatch):
     monkeypatch.setenv("DMLC_NUM_SERVER", servers)

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.slow  # real processes
 STEP_KEYS = {runlog.GET_BATCH, runlog.FORWARD_BACKWARD}
 
 
-def final_weights(folder):
-    return mx.nd.load(os.path.join(folder, "model-final.params"))
+def final_weights(log_dir):
+    path, = glob.glob(os.path.join(log_dir, "**", runlog.FINAL_MODEL_FILE), recursive=True)
+    return mx.nd.load(path)
 
 
 def assert_identical_weights(folders):
@@ -182,11 +183,6 @@ def test_one_asgd_worker_whose_exchange_is_queued_with_its_backward_pass_ends_wi
     assert all((cluster[k].asnumpy() == sequential[k].asnumpy()).all() for k in cluster)
 
 
-def final_weights(log_dir):
-    path, = glob.glob(os.path.join(log_dir, "**", runlog.FINAL_MODEL_FILE), recursive=True)
-    return mx.nd.load(path)
-
-
 def test_batchnorm_statistics_are_identical_across_sync_workers(processes, tmp_path):
     args = ["-n", "resnet18-v1", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "16", "--max-iters", "3",
             "-e", "0", "--digest-weights"]
@@ -195,6 +191,17 @@ def test_batchnorm_statistics_are_identical_across_sync_workers(processes, tmp_p
 
 def test_batchnorm_statistics_are_identical_across_esync_workers(esync_resnet_job):
     assert_trained_identical_batchnorm(esync_resnet_job)
+
+
+def test_sync_whose_servers_apply_the_update_ends_with_the_weights_of_workers_applying_it(processes, tmp_path):
+    # The same SGD with momentum on the same sums, once on the servers, once on every worker; BatchNorm statistics
+    # summed on the servers' side as on the workers'.
+    args = ["-n", "resnet18-v1", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "8", "--max-iters", "3",
+            "-e", "0", "-l", "0.01", "--momentum", "0.9"]
+    on_workers = run_job(processes, str(tmp_path / "workers"), "sync", args, timeout=300)
+    on_servers = run_job(processes, str(tmp_path / "servers"), "sync", args + ["--update-on-servers"], timeout=300)
+
+    assert_trained_identical_batchnorm({0: on_workers[0], **{r + 1: f for r, f in on_servers.items()}})
 
 
 def assert_trained_identical_batchnorm(folders):

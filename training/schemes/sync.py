@@ -1,8 +1,9 @@
 """Synchronous SGD (SSGD) over dist_sync: push gradients, pull their sum, apply lr x the workers' mean.
 
-The servers only sum (no update rule on them): pushpull returns the round's sum, and each worker applies the
-same update to the same weights, so all workers stay identical. With an MPI collective (--collective) an
-allreduce among the workers hands everyone the same sum instead.
+By default the servers only sum (no update rule on them): pushpull returns the round's sum, and each worker
+applies the same update to the same weights, so all workers stay identical. With an MPI collective (--collective)
+an allreduce among the workers hands everyone the same sum instead. With --update-on-servers the servers apply the
+update once, to the sum, and the workers pull the new weights, as gluon.Trainer does by default (update_on_kvstore).
 
 Over the parameter server the whole round is queued in MXNet's engine as soon as the backward pass is, as Gluon's
 Trainer does it: each gradient's pushpull, the update of its weight from the sum, the BatchNorm statistics and the
@@ -11,28 +12,67 @@ sum is pulled into it. The aggregation waits for the sums, within the watchdog's
 pass, which writes the gradients again, then waits for nobody. A Byzantine worker corrupts its gradients after the
 step, so it pushes them then, as over MPI.
 """
+from dataclasses import dataclass
+
 from training import mxnet_internals
 from training.lazy import mx
+from training.options import ModeError, Options, option
 from training.schemes.base import Scheme, wait_for
+from training.transport import collectives
+
+
+@dataclass(frozen=True)
+class SyncOptions(Options):
+    update_on_servers: bool = option(
+        "--update-on-servers", switch=True, default=False,
+        help="the servers apply SGD to the summed gradients and the workers pull the weights (gluon.Trainer's "
+             "default), in place of every worker applying it; over the parameter server only. A restart starts "
+             "the servers' momentum from zero")
+
+    @classmethod
+    def check(cls, args, num_workers):
+        if args.update_on_servers and args.collective != collectives.PS:
+            raise ModeError(f"--update-on-servers needs the parameter server's servers: leave out --collective "
+                            f"{args.collective}")
 
 
 class Sync(Scheme):
     name = "sync"
     description = "SSGD, one step per round: push gradients, pull their sum, apply lr x mean (dist_sync)"
     kvstore = "dist_sync"
+    Options = SyncOptions
     queues_round = True  # False where the update's scale is known only once the round's sums are in
 
     def setup(self):
         self.broadcast_initial_weights()
-        self.trainer = self.local_trainer(self.options.learning_rate)
         grads = [p.list_grad() for p in self.model.trainable]
         self.buffers = self.exchanged(grads)  # in place: the sums overwrite what was pushed
+        if self.options.update_on_servers:
+            self.hand_servers_the_update()
+        else:
+            self.trainer = self.local_trainer(self.options.learning_rate)
         if self.queues_round and self.transport.sums_in_engine and not self.attack:
             self.update_groups = mxnet_internals.update_groups(self.model.trainable)
             self.during_backward = self.queue_round
 
+    def hand_servers_the_update(self):
+        """SGD on the servers, on the mean of the workers' gradients; the weights come back in place of the sums."""
+        from training.schemes.servers.server_optimizer import ServerOptimizer
+
+        rule = mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
+                                wd=self.options.wd, rescale_grad=1.0 / self.num_workers,
+                                lr_scheduler=self.server_scheduler())
+        if self.rank == 0:
+            self.kv.set_optimizer(ServerOptimizer(inner=rule, stats_key=self.stats_key, control_key=self.control_key,
+                                                  num_workers=self.num_workers, summed=True))
+        self.transport.barrier()  # no worker pushes before every server holds the rule
+        self.weights = self.exchanged(p.list_data() for p in self.model.trainable)
+
     def queue_round(self, stop_vote):
         """The round's sums and the update from them, queued while the gradients are still being written."""
+        if self.options.update_on_servers:
+            self.exchange_with_servers(stop_vote)
+            return
         self.sum_round(stop_vote)
         trainable = self.model.trainable
         for group in self.update_groups:
@@ -45,12 +85,22 @@ class Sync(Scheme):
         self.stats.gather()
         self.transport.sum(self.keys, self.buffers)
 
+    def exchange_with_servers(self, stop_vote):
+        """Push the gradients, the statistics and the vote; pull the weights the servers updated, and the sums."""
+        self.control[:] = float(stop_vote)
+        self.stats.gather()
+        self.kv.push(self.keys, self.buffers)
+        self.kv.pull(self.keys, out=self.weights)
+
     def aggregate(self, stop_vote):
-        if not self.during_backward:
+        if self.during_backward:  # its sums arrive here, within the watchdog's bound on the aggregation
+            wait_for(self.buffers if self.trainer else self.weights)
+        elif self.options.update_on_servers:
+            self.corrupt(p.list_grad() for p in self.model.trainable)
+            self.exchange_with_servers(stop_vote)
+        else:
             self.corrupt(p.list_grad() for p in self.model.trainable)
             self.sum_round(stop_vote)
             self.trainer.update(self.num_workers)
-        else:  # its sums arrive here, within the watchdog's bound on the aggregation, not in the next step's wait
-            wait_for(self.buffers)
         self.stats.scatter(1.0 / self.num_workers)
         return stop_vote or self.stop_requested()

@@ -1,4 +1,4 @@
-"""The update rule dist_async servers run on every push (ASGD, DC-ASGD).
+"""The update rule the servers run on every push (ASGD, DC-ASGD), or on the round's sum (SSGD --update-on-servers).
 
 kv.set_optimizer pickles this object to the servers, which unpickle it by module path: this module must be
 importable where the servers run (main.py's folder), so it imports nothing beyond mxnet. The servers unpickle it
@@ -12,15 +12,17 @@ from mxnet import lr_scheduler, optimizer
 
 @optimizer.register
 class ServerOptimizer(optimizer.Optimizer):
-    """Weights: the inner rule (SGD or DC-ASGD). BatchNorm statistics: a running blend, 1/num_workers per push.
-    The control key keeps the largest value pushed (a stop vote, once cast, stays)."""
+    """Weights: the inner rule (SGD or DC-ASGD). BatchNorm statistics: a running blend, 1/num_workers per push;
+    `summed` (dist_sync, where a push is the sum of the round's): that sum, which the workers scale. The control key
+    keeps the largest value pushed (a stop vote, once cast, stays)."""
 
-    def __init__(self, inner, stats_key=None, control_key=None, num_workers=1, **kwargs):
+    def __init__(self, inner, stats_key=None, control_key=None, num_workers=1, summed=False, **kwargs):
         super().__init__(**kwargs)
         self.inner = inner
         self.stats_key = stats_key
         self.control_key = control_key
         self.num_workers = num_workers
+        self.summed = summed
 
     def _is_weight(self, index):
         return index not in (self.control_key, self.stats_key)
@@ -34,6 +36,8 @@ class ServerOptimizer(optimizer.Optimizer):
     def update(self, index, weight, grad, state):
         if index == self.control_key:
             weight[:] = nd.maximum(weight, grad)
+        elif index == self.stats_key and self.summed:
+            weight[:] = grad
         elif index == self.stats_key:
             weight[:] += (grad - weight) / self.num_workers
         else:
