@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.sections import byzantine, heterogeneity, network, placement
+from bench.sections import byzantine, heterogeneity, network, placement, sync_overhead
 from launcher import experiment, netns
 from launcher.cluster import ROOT
 
@@ -108,6 +108,21 @@ def test_a_byzantine_row_is_the_mean_of_its_repeats_and_the_accuracies_that_tie_
     assert rows[2]["final_accuracy"] == pytest.approx(0.92) and rows[1]["attacker_layers_accepted"] is None
     assert "| zeno | yes | 0.920 ± 0.010 | 4000 ± 0 | 0% ± 0% | 70% ± 0% |" in table
     assert "- final accuracy: no winner: zeno, zeno with the attacker tie" in table
+
+
+def test_the_sync_overhead_table_compares_each_of_ours_with_the_trainer_updating_in_the_same_place():
+    row = {"network": "lenet", "ours": 100.0, "trainer": 80.0, "ratio": 1.25, "ratios": [1.25, 1.3],
+           "ours_servers_update": 60.0, "ratio_servers_update": 0.75, "trainer_workers_update": 120.0,
+           "ratio_workers_update": 0.83}
+    earlier = {"network": "lenet", "ours": 100.0, "trainer": 80.0, "ratio": 1.25}  # before the other comparisons
+
+    lines = sync_overhead.markdown({"sync_overhead": [row, earlier]})
+
+    table = [line for line in "\n".join(lines).splitlines() if line.startswith("| lenet")]
+    assert table[0].endswith("| 100 | 80 | **1.25** (1.25, 1.30) |") and "MXNet's default" in table[0]
+    assert "SSGD --update-on-servers" in table[1] and table[1].endswith("| 60 | 80 | **0.75** |")
+    assert "update_on_kvstore=False" in table[2] and table[2].endswith("| 100 | 120 | **0.83** |")
+    assert table[3].endswith("| 100 | 80 | **1.25** |") and len(table) == 4
 
 
 @pytest.mark.slow
