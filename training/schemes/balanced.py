@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from training import argtypes, runlog
 from training.lazy import mx
-from training.options import ModeError, Options, option
+from training.options import ModeError, Options, fixed, option
 from training.schemes.local_sgd import smoothed
 from training.schemes.sync import Sync
 
@@ -48,6 +48,7 @@ class BalancedOptions(Options):
     balance_threshold: float = option("--balance-threshold", default=0.2, type=argtypes.SHARE,
                                       help="plan the batches again once a worker's speed has drifted by more than "
                                            "this fraction since the last plan, in (0, 1] (default 0.2)")
+    update_on_servers: bool = fixed(False)  # its update's scale is known only once the round's sums are in
 
     @classmethod
     def check(cls, args, num_workers):
