@@ -71,10 +71,7 @@ class Async(Scheme):
 
     def queue_exchange(self, stop_vote):
         """The push of this step's gradient and the pull of the newest weights, queued in MXNet's engine."""
-        self.control[:] = float(stop_vote)
-        self.stats.gather()
-        self.kv.push(self.keys, self.pushed)
-        self.kv.pull(self.keys, out=self.pulled)
+        self.push_then_pull(stop_vote, self.pushed, self.pulled)
 
     def aggregate(self, stop_vote):
         if self.during_backward:  # the weights arrive here, within the watchdog's bound on the aggregation

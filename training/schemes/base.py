@@ -243,6 +243,14 @@ class Scheme:
             self.kv.set_optimizer(rule)
         self.transport.barrier()
 
+    def push_then_pull(self, stop_vote, pushed, pulled):
+        """The gradients, the BatchNorm statistics and the stop vote pushed to the servers, which apply their rule,
+        and what they hold pulled back into `pulled`; both queued in MXNet's engine."""
+        self.control[:] = float(stop_vote)
+        self.stats.gather()
+        self.kv.push(self.keys, pushed)
+        self.kv.pull(self.keys, out=pulled)
+
     def stop_requested(self):
         return self.control[0].asscalar() > 0
 

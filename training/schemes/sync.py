@@ -51,7 +51,12 @@ class Sync(Scheme):
             self.hand_servers_the_update()
         else:
             self.trainer = self.local_trainer(self.options.learning_rate)
-        if self.queues_round and self.transport.sums_in_engine and not self.attack:
+            self.awaited = self.buffers
+        if not (self.queues_round and self.transport.sums_in_engine) or self.attack:
+            return
+        if self.options.update_on_servers:
+            self.during_backward = self.exchange_with_servers
+        else:
             self.update_groups = mxnet_internals.update_groups(self.model.trainable)
             self.during_backward = self.queue_round
 
@@ -66,13 +71,10 @@ class Sync(Scheme):
             self.kv.set_optimizer(ServerOptimizer(inner=rule, stats_key=self.stats_key, control_key=self.control_key,
                                                   num_workers=self.num_workers, summed=True))
         self.transport.barrier()  # no worker pushes before every server holds the rule
-        self.weights = self.exchanged(p.list_data() for p in self.model.trainable)
+        self.awaited = self.exchanged(p.list_data() for p in self.model.trainable)
 
     def queue_round(self, stop_vote):
         """The round's sums and the update from them, queued while the gradients are still being written."""
-        if self.options.update_on_servers:
-            self.exchange_with_servers(stop_vote)
-            return
         self.sum_round(stop_vote)
         trainable = self.model.trainable
         for group in self.update_groups:
@@ -86,21 +88,18 @@ class Sync(Scheme):
         self.transport.sum(self.keys, self.buffers)
 
     def exchange_with_servers(self, stop_vote):
-        """Push the gradients, the statistics and the vote; pull the weights the servers updated, and the sums."""
-        self.control[:] = float(stop_vote)
-        self.stats.gather()
-        self.kv.push(self.keys, self.buffers)
-        self.kv.pull(self.keys, out=self.weights)
+        """The round's gradients, statistics and vote to the servers; the weights they updated and the sums back."""
+        self.push_then_pull(stop_vote, self.buffers, self.awaited)
 
     def aggregate(self, stop_vote):
         if self.during_backward:  # its sums arrive here, within the watchdog's bound on the aggregation
-            wait_for(self.buffers if self.trainer else self.weights)
-        elif self.options.update_on_servers:
-            self.corrupt(p.list_grad() for p in self.model.trainable)
-            self.exchange_with_servers(stop_vote)
+            wait_for(self.awaited)
         else:
             self.corrupt(p.list_grad() for p in self.model.trainable)
-            self.sum_round(stop_vote)
-            self.trainer.update(self.num_workers)
+            if self.options.update_on_servers:
+                self.exchange_with_servers(stop_vote)
+            else:
+                self.sum_round(stop_vote)
+                self.trainer.update(self.num_workers)
         self.stats.scatter(1.0 / self.num_workers)
         return stop_vote or self.stop_requested()
