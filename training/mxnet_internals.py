@@ -7,6 +7,7 @@ a private MXNet attribute or calls MXNet's C library.
 - **The kvstore's barrier**, which the Python API has only as `_barrier`.
 - **A Trainer's optimizer state without its pickled optimizer**: the updaters and the update counts.
 - **A block's parameters by their structural names**, the names `save_parameters` writes.
+- **A split into existing arrays**: the BatchNorm statistics unpacked in one operation.
 
 The import hook: `import mxnet` writes a Python function for each of its operators (about 2,300), from what the C
 library says of each, and compiles it: most of the CPU the import costs every worker a job starts. The function of an
@@ -350,6 +351,11 @@ def parameters_by_name(net):
     public collect_params() names carry the block's prefix instead)."""
     return net._collect_params_with_prefix()
 
+
+def split_into(mx, source, outs, offsets):
+    """Copy the consecutive parts of the 1-D `source` that start at `offsets` into the 1-D arrays `outs`, in one
+    operation of MXNet's engine: the public split_v2 makes new arrays and has no `out`."""
+    mx.nd._internal._split_v2(source, indices=tuple(offsets), axis=0, sections=0, squeeze_axis=False, out=outs)
 
 
 def queue_update(trainer, indices, grads, weights, batch_size):
