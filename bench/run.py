@@ -72,7 +72,7 @@ ALL_MODES = ("sync", "async", "esync")
 # sync_overhead, all of it `repeats` times. The placement section times `placement_networks[network]` pushpulls in
 # each placement and `placement_steps` lenet steps each way, the fast device's share the launcher's default for
 # `placement_profile` and the slow one's that / `placement_slowdown`.
-FULL = dict(repeats=3, trainer_iters={"lenet": 600, "resnet18-v1": 40}, warmup=5,
+FULL = dict(repeats=3, trainer_iters={"lenet": 600, "resnet18-v1": 80}, warmup=5,
             profiles=["1,1,4", "1,2,4,8"], accuracy_profile="1,1,4", seconds=12, accuracy_budget=15,
             latency_calls=300,
             modes=["esync", "sync", "async"],

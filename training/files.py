@@ -40,14 +40,6 @@ def read_json(path):
         return json.load(handle)
 
 
-def write_text(path, text):
-    """Atomic against a killed process, as write_json."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-    atomic_write(path, write)
-
-
 class UnwritableFolder(Exception):
     """A folder this process must write to cannot be created or written; the message names it and why."""
 
