@@ -8,6 +8,7 @@ someone wants to stop. A scheme exchanges arrays through its transport (training
 ones only declare, broadcast and sum, so they run over the ps-lite servers or MPI alike; the asynchronous ones
 also use the kvstore itself (`self.kv`), which only the parameter server has.
 """
+import itertools
 import logging
 import pickle
 
@@ -31,12 +32,12 @@ class PackedStatistics:
 
     def __init__(self, model):
         self.params = model.aux
-        self.sizes = [int(p.data().size) for p in self.params]
-        self.buffer = mx.nd.zeros((sum(self.sizes),), ctx=model.ctxs[0]) if self.params else None
-        self.ctx0 = model.ctxs[0]
-        self.other_devices = len(model.ctxs) > 1
-        self.flat = [p.data(self.ctx0).reshape((-1,)) for p in self.params]
-        self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        sizes = [int(p.data().size) for p in self.params]
+        self.buffer = mx.nd.zeros((sum(sizes),), ctx=model.ctxs[0]) if self.params else None
+        self.flat = [p.data(model.ctxs[0]).reshape((-1,)) for p in self.params]
+        self.offsets = [0, *itertools.accumulate(sizes)][:len(sizes)]
+        # (first device's copy, the other devices' copies) of each statistic, where the model has several devices
+        self.copies = [(p.list_data()[0], p.list_data()[1:]) for p in self.params] if len(model.ctxs) > 1 else []
 
     def __bool__(self):
         return bool(self.params)
@@ -54,8 +55,7 @@ class PackedStatistics:
         if scale != 1.0:
             source *= scale
         mxnet_internals.split_into(mx, source, self.flat, self.offsets)
-        for p in self.params if self.other_devices else ():
-            first, *others = p.list_data()
+        for first, others in self.copies:
             for data in others:
                 first.copyto(data)
 
