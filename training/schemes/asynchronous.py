@@ -71,7 +71,7 @@ class Async(Scheme):
 
     def queue_exchange(self, stop_vote):
         """The push of this step's gradient and the pull of the newest weights, queued in MXNet's engine."""
-        self.push_then_pull(stop_vote, self.pushed, self.pulled)
+        self.apply_on_servers(stop_vote, self.pushed, self.pulled)
 
     def aggregate(self, stop_vote):
         if self.during_backward:  # the weights arrive here, within the watchdog's bound on the aggregation

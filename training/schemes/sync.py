@@ -89,7 +89,7 @@ class Sync(Scheme):
 
     def exchange_with_servers(self, stop_vote):
         """The round's gradients, statistics and vote to the servers; the weights they updated and the sums back."""
-        self.push_then_pull(stop_vote, self.buffers, self.awaited)
+        self.apply_on_servers(stop_vote, self.buffers, self.awaited)
 
     def aggregate(self, stop_vote):
         if self.during_backward:  # its sums arrive here, within the watchdog's bound on the aggregation
