@@ -124,6 +124,6 @@ class DCASGDPerWorker(Scheme):
         self.model.reduce_gradients()
         self.corrupt(p.list_grad() for p in self.model.trainable)
         self.control[:] = float(stop_vote)
-        self.kv.push(self.keys, [p.list_grad()[0] for p in self.model.trainable] + [self.control])
-        self.kv.pull(self.keys, out=[p.list_data() for p in self.model.trainable] + [self.control])
+        self.kv.pushpull(self.keys, [p.list_grad()[0] for p in self.model.trainable] + [self.control],
+                         out=[p.list_data() for p in self.model.trainable] + [self.control])  # as apply_on_servers
         return stop_vote or self.stop_requested()
