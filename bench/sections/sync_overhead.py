@@ -52,8 +52,10 @@ def our_sync_throughput(network, iters, warmup, workdir, mode="sync", flags=()):
             "--max-iters", str(iters), "-e", "0", "-ld", logs, "--node-name", "node", *flags]
     with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
         run_ps_job(group, argv, 2, timeout=600, mode=mode)
-    folder = sorted(glob.glob(os.path.join(logs, "node", "*-worker0")))[0]
-    records = runlog.DeviceLog(folder).ordered()[:-1]  # rank 0 evaluates in the last iteration; the Trainer run does not
+    # The worker that trained longest: under ASGD one that started late stops with the first to reach --max-iters.
+    # Its last round is left out: rank 0 evaluates in it, and the Trainer run does not.
+    folders = sorted(glob.glob(os.path.join(logs, "node", "*-worker*")))
+    records = max((runlog.DeviceLog(folder).ordered()[:-1] for folder in folders), key=len)
     return 2 * throughput_from_step_ends([r["total_time"] for r in records], records[0]["num_samples"], warmup)
 
 
