@@ -42,6 +42,7 @@ class Model:
         self.use_network(self.built(network))
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         self.steps_overlap_transfers = False  # set by a scheme whose transfers run while the steps do
+        self.scale_gradients(1.0)
 
     def built(self, network, widths=None):
         """A new network on this worker's devices, initialised and hybridized (`widths`: models.get_network's)."""
@@ -84,8 +85,23 @@ class Model:
             x = mx.nd.contrib.BilinearResize2D(x, height=self.side, width=self.side)
         return x
 
+    def scale_gradients(self, scale):
+        """From the next backward pass on, each gradient is `scale` x the loss's: the loss's head gradient."""
+        self.gradient_scale = scale
+        self._head_gradients = {}
+
+    def _head_gradient(self, loss):
+        """None (MXNet's ones) unscaled, else an array of the scale, made once per device and batch shape."""
+        if self.gradient_scale == 1.0:
+            return None
+        key = (loss.context, loss.shape)
+        if key not in self._head_gradients:
+            self._head_gradients[key] = mx.nd.full(loss.shape, self.gradient_scale, ctx=loss.context)
+        return self._head_gradients[key]
+
     def forward_backward(self, images, labels, while_backward=None):
-        """One pass over a batch split across the devices; gradients of the loss summed over the batch.
+        """One pass over a batch split across the devices; gradients of the loss summed over the batch (times
+        gradient_scale).
         `while_backward`, a callable, runs once the backward pass is queued, before it is waited for: what it queues
         on the gradients (a scheme's per-key pushes) starts as each gradient is written, last layers first, while
         the backward pass goes on computing the first ones (MXNet's overlap of backward and communication)."""
@@ -96,7 +112,7 @@ class Model:
                 out = self.net(self._prepare(images[idx], ctx))
                 losses.append(self.loss_fn(out, mx.nd.array(labels[idx], ctx=ctx)))
         for loss in losses:
-            loss.backward()
+            loss.backward(self._head_gradient(loss))
         # The step's compute time is measured, and the emulated slowdown scales it. With transfers in flight (queued
         # here, or --overlap's aggregation) the step waits for its own gradients only: waitall() would wait for the
         # transfers too. Without them, waitall() is cheaper (lenet: 6.16 against 6.33 ms a step, one wait per

@@ -5,7 +5,8 @@ a private MXNet attribute or calls MXNet's C library.
 - **The C library**: loading it as the package would, its errors, and a kvstore node's server loop
   (training/transport/ps_node.py runs the scheduler and the servers through it).
 - **The kvstore's barrier**, which the Python API has only as `_barrier`.
-- **A Trainer's optimizer state without its pickled optimizer**: the updaters and the update counts.
+- **A Trainer's optimizer state without its pickled optimizer**: the updaters and the update counts; and whether its
+  rule is plain SGD (`plain_sgd`), which the Trainer says only through its optimizer.
 - **A block's parameters by their structural names**, the names `save_parameters` writes.
 - **A split into existing arrays**: the BatchNorm statistics unpacked in one operation.
 
@@ -337,6 +338,14 @@ def trainer_updaters(trainer):
     """The per-device updaters of a gluon.Trainer. Its public save_states/load_states carry the pickled optimizer,
     which would bring back an earlier run's learning rate and momentum: the states alone are reached here."""
     return trainer._updaters
+
+
+def plain_sgd(trainer):
+    """Whether the Trainer's update is w - lr x rescale x g, nothing else: SGD with no momentum, weight decay,
+    clipping, second precision or per-parameter learning rate."""
+    rule = trainer._optimizer
+    return (type(rule).__name__ == "SGD" and not rule.momentum and not rule.wd and rule.clip_gradient is None
+            and not rule.multi_precision and all(mult == 1.0 for mult in rule.lr_mult.values()))
 
 
 def update_counts(trainer, ctx):
