@@ -112,6 +112,9 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
     rounds = Rounds(args, scheme, model, stream, data, run_log, stop, watchdog, resume,
                     _checkpoint_writer(args, scheme, rank), _snapshot_writer(args, scheme),
                     quota.computing if quota else contextlib.nullcontext)
+    if transport:  # every worker's training clock starts together, whatever its start-up cost
+        with watchdog.guard(during(transport, "waiting for every worker to be ready to train")):
+            transport.barrier()
     try:
         accuracy = rounds.run()
         run_log.flush()
