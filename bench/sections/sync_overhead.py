@@ -52,7 +52,7 @@ def our_sync_throughput(network, iters, warmup, workdir, mode="sync", flags=()):
             "--max-iters", str(iters), "-e", "0", "-ld", logs, "--node-name", "node", *flags]
     with ProcessGroup(os.path.join(workdir, "ours-processes")) as group:
         run_ps_job(group, argv, 2, timeout=600, mode=mode)
-    # The worker that trained longest: under ASGD one that started late stops with the first to reach --max-iters.
+    # The worker that trained longest: under ASGD the first to reach --max-iters stops the others with it.
     # Its last round is left out: rank 0 evaluates in it, and the Trainer run does not.
     folders = sorted(glob.glob(os.path.join(logs, "node", "*-worker*")))
     records = max((runlog.DeviceLog(folder).ordered()[:-1] for folder in folders), key=len)
