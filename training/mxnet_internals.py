@@ -341,8 +341,8 @@ def trainer_updaters(trainer):
 
 
 def plain_sgd(trainer):
-    """Whether the Trainer's update is w - lr x rescale x g, nothing else: SGD with no momentum, weight decay,
-    clipping, second precision or per-parameter learning rate."""
+    """Whether the Trainer's update is w - lr x rescale x g, nothing else: MXNet's SGD itself (not a rule built on
+    it) with no momentum, weight decay, clipping, second precision or per-parameter learning rate."""
     rule = trainer._optimizer
     return (type(rule).__name__ == "SGD" and not rule.momentum and not rule.wd and rule.clip_gradient is None
             and not rule.multi_precision and all(mult == 1.0 for mult in rule.lr_mult.values()))
