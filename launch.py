@@ -8,6 +8,8 @@ draw the comparison.
     python launch.py paper [--repeats R]     # the ESync paper's experiment: Table 1, Figures 3-5 (launcher/paper.py)
     python launch.py sweep --rho 0.2,0.6,1 --modes zeno ...   # one run per value, final accuracy against it
     python launch.py regimes [--repeats R]   # every scheme over links x heterogeneity x data split: who wins where
+    python launch.py tune --trials 8         # each scheme's values searched in one cell (launcher/tune.py)
+    python launch.py docs [--check]          # the docs' result tables again from the committed results
 
 Without --tracker every process runs on this machine on 127.0.0.1: the state server (esync and nbsync only), the
 ps-lite scheduler, -s servers and one worker per --devices entry. Per mode, the iteration logs go to
@@ -20,13 +22,15 @@ itself lives in launcher/.
 import logging
 import sys
 
+from analysis import doc_tables
 from launcher import dmlc, netns, paper, preflight, regime_map, runner, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
-               "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run}
+               "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run,
+               "docs": doc_tables.run}
 
 
 def main(argv=None):

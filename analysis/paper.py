@@ -11,8 +11,8 @@ averaged over the repeats. A repeat whose run never reached the target counts wi
 time; for a speedup, SSGD's training time over the mode's time), and a mean over such repeats is shown as a lower
 bound ("≥"). Final accuracies are compared with sequential SGD's only in the repeats where both curves had levelled
 off (metrics.plateau); with SSGD's (the paper's claim on non-i.i.d. data) after the same training time, in every
-repeat. Whether ESync's lead over a rival holds beyond the repeats' spread is the log-rank test for times (a repeat
-that never reached the target censored) and Welch's t-test for accuracies (analysis/significance.py).
+repeat. Whether ESync's lead over a rival holds beyond the repeats' spread is an exact permutation test, of the
+times (a repeat that never reached the target counted at the budget) and of the accuracies (analysis/significance.py).
 """
 import glob
 import os
@@ -252,8 +252,8 @@ def accuracy_claim(own, sequential):
 
 def accuracy_against(own, other):
     """The paper's claim on non-i.i.d. data, ESync faster than SSGD "without loss of accuracy": ESync's final
-    accuracy minus SSGD's after the same training time, repeat by repeat, Welch's p-value between the two modes'
-    final accuracies and whose lead it supports ("esync", "rival", or None for a tie within the spread)."""
+    accuracy minus SSGD's after the same training time, repeat by repeat, the permutation p-value between the two
+    modes' final accuracies and whose lead it supports ("esync", "rival", or None for a tie within the spread)."""
     own_known, other_known = ([a for a in values if a is not None] for values in (own, other))
     return {"difference": statistics_of(paired(difference, own, other)),
             "p_value": significance.p_value(own_known, other_known),
@@ -268,8 +268,8 @@ def lead_of(own, rival, ahead):
 
 def later_than(rival, own):
     """{later, of, p_value, holds}: in how many repeats the rival reached the target after ESync (or never, where
-    ESync did), of the repeats in which either reached it; the log-rank p-value between the two modes' times (a
-    repeat that never reached censored at its training time) and which mode's lead it supports ("esync", "rival", or
+    ESync did), of the repeats in which either reached it; the permutation p-value between the two modes' times (a
+    repeat that never reached counted at its training time, the longest a run of the two trained) and which mode's lead it supports ("esync", "rival", or
     None for a tie within the spread)."""
     decided = [(r, o) for r, o in zip(rival["time_to_target"], own["time_to_target"]) if (r, o) != (None, None)]
     later = sum(1 for r, o in decided if o is not None and (r is None or r > o))

@@ -7,10 +7,12 @@ with repeats; each scheme runs once per cell and repeat, one launcher run each, 
 
 beside a STATUS_FILE with the launcher's exit code. Per cell and scheme: the time to the target accuracy (mean ±
 stddev over the repeats that reached it, and how many did), samples/s, efficiency against the concurrent
-standalone limit of the profile, bytes through the workers' links per trained sample, final accuracy. A cell's
-winner is the scheme that reached the target in the most repeats, the soonest on average among those; every
-other scheme's time is given relative to the winner's. A run that failed shows as failed, one that never reached
-the target as never, not as zero.
+standalone limit of the profile, bytes through the workers' links per trained sample, final accuracy, and how many
+repeats diverged. A cell's leader is the scheme with the lowest mean time to the target, a repeat that missed it
+(out of time, or diverged) counted at the budget; it wins where its lead over every other scheme holds by an exact
+permutation test, Holm-corrected for choosing it (analysis/significance.py). Every other scheme's time is given
+relative to the leader's. A run that failed shows as failed, one that never reached the target as never, not as
+zero.
 """
 import math
 import os
@@ -29,6 +31,7 @@ PLAN_FILE = "regimes-plan.json"     # the grid, written before the first run: --
 LIMITS_FILE = "limits.json"         # {profile: [each worker's concurrent standalone samples/s]}
 STATUS_FILE = "status.json"         # in each run's folder: {"exit_code": the launcher's}
 RESULTS_FILE = "regimes.json"
+TIMING_FILE = "timing.json"         # {"command": the last that ran runs, "wall_seconds": all of theirs}
 TABLE_FILE = "regimes.md"
 LOOPBACK = "loopback"
 SPLIT_NAMES = {"iid": "i.i.d.", "niid": "non-i.i.d."}
@@ -109,17 +112,18 @@ def read_run(log_dir, plan, link, profile, split, repeat, scheme):
     return {"status": "not run" if code is None else "failed", "summary": None}
 
 
-def cell_of_scheme(runs, limit, target):
+def cell_of_scheme(runs, limit, target, budget=None):
     """The numbers of one scheme in one cell from its repeats' runs."""
     done = [run["summary"] for run in runs if run["status"] == "ok"]
     times = [time_to_target(s, target) for s in done]
     speeds = [s.get("cluster_throughput") for s in done]
     return {
         "repeats": len(runs),
-        "censored_times": significance.censored_times(times, [s.get("elapsed_time") for s in done]),
+        "censored_times": significance.censored_times(times, [s.get("elapsed_time") for s in done], budget),
         "failed": sum(run["status"] == "failed" for run in runs),
         "not_run": sum(run["status"] == "not run" for run in runs),
         "reached": sum(t is not None for t in times),
+        "diverged": sum(1 for s in done if s.get("diverged")),
         "time_to_target": statistics_of(times),
         "samples_per_s": statistics_of(speeds),
         "efficiency": statistics_of([v / limit if v is not None and limit else None for v in speeds]),
@@ -146,16 +150,25 @@ def bytes_per_sample(run):
 
 
 def rank(cell):
-    """{scheme: relative time} and the winner of one cell: the most repeats at the target, then the soonest mean;
-    a scheme that never reached it has no relative time."""
-    reaching = {scheme: c for scheme, c in cell.items() if c["reached"]}
+    """{scheme: relative time} and the leader of one cell: the lowest restricted mean time to the target (a repeat
+    that missed counts at the horizon, the longest any run in the cell trained); a scheme that never reached it has
+    no relative time."""
+    means = restricted_means(cell)
+    reaching = {scheme: means[scheme] for scheme, c in cell.items() if c["reached"]}
     if not reaching:
         return None, {}
-    most = max(c["reached"] for c in reaching.values())
-    winner = min((s for s, c in reaching.items() if c["reached"] == most),
-                 key=lambda s: reaching[s]["time_to_target"]["mean"])
-    best = reaching[winner]["time_to_target"]["mean"]
-    return winner, {scheme: c["time_to_target"]["mean"] / best for scheme, c in reaching.items()}
+    leader = min(reaching, key=reaching.get)
+    return leader, {scheme: mean / reaching[leader] for scheme, mean in reaching.items()}
+
+
+def restricted_means(cell):
+    """{scheme: its mean time to the target, each miss at the cell's horizon}."""
+    runs = [t for c in cell.values() for t, _ in c["censored_times"]]
+    if not runs:
+        return {}
+    horizon = max(runs)
+    return {scheme: statistics.fmean(t if reached else horizon for t, reached in c["censored_times"])
+            for scheme, c in cell.items() if c["censored_times"]}
 
 
 def decide(leader, cell):
@@ -185,9 +198,12 @@ def build(log_dir):
                                  for r in range(1, plan["repeats"] + 1)] for scheme in plan["schemes"]}
                 first, *higher = targets_of(plan)
                 cells.append({"split": split, "profile": profile, "link": link, "limit_samples_per_s": limit,
-                              **cell_at(runs, limit, first),
-                              "at_higher_targets": {f"{t:g}": cell_at(runs, limit, t) for t in higher}})
-    return {**plan, "cells": cells}
+                              **cell_at(runs, limit, first, plan["max_time"]),
+                              "at_higher_targets": {f"{t:g}": cell_at(runs, limit, t, plan["max_time"])
+                                                    for t in higher}})
+    timing_path = os.path.join(log_dir, TIMING_FILE)
+    timing = (runlog.read_json(timing_path, "map timing") or {}) if os.path.exists(timing_path) else {}
+    return {**plan, **timing, "cells": cells}
 
 
 def targets_of(plan):
@@ -195,30 +211,41 @@ def targets_of(plan):
     return plan.get("targets") or [plan["target"]]
 
 
-def cell_at(runs, limit, target):
+def cell_at(runs, limit, target, budget=None):
     """{leader, winner, tied, p_values, schemes} of one cell timed to `target`."""
-    cell = {scheme: cell_of_scheme(repeats, limit, target) for scheme, repeats in runs.items()}
+    cell = {scheme: cell_of_scheme(repeats, limit, target, budget) for scheme, repeats in runs.items()}
     leader, relative = rank(cell)
     for scheme, numbers in cell.items():
         numbers["relative_time"] = relative.get(scheme)
-    return {"leader": leader, **decide(leader, cell), "cluster_pays": cluster_pays(cell), "schemes": cell}
+    pays, pays_test = cluster_pays(cell)
+    return {"leader": leader, **decide(leader, cell), "cluster_pays": pays, "cluster_pays_test": pays_test,
+            "test": power_of(cell), "schemes": cell}
+
+
+def power_of(cell):
+    """{repeats, floor, log_spread, detectable_ratio}: the smallest p-value the cell's repeats allow, the spread of
+    the schemes' log times to the target (pooled over the schemes with two or more), and the ratio of times that
+    many repeats detect at it."""
+    repeats = min((len(n["censored_times"]) for n in cell.values() if n["censored_times"]), default=0)
+    spread = significance.pooled_log_spread([[t for t, reached in n["censored_times"] if reached]
+                                             for n in cell.values()])
+    return {"repeats": repeats, "floor": significance.floor(repeats, repeats), "log_spread": spread,
+            "detectable_ratio": significance.detectable_ratio(repeats, spread) if repeats else None}
 
 
 def cluster_pays(cell):
-    """Whether the cluster pays in a cell with one fast device alone (`local`) beside the cluster's schemes: "yes"
-    where the cluster's leader reaches the target sooner beyond the spread, "no" where the device alone does, else
-    "cannot be told"; None without the device alone."""
+    """Whether the cluster pays in a cell with one fast device alone (`local`) beside the cluster's schemes, by the
+    device's times against each cluster scheme's, Holm-corrected over them: "yes" where a cluster scheme reaches the
+    target sooner beyond the spread, "no" where the device leads every one of them, else "cannot be told" (None
+    without the device alone); and the test behind it (significance.against_each)."""
     alone = cell.get(STANDALONE)
-    others = {s: n for s, n in cell.items() if s != STANDALONE}
-    if alone is None or not others:
-        return None
-    leader, _ = rank(others)
-    if leader is None:
-        return "no" if alone["reached"] else "cannot be told"
-    cluster, device = others[leader]["censored_times"], alone["censored_times"]
-    if significance.leads(cluster, device):
-        return "yes"
-    return "no" if significance.leads(device, cluster) else "cannot be told"
+    others = {s: n["censored_times"] for s, n in cell.items() if s != STANDALONE and n["censored_times"]}
+    if alone is None or not alone["censored_times"] or not others:
+        return None, None
+    judged = significance.against_each(alone["censored_times"], others)
+    if judged["faster"]:
+        return "yes", judged
+    return ("no" if len(judged["slower"]) == len(others) else "cannot be told"), judged
 
 
 def at_target(result, target):
@@ -235,7 +262,8 @@ def at_target(result, target):
 def outcome(numbers):
     """A scheme's time in a cell as text: 'mean ± std s', with how many repeats reached it, or why none did."""
     if numbers["reached"]:
-        return format_statistic(numbers["time_to_target"], ".1f", " s")
+        diverged = f"; {numbers['diverged']} diverged" if numbers.get("diverged") else ""
+        return format_statistic(numbers["time_to_target"], ".1f", " s") + diverged
     if numbers["failed"]:
         return f"failed ({numbers['failed']} of {numbers['repeats']})"
     return "not run" if numbers["not_run"] == numbers["repeats"] else "never"

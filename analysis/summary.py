@@ -235,6 +235,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None, pa
     if not os.path.isdir(mode_dir):
         raise SummaryError(f"no such log folder: {mode_dir}")
     devices, metas, names, validators, validator_names = {}, [], [], [], []
+    diverged = None
     for node, device, path in runlog.device_folders(mode_dir):
         device_log = runlog.DeviceLog(path)
         records, meta = device_log.rounds, device_log.meta
@@ -245,6 +246,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None, pa
             validators.append(summarize_device(device_log.rounds))
             validator_names.append(f"{node}/{device}")
             continue
+        diverged = diverged or next((r[runlog.DIVERGED] for r in records.values() if r.get(runlog.DIVERGED)), None)
         stats = describe_device(device, records, meta)
         report_gaps(node, device, stats)
         devices.setdefault(node, {})[device] = stats
@@ -284,6 +286,8 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None, pa
     if evaluations:  # the headline numbers are the evaluator's, whose model was tested off the training path
         cluster["evaluator"] = summarize_evaluator(evaluations, target)
         cluster.update(accuracy_numbers(cluster["evaluator"]["points"], target))
+        diverged = next((r["diverged"] for r in evaluations if r.get("diverged")), diverged)
+    cluster["diverged"] = diverged  # why the run stopped as diverged (training/faults/divergence.py), else None
     return {**header, **cluster}
 
 

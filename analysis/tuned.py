@@ -84,3 +84,54 @@ def cell_schemes(path, cell):
 
 def flags_of(found):
     return tuple(f"{flag}={value}" for flag, value in found["flags"].items())
+
+
+# ----------------------------------------------------------------------------------------------
+# Its table
+
+PROTOCOL = "seeds-v1"  # several seeds a trial, a sampler of each study's own, misses scored, a robust choice
+PRE_PROTOCOL = "taken before the search's protocol (one seed a trial, every study drawing the same values)"
+
+
+def values_text(found):
+    """The chosen flags as 'flag value, ...', a value at its range's edge marked."""
+    return ", ".join((f"{flag} {value:.3g}" if isinstance(value, (int, float)) else f"{flag} {value}")
+                     + (" (at its range's edge)" if name in found.get("at_edge", []) else "")
+                     for (flag, value), name in zip(found["flags"].items(), found["values"])) or "–"
+
+
+def seeds_text(results):
+    """A trial's seeds as '4.1, 5.2 s, diverged, missed'."""
+    return ", ".join("diverged" if r.get("diverged") else (f"{r['time']:.1f}" if r.get("time") is not None
+                                                           else "missed") for r in results) or "–"
+
+
+def largest_rate_text(found):
+    largest, chosen = found.get("largest_robust_rate"), found["flags"].get(found.get("rate_flag"))
+    if largest is None:
+        return "none"
+    below = f" ({chosen / largest:.2g} of it)" if isinstance(chosen, (int, float)) and found.get("robust") else ""
+    return f"{largest:.3g}{below}"
+
+
+def markdown(cell, entry):
+    """The table of one cell's searches: per scheme its trials, the chosen values and their seeds' times."""
+    from analysis.tables import markdown_table
+
+    if entry.get("protocol") != PROTOCOL:
+        rows = [[scheme, values_text(found), f"{found['complete']} / {found['pruned']} / {found['failed']}"]
+                for scheme, found in entry["schemes"].items()]
+        return (f"### {cell}: {PRE_PROTOCOL}\n\n"
+                + markdown_table(["scheme", "best values", "trials complete / pruned / failed"], rows) + "\n")
+    rows = []
+    for scheme, found in entry["schemes"].items():
+        chosen = values_text(found) + ("" if found.get("robust") else " (missed on a seed)")
+        rows.append([scheme, f"{found['complete']} / {found['pruned']} / {found['failed']}", chosen,
+                     seeds_text(found.get("chosen_results", [])), largest_rate_text(found),
+                     f"{found.get('diverged_runs', 0)} of {found.get('seed_runs', 0)}"])
+    seeds = ", ".join(map(str, entry["trial_seeds"]))
+    return (f"### {cell}: each scheme's chosen values (target {entry['target']:g} on {entry['holdout']} held-out "
+            f"training samples, {entry['max_time']:g} s a run, each trial on seeds {seeds})\n\n"
+            + markdown_table(["scheme", "trials complete / pruned / failed", "chosen values",
+                              f"their seeds' times to {entry['target']:g} (s)",
+                              "largest rate that reached it on every seed", "runs diverged"], rows) + "\n")

@@ -23,8 +23,10 @@ import argparse
 import logging
 import json
 import os
+import shlex
 import shutil
 import sys
+import time
 
 from analysis import paper, regime_map, tuned
 from launcher import experiment, limit, preflight, runner, workers
@@ -58,9 +60,10 @@ def build_parser():
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
                    help=f"cluster modes, esync-<policy>[-overlap][-drift], local (one fast device) and fast-only (SSGD "
                         f"on the fastest devices alone) (default {DEFAULT_SCHEMES})")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="runs of every scheme in every cell (default 3: a winner is named only where the repeats' "
-                        "spread allows)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="runs of every scheme in every cell, on seeds --seed, --seed + 1, ... (default 5: the "
+                        "smallest p-value 5 against 5 allows is 0.0079; a winner is named only where the spread "
+                        "allows)")
     p.add_argument("--seed", type=int, default=0, help="the first repeat's seed; repeat r uses seed + r - 1")
     p.add_argument("--max-time", type=float, default=30.0, help="seconds each run trains (default 30)")
     p.add_argument("--target", type=float, default=paper.PAPER_TARGET,
@@ -368,11 +371,25 @@ def main(argv):
         except limit.LimitFailed as error:
             print(f"launch.py regimes: {error}", file=sys.stderr)
             return EXIT_FAILURE
+        started = time.time()
         code = run_all(runs, ns.resume)
+        record_time(ns.log_dir, argv, time.time() - started, ns.resume)
         if code == EXIT_INTERRUPTED:
             return code
         return report(ns) or code
     return report(ns)
+
+
+def record_time(log_dir, argv, seconds, resumed):
+    """The map's wall time, over every command that ran its runs (--resume adds to it), and the last command
+    (regime_map.TIMING_FILE)."""
+    path = os.path.join(log_dir, regime_map.TIMING_FILE)
+    try:
+        earlier = read_json(path) if resumed else {}
+    except (FileNotFoundError, ValueError):
+        earlier = {}
+    write_json(path, {"command": "python launch.py regimes " + shlex.join(argv),
+                      "wall_seconds": round(earlier.get("wall_seconds", 0) + seconds)}, indent=1)
 
 
 def report(ns):

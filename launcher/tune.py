@@ -1,46 +1,54 @@
-"""`launch.py tune`: every scheme at its best in one cell, by a declared search (Optuna).
+"""`launch.py tune`: every scheme at its best in one cell, by a declared search (Optuna) over several seeds a trial.
 
     python launch.py tune --schemes sync,async,esync,esync-apply,local,fast-only -n lenet --dataset fashion-mnist \\
-        --profile 1,1,1,1,20,20 --trials 8 -ld logs/tune
+        --profile 1,1,1,1,20,20 --trials 8 --trial-seeds 3 -ld logs/tune
 
-For one cell (network, data set, profile, links, split) and each scheme, one Optuna study (TPE, seeded) over the
-flags the scheme declares a search range for (training/options.py's Range, config.search_space). A trial is one
-launcher run at the suggested values, on a seed of its own (--seed + the trial's number, apart from the seeds the
-reported repeats use), training on the training set less --holdout samples, which the evaluator tests instead of the
-test set. Its objective is the seconds of training its model took to reach --target on them; a run that never
-reached it scores its training time x (1 + PENALTY x the accuracy it lacked). While a run trains, its score so far
-(the same formula, as if it ended then) is reported to the trial at each evaluation, and Optuna's successive-halving
-pruner stops the runs that fall behind. `local` is sequential SGD on one of the profile's fastest devices,
-`fast-only` SSGD on the profile's fastest devices alone (the stragglers dropped).
+For one cell (network, data set, profile, links, split) and each scheme, one Optuna study over the flags the scheme
+declares a search range for (training/options.py's Range, config.search_space). Each study draws its own values:
+its sampler is seeded from the cell, the scheme and --seed; its first QUASI_RANDOM_TRIALS trials are the points of a
+scrambled Sobol sequence (trial k takes point k, so machines sharing one --storage never run the same one), TPE
+(multivariate) after them.
+
+A trial runs its values on --trial-seeds seeds (--seed, --seed + 1, ...: the same for every trial and scheme, apart
+from the seeds the reported repeats use), training on the training set less --holdout samples, which the evaluator
+tests instead of the test set. A seed's score is the seconds of training its model took to reach --target; a seed
+that missed it (out of time, or stopped as diverged: training/faults/divergence.py) scores the budget, --max-time, x (1 +
+PENALTY x the accuracy it lacked): above any time that reached it. The trial's objective is the median of its seeds'
+scores. Between seeds, a trial that missed on a seed is stopped once the study holds a trial that reached the target
+on all of its seeds (it could not be chosen), and from four seeds up, Optuna's Wilcoxon pruner stops a trial its
+seeds so far say is behind the best. The chosen values of a study are its best trial that reached the target on
+every seed (robust); where none did, its best trial, marked so.
 
 The studies live in an SQLite file under the log dir (or --storage URL, any database Optuna takes): the same command
 runs --trials more trials of each study, none repeated; a trial whose process was killed is marked failed. Writes
 <log-dir>/tuned.json (tuned.py), tuned.md and a figure per scheme of the objective against each hyperparameter.
 """
-import contextlib
+import hashlib
 import logging
 import os
+import shlex
+import statistics
 import sys
-import threading
 import time
 
 from analysis import regime_map as map_analysis
 from analysis import tuned
 from launcher import experiment, preflight, runner
-from launcher.supervision import INTERRUPTS
 from training import config, modes
 from training.checks import UsageError
 from training.options import Range
-from training.evaluator import EVALUATOR_LOG, read_evaluations
+from training.evaluator import EVALUATOR_LOG
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 FAST_ONLY = map_analysis.FAST_ONLY
 DEFAULT_SCHEMES = "sync,async,esync,esync-apply,local,fast-only"
-PENALTY = 10.0          # a censored run's score grows by its training time x this for each unit of accuracy it lacked
-PRUNED = "pruned"       # what INTERRUPTS notes when the pruner stops a run
-STARTUP_TRIALS = 3      # TPE samples at random before it models the objective
+PENALTY = 10.0          # a missed seed scores the budget x (1 + PENALTY x the accuracy it lacked)
+QUASI_RANDOM_TRIALS = 8  # a power of two: the Sobol points before TPE models the objective
+TRIAL_SEEDS = 3         # seeds a trial runs its values on
+WILCOXON_SEEDS = 4      # from this many seeds a trial, the Wilcoxon pruner (it cannot reach p < 0.125 on three)
 BEST_FEW = 3            # the best trials whose spread tuned.json reports
-EDGE = 0.1              # a best value in the outer tenth of its range is flagged
+EDGE = 0.1              # a chosen value in the outer tenth of its range is flagged
+RATE_FLAGS = ("learning_rate", "local_lr")  # the step's rate, whose largest value that reached the target is given
 
 
 # ----------------------------------------------------------------------------------------------
@@ -59,17 +67,19 @@ def build_parser():
                    help="loopback (default), or R: shaped links at R x the fast step (launch.py --comm-ratio R)")
     p.add_argument("--non-iid", action="store_true", help="the split by class")
     p.add_argument("--target", type=float, default=0.8, help="the accuracy a run is timed to (default 0.8)")
-    p.add_argument("--max-time", type=float, default=30.0, help="seconds of training a trial at most (default 30)")
-    p.add_argument("--trials", type=int, default=8,
-                   help="trials of each scheme's study this command runs (default 8: at most 6 minutes a scheme on 2 "
-                        "cores at the default --max-time, 10 to 40 minutes for the default six schemes as the pruner "
-                        "stops runs; 0: only the report of what the studies hold)")
+    p.add_argument("--max-time", type=float, default=30.0, help="seconds of training a run at most (default 30)")
+    p.add_argument("--trials", type=int, default=QUASI_RANDOM_TRIALS,
+                   help=f"trials of each scheme's study this command runs (default {QUASI_RANDOM_TRIALS}, the "
+                        "quasi-random ones; TPE after them; 0: only the report of what the studies hold)")
+    p.add_argument("--trial-seeds", type=int, default=TRIAL_SEEDS,
+                   help=f"seeds each trial runs its values on; its objective is their median (default {TRIAL_SEEDS})")
     p.add_argument("--holdout", type=int, default=5000,
                    help="training samples held out to validate on (default 5000)")
     p.add_argument("--seed", type=int, default=1000,
-                   help="the first trial's seed; trial k runs on seed + k (default 1000, apart from the repeats')")
+                   help="the trials' first seed; they run on seed, seed + 1, ... (default 1000, apart from the "
+                        "repeats'); also seeds each study's sampler, with its cell and scheme")
     p.add_argument("--snapshot-seconds", type=float, default=experiment.DEFAULT_SNAPSHOT_SECONDS,
-                   help="seconds of training between the evaluations a trial is judged and pruned by")
+                   help="seconds of training between the evaluations a run is timed by")
     p.add_argument("--storage", help="the studies' database, an SQLAlchemy URL (default: sqlite under the log dir)")
     p.add_argument("-ld", "--log-dir", "--logs", default=os.path.join("logs", "tune"))
     experiment.add_device_options(p)
@@ -83,14 +93,16 @@ def parse(argv):
     ns.schemes = [s.strip() for s in ns.schemes.split(",") if s.strip()]
     ns.log_dir = os.path.abspath(ns.log_dir)
     ns.storage = ns.storage or f"sqlite:///{os.path.join(ns.log_dir, 'studies.db')}"
-    for name in ("holdout", "max_time", "target"):
+    for name in ("holdout", "max_time", "target", "trial_seeds"):
         if not getattr(ns, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if ns.trials < 0:
         raise UsageError("--trials must be 0 (report what the studies hold) or more")
     ns.cell = tuned.cell_key(ns.network, ns.dataset, ns.profile, ns.link, ns.non_iid)
+    ns.seeds = [ns.seed + i for i in range(ns.trial_seeds)]
+    ns.command = "python launch.py tune " + shlex.join(argv)
     for scheme in ns.schemes:
-        first_run(ns, scheme, 0)  # every scheme's run is one the launcher takes
+        first_run(ns, scheme)  # every scheme's run is one the launcher takes
     return ns
 
 
@@ -114,26 +126,26 @@ def scheme_run(scheme, profile):
     return mode, configuration.launcher_options(), configuration.worker_flags(), profile
 
 
-def run_of(ns, scheme, number, values):
-    """The Experiment of trial `number` of a scheme at `values` ({args name: value})."""
+def run_of(ns, scheme, number, seed, values):
+    """The Experiment of trial `number` of a scheme at `values` ({args name: value}) on one seed."""
     mode, own, flags, profile = scheme_run(scheme, ns.profile)
     space = config.search_space(mode)
     flags = flags + [f"{space[name][0]}={space[name][1].text(value)}" for name, value in values.items()]
     links = {} if ns.link == tuned.LOOPBACK else {"hosts": "netns", "comm_ratio": float(ns.link)}
     options = experiment.options(
         modes=mode, network=ns.network, dataset=ns.dataset, data_dir=ns.data_dir, slowdown=profile,
-        max_time=ns.max_time, target_accuracy=ns.target, seed=ns.seed + number, holdout=ns.holdout,
+        max_time=ns.max_time, target_accuracy=ns.target, seed=seed, holdout=ns.holdout,
         snapshot_seconds=ns.snapshot_seconds, non_iid=ns.non_iid, figures=False, progress_every=1000.0,
         device_share=ns.device_share, sleeping_slowdown=ns.sleeping_slowdown, max_restarts=ns.max_restarts,
-        log_dir=trial_dir(ns, scheme, number), **links, **own)
+        log_dir=os.path.join(trial_dir(ns, scheme, number), f"seed-{seed}"), **links, **own)
     return experiment.build(options, flags)
 
 
-def first_run(ns, scheme, number):
+def first_run(ns, scheme):
     """A run of the scheme at its defaults: the launcher's checks of its options, before any study starts."""
     if scheme != FAST_ONLY and map_analysis.mode_of(scheme)[0] not in modes.MODES:
         raise UsageError(f"--schemes: unknown scheme {scheme}")
-    return run_of(ns, scheme, number, {})
+    return run_of(ns, scheme, 0, ns.seeds[0], {})
 
 
 def trial_dir(ns, scheme, number):
@@ -144,78 +156,143 @@ def cell_folder(cell):
     return cell.replace("/", "_").replace(",", "-")
 
 
-def score(evaluations, target, trained_seconds):
-    """A run's objective from its evaluations: the training seconds at which it first reached `target`, else its
-    training time x (1 + PENALTY x the accuracy it lacked)."""
+def seed_result(evaluations, target, max_time):
+    """{time, best, diverged, score} of one seed's run from its evaluations: the training seconds at which it first
+    reached `target` (its score), else None and a score of the budget x (1 + PENALTY x the accuracy it lacked)."""
     reached = next((e["time"] for e in evaluations if e["accuracy"] >= target), None)
-    if reached is not None:
-        return reached
     best = max((e["accuracy"] for e in evaluations), default=0.0)
-    return trained_seconds * (1.0 + PENALTY * (target - best))
-
-
-class Watch:
-    """Reports a running trial's score at each new evaluation; asks the launcher to stop when the pruner says so."""
-
-    def __init__(self, trial, path, target):
-        self.trial, self.path, self.target = trial, path, target
-        self.pruned = False
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self.follow, name="tune-watch", daemon=True)
-
-    def follow(self):
-        seen = 0
-        while not self.done.wait(0.5):
-            evaluations = read_evaluations(self.path)
-            for step, _ in enumerate(evaluations[seen:], seen + 1):
-                self.trial.report(score(evaluations[:step], self.target, evaluations[step - 1]["time"]), step)
-                if self.trial.should_prune():
-                    self.pruned = True
-                    INTERRUPTS.received = PRUNED  # the launcher stops the run where it is safe to
-                    return
-            seen = len(evaluations)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.thread.join()
+    diverged = next((e["diverged"] for e in evaluations if e.get("diverged")), None)
+    score = reached if reached is not None else max_time * (1.0 + PENALTY * max(0.0, target - best))
+    return {"time": reached, "best": best, "diverged": diverged, "score": score}
 
 
 def objective(ns, scheme, trial, output):
-    """Run one trial; its score (optuna.TrialPruned when pruned)."""
+    """Run one trial on its seeds; the median of their scores (optuna.TrialPruned when pruned between seeds)."""
     import optuna
 
     mode = scheme_run(scheme, ns.profile)[0]
     space = config.search_space(mode)
     values = {name: rng.suggest(trial, name) for name, (_, rng) in space.items()}
-    run = run_of(ns, scheme, trial.number, values)
-    trial.set_user_attr("seed", run.seed)
-    evaluator_log = os.path.join(run.mode_folder(mode), EVALUATOR_LOG)
-    if INTERRUPTS.received == PRUNED:  # the last trial's; a Ctrl-C since then stays noted
-        INTERRUPTS.received = None
-    os.makedirs(run.log_dir, exist_ok=True)
-    with open(run.log_dir + ".out", "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
-            Watch(trial, evaluator_log, ns.target) as watch:
-        code = runner.run(run)
-    evaluations = read_evaluations(evaluator_log)
     said = ", ".join(f"{name}={space[name][1].text(value, 4)}" for name, value in values.items())
-    if watch.pruned:
-        print(f"[tune {scheme} trial {trial.number}] {said}: pruned after {len(evaluations)} evaluations", file=output)
-        raise optuna.TrialPruned()
-    if code == EXIT_INTERRUPTED:
-        raise KeyboardInterrupt
-    if code:
-        raise RuntimeError(f"trial {trial.number} of {scheme} failed (exit {code}): {run.log_dir}.out")
-    value = score(evaluations, ns.target, evaluations[-1]["time"] if evaluations else ns.max_time)
-    print(f"[tune {scheme} trial {trial.number}] {said}: {value:.1f}", file=output, flush=True)
+    trial.set_user_attr("seeds", ns.seeds)
+    results = []
+    for step, seed in enumerate(ns.seeds):
+        results.append(run_seed(ns, scheme, trial.number, seed, values, mode))
+        trial.set_user_attr("results", results)
+        trial.report(results[-1]["score"], step)
+        if step + 1 < len(ns.seeds) and trial.should_prune():
+            print(f"[tune {scheme} trial {trial.number}] {said}: pruned after {step + 1} seed(s) "
+                  f"({seeds_text(results)})", file=output, flush=True)
+            raise optuna.TrialPruned()
+    value = statistics.median(r["score"] for r in results)
+    print(f"[tune {scheme} trial {trial.number}] {said}: {value:.1f} ({seeds_text(results)})", file=output,
+          flush=True)
     return value
 
 
+def run_seed(ns, scheme, number, seed, values, mode):
+    """One launcher run of a trial; its seed_result. RuntimeError where the run failed."""
+    import contextlib
+
+    from training.evaluator import read_evaluations
+
+    run = run_of(ns, scheme, number, seed, values)
+    os.makedirs(run.log_dir, exist_ok=True)
+    with open(run.log_dir + ".out", "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = runner.run(run)
+    if code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt
+    if code:
+        raise RuntimeError(f"trial {number} of {scheme} failed on seed {seed} (exit {code}): {run.log_dir}.out")
+    return {"seed": seed, **seed_result(read_evaluations(os.path.join(run.mode_folder(mode), EVALUATOR_LOG)),
+                                        ns.target, ns.max_time)}
+
+
+def seeds_text(results):
+    return ", ".join("diverged" if r["diverged"] else (f"{r['time']:.1f} s" if r["time"] is not None else
+                                                      f"missed at {r['best']:.3f}") for r in results)
+
+
 # ----------------------------------------------------------------------------------------------
-# The studies
+# The studies: a sampler of each study's own, a pruner between seeds
+
+
+def study_seed(cell, scheme, seed):
+    """The seed of one study's sampler: no two studies (cell x scheme) draw the same values."""
+    return int.from_bytes(hashlib.sha256(f"{cell}|{scheme}|{seed}".encode()).digest()[:4], "big")
+
+
+def quasi_random_sampler(seed, names, trials=QUASI_RANDOM_TRIALS):
+    """An Optuna sampler that gives trial k < `trials` the k-th point of a scrambled Sobol sequence over the
+    parameters `names` (in order), and TPE (multivariate, seeded by seed + k) every later trial."""
+    import numpy as np
+    import optuna
+    from scipy.stats import qmc
+
+    points = qmc.Sobol(max(1, len(names)), scramble=True, seed=seed).random(trials) if names else np.zeros((0, 0))
+
+    class QuasiRandomThenTPE(optuna.samplers.BaseSampler):
+        def model(self, trial):
+            return optuna.samplers.TPESampler(seed=seed + trial.number, multivariate=True, n_startup_trials=0,
+                                              warn_independent_sampling=False)
+
+        def infer_relative_search_space(self, study, trial):
+            if trial.number < trials:
+                return {}
+            return self.model(trial).infer_relative_search_space(study, trial)
+
+        def sample_relative(self, study, trial, search_space):
+            if trial.number < trials or not search_space:
+                return {}
+            return self.model(trial).sample_relative(study, trial, search_space)
+
+        def sample_independent(self, study, trial, name, distribution):
+            if trial.number < trials and name in names:
+                return from_unit(points[trial.number][names.index(name)], distribution)
+            return self.model(trial).sample_independent(study, trial, name, distribution)
+
+    return QuasiRandomThenTPE()
+
+
+def from_unit(u, distribution):
+    """The value at `u` (0 to 1) of an Optuna distribution: on its log scale where it has one."""
+    import math
+
+    import optuna
+
+    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+        choices = distribution.choices
+        return choices[min(int(u * len(choices)), len(choices) - 1)]
+    low, high = distribution.low, distribution.high
+    value = math.exp(math.log(low) + u * (math.log(high) - math.log(low))) if distribution.log else \
+        low + u * (high - low)
+    if isinstance(distribution, optuna.distributions.IntDistribution):
+        return min(high, max(low, int(round(value))))
+    return min(high, max(low, value))
+
+
+def reached_every_seed(trial):
+    results = trial.user_attrs.get("results") or []
+    return bool(results) and all(r["time"] is not None for r in results)
+
+
+def seeds_pruner(seeds):
+    """Stops a trial between seeds where a seed missed the target and the study holds a complete trial that reached
+    it on every seed; from WILCOXON_SEEDS seeds up, also where Optuna's Wilcoxon pruner finds it behind the best."""
+    import optuna
+
+    wilcoxon = optuna.pruners.WilcoxonPruner(p_threshold=0.1) if seeds >= WILCOXON_SEEDS else None
+
+    class SeedsPruner(optuna.pruners.BasePruner):
+        def prune(self, study, trial):
+            results = trial.user_attrs.get("results") or []
+            missed = any(r["time"] is None for r in results)
+            if missed and any(reached_every_seed(t) for t in study.get_trials(
+                    deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))):
+                return True
+            return bool(wilcoxon and wilcoxon.prune(study, trial))
+
+    return SeedsPruner()
 
 
 def open_storage(url):
@@ -225,7 +302,7 @@ def open_storage(url):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the trials' own lines say what a study does
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat's
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat's, Wilcoxon's
     try:
         return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
     except Exception as error:  # SQLAlchemy's and Optuna's many ways to refuse a URL
@@ -235,16 +312,11 @@ def open_storage(url):
 def study_of(ns, storage, scheme):
     import optuna
 
-    name = f"{ns.cell}|{scheme}"
-    try:
-        done = len(optuna.load_study(study_name=name, storage=storage).trials)
-    except KeyError:
-        done = 0
-    sampler = optuna.samplers.TPESampler(seed=ns.seed + done, n_startup_trials=STARTUP_TRIALS)
-    pruner = optuna.pruners.SuccessiveHalvingPruner(
-        min_resource=max(1, int(ns.max_time / 6 / ns.snapshot_seconds)), reduction_factor=3)
-    return optuna.create_study(study_name=name, storage=storage, direction="minimize", sampler=sampler,
-                               pruner=pruner, load_if_exists=True)
+    names = list(config.search_space(scheme_run(scheme, ns.profile)[0]))
+    seed = study_seed(ns.cell, scheme, ns.seed)
+    return optuna.create_study(study_name=f"{ns.cell}|{scheme}", storage=storage, direction="minimize",
+                               sampler=quasi_random_sampler(seed, names), pruner=seeds_pruner(ns.trial_seeds),
+                               load_if_exists=True)
 
 
 def tune(ns, storage):
@@ -252,7 +324,8 @@ def tune(ns, storage):
     studies = {}
     for scheme in ns.schemes:
         study = study_of(ns, storage, scheme)
-        print(f"[tune] {scheme}: {len(study.trials)} trials before, {ns.trials} more", flush=True)
+        print(f"[tune] {scheme}: {len(study.trials)} trials before, {ns.trials} more, each on seeds "
+              f"{', '.join(map(str, ns.seeds))}", flush=True)
         if ns.trials:
             study.optimize(lambda trial: objective(ns, scheme, trial, sys.stdout), n_trials=ns.trials,
                            catch=(RuntimeError,))
@@ -265,60 +338,61 @@ def tune(ns, storage):
 
 
 def summarize(study, space):
-    """A study's entry of tuned.json."""
+    """A study's entry of tuned.json: its trials, the chosen values (the best trial that reached the target on
+    every seed, else the best), and the largest rate that reached it on every seed."""
     import optuna
 
     states = [t.state for t in study.trials]
     complete = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value)
+    robust = [t for t in complete if reached_every_seed(t)]
+    results = [r for t in study.trials for r in t.user_attrs.get("results") or []]
     entry = {"trials": len(states), "complete": len(complete), "pruned": states.count(optuna.trial.TrialState.PRUNED),
-             "failed": states.count(optuna.trial.TrialState.FAIL), "seeds": [t.user_attrs.get("seed")
-                                                                           for t in study.trials]}
+             "failed": states.count(optuna.trial.TrialState.FAIL),
+             "seeds": next((t.user_attrs["seeds"] for t in study.trials if t.user_attrs.get("seeds")), []),
+             "seed_runs": len(results), "diverged_runs": sum(1 for r in results if r["diverged"]),
+             "robust_trials": len(robust), **largest_rate(study.trials, space)}
     if not complete:
-        return {**entry, "flags": {}, "values": {}, "best_objective": None, "best_few": [], "at_edge": []}
-    best = complete[0]
+        return {**entry, "flags": {}, "values": {}, "robust": False, "best_objective": None, "best_few": [],
+                "chosen_results": [], "at_edge": []}
+    best = (robust or complete)[0]
     return {**entry, "values": best.params, "flags": {space[name][0]: value for name, value in best.params.items()},
-            "best_objective": best.value, "best_few": [t.value for t in complete[:BEST_FEW]],
+            "robust": bool(robust), "chosen_trial": best.number, "chosen_results": best.user_attrs.get("results", []),
+            "best_objective": best.value, "best_few": [t.value for t in (robust or complete)[:BEST_FEW]],
             "at_edge": [name for name, value in best.params.items()
                         if not EDGE <= space[name][1].position(value) <= 1 - EDGE]}
 
 
-def report(ns, studies):
-    """tuned.json's entry of the cell, its table and the figures."""
-    entry = {"network": ns.network, "dataset": ns.dataset, "profile": ns.profile, "link": ns.link,
+def largest_rate(trials, space):
+    """{rate_flag, largest_robust_rate}: the largest step rate tried that reached the target on every seed."""
+    name = next((n for n in RATE_FLAGS if n in space), None)
+    rates = [t.params[name] for t in trials if name in t.params and reached_every_seed(t)]
+    return {"rate_flag": space[name][0] if name else None, "largest_robust_rate": max(rates) if rates else None}
+
+
+def report(ns, studies, seconds=0.0):
+    """tuned.json's entry of the cell (with the command and the wall time of every command that ran its trials),
+    its table and the figures."""
+    path = os.path.join(ns.log_dir, "tuned.json")
+    earlier = tuned.read(path).get(ns.cell, {})
+    entry = {"command": ns.command, "wall_seconds": round(earlier.get("wall_seconds", 0.0) + seconds),"network": ns.network, "dataset": ns.dataset, "profile": ns.profile, "link": ns.link,
              "split": "niid" if ns.non_iid else "iid", "target": ns.target, "max_time": ns.max_time,
-             "holdout": ns.holdout, "penalty": PENALTY, "schemes": {}}
+             "holdout": ns.holdout, "penalty": PENALTY, "trial_seeds": ns.seeds,
+             "quasi_random_trials": QUASI_RANDOM_TRIALS, "protocol": tuned.PROTOCOL, "schemes": {}}
     for scheme, study in studies.items():
         space = config.search_space(scheme_run(scheme, ns.profile)[0])
-        entry["schemes"][scheme] = summarize(study, space)
-    path = os.path.join(ns.log_dir, "tuned.json")
+        entry["schemes"][scheme] = {**summarize(study, space), "space": {
+            flag: rng.describe() for flag, rng in space.values()}}
     tuned.write(path, ns.cell, entry)
-    table = markdown(ns.cell, entry)
+    table = tuned.markdown(ns.cell, entry)
     with open(os.path.join(ns.log_dir, "tuned.md"), "w") as f:
         f.write(table)
     figures = draw(ns, studies)
     return path, table, figures
 
 
-def markdown(cell, entry):
-    from analysis.tables import markdown_table
-
-    rows = []
-    for scheme, found in entry["schemes"].items():
-        values = ", ".join((f"{flag} {value:.3g}" if isinstance(value, (int, float)) else f"{flag} {value}")
-                           + (" (at its range's edge)" if name in found["at_edge"] else "")
-                           for (flag, value), name in zip(found["flags"].items(), found["values"]))
-        spread = ", ".join(f"{v:.1f}" for v in found["best_few"])
-        rows.append([scheme, values or "–", f"{found['complete']} / {found['pruned']} / {found['failed']}",
-                     spread or "–"])
-    return (f"### {cell}: each scheme's best values (target {entry['target']:g} on {entry['holdout']} held-out "
-            f"training samples, {entry['max_time']:g} s a trial)\n\n"
-            + markdown_table(["scheme", "best values", "trials complete / pruned / failed", "best objectives (s)"],
-                             rows) + "\n")
-
-
 def draw(ns, studies):
     """One figure per scheme: each complete trial's objective against each hyperparameter, and each pruned one's
-    score when the pruner stopped it (hollow)."""
+    last seed's score (hollow)."""
     import optuna
 
     from analysis.figures import plt, save_figure
@@ -340,12 +414,12 @@ def draw(ns, studies):
             shown = [t for t in pruned if name in t.params]
             ax.scatter([t.params[name] for t in shown], [t.intermediate_values[max(t.intermediate_values)]
                                                          for t in shown], facecolors="none", edgecolors="C1",
-                       label="pruned (its score then)")
+                       label="pruned (its last seed's score)")
             ax.set_xscale("log" if rng.log else "linear")
             if isinstance(rng, Range):
                 ax.set_xlim(rng.low, rng.high)
             ax.set_xlabel(flag)
-            ax.set_ylabel(f"seconds to {ns.target:g} (penalised)")
+            ax.set_ylabel(f"median seconds to {ns.target:g} (penalised)")
         axes[0][0].legend(fontsize="small")
         fig.suptitle(f"{scheme}: {ns.cell}")
         written += save_figure(fig, folder, scheme, pdf=False)
@@ -357,7 +431,7 @@ def run(argv):
     started = time.time()
     try:
         ns = parse(argv)
-        preflight.check_machine(first_run(ns, ns.schemes[0], 0))
+        preflight.check_machine(first_run(ns, ns.schemes[0]))
         os.makedirs(ns.log_dir, exist_ok=True)
         storage = open_storage(ns.storage)
     except UsageError as error:
@@ -369,7 +443,7 @@ def run(argv):
         print("launch.py tune: interrupted; the studies keep what they ran (the same command goes on)",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    path, table, figures = report(ns, studies)
+    path, table, figures = report(ns, studies, time.time() - started if ns.trials else 0.0)
     print(table)
     print(f"tuned values: {path}\nfigures: {', '.join(figures) or 'none'}\ntook {time.time() - started:.0f} s")
     return 0

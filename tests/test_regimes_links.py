@@ -168,8 +168,8 @@ def test_a_rival_is_later_where_it_reached_the_target_after_esync_or_never():
     assert count["holds"] is None  # 2, 5, 2, 10 against 3, 10, 1, 10: within the spread
 
 
-def test_a_rivals_lateness_holds_where_welchs_test_says_so_either_way():
-    fast, slow = times([2.0, 2.5, 3.0]), times([8.0, None, 9.0])  # the rival never reached it once: 10 s counts
+def test_a_rivals_lateness_holds_where_the_test_says_so_either_way():
+    fast, slow = times([2.0, 2.5, 3.0, 2.2, 2.8]), times([8.0, None, 9.0, 8.5, 9.5])  # one miss: 10 s counts
 
     assert paper.later_than(slow, fast)["holds"] == "esync"
     assert paper.later_than(fast, slow)["holds"] == "rival"

@@ -111,19 +111,36 @@ def test_resuming_keeps_only_the_runs_that_ended_well_of_the_same_grid(tmp_path)
     assert [regimes_command.done_before(f) for f in (ok, failed, cut_short)] == [True, False, False]
 
 
-def numbers(reached, mean, repeats=2):
-    times = [mean] * reached + [None] * (repeats - reached)
-    return {"reached": reached, "time_to_target": paper.statistics_of(times)}
+def numbers(times, budget=10.0):
+    return {"reached": sum(t is not None for t in times),
+            "censored_times": [[t, True] if t is not None else [budget, False] for t in times]}
 
 
-def test_the_winner_reached_the_target_most_often_then_soonest():
-    cell = {"async": numbers(2, 4.0), "esync": numbers(2, 2.0), "sync": numbers(1, 1.0), "fedavg": numbers(0, None)}
+def test_the_leader_has_the_lowest_mean_time_each_miss_counted_at_the_budget():
+    cell = {"async": numbers([4.0, 4.0]), "esync": numbers([2.0, 2.0]), "sync": numbers([1.0, None]),
+            "fedavg": numbers([None, None])}
 
-    winner, relative = regime_map.rank(cell)
+    leader, relative = regime_map.rank(cell)
 
-    assert winner == "esync"
-    assert relative == {"esync": 1.0, "async": 2.0, "sync": 0.5}
-    assert regime_map.rank({"sync": numbers(0, None)}) == (None, {})
+    assert leader == "esync"  # sync's 1 s and a miss at the 10 s budget: 5.5 s
+    assert relative == {"esync": 1.0, "async": 2.0, "sync": 2.75}
+    assert regime_map.rank({"sync": numbers([None, None])}) == (None, {})
+
+
+def test_a_run_that_diverged_early_is_a_miss_at_the_budget_not_a_fast_run():
+    def run(seconds, accuracy, diverged=None):
+        points = [[1, seconds, accuracy]]
+        return {"status": "ok", "summary": {"elapsed_time": seconds, "diverged": diverged,
+                                            "accuracy_device": "n/cpu-rank0",
+                                            "devices": {"n": {"cpu-rank0": {"accuracy_points": points}}}}}
+
+    runs = {"local": [run(3.0, 0.8), run(1.5, 0.1, "the test loss is nan at step 9")],
+            "sync": [run(4.0, 0.8), run(4.5, 0.8)]}
+
+    cell = regime_map.cell_at(runs, None, 0.8, budget=10.0)
+
+    assert cell["schemes"]["local"]["censored_times"] == [[3.0, True], [10.0, False]]
+    assert cell["schemes"]["local"]["diverged"] == 1 and cell["leader"] == "sync"
 
 
 def write_run(log_dir, plan, link, profile, split, repeat, scheme, code, accuracies=None):
@@ -189,17 +206,18 @@ def test_a_cell_no_scheme_finished_in_names_the_closest_by_final_accuracy(tmp_pa
 
 
 @pytest.mark.parametrize("dcasgd_finals, expected", [
-    ([0.70, 0.71, 0.69], "closest **ESync** at 0.800 ± 0.010"),                        # beyond the spread
-    ([0.78, 0.83, 0.74], "closest, a tie: ESync at 0.800 ± 0.010, DCASGD at 0.783 ± 0.045"),  # within it
+    ([0.70, 0.71, 0.69, 0.70, 0.70], "closest **ESync** at 0.800 ± 0.007"),                        # beyond the spread
+    ([0.78, 0.83, 0.74, 0.80, 0.77], "closest, a tie: ESync at 0.800 ± 0.007, DCASGD at 0.784 ± 0.034"),  # within
 ])
 def test_where_nobody_reached_the_target_the_closest_is_named_only_where_its_final_accuracy_leads_beyond_the_spread(
         tmp_path, dcasgd_finals, expected):
     log_dir = str(tmp_path)
     plan = {"network": "lenet", "dataset": "mnist-5k", "links": [12.0], "profiles": ["1,4"], "splits": ["iid"],
-            "schemes": ["esync", "dcasgd", "sync"], "repeats": 3, "seed": 0, "max_time": 5.0, "target": 0.85,
+            "schemes": ["esync", "dcasgd", "sync"], "repeats": 5, "seed": 0, "max_time": 5.0, "target": 0.85,
             "eval_seconds": 0.5}
     write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
-    for repeat, (esync, dcasgd, sync) in enumerate(zip([0.80, 0.81, 0.79], dcasgd_finals, [0.3, 0.31, 0.29]), 1):
+    for repeat, (esync, dcasgd, sync) in enumerate(zip([0.80, 0.81, 0.79, 0.80, 0.80], dcasgd_finals,
+                                                       [0.3, 0.31, 0.29, 0.3, 0.3]), 1):
         for scheme, final in (("esync", esync), ("dcasgd", dcasgd), ("sync", sync)):
             write_run(log_dir, plan, 12.0, "1,4", "iid", repeat, scheme, 0, [0.1, final])
 
@@ -224,14 +242,14 @@ def write_repeats(log_dir, plan, scheme, curves):
         write_run(log_dir, plan, "loopback", "1,4", "iid", repeat, scheme, 0, accuracies)
 
 
-def three_repeats_of_esync_at_3_to_5_s(tmp_path):
-    """A map of one cell, ESync and SSGD, 3 repeats of 12 s timed to 0.85, ESync's repeats written (3, 4, 5 s)."""
+def five_repeats_of_esync_at_3_to_5_s(tmp_path):
+    """A map of one cell, ESync and SSGD, 5 repeats of 12 s timed to 0.85, ESync's repeats written (3 to 5 s)."""
     log_dir = str(tmp_path)
     plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
-            "schemes": ["esync", "sync"], "repeats": 3, "seed": 0, "max_time": 12.0, "target": 0.85,
+            "schemes": ["esync", "sync"], "repeats": 5, "seed": 0, "max_time": 12.0, "target": 0.85,
             "eval_seconds": 0.5}
     write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
-    write_repeats(log_dir, plan, "esync", [curve_reaching(s) for s in (3, 4, 5)])
+    write_repeats(log_dir, plan, "esync", [curve_reaching(s) for s in (3, 4, 5, 3, 5)])
     return log_dir, plan
 
 
@@ -241,12 +259,12 @@ def curve_reaching(seconds, length=12):
 
 
 @pytest.mark.parametrize("sync_seconds, winner, tied", [
-    ((9, 10, 11), "esync", ["esync"]),                 # 3-4-5 s against 9-10-11 s: the lead holds
-    ((3, 6, 9), None, ["esync", "sync"]),             # 3-4-5 s against 3-6-9 s: within the spread
+    ((9, 10, 11, 9, 11), "esync", ["esync"]),         # 3 to 5 s against 9 to 11 s: the lead holds
+    ((3, 6, 9, 2, 10), None, ["esync", "sync"]),      # 3 to 5 s against 2 to 10 s: within the spread
 ])
 def test_a_cell_names_a_winner_only_where_its_lead_holds_beyond_the_repeats_spread(tmp_path, sync_seconds, winner,
                                                                                    tied):
-    log_dir, plan = three_repeats_of_esync_at_3_to_5_s(tmp_path)
+    log_dir, plan = five_repeats_of_esync_at_3_to_5_s(tmp_path)
     write_repeats(log_dir, plan, "sync", [curve_reaching(s) for s in sync_seconds])
 
     result = regime_map.build(log_dir)
@@ -259,25 +277,27 @@ def test_a_cell_names_a_winner_only_where_its_lead_holds_beyond_the_repeats_spre
     assert os.path.exists(paths[-1])
 
 
-def test_a_repeat_that_never_reached_the_target_is_censored_at_its_training_time(tmp_path):
-    log_dir, plan = three_repeats_of_esync_at_3_to_5_s(tmp_path)
-    write_repeats(log_dir, plan, "sync", [[0.5] * 12, [0.5] * 11, [0.5] * 13])
+def test_a_repeat_that_never_reached_the_target_counts_at_the_budget_or_its_training_time_if_longer(tmp_path):
+    log_dir, plan = five_repeats_of_esync_at_3_to_5_s(tmp_path)
+    write_repeats(log_dir, plan, "sync", [[0.5] * 12, [0.5] * 11, [0.5] * 13, [0.5] * 12, [0.5] * 3])
 
     cell = regime_map.build(log_dir)["cells"][0]
 
-    assert cell["schemes"]["sync"]["censored_times"] == [[12.0, False], [11.0, False], [13.0, False]]
+    assert cell["schemes"]["sync"]["censored_times"] == [[12.0, False], [12.0, False], [13.0, False],
+                                                         [12.0, False], [12.0, False]]
     assert cell["winner"] == "esync"
 
 
 def test_a_higher_target_has_its_own_winners_tables_and_heatmaps(tmp_path):
     log_dir = str(tmp_path)
     plan = {"network": "lenet", "dataset": "fashion-mnist", "links": ["loopback"], "profiles": ["1,4"],
-            "splits": ["iid"], "schemes": ["esync", "sync"], "repeats": 3, "seed": 0, "max_time": 30.0,
+            "splits": ["iid"], "schemes": ["esync", "sync"], "repeats": 5, "seed": 0, "max_time": 30.0,
             "target": 0.8, "targets": [0.8, 0.85], "eval_seconds": 0.5}
     write_json(os.path.join(log_dir, regime_map.PLAN_FILE), plan)
     # both reach 0.8 at 2-4 s (a tie); only ESync reaches 0.85, at 10-12 s (a lead that holds)
-    write_repeats(log_dir, plan, "esync", [[0.5, 0.8] + [0.82] * (s - 3) + [0.86] * (30 - s + 1) for s in (10, 11, 12)])
-    write_repeats(log_dir, plan, "sync", [[0.5] * (s - 1) + [0.81] * (30 - s + 1) for s in (2, 3, 4)])
+    write_repeats(log_dir, plan, "esync", [[0.5, 0.8] + [0.82] * (s - 3) + [0.86] * (30 - s + 1)
+                                           for s in (10, 11, 12, 10, 12)])
+    write_repeats(log_dir, plan, "sync", [[0.5] * (s - 1) + [0.81] * (30 - s + 1) for s in (2, 3, 4, 2, 4)])
 
     result = regime_map.build(log_dir)
     text, paths = regime_map.write(result, log_dir)
@@ -285,26 +305,30 @@ def test_a_higher_target_has_its_own_winners_tables_and_heatmaps(tmp_path):
     cell = result["cells"][0]
     assert (cell["winner"], cell["tied"]) == (None, ["esync", "sync"])
     higher = cell["at_higher_targets"]["0.85"]
-    assert (higher["winner"], higher["schemes"]["sync"]["censored_times"]) == ("esync", [[30.0, False]] * 3)
+    assert (higher["winner"], higher["schemes"]["sync"]["censored_times"]) == ("esync", [[30.0, False]] * 5)
     assert "## Time to 0.85, i.i.d. data" in text and "| 1,4 | **ESync** 11.0 ± 1.0 s |" in text
     assert sorted(os.path.basename(p) for p in paths if p.endswith(".png")) == ["regimes-iid-0.85.png",
                                                                                "regimes-iid.png"]
 
 
 @pytest.mark.parametrize("alone, cluster, pays", [
-    ([4.0, 4.5, 5.0], [10.0, 11.0, 12.0], "no"),
-    ([10.0, 11.0, 12.0], [4.0, 4.5, 5.0], "yes"),
-    ([4.0, 9.0, 14.0], [5.0, 8.0, 13.0], "cannot be told"),
+    ([4.0, 4.5, 5.0, 4.2, 4.7], [10.0, 11.0, 12.0, 10.5, 11.5], "no"),
+    ([10.0, 11.0, 12.0, 10.5, 11.5], [4.0, 4.5, 5.0, 4.2, 4.7], "yes"),
+    ([4.0, 9.0, 14.0, 6.0, 11.0], [5.0, 8.0, 13.0, 7.0, 10.0], "cannot be told"),
+    ([4.0, 4.5, 5.0], [10.0, 11.0, 12.0], "cannot be told"),  # three against three cannot go below p = 0.10
 ])
 def test_each_cell_says_whether_the_cluster_pays_against_one_device_alone(alone, cluster, pays):
     def numbers(times):
         return {"reached": len(times), "censored_times": [[t, True] for t in times],
                 "time_to_target": {"mean": sum(times) / len(times)}}
 
-    cell = {"local": numbers(alone), "esync": numbers(cluster), "sync": numbers([30.0, 31.0, 32.0])}
+    cell = {"local": numbers(alone), "esync": numbers(cluster), "sync": numbers([30.0, 31.0, 32.0, 30.5, 31.5])}
 
-    assert regime_map.cluster_pays(cell) == pays
-    assert regime_map.cluster_pays({"esync": numbers(cluster)}) is None  # no device alone in the map
+    answer, test = regime_map.cluster_pays(cell)
+
+    assert answer == pays
+    assert set(test["adjusted_p_values"]) == {"esync", "sync"}  # each cluster scheme tested, Holm-corrected
+    assert regime_map.cluster_pays({"esync": numbers(cluster)}) == (None, None)  # no device alone in the map
 
 
 def test_fast_only_is_sync_on_the_profiles_fastest_devices():

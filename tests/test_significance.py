@@ -1,18 +1,63 @@
-"""The rule that names a winner only where its lead holds beyond the repeats' spread (analysis/significance.py)."""
+"""The rule that names a winner only where its lead holds beyond the repeats' spread (analysis/significance.py): an
+exact permutation test, Holm's correction for the choice of the leader."""
+import itertools
+import math
+
 import pytest
 
 from analysis import significance
 
 
-def test_a_lead_far_beyond_the_spread_holds_and_one_within_it_does_not():
-    assert significance.leads([10.0, 11.0, 12.0], [20.0, 21.0, 22.0])
-    assert not significance.leads([10.0, 14.0, 12.0], [11.0, 15.0, 13.0])
-    assert not significance.leads([20.0, 21.0, 22.0], [10.0, 11.0, 12.0])  # slower is never a lead
+def hand_count(first, second):
+    """The permutation p-value counted split by split, with no numpy: the reference the test is checked against."""
+    pooled = first + second
+    observed = abs(sum(first) / len(first) - sum(second) / len(second))
+    splits = list(itertools.combinations(range(len(pooled)), len(first)))
+    hits = 0
+    for chosen in splits:
+        a = [pooled[i] for i in chosen]
+        b = [pooled[i] for i in range(len(pooled)) if i not in chosen]
+        hits += abs(sum(a) / len(a) - sum(b) / len(b)) >= observed - 1e-9
+    return hits / len(splits)
 
 
-def test_the_p_value_is_welchs():
-    # Welch's t = (2 - 5) / sqrt(1/3 + 1/3) = -3.674, df = 4: two-sided p = 0.0213
-    assert significance.p_value([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.0213, abs=5e-4)
+def test_three_against_three_perfectly_separated_cannot_go_below_a_tenth():
+    p = significance.p_value([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+
+    assert p == pytest.approx(2 / 20) == pytest.approx(hand_count([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]))
+    assert p >= 0.10 and significance.floor(3, 3) == pytest.approx(0.10)
+    assert not significance.leads([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])  # no lead can be named at three repeats
+
+
+def test_ten_against_ten_perfectly_separated_reach_two_of_every_split():
+    first, second = [float(i) for i in range(10)], [float(i) for i in range(10, 20)]
+
+    assert math.comb(20, 10) == 184_756
+    assert significance.p_value(first, second) == pytest.approx(2 / 184_756)
+    assert significance.floor(10, 10) == pytest.approx(1.08e-5, rel=1e-2) and significance.floor(5, 5) == \
+        pytest.approx(2 / 252)
+
+
+def test_the_p_value_is_the_share_of_splits_counted_by_hand():
+    first, second = [3.1, 4.0, 2.2, 5.0, 3.3], [4.4, 6.0, 3.9, 5.5, 7.1]
+
+    assert significance.p_value(first, second) == pytest.approx(hand_count(first, second))
+
+
+def test_beyond_the_exact_limit_the_splits_are_drawn_and_the_p_value_never_zero(monkeypatch):
+    monkeypatch.setattr(significance, "EXACT_SPLITS", 100)
+    monkeypatch.setattr(significance, "MONTE_CARLO_SPLITS", 2000)
+    first, second = [float(i) for i in range(8)], [float(i) for i in range(8, 16)]
+
+    p = significance.p_value(first, second)
+
+    assert 0 < p <= 3 / 2001 and p == significance.p_value(first, second)  # seeded: the same draws each time
+
+
+def test_a_lead_far_beyond_the_spread_holds_at_five_repeats_and_one_within_it_does_not():
+    assert significance.leads([10.0, 11.0, 12.0, 10.5, 11.5], [20.0, 21.0, 22.0, 20.5, 21.5])
+    assert not significance.leads([10.0, 14.0, 12.0, 11.0, 13.0], [11.0, 15.0, 13.0, 12.0, 14.0])
+    assert not significance.leads([20.0, 21.0, 22.0, 20.5, 21.5], [10.0, 11.0, 12.0, 10.5, 11.5])  # slower
 
 
 def test_one_repeat_has_no_spread_to_judge_by():
@@ -20,39 +65,58 @@ def test_one_repeat_has_no_spread_to_judge_by():
     assert not significance.leads([1.0], [9.0, 9.5])
 
 
-def test_repeats_that_do_not_vary_differ_exactly_when_their_means_do():
-    assert significance.p_value([5.0, 5.0], [7.0, 7.0]) == 0.0
-    assert significance.p_value([5.0, 5.0], [5.0, 5.0]) == 1.0
+def test_a_leader_chosen_among_several_is_corrected_for_the_choice():
+    leader = [10.0, 11.0, 12.0, 10.5, 11.5, 10.2]
+    close = {name: [v + shift for v in leader] for name, shift in (("a", 1.1), ("b", 1.2), ("c", 1.3))}
+
+    raw = {name: significance.p_value(leader, sample) for name, sample in close.items()}
+    found = significance.verdict("esync", {"esync": leader, **close})
+
+    assert all(p < significance.ALPHA for p in raw.values())  # each alone would be called a lead
+    assert found["winner"] is None and found["tied"][0] == "esync" and len(found["tied"]) > 1
+    assert found["adjusted_p_values"] == significance.holm(raw)
+
+
+def test_holms_adjustment_steps_down_and_never_decreases():
+    adjusted = significance.holm({"a": 0.01, "b": 0.04, "c": 0.03})
+
+    assert adjusted == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
 
 
 def test_the_verdict_names_a_winner_or_the_schemes_that_tie_with_the_leader():
-    times = {"esync": [3.0, 3.2, 3.1], "async": [3.1, 3.5, 2.9], "sync": [9.0, 9.5, 9.2]}
+    times = {"esync": [3.0, 3.2, 3.1, 3.3, 2.9], "async": [3.1, 3.5, 2.9, 3.0, 3.4],
+             "sync": [9.0, 9.5, 9.2, 9.1, 9.4]}
 
     tied = significance.verdict("esync", times)
     alone = significance.verdict("esync", {"esync": times["esync"], "sync": times["sync"]})
 
     assert (tied["winner"], tied["tied"]) == (None, ["esync", "async"])
     assert (alone["winner"], alone["tied"]) == ("esync", ["esync"])
-    assert alone["p_values"]["sync"] < significance.ALPHA
+    assert alone["p_values"]["sync"] == pytest.approx(2 / 252)
 
 
-def test_a_repeat_that_never_reached_is_censored_at_its_training_time_and_a_failed_one_left_out():
-    times = significance.censored_times([3.0, None, None], [10.0, 10.5, None])
+def test_a_miss_counts_at_the_budget_and_a_failed_repeat_is_left_out():
+    times = significance.censored_times([3.0, None, None, None], [10.0, 10.5, 2.0, None], budget=12.0)
 
-    assert times == [[3.0, True], [10.5, False]]
-    assert significance.reached_note(times) == "1 of 2 reached" and significance.location(times) == 6.75
+    assert times == [[3.0, True], [12.0, False], [12.0, False]]  # the run that stopped at 2 s diverged: a miss
+    assert significance.reached_note(times) == "1 of 3 reached"
 
 
-def test_times_never_reached_are_judged_as_censored_whatever_the_runs_would_have_done():
-    leader = [[35.0, True], [40.0, True], [45.0, True]]
-    censored = [[75.0, False], [75.1, False], [75.2, False]]
-    went_on = [[76.0, True], [150.0, True], [400.0, True]]  # what the censored runs might have done
+def test_times_never_reached_are_judged_the_same_whatever_the_runs_would_have_done():
+    leader = [[35.0, True], [40.0, True], [45.0, True], [38.0, True], [42.0, True]]
+    censored = [[75.0, False], [75.1, False], [75.2, False], [75.0, False], [75.0, False]]
+    went_on = [[76.0, True], [150.0, True], [400.0, True], [90.0, True], [80.0, True]]  # what they might have done
 
-    # Welch's test on the plugged-in times would say 0.0067 here and 0.23 there
-    assert significance.p_value(leader, censored) == pytest.approx(0.0246, abs=5e-4)
-    assert significance.p_value(leader, went_on) == pytest.approx(significance.p_value(leader, censored))
+    assert significance.p_value(leader, censored) == pytest.approx(2 / 252)
     assert significance.leads(leader, censored) and not significance.leads(censored, leader)
+    assert significance.leads(leader, went_on)
 
 
 def test_repeats_none_of_which_reached_the_target_do_not_differ():
     assert significance.p_value([[30.0, False]] * 3, [[30.0, False]] * 3) == 1.0
+
+
+def test_three_repeats_detect_no_ratio_and_ten_detect_a_smaller_one_than_five():
+    assert significance.detectable_ratio(3, 0.7) is None  # the test cannot reach 5 % at all
+    assert 1 < significance.detectable_ratio(10, 0.7) < significance.detectable_ratio(5, 0.7)
+    assert significance.pooled_log_spread([[1.0, math.e], [2.0]]) == pytest.approx(1 / math.sqrt(2))

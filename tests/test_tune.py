@@ -47,11 +47,46 @@ def test_a_range_places_its_values_on_its_own_scale():
     assert "[launch.py tune searches log-uniform 0.0001 to 0.03]" in " ".join(shown.stdout.split())
 
 
-def test_a_censored_trial_scores_its_time_with_the_accuracy_it_lacked():
+def test_a_seed_that_missed_scores_the_budget_with_the_accuracy_it_lacked_whenever_it_stopped():
     evaluations = [{"time": 1.0, "accuracy": 0.5}, {"time": 2.0, "accuracy": 0.7}]
+    diverged = [{"time": 1.0, "accuracy": 0.1}, {"time": 1.5, "accuracy": 0.1, "diverged": "the test loss is nan"}]
 
-    assert tune.score(evaluations, 0.7, 9.0) == 2.0
-    assert tune.score(evaluations, 0.8, 9.0) == pytest.approx(9.0 * (1 + tune.PENALTY * 0.1))
+    assert tune.seed_result(evaluations, 0.7, 9.0)["score"] == 2.0
+    assert tune.seed_result(evaluations, 0.8, 9.0)["score"] == pytest.approx(9.0 * (1 + tune.PENALTY * 0.1))
+    missed = tune.seed_result(diverged, 0.8, 9.0)  # stopped after 1.5 s: it still used up the budget
+    assert missed["score"] == pytest.approx(9.0 * (1 + tune.PENALTY * 0.7)) and missed["diverged"]
+
+
+def first_values(cell, scheme, seed=1000):
+    import optuna
+
+    space = config.search_space(tune.scheme_run(scheme, "1,2")[0])
+    sampler = tune.quasi_random_sampler(tune.study_seed(cell, scheme, seed), list(space))
+    study = optuna.create_study(sampler=sampler)
+    values = []
+    for _ in range(3):
+        trial = study.ask()
+        values.append({name: rng.suggest(trial, name) for name, (_, rng) in space.items()})
+        study.tell(trial, 1.0)
+    return values
+
+
+def test_two_studies_draw_their_own_values_and_one_study_the_same_again():
+    sync, fast_only = first_values(CELL, "sync"), first_values(CELL, "fast-only")
+    other_cell = first_values("lenet/mnist-5k/1,4/loopback/iid", "sync")
+
+    assert sync[0] != fast_only[0] and sync[0] != other_cell[0]
+    assert sync == first_values(CELL, "sync") and sync != first_values(CELL, "sync", seed=1001)
+    assert len({v["learning_rate"] for v in sync}) == 3  # the Sobol points, one a trial
+
+
+def test_the_quasi_random_points_spread_over_the_range_on_its_own_scale():
+    import optuna
+
+    rates = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
+    assert tune.from_unit(0.5, rates) == pytest.approx(1e-3)
+    assert tune.from_unit(0.99, optuna.distributions.CategoricalDistribution(["sgd", "nag"])) == "nag"
+    assert tune.from_unit(0.5, optuna.distributions.IntDistribution(1, 32, log=True)) == 6
 
 
 def test_fast_only_is_sync_on_the_fastest_devices_alone():
@@ -75,7 +110,8 @@ def train_only(tmp_path_factory):
 
 def tune_args(data_dir, logs, *more):
     return ["--schemes", "sync", "-n", "lenet", "--dataset", "mnist-5k", "-dd", data_dir, "--profile", "1,2",
-            "--holdout", "500", "--target", "0.6", "--max-time", "2", "--trials", "2", "-ld", logs, *more]
+            "--holdout", "500", "--target", "0.6", "--max-time", "2", "--trials", "2", "--trial-seeds", "2",
+            "-ld", logs, *more]
 
 
 def run_tune(args, logs):
@@ -106,7 +142,15 @@ def test_a_two_trial_study_writes_the_best_values_and_its_trials_validate_on_hel
     found = entry["schemes"]["sync"]
 
     assert found["trials"] == 2 and found["complete"] >= 1 and set(found["flags"]) == {"--learning-rate"}
-    assert found["seeds"] == [1000, 1001] and entry["holdout"] == 500
+    assert found["seeds"] == [1000, 1001] and found["seed_runs"] == 4 and entry["holdout"] == 500
+    assert entry["protocol"] == tuned.PROTOCOL and entry["command"].startswith("python launch.py tune ")
+    assert "--trial-seeds 2" in entry["command"] and entry["wall_seconds"] > 0
+    for trial in study(logs).trials:  # each trial ran both seeds, its objective their scores' median
+        results = trial.user_attrs["results"]
+        assert [r["seed"] for r in results] == [1000, 1001]
+        assert trial.value == pytest.approx(sum(r["score"] for r in results) / 2)
+        assert all(os.path.isdir(os.path.join(logs, "lenet_mnist-5k_1-2_loopback_iid", "sync",
+                                              f"trial-{trial.number}", f"seed-{seed}")) for seed in (1000, 1001))
     assert os.path.exists(os.path.join(logs, "lenet_mnist-5k_1-2_loopback_iid", "figures", "sync.png"))
     assert "| sync |" in output and "tuned values:" in output
 
@@ -117,6 +161,7 @@ def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
     args = tune_args(train_only, logs)
     args[args.index("sync")] = "esync"
     args[args.index("--trials") + 1] = "1"
+    args[args.index("--trial-seeds") + 1] = "1"
     code, output = run_tune(args, logs)
 
     assert code == 0, output
@@ -131,37 +176,38 @@ def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
 def test_the_same_command_again_runs_more_trials_of_the_study_none_repeated(two_trials, train_only):
     logs, _ = two_trials
 
-    code, output = run_tune(tune_args(train_only, logs), logs)
+    code, output = run_tune(tune_args(train_only, logs, "--trials", "1"), logs)
     trials = study(logs).trials
 
     assert code == 0, output
-    assert len(trials) == 4 and [t.user_attrs["seed"] for t in trials] == [1000, 1001, 1002, 1003]
-    assert len({t.params["learning_rate"] for t in trials}) == 4
+    assert len(trials) == 3 and all(t.user_attrs["seeds"] == [1000, 1001] for t in trials)
+    assert len({t.params["learning_rate"] for t in trials}) == 3
 
 
 @pytest.mark.slow
 @pytest.mark.beside_others
-def test_a_trial_behind_the_best_is_pruned_and_its_run_stopped(tmp_path, train_only):
+def test_a_trial_that_missed_on_a_seed_is_pruned_once_another_reached_the_target_on_every_seed(tmp_path, train_only):
     import optuna
 
     logs = str(tmp_path / "logs")
     os.makedirs(logs)
-    # A finished trial that reached the target at once, as successive halving recorded it at each rung: the real one
-    # is behind it at its first.
+    # A finished trial that reached the target on both seeds: the real one, timed to 0.99, misses on its first.
     earlier = optuna.create_study(study_name=f"{CELL}|sync", storage=f"sqlite:///{logs}/studies.db")
     earlier.add_trial(optuna.trial.create_trial(
         params={"learning_rate": 0.001}, distributions={"learning_rate": optuna.distributions.FloatDistribution(
-            1e-4, 3e-2, log=True)}, value=0.0, intermediate_values={step: 0.0 for step in range(1, 100)},
-        system_attrs={f"completed_rung_{rung}": 0.0 for rung in range(4)}))
+            1e-4, 3e-2, log=True)}, value=1.0, intermediate_values={0: 1.0, 1: 1.0},
+        user_attrs={"results": [{"seed": s, "time": 1.0, "best": 0.7, "diverged": None, "score": 1.0}
+                                for s in (1000, 1001)]}))
 
-    code, output = run_tune(tune_args(train_only, logs, "--trials", "1", "--max-time", "30", "--target", "0.99"), logs)
+    code, output = run_tune(tune_args(train_only, logs, "--trials", "1", "--target", "0.99"), logs)
     trial = study(logs).trials[-1]
-    evaluations = [json.loads(line) for line in open(os.path.join(
-        logs, "lenet_mnist-5k_1-2_loopback_iid", "sync", "trial-1", "lenet", "sync", "evaluator.jsonl"))]
+    folder = os.path.join(logs, "lenet_mnist-5k_1-2_loopback_iid", "sync", "trial-1")
 
     assert code == 0, output
-    assert trial.state == optuna.trial.TrialState.PRUNED and "pruned after" in output
-    assert evaluations[-1]["time"] < 15  # stopped long before its 30 s
+    assert trial.state == optuna.trial.TrialState.PRUNED and "pruned after 1 seed(s)" in output
+    assert os.path.isdir(os.path.join(folder, "seed-1000")) and not os.path.exists(os.path.join(folder, "seed-1001"))
+    entry = json.load(open(os.path.join(logs, "tuned.json")))["cells"][CELL]["schemes"]["sync"]
+    assert entry["chosen_trial"] == 0 and entry["robust"] and entry["largest_robust_rate"] == pytest.approx(0.001)
 
 
 @pytest.mark.slow
@@ -174,7 +220,8 @@ def test_a_storage_that_cannot_be_opened_is_one_line_and_exit_2_before_any_run(t
 
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "--storage nosuchdatabase://x: cannot open it" in result.stderr
-    assert not os.path.exists(os.path.join(logs, "lenet_mnist-5k_1-2_loopback_iid", "sync", "trial-0.out"))
+    assert not os.path.exists(os.path.join(logs, "lenet_mnist-5k_1-2_loopback_iid", "sync", "trial-0",
+                                           "seed-1000.out"))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ summary.py looks), one JSON object per checkpoint in the order evaluated:
   step      global iterations done when the checkpoint was saved
   time      the job's training seconds at that step (the clock of the iteration logs' total_time)
   accuracy  correct predictions over the whole test set
+  loss      the mean softmax cross-entropy over it (nan or inf where the weights overflowed)
+  diverged  only where the run has diverged by then (training/faults/divergence.py): why
   checkpoint, mode, network, dataset, test_samples, eval_seconds, evaluated_at (Unix time),
   cpu_seconds (this process's CPU time so far)
 The file is rewritten atomically after each evaluation; a restarted evaluator reads it and skips the steps
@@ -22,6 +24,7 @@ import logging
 import os
 import time
 
+from training.faults import divergence
 from training.checkpoints import (CheckpointError, checkpoint_path, damage, final_step, read_checkpoint,
                                   saved_steps)
 from training.files import atomic_write
@@ -94,6 +97,7 @@ class Evaluator:
         self.test_images, self.test_labels = test_images, test_labels
         os.makedirs(args.log_dir, exist_ok=True)
         self.results = EvaluationLog(os.path.join(args.log_dir, EVALUATOR_LOG))
+        self.chance = divergence.chance_accuracy(test_labels)
         self.damaged = set()  # steps whose files do not match their checksums: skipped once, with a warning
 
     def check(self, step):
@@ -112,16 +116,21 @@ class Evaluator:
                                       f"{checkpoint.get(key)}, not {getattr(self.args, key)}")
         started = time.perf_counter()
         self.model.load(checkpoint_path(self.args.train_dir, step, "params"))
-        accuracy = self.model.accuracy(self.test_images, self.test_labels)
-        record = {"step": step, "time": checkpoint["time"], "accuracy": accuracy,
+        accuracy, loss = self.model.test(self.test_images, self.test_labels)
+        record = {"step": step, "time": checkpoint["time"], "accuracy": accuracy, "loss": loss,
                   "checkpoint": os.path.basename(checkpoint_path(self.args.train_dir, step, "params")),
                   "mode": checkpoint.get("mode"), "network": checkpoint["network"],
                   "dataset": checkpoint["dataset"], "test_samples": len(self.test_labels),
                   "eval_seconds": round(time.perf_counter() - started, 6), "evaluated_at": round(time.time(), 3),
                   "cpu_seconds": round(time.process_time(), 3)}
+        diverged = divergence.verdict(self.results.records + [record], self.chance)
+        if diverged:
+            record["diverged"] = diverged
+            log.warning("step %d: the run has diverged: %s", step, diverged)
         self.results.append(record)
-        report_evaluation(self.args.train_dir, step, checkpoint["time"], accuracy)
-        log.info("step %d (%.1f s of training): test accuracy %.4f", step, checkpoint["time"], accuracy)
+        report_evaluation(self.args.train_dir, step, checkpoint["time"], accuracy, diverged)
+        log.info("step %d (%.1f s of training): test accuracy %.4f, loss %.4g", step, checkpoint["time"], accuracy,
+                 loss)
 
     def run(self, clock=time.monotonic, sleep=time.sleep):
         """Evaluate checkpoints as they appear; return the number evaluated by this process."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from data import BatchStream, Prefetched, augmented, normalisation
 from training import checkpoints, runlog
+from training.faults import divergence
 from training.faults import fault_injection
 from training.transport import collectives
 from training.devices import contexts, device_name
@@ -37,8 +38,11 @@ class StopCondition:
         return (self.max_iters is None and self.max_time is None and self.target_accuracy is None
                 and self.max_epochs is None)
 
-    def reason(self, iterations, elapsed, accuracy, epochs=0.0):
-        """Why training should stop after `iterations` rounds and `epochs` passes over the share, or None."""
+    def reason(self, iterations, elapsed, accuracy, epochs=0.0, diverged=None):
+        """Why training should stop after `iterations` rounds and `epochs` passes over the share, or None;
+        `diverged`: why the evaluations say the run has diverged (training/faults/divergence.py), or None."""
+        if diverged:
+            return f"{runlog.DIVERGED}: {diverged}"
         if self.max_iters is not None and iterations >= self.max_iters:
             return f"reached --max-iters {self.max_iters}"
         if self.max_epochs is not None and epochs >= self.max_epochs:
@@ -167,6 +171,8 @@ class Rounds:
         self.started = time.time() - self.resume.elapsed  # a resumed job's clock continues from its checkpoint
         self.samples = 0
         self.accuracy = None
+        self.diverged = None     # why the evaluations say the run diverged
+        self.evaluations = []    # this worker's own evaluations (without an evaluator process), for divergence
         self.last_progress = self.resume.elapsed
         self.last_evaluation = time.time()
         n = self.resume.step
@@ -199,7 +205,7 @@ class Rounds:
         if scheme.coordinated:
             steps[0][runlog.CHECK_READY] = steps[0].get(runlog.CHECK_READY, 0.0) + opening[runlog.CHECK_READY]
         if not self.voted:
-            self.reason = self.stop.reason(n, time.time() - self.started, self.accuracy, self.epochs)
+            self.reason = self.stop.reason(n, time.time() - self.started, self.accuracy, self.epochs, self.diverged)
         reason = self.reason
         round_samples = 0 if sitting_out else len(steps) * scheme.step_batch_size  # before the aggregation, which
         # may plan another batch size
@@ -211,6 +217,8 @@ class Rounds:
         extra = {runlog.WEIGHTS_DIGEST: self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
         if sitting_out:
             extra[runlog.SAT_OUT] = True
+        if self.diverged and reason and reason.startswith(runlog.DIVERGED):
+            extra[runlog.DIVERGED] = self.diverged
         if not scheme.schedule.constant:
             extra[runlog.LR_FACTOR] = scheme.lr_factor
         if scheme.transport:
@@ -276,7 +284,7 @@ class Rounds:
     def queue_round(self):
         """A scheme that queues its round while the backward pass runs (a step per round) queues its stop vote with
         it: the round's stop condition is judged here, once the step's batch is drawn, rather than after its step."""
-        self.reason = self.stop.reason(self.n, time.time() - self.started, self.accuracy, self.epochs)
+        self.reason = self.stop.reason(self.n, time.time() - self.started, self.accuracy, self.epochs, self.diverged)
         self.voted = True
         self.scheme.during_backward(self.reason is not None)
 
@@ -298,8 +306,10 @@ class Rounds:
         if self.snapshots or not self.scheme.evaluates or not (stopping or self.evaluation_due(n)):
             return None
         with Timer(last_step, runlog.EVALUATION), self.computing():
-            self.accuracy = self.model.accuracy(self.data.test_images, self.data.test_labels)
+            self.accuracy, loss = self.model.test(self.data.test_images, self.data.test_labels)
         self.last_evaluation = time.time()
+        self.evaluations.append({"step": n, "accuracy": self.accuracy, "loss": loss})
+        self.diverged = divergence.verdict(self.evaluations, divergence.chance_accuracy(self.data.test_labels))
         return self.accuracy
 
     def evaluation_due(self, n):
@@ -327,7 +337,7 @@ class Rounds:
             with Timer(last_step, runlog.SNAPSHOT):
                 take = writer.finish if stopping else writer.take
                 take(n, elapsed, self.epochs, self.model)
-            self.accuracy = writer.reported_accuracy()
+            self.accuracy, self.diverged = writer.reported_evaluation()
 
     def report_progress(self, n, elapsed, stopping):
         if stopping or elapsed - self.last_progress >= PROGRESS_EVERY:

@@ -157,14 +157,21 @@ class Model:
 
     def accuracy(self, images, labels):
         """Correct predictions over all test samples (not a mean of per-batch accuracies)."""
+        return self.test(images, labels)[0]
+
+    def test(self, images, labels):
+        """(accuracy, mean loss) over all test samples: correct predictions over the samples, not a mean of
+        per-batch accuracies; the loss is nan or inf where the weights overflowed."""
         ctx = self.ctxs[0]
         batch = self.eval_batch
         correct = mx.nd.zeros((1,), ctx=ctx)
+        loss = mx.nd.zeros((1,), ctx=ctx)
         for start in range(0, len(labels), batch):
             out = self.net(self._prepare(images[start:start + batch], ctx))
             y = mx.nd.array(labels[start:start + batch], ctx=ctx)
             correct += (out.argmax(axis=1) == y.astype(out.dtype)).sum()
-        return float(correct.asscalar()) / len(labels)
+            loss += self.loss_fn(out, y).sum()
+        return float(correct.asscalar()) / len(labels), float(loss.asscalar()) / len(labels)
 
     def digest(self, arrays=None):
         """A fingerprint of `arrays` (default: every parameter on the first device): equal digests, equal values."""

@@ -79,6 +79,7 @@ BATCH = "batch"
 REPLANNED = "replanned"
 WEIGHTS_DIGEST = "weights_digest"  # --digest-weights: a fingerprint of the weights after the aggregation
 LR_FACTOR = "lr_factor"            # the learning-rate schedule's factor, where it is not constant
+DIVERGED = "diverged"              # the round a run stopped in because it diverged (training/faults/divergence.py): why
 DROPPED = "dropped"
 LATE_BY = "late_by"
 

@@ -12,8 +12,9 @@ The copy is queued on MXNet's engine and the file written by the thread, so a sn
 copy alone. A snapshot due while the thread still writes the one before is dropped (and counted) rather than waited
 for; the final one always waits.
 
-The evaluator writes the latest accuracy it measured to D/evaluated.json; rank 0 reads it at each snapshot, so that
---target-accuracy still stops a job, later than the model reached it by the evaluator's delay.
+The evaluator writes the latest accuracy it measured to D/evaluated.json, and whether the run has diverged
+(training/faults/divergence.py); rank 0 reads it at each snapshot, so that --target-accuracy still stops a job, later than
+the model reached it by the evaluator's delay, and a diverged job stops.
 """
 import ctypes
 import logging
@@ -29,7 +30,7 @@ from training.files import read_json, write_json
 
 log = logging.getLogger("snapshots")
 
-EVALUATED_FILE = "evaluated.json"  # written by the evaluator: {"step", "time", "accuracy"} of its latest evaluation
+EVALUATED_FILE = "evaluated.json"  # by the evaluator: {"step", "time", "accuracy", "diverged"} of its latest evaluation
 
 
 class SnapshotError(Exception):
@@ -63,15 +64,23 @@ def earlier_job(folder):
 
 def reported_accuracy(folder):
     """The accuracy of the evaluator's latest evaluation of a snapshot in `folder`, or None before its first."""
+    return reported_evaluation(folder)[0]
+
+
+def reported_evaluation(folder):
+    """(accuracy, why the run diverged or None) of the evaluator's latest evaluation of a snapshot in `folder`;
+    (None, None) before its first."""
     try:
-        return float(read_json(os.path.join(folder, EVALUATED_FILE))["accuracy"])
+        found = read_json(os.path.join(folder, EVALUATED_FILE))
+        return float(found["accuracy"]), found.get("diverged")
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        return None, None
 
 
-def report_evaluation(folder, step, elapsed, accuracy):
-    """The evaluator's side of reported_accuracy."""
-    write_json(os.path.join(folder, EVALUATED_FILE), {"step": step, "time": elapsed, "accuracy": accuracy})
+def report_evaluation(folder, step, elapsed, accuracy, diverged=None):
+    """The evaluator's side of reported_evaluation."""
+    write_json(os.path.join(folder, EVALUATED_FILE), {"step": step, "time": elapsed, "accuracy": accuracy,
+                                                      "diverged": diverged})
 
 
 class EvaluatorBeside:
@@ -165,8 +174,8 @@ class SnapshotWriter:
         log.info("%d snapshots in %s, the last at step %d (%.1f s)%s", self.taken, self.folder, step, elapsed,
                  f"; {self.dropped} dropped while the writer was busy" if self.dropped else "")
 
-    def reported_accuracy(self):
-        return reported_accuracy(self.folder)
+    def reported_evaluation(self):
+        return reported_evaluation(self.folder)
 
     def _write_pending(self):
         from training.model import save_snapshot

@@ -1,0 +1,228 @@
+"""`launch.py docs`: the result tables of the README and docs/, written again from the committed result files.
+
+A generated table sits between two markers in a markdown file:
+
+    <!-- generated: KIND FOLDER -->
+    ...
+    <!-- end generated -->
+
+FOLDER (relative to the repository) holds one study's results: tuned.json of `launch.py tune` and regimes.json of
+`launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
+search), `verdict` (per cell and target, the leader, the schemes tied with it, one fast device and whether the
+cluster pays, with the tests) or `repeats` (each scheme's repeats). `launch.py docs` rewrites every block of
+README.md and docs/*.md; `launch.py docs --check` changes nothing and exits 1 naming each block that differs.
+"""
+import argparse
+import difflib
+import glob
+import os
+import re
+import statistics
+import sys
+
+from analysis import regime_map, significance, tuned
+from analysis.tables import markdown_table
+from training.files import read_json, write_text
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BLOCK = re.compile(r"(<!-- generated: (?P<kind>[\w-]+) (?P<folder>\S+) -->\n)(?P<body>.*?)(<!-- end generated -->)",
+                   re.DOTALL)
+TUNED_FILE = "tuned.json"
+SPLIT_NAMES = regime_map.SPLIT_NAMES
+
+
+class DocsError(Exception):
+    """A block names a kind or a folder that does not exist; the message is one line."""
+
+
+# ----------------------------------------------------------------------------------------------
+# What each kind of block holds
+
+
+def search_block(folder):
+    """Each cell's search (tuned.markdown), with the command that ran it and its wall time."""
+    cells = tuned.read(os.path.join(folder, TUNED_FILE))
+    parts = []
+    for cell, entry in cells.items():
+        ran = entry.get("command")
+        took = entry.get("wall_seconds")
+        said = f"`{ran}`" + (f", {took / 60:.0f} minutes" if took else "") if ran else ""
+        parts.append(tuned.markdown(cell, entry) + (f"\n{said}\n" if said else ""))
+    return "\n".join(parts)
+
+
+def cell_name(result, cell):
+    link = regime_map.describe_link(cell["link"])
+    return f"{result['network']}, {result['dataset']}, {cell['profile']}, {link}, {SPLIT_NAMES[cell['split']]}"
+
+
+def cells_at_targets(result):
+    """(target, cell) of every cell, at the map's target and at each higher one."""
+    for target in regime_map.targets_of(result):
+        timed = result if target == result["target"] else regime_map.at_target(result, target)
+        for cell in timed["cells"]:
+            yield target, cell
+
+
+def verdict_block(folder):
+    """Per cell and target: the leader and its values, the schemes it does not lead beyond the spread, one fast
+    device, whether the cluster pays, and what the repeats can tell."""
+    result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
+    values = tuned_values(folder, result)
+    rows = []
+    for target, cell in cells_at_targets(result):
+        test = cell.get("test") or regime_map.power_of(cell["schemes"])
+        rows.append([cell_name(result, cell), f"{target:g}", str(test["repeats"]), leader_text(cell, values),
+                     tied_text(cell), alone_text(cell), pays_text(cell), f"{test['floor']:.2g}",
+                     "none" if test["detectable_ratio"] is None else f"{test['detectable_ratio']:.1f}×"])
+    return markdown_table(["cell", "target", "repeats", "leader (its tuned values): mean time, misses at the budget",
+                           "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
+                           "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
+
+
+def tuned_values(folder, result):
+    """{(cell key, scheme): its tuned values as text} from the folder's tuned.json ({} without one)."""
+    path = os.path.join(folder, TUNED_FILE)
+    found = {}
+    for key, entry in (tuned.read(path) if os.path.exists(path) else {}).items():
+        for scheme, values in entry["schemes"].items():
+            found[(key, scheme)] = tuned.values_text(values)
+    return {(cell["split"], cell["profile"], cell["link"], scheme): found.get((cell_key(result, cell), scheme))
+            for cell in result["cells"] for scheme in result["schemes"]}
+
+
+def cell_key(result, cell):
+    link = cell["link"] if cell["link"] == regime_map.LOOPBACK else f"{cell['link']:g}"
+    return tuned.cell_key(result["network"], result["dataset"], cell["profile"], link, cell["split"] == "niid")
+
+
+def mean_time(numbers, horizon):
+    """A scheme's mean time to the target with each miss at `horizon`, and how many repeats reached it."""
+    times = [t if reached else horizon for t, reached in numbers["censored_times"]]
+    if not times:
+        return "not run"
+    diverged = f", {numbers['diverged']} diverged" if numbers.get("diverged") else ""
+    return f"{statistics.fmean(times):.1f} s ({numbers['reached']} of {len(times)} reached{diverged})"
+
+
+def horizon_of(cell):
+    return max((t for n in cell["schemes"].values() for t, _ in n["censored_times"]), default=0.0)
+
+
+def leader_text(cell, values):
+    leader = cell["leader"]
+    if leader is None:
+        return "none reached the target"
+    shown = values.get((cell["split"], cell["profile"], cell["link"], leader))
+    name = f"**{regime_map.display(leader)}**" if cell["winner"] else regime_map.display(leader)
+    return f"{name}{f' ({shown})' if shown else ''}: {mean_time(cell['schemes'][leader], horizon_of(cell))}"
+
+
+def tied_text(cell):
+    if cell["leader"] is None:
+        return "–"
+    adjusted = cell.get("adjusted_p_values", {})
+    tied = [f"{regime_map.display(s)} ({adjusted[s]:.2g})" for s in cell["tied"][1:] if s in adjusted]
+    if tied:
+        return ", ".join(tied)
+    return f"none: it wins (largest p {max(adjusted.values()):.2g})" if adjusted else "–"
+
+
+def alone_text(cell):
+    alone = cell["schemes"].get(regime_map.STANDALONE)
+    return mean_time(alone, horizon_of(cell)) if alone else "not run"
+
+
+def pays_text(cell):
+    answer, test = cell.get("cluster_pays"), cell.get("cluster_pays_test")
+    if answer is None or not test:
+        return "–"
+    adjusted = test["adjusted_p_values"]
+    if answer == "yes":
+        return "**yes**: " + ", ".join(f"{regime_map.display(s)} (p = {adjusted[s]:.2g})" for s in test["faster"])
+    if answer == "no":
+        return f"**no**: one device leads every cluster scheme (p ≤ {max(adjusted.values()):.2g})"
+    return f"cannot be told (smallest p {min(adjusted.values()):.2g})"
+
+
+def repeats_block(folder):
+    """Per cell and target, each scheme's times on the repeats' seeds, its mean, and its p against the leader."""
+    result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
+    parts = []
+    for target, cell in cells_at_targets(result):
+        horizon = horizon_of(cell)
+        rows = []
+        for scheme, numbers in regime_map.by_relative_time(cell):
+            times = ", ".join(f"{t:.1f}" if reached else "–" for t, reached in numbers["censored_times"])
+            p = cell.get("adjusted_p_values", {}).get(scheme)
+            rows.append([regime_map.display(scheme), times or "–", mean_time(numbers, horizon),
+                         regime_map.relative_text(numbers), "leader" if scheme == cell["leader"] else
+                         ("–" if p is None else f"{p:.2g}")])
+        seeds = f"seeds {result['seed']} to {result['seed'] + result['repeats'] - 1}"
+        parts.append(f"**{cell_name(result, cell)}, time to {target:g}** ({seeds}, {result['max_time']:g} s a run; "
+                     "–: missed)\n\n" + markdown_table(
+                         ["scheme", "seconds to the target, seed by seed", "mean, misses at the budget", "× leader",
+                          "Holm-adjusted p against the leader"], rows) + "\n")
+    return "\n".join(parts)
+
+
+KINDS = {"search": search_block, "verdict": verdict_block, "repeats": repeats_block}
+
+
+# ----------------------------------------------------------------------------------------------
+# The files
+
+
+def documents(root=ROOT):
+    return [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"),
+                                                                recursive=True))
+
+
+def regenerate(text, root=ROOT):
+    """`text` with every generated block written again from its folder."""
+    def block(match):
+        kind, folder = match.group("kind"), match.group("folder")
+        if kind not in KINDS:
+            raise DocsError(f"a block of unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        path = os.path.join(root, folder)
+        if not os.path.isdir(path):
+            raise DocsError(f"a {kind} block names {folder}, which is not a folder of the repository")
+        return match.group(1) + KINDS[kind](path) + match.group(5)
+
+    return BLOCK.sub(block, text)
+
+
+def stale(root=ROOT):
+    """{path: (committed text, generated text)} of the documents whose blocks differ from their results."""
+    found = {}
+    for path in documents(root):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        try:
+            fresh = regenerate(text, root)
+        except DocsError as error:
+            raise DocsError(f"{os.path.relpath(path, root)}: {error}") from None
+        if fresh != text:
+            found[path] = (text, fresh)
+    return found
+
+
+def run(argv):
+    p = argparse.ArgumentParser(prog="launch.py docs", description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 where a table differs")
+    ns = p.parse_args(argv)
+    try:
+        differing = stale()
+    except DocsError as error:
+        print(f"launch.py docs: error: {error}", file=sys.stderr)
+        return 2
+    for path, (text, fresh) in differing.items():
+        name = os.path.relpath(path, ROOT)
+        if ns.check:
+            changed = sum(1 for line in difflib.unified_diff(text.splitlines(), fresh.splitlines(), n=0)
+                          if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
+            print(f"{name}: {changed} line(s) of its generated tables differ from the results", file=sys.stderr)
+        else:
+            write_text(path, fresh)
+            print(f"wrote {name}")
+    return 1 if ns.check and differing else 0

@@ -1,0 +1,80 @@
+"""The result tables of the README and docs/ are generated from committed result files (`launch.py docs`): the
+committed tables are what the generator makes of the committed results, and a block is rewritten from its folder."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from analysis import doc_tables, regime_map, tuned
+from tests.test_regimes_map import curve_reaching, write_repeats
+from training.files import write_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_committed_tables_are_what_the_committed_results_give():
+    differing = doc_tables.stale()
+
+    assert not differing, f"run `python launch.py docs`: {', '.join(sorted(differing))} differ from their results"
+
+
+def a_study(root):
+    """results/cell/ under `root`: a map of one cell, ESync, SSGD and one device, 5 repeats, and its tuned.json."""
+    folder = os.path.join(root, "results", "cell")
+    os.makedirs(folder)
+    plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
+            "schemes": ["esync", "sync", "local"], "repeats": 5, "seed": 0, "max_time": 12.0, "target": 0.85,
+            "eval_seconds": 0.5}
+    write_json(os.path.join(folder, regime_map.PLAN_FILE), plan)
+    write_repeats(folder, plan, "esync", [curve_reaching(s) for s in (3, 4, 5, 3, 4)])
+    write_repeats(folder, plan, "sync", [curve_reaching(s) for s in (9, 10, 11, 9, 10)])
+    write_repeats(folder, plan, "local", [curve_reaching(s) for s in (8, 9, 10, 8, 11)])
+    regime_map.write(regime_map.build(folder), folder, figures=False)
+    tuned.write(os.path.join(folder, doc_tables.TUNED_FILE), "lenet/mnist-5k/1,4/loopback/iid", {
+        "protocol": tuned.PROTOCOL, "target": 0.85, "holdout": 500, "max_time": 12.0, "trial_seeds": [1000, 1001],
+        "command": "python launch.py tune --profile 1,4", "wall_seconds": 600,
+        "schemes": {"esync": {"flags": {"--local-lr": 0.004}, "values": {"local_lr": 0.004}, "robust": True,
+                              "complete": 8, "pruned": 0, "failed": 0, "chosen_results": [
+                                  {"seed": 1000, "time": 3.0}, {"seed": 1001, "time": 4.0}],
+                              "rate_flag": "--local-lr", "largest_robust_rate": 0.008, "seed_runs": 16,
+                              "diverged_runs": 2}}})
+    return folder
+
+
+def test_a_block_is_written_from_its_folder_and_check_sees_a_stale_one(tmp_path):
+    a_study(str(tmp_path))
+    page = "# Results\n\n<!-- generated: verdict results/cell -->\nold numbers\n<!-- end generated -->\n"
+
+    fresh = doc_tables.regenerate(page, str(tmp_path))
+
+    assert "old numbers" not in fresh and fresh.startswith(page.split("old numbers")[0])
+    assert "**ESync** (--local-lr 0.004): 3.8 s (5 of 5 reached)" in fresh  # beyond the spread: a winner
+    assert "**no**: one device" not in fresh and "| 0.0079 |" in fresh  # the floor 5 repeats a side allow
+    assert doc_tables.regenerate(fresh, str(tmp_path)) == fresh
+
+
+def test_the_search_and_repeats_blocks_say_the_chosen_values_and_each_seeds_time(tmp_path):
+    a_study(str(tmp_path))
+    page = ("<!-- generated: search results/cell -->\n<!-- end generated -->\n"
+            "<!-- generated: repeats results/cell -->\n<!-- end generated -->\n")
+
+    fresh = doc_tables.regenerate(page, str(tmp_path))
+
+    assert "| esync | 8 / 0 / 0 | --local-lr 0.004 | 3.0, 4.0 | 0.008 (0.5 of it) | 2 of 16 |" in fresh
+    assert "`python launch.py tune --profile 1,4`, 10 minutes" in fresh
+    assert "| ESync | 3.0, 4.0, 5.0, 3.0, 4.0 | 3.8 s (5 of 5 reached) | 1.00 | leader |" in fresh
+
+
+def test_a_block_of_an_unknown_kind_or_folder_is_one_line(tmp_path):
+    with pytest.raises(doc_tables.DocsError, match="unknown kind 'tabel'"):
+        doc_tables.regenerate("<!-- generated: tabel results/x -->\n<!-- end generated -->\n", str(tmp_path))
+    with pytest.raises(doc_tables.DocsError, match="names results/x, which is not a folder"):
+        doc_tables.regenerate("<!-- generated: verdict results/x -->\n<!-- end generated -->\n", str(tmp_path))
+
+
+def test_the_command_checks_without_writing():
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "docs", "--check"], capture_output=True,
+                            text=True, timeout=120)
+
+    assert result.returncode == 0, result.stderr
