@@ -33,7 +33,7 @@ import time
 
 from analysis import regime_map as map_analysis
 from analysis import tuned
-from launcher import experiment, preflight, runner
+from launcher import experiment, preflight, runner, workers
 from training import config, modes
 from training.checks import UsageError
 from training.options import Range
@@ -98,12 +98,28 @@ def parse(argv):
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if ns.trials < 0:
         raise UsageError("--trials must be 0 (report what the studies hold) or more")
+    check_cell(ns)
     ns.cell = tuned.cell_key(ns.network, ns.dataset, ns.profile, ns.link, ns.non_iid)
     ns.seeds = [ns.seed + i for i in range(ns.trial_seeds)]
     ns.command = "python launch.py tune " + shlex.join(argv)
     for scheme in ns.schemes:
         first_run(ns, scheme)  # every scheme's run is one the launcher takes
     return ns
+
+
+def check_cell(ns):
+    """UsageError (one line) for a profile or links the launcher would not take."""
+    try:
+        workers.parse_slowdowns(ns.profile, len(ns.profile.split(",")))
+    except UsageError as error:
+        raise UsageError(str(error).replace("--slowdown", "--profile", 1)) from None
+    if ns.link != tuned.LOOPBACK:
+        try:
+            ratio = float(ns.link)
+        except ValueError:
+            ratio = None
+        if ratio is None or not 0 < ratio < float("inf"):
+            raise UsageError(f"--link {ns.link!r}: give loopback or a communication ratio R > 0")
 
 
 # ----------------------------------------------------------------------------------------------

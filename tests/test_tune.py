@@ -89,6 +89,17 @@ def test_the_quasi_random_points_spread_over_the_range_on_its_own_scale():
     assert tune.from_unit(0.5, optuna.distributions.IntDistribution(1, 32, log=True)) == 6
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--profile", "1,abc"], "--profile: "),
+    (["--profile", "1,0"], "--profile: expected a positive number, got '0'"),
+    (["--link", "fast"], "--link 'fast': give loopback or a communication ratio R > 0"),
+    (["--trial-seeds", "0"], "--trial-seeds must be positive"),
+])
+def test_a_bad_cell_or_seed_count_is_one_line_before_anything_runs(argv, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        tune.parse(["--dataset", "mnist-5k", *argv])
+
+
 def test_fast_only_is_sync_on_the_fastest_devices_alone():
     assert tune.scheme_run("fast-only", "1,1,20,1")[::3] == ("sync", "1,1,1")
     assert tune.scheme_run("esync-apply", "1,4")[:2] == ("esync", {"esync_policy": "apply"})
