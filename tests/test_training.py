@@ -218,12 +218,12 @@ def assert_trained_identical_batchnorm(folders):
 ])
 def test_rank_0_evaluates_every_e_iterations_or_once_eval_seconds_have_passed(eval_seconds, eval_every, since_last,
                                                                            iteration, due):
-    import time
     from types import SimpleNamespace
 
+    from training.clock import REAL
     from training.loop import Rounds
 
-    loop = SimpleNamespace(args=SimpleNamespace(eval_seconds=eval_seconds, eval_duration=eval_every),
-                           last_evaluation=time.time() - since_last)
+    loop = SimpleNamespace(args=SimpleNamespace(eval_seconds=eval_seconds, eval_duration=eval_every), clock=REAL,
+                           last_evaluation=REAL.now() - since_last)
 
     assert Rounds.evaluation_due(loop, iteration) is due

@@ -7,11 +7,11 @@ import contextlib
 import gc
 import logging
 import os
-import time
 from dataclasses import dataclass
 
 from data import BatchStream, Prefetched, augmented, normalisation
 from training import checkpoints, runlog
+from training.clock import REAL as REAL_CLOCK
 from training.faults import divergence
 from training.faults import fault_injection
 from training.transport import collectives
@@ -55,22 +55,22 @@ class StopCondition:
 
 
 class Timer:
-    """Adds the seconds spent in a `with` block to record[key]."""
+    """Adds the seconds `clock` advanced during a `with` block to record[key]."""
 
-    def __init__(self, record, key):
-        self.record, self.key = record, key
+    def __init__(self, record, key, clock):
+        self.record, self.key, self.clock = record, key, clock
 
     def __enter__(self):
-        self.start = time.perf_counter()
+        self.start = self.clock.now()
 
     def __exit__(self, *exc):
-        self.record[self.key] = self.record.get(self.key, 0.0) + time.perf_counter() - self.start
+        self.record[self.key] = self.record.get(self.key, 0.0) + self.clock.now() - self.start
 
 
-def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
+def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None, clock=REAL_CLOCK):
     """Train until a stop condition; return the last test accuracy (None where this worker never evaluated).
     `resume` is where training starts (checkpoints.check_train_dir); `quota` (a cpu_quota.DeviceQuota, or None)
-    holds the worker's computing phases under its CPU quota."""
+    holds the worker's computing phases under its CPU quota; `clock` is what the loop reads its time from."""
     ctxs = contexts(args.gpu, args.cpu)
     watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
     fault_injection.point("worker", "start")
@@ -115,7 +115,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None):
         log.info("weights digest at global step %d: %s", resume.step, model.digest())
     rounds = Rounds(args, scheme, model, stream, data, run_log, stop, watchdog, resume,
                     _checkpoint_writer(args, scheme, rank), _snapshot_writer(args, scheme),
-                    quota.computing if quota else contextlib.nullcontext)
+                    quota.computing if quota else contextlib.nullcontext, clock)
     if transport:  # every worker's training clock starts together, whatever its start-up cost
         with watchdog.guard(during(transport, "waiting for every worker to be ready to train")):
             transport.barrier()
@@ -163,24 +163,25 @@ class Rounds:
     checkpoints: object     # a CheckpointWriter on rank 0 with --train-dir, else None
     snapshots: object       # a SnapshotWriter on the evaluating worker with --snapshot-dir, else None
     computing: object       # a context for each computing phase: under the device's CPU quota (--device-share)
+    clock: object = REAL_CLOCK  # what every logged time, phase and time-based stop is read from
 
     def run(self):
         """Train round after round; the last test accuracy (None where this worker never evaluated)."""
         # Under --device-share the CPU quota makes the device slow; otherwise each step is padded with sleep.
         self.slowdown = EmulatedSlowdown(1.0 if self.args.device_share else self.args.slowdown)
-        self.started = time.time() - self.resume.elapsed  # a resumed job's clock continues from its checkpoint
+        self.started = self.clock.now() - self.resume.elapsed  # a resumed job's clock continues from its checkpoint
         self.samples = 0
         self.accuracy = None
         self.diverged = None     # why the evaluations say the run diverged
         self.evaluations = []    # this worker's own evaluations (without an evaluator process), for divergence
         self.last_progress = self.resume.elapsed
-        self.last_evaluation = time.time()
+        self.last_evaluation = self.clock.now()
         n = self.resume.step
         while True:
             n += 1
             stopping, reason = self.round(n)
             if stopping:
-                log.info("finished: %d global iterations in %.1f s (%s)%s", n, time.time() - self.started,
+                log.info("finished: %d global iterations in %.1f s (%s)%s", n, self.clock.now() - self.started,
                          reason or "another worker reached a stop condition", self.accuracy_note())
                 return self.accuracy
 
@@ -197,7 +198,7 @@ class Rounds:
         if not scheme.schedule.constant:
             scheme.scale_learning_rates(scheme.schedule.factor_at(self.epochs))
         opening = {}
-        with Timer(opening, runlog.CHECK_READY):
+        with Timer(opening, runlog.CHECK_READY, self.clock):
             scheme.begin_round(n - 1)
         sitting_out = scheme.sits_out()
         self.n, self.voted = n, False
@@ -205,14 +206,15 @@ class Rounds:
         if scheme.coordinated:
             steps[0][runlog.CHECK_READY] = steps[0].get(runlog.CHECK_READY, 0.0) + opening[runlog.CHECK_READY]
         if not self.voted:
-            self.reason = self.stop.reason(n, time.time() - self.started, self.accuracy, self.epochs, self.diverged)
+            self.reason = self.stop.reason(n, self.clock.now() - self.started, self.accuracy, self.epochs,
+                                           self.diverged)
         reason = self.reason
         round_samples = 0 if sitting_out else len(steps) * scheme.step_batch_size  # before the aggregation, which
         # may plan another batch size
         stopping = self.aggregate(n, steps[-1], reason is not None)
         self.samples += round_samples
         evaluated = self.evaluate(n, steps[-1], stopping)
-        elapsed = time.time() - self.started
+        elapsed = self.clock.now() - self.started
         self.take_snapshot(n, steps[-1], stopping, elapsed)
         extra = {runlog.WEIGHTS_DIGEST: self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
         if sitting_out:
@@ -242,21 +244,21 @@ class Rounds:
         steps = []
         while True:
             t = {}
-            step_start = time.perf_counter()
+            step_start = self.clock.now()
             with self.computing():
                 samples = self.compute_step(t, steps)
             if scheme.during_backward and not self.voted:  # a device under a CPU quota exchanges outside it
                 self.queue_round()
             if samples is None:
-                steps[-1][runlog.ABANDONED_STEP] = time.perf_counter() - step_start
+                steps[-1][runlog.ABANDONED_STEP] = self.clock.now() - step_start
                 return steps
             if self.slowdown.active:
                 t[runlog.EMULATED_SLOWDOWN] = self.slowdown.pad(t[runlog.FORWARD_BACKWARD]
                                                                + t.get(runlog.LOCAL_UPDATE, 0.0), samples)
             steps.append(t)
-            step_seconds = time.perf_counter() - step_start
+            step_seconds = self.clock.now() - step_start
             if scheme.coordinated:
-                with Timer(t, runlog.CHECK_READY):
+                with Timer(t, runlog.CHECK_READY, self.clock):
                     done = scheme.round_done(len(steps), step_seconds)
             else:
                 done = scheme.round_done(len(steps), step_seconds)
@@ -267,9 +269,9 @@ class Rounds:
         """One local step's computing: its batch, forward and backward pass and local update, timed into `t`; the
         step's samples, or None where the scheme dropped the step instead of applying it."""
         scheme = self.scheme
-        with Timer(t, runlog.GET_BATCH):
+        with Timer(t, runlog.GET_BATCH, self.clock):
             images, labels = self.stream.next(scheme.step_batch_size)
-        with Timer(t, runlog.FORWARD_BACKWARD):
+        with Timer(t, runlog.FORWARD_BACKWARD, self.clock):
             # Under a CPU quota the exchange waits for the device to leave it: the quota emulates its computing
             # alone (docs/logs-and-figures.md), and a process's threads all share its quota.
             overlap = scheme.during_backward and not self.args.device_share
@@ -277,14 +279,15 @@ class Rounds:
         if scheme.coordinated and steps and scheme.abandons_step():
             return None
         if scheme.updates_locally:
-            with Timer(t, runlog.LOCAL_UPDATE):
+            with Timer(t, runlog.LOCAL_UPDATE, self.clock):
                 scheme.local_step()
         return len(labels)
 
     def queue_round(self):
         """A scheme that queues its round while the backward pass runs (a step per round) queues its stop vote with
         it: the round's stop condition is judged here, once the step's batch is drawn, rather than after its step."""
-        self.reason = self.stop.reason(self.n, time.time() - self.started, self.accuracy, self.epochs, self.diverged)
+        self.reason = self.stop.reason(self.n, self.clock.now() - self.started, self.accuracy, self.epochs,
+                                       self.diverged)
         self.voted = True
         self.scheme.during_backward(self.reason is not None)
 
@@ -294,7 +297,7 @@ class Rounds:
         if not scheme.aggregates:
             return stop_vote
         phase = during(scheme.transport, f"the aggregation of global iteration {n}")
-        with Timer(last_step, scheme.aggregation_phase), self.watchdog.guard(phase):
+        with Timer(last_step, scheme.aggregation_phase, self.clock), self.watchdog.guard(phase):
             fault_injection.point("worker", "aggregation", scheme.rank)
             stopping = scheme.aggregate(stop_vote)
             scheme.settle()
@@ -305,16 +308,16 @@ class Rounds:
         process tests them)."""
         if self.snapshots or not self.scheme.evaluates or not (stopping or self.evaluation_due(n)):
             return None
-        with Timer(last_step, runlog.EVALUATION), self.computing():
+        with Timer(last_step, runlog.EVALUATION, self.clock), self.computing():
             self.accuracy, loss = self.model.test(self.data.test_images, self.data.test_labels)
-        self.last_evaluation = time.time()
+        self.last_evaluation = self.clock.now()
         self.evaluations.append({"step": n, "accuracy": self.accuracy, "loss": loss})
         self.diverged = divergence.verdict(self.evaluations, divergence.chance_accuracy(self.data.test_labels))
         return self.accuracy
 
     def evaluation_due(self, n):
         if self.args.eval_seconds:
-            return time.time() - self.last_evaluation >= self.args.eval_seconds
+            return self.clock.now() - self.last_evaluation >= self.args.eval_seconds
         every = self.args.eval_duration
         return bool(every) and n % every == 0
 
@@ -324,7 +327,7 @@ class Rounds:
         if not writer or not (stopping or writer.due(n)):
             return False
         self.run_log.flush()  # round n's log is on disk before its checkpoint is
-        with Timer(last_step, runlog.CHECKPOINT):
+        with Timer(last_step, runlog.CHECKPOINT, self.clock):
             fault_injection.point("worker", "checkpoint", self.scheme.rank)
             save = writer.finish if stopping else writer.save
             save(n, elapsed, self.epochs, self.model, self.scheme.local_optimizer_states())
@@ -334,7 +337,7 @@ class Rounds:
         """A copy of the model for the evaluator when due; the evaluator's latest accuracy becomes this worker's."""
         writer = self.snapshots
         if writer and (stopping or writer.due(elapsed)):
-            with Timer(last_step, runlog.SNAPSHOT):
+            with Timer(last_step, runlog.SNAPSHOT, self.clock):
                 take = writer.finish if stopping else writer.take
                 take(n, elapsed, self.epochs, self.model)
             self.accuracy, self.diverged = writer.reported_evaluation()
