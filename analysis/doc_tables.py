@@ -40,14 +40,14 @@ class DocsError(Exception):
 
 
 def search_block(folder):
-    """Each cell's search (tuned.markdown), with the command that ran it and its wall time."""
+    """Each cell's search (tuned.markdown), with the commands that ran it and their wall time."""
     cells = tuned.read(os.path.join(folder, TUNED_FILE))
     parts = []
     for cell, entry in cells.items():
-        ran = entry.get("command")
+        commands = "".join(f"\n    {command}" for command in entry.get("commands", []))
         took = entry.get("wall_seconds")
-        said = f"`{ran}`" + (f", {took / 60:.0f} minutes" if took else "") if ran else ""
-        parts.append(tuned.markdown(cell, entry) + (f"\n{said}\n" if said else ""))
+        said = (f"\nRun by{f' ({took / 60:.0f} minutes in all)' if took else ''}:\n{commands}\n" if commands else "")
+        parts.append(tuned.markdown(cell, entry) + said)
     return "\n".join(parts)
 
 

@@ -386,11 +386,12 @@ def largest_rate(trials, space):
 
 
 def report(ns, studies, seconds=0.0):
-    """tuned.json's entry of the cell (with the command and the wall time of every command that ran its trials),
-    its table and the figures."""
+    """tuned.json's entry of the cell (with the commands that ran its trials and their wall time together), its
+    table and the figures."""
     path = os.path.join(ns.log_dir, "tuned.json")
     earlier = tuned.read(path).get(ns.cell, {})
-    entry = {"command": ns.command, "wall_seconds": round(earlier.get("wall_seconds", 0.0) + seconds),"network": ns.network, "dataset": ns.dataset, "profile": ns.profile, "link": ns.link,
+    commands = earlier.get("commands", []) + ([ns.command] if ns.trials else [])
+    entry = {"commands": commands, "wall_seconds": round(earlier.get("wall_seconds", 0.0) + seconds),"network": ns.network, "dataset": ns.dataset, "profile": ns.profile, "link": ns.link,
              "split": "niid" if ns.non_iid else "iid", "target": ns.target, "max_time": ns.max_time,
              "holdout": ns.holdout, "penalty": PENALTY, "trial_seeds": ns.seeds,
              "quasi_random_trials": QUASI_RANDOM_TRIALS, "protocol": tuned.PROTOCOL, "schemes": {}}

@@ -33,7 +33,7 @@ def a_study(root):
     regime_map.write(regime_map.build(folder), folder, figures=False)
     tuned.write(os.path.join(folder, doc_tables.TUNED_FILE), "lenet/mnist-5k/1,4/loopback/iid", {
         "protocol": tuned.PROTOCOL, "target": 0.85, "holdout": 500, "max_time": 12.0, "trial_seeds": [1000, 1001],
-        "command": "python launch.py tune --profile 1,4", "wall_seconds": 600,
+        "commands": ["python launch.py tune --profile 1,4"], "wall_seconds": 600,
         "schemes": {"esync": {"flags": {"--local-lr": 0.004}, "values": {"local_lr": 0.004}, "robust": True,
                               "complete": 8, "pruned": 0, "failed": 0, "chosen_results": [
                                   {"seed": 1000, "time": 3.0}, {"seed": 1001, "time": 4.0}],
@@ -62,7 +62,7 @@ def test_the_search_and_repeats_blocks_say_the_chosen_values_and_each_seeds_time
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
     assert "| esync | 8 / 0 / 0 | --local-lr 0.004 | 3.0, 4.0 | 0.008 (0.5 of it) | 2 of 16 |" in fresh
-    assert "`python launch.py tune --profile 1,4`, 10 minutes" in fresh
+    assert "Run by (10 minutes in all):\n\n    python launch.py tune --profile 1,4\n" in fresh
     assert "| ESync | 3.0, 4.0, 5.0, 3.0, 4.0 | 3.8 s (5 of 5 reached) | 1.00 | leader |" in fresh
 
 

@@ -154,8 +154,9 @@ def test_a_two_trial_study_writes_the_best_values_and_its_trials_validate_on_hel
 
     assert found["trials"] == 2 and found["complete"] >= 1 and set(found["flags"]) == {"--learning-rate"}
     assert found["seeds"] == [1000, 1001] and found["seed_runs"] == 4 and entry["holdout"] == 500
-    assert entry["protocol"] == tuned.PROTOCOL and entry["command"].startswith("python launch.py tune ")
-    assert "--trial-seeds 2" in entry["command"] and entry["wall_seconds"] > 0
+    command, = entry["commands"]
+    assert entry["protocol"] == tuned.PROTOCOL and command.startswith("python launch.py tune ")
+    assert "--trial-seeds 2" in command and entry["wall_seconds"] > 0
     for trial in study(logs).trials:  # each trial ran both seeds, its objective their scores' median
         results = trial.user_attrs["results"]
         assert [r["seed"] for r in results] == [1000, 1001]
