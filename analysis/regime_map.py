@@ -14,10 +14,8 @@ permutation test, Holm-corrected for choosing it (analysis/significance.py). Eve
 relative to the leader's. A run that failed shows as failed, one that never reached the target as never, not as
 zero.
 """
-import math
 import os
 import statistics
-import textwrap
 
 from analysis import summary as summaries
 from analysis import significance
@@ -383,81 +381,14 @@ def format_report(result):
     return "\n".join(lines) + "\n"
 
 
-# ----------------------------------------------------------------------------------------------
-# The heatmaps
-
-
-def heatmap_text(cell, scheme):
-    """A heatmap entry: 'best' or 'tie' with the time where the scheme leads, its relative time, or why it has none
-    (with its final accuracy); 'tie' marks every scheme the leader does not lead beyond the spread."""
-    numbers = cell["schemes"][scheme]
-    tie = "tie " if cell["winner"] is None and scheme in cell["tied"] else ""
-    if scheme == cell["leader"]:
-        return f"{'best' if cell['winner'] else 'tie'}\n{numbers['time_to_target']['mean']:.1f} s"
-    if numbers["relative_time"] is not None:
-        return f"{tie}×{numbers['relative_time']:.1f}"
-    final = numbers["final_accuracy"]["mean"]
-    return tie + outcome(numbers).split(" (")[0] + (f"\n{final:.2f}" if final is not None else "")
-
-
-def draw(result, out_dir):
-    """One heatmap per split and target: schemes x cells, coloured by time relative to the cell's leader; returns
-    the paths (regimes-<split>.png for the map's target, regimes-<split>-<target>.png for a higher one)."""
-    paths = draw_at(result, out_dir, "")
-    for target in targets_of(result)[1:]:
-        paths += draw_at(at_target(result, target), out_dir, f"-{target:g}")
-    return paths
-
-
-def draw_at(result, out_dir, suffix):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    paths = []
-    columns = [(profile, link) for profile in result["profiles"] for link in result["links"]]
-    schemes = result["schemes"]
-    for split in result["splits"]:
-        values = np.full((len(schemes), len(columns)), np.nan)
-        texts = [["" for _ in columns] for _ in schemes]
-        for j, (profile, link) in enumerate(columns):
-            cell = find_cell(result, split, profile, link)
-            for i, scheme in enumerate(schemes):
-                relative = cell["schemes"][scheme]["relative_time"]
-                if relative is not None:
-                    values[i, j] = math.log2(relative)
-                texts[i][j] = heatmap_text(cell, scheme)
-        fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(columns) + 3), 0.45 * len(schemes) + 2.2), dpi=120)
-        cmap = matplotlib.colormaps["RdYlGn_r"].copy()
-        cmap.set_bad("lightgrey")
-        image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=0, vmax=3, aspect="auto")
-        for i in range(len(schemes)):
-            for j in range(len(columns)):
-                ax.text(j, i, texts[i][j], ha="center", va="center", fontsize=6.5,
-                        fontweight="bold" if texts[i][j].startswith(("best", "tie")) else "normal")
-        ax.set_xticks(range(len(columns)), [f"{p}\n{describe_link(link)}" for p, link in columns], fontsize=7)
-        ax.set_yticks(range(len(schemes)), [display(s) for s in schemes], fontsize=8)
-        bar = fig.colorbar(image, ax=ax, ticks=[0, 1, 2, 3])
-        bar.ax.set_yticklabels(["×1", "×2", "×4", "≥×8"])
-        bar.set_label("time to the target / the leader's")
-        legend = ("(best: its lead holds by " + significance.TIME_TEST_NAME + "; tie: the schemes it does not lead beyond "
-                  "the spread; grey: never reached, failed or not run)")
-        ax.set_title(f"{result['network']}, {SPLIT_NAMES[split]} data: time to {result['target']:g} relative to "
-                     "each cell's leader\n" + textwrap.fill(legend, int(11 * fig.get_figwidth())), fontsize=9)
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"regimes-{split}{suffix}.png")
-        fig.savefig(path)
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
 def write(result, out_dir, figures=True):
     """regimes.json, regimes.md and (with `figures`) the heatmaps; returns the table's text and the paths."""
     text = format_report(result)
     paths = [os.path.join(out_dir, RESULTS_FILE), os.path.join(out_dir, TABLE_FILE)]
     write_json(paths[0], result, indent=1)
     write_text(paths[1], text)
-    return text, paths + (draw(result, out_dir) if figures else [])
+    if not figures:
+        return text, paths
+    from analysis import regime_figures
+
+    return text, paths + regime_figures.draw(result, out_dir)

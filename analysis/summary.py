@@ -195,6 +195,11 @@ def resolve_model_size(metas, num_params, notes):
     return num_params, param_bytes
 
 
+def clock_kind(meta):
+    """The kind of clock a worker's times were read from: real for the logs written before meta.json said."""
+    return (meta.get("clock") or {}).get("kind", runlog.REAL_CLOCK)
+
+
 def check_one_job(workers, mode_dir, partial=False):
     """SummaryError unless the workers' folders (`workers`: [(node/folder, meta)]) are every worker of one job: one
     job id and worker count, each position 0 to N - 1 once. With `partial`, missing workers are allowed: then
@@ -203,6 +208,11 @@ def check_one_job(workers, mode_dir, partial=False):
     described = [(name, meta) for name, meta in workers if is_number(meta.get("num_workers"))]
     if not described:
         return None
+    clocks = {clock_kind(meta) for _, meta in workers}
+    if len(clocks) > 1:
+        virtual = [name for name, meta in workers if clock_kind(meta) == runlog.VIRTUAL_CLOCK]
+        raise SummaryError(f"{mode_dir} mixes runs on a virtual clock ({', '.join(virtual)}) with runs in real time: "
+                           "their times cannot be compared")
     jobs = {}
     for name, meta in described:
         jobs.setdefault((meta.get("job_id"), int(meta["num_workers"])), []).append(name)
@@ -277,6 +287,7 @@ def summarize_mode(network_dir, mode, target=DEFAULT_TARGET, num_params=None, pa
         "links": runlog.links_described(mode_dir),
         "device_emulation": runlog.devices_described(mode_dir),
         "restarts": runlog.launcher_record(mode_dir, "restarts") or [],
+        "clock": next((m["clock"] for m in metas if m.get("clock")), {"kind": runlog.REAL_CLOCK}),
         "notes": notes,
         "partial": incomplete,
     }

@@ -135,3 +135,39 @@ def markdown(cell, entry):
             + markdown_table(["scheme", "trials complete / pruned / failed", "chosen values",
                               f"their seeds' times to {entry['target']:g} (s)",
                               "largest rate that reached it on every seed", "runs diverged"], rows) + "\n")
+
+
+def draw(folder, cell, target, studies):
+    """One figure per scheme of `studies` ([(scheme, its Optuna study, its search space)]): each complete trial's
+    objective against each hyperparameter, and each pruned one's last seed's score (hollow); their paths."""
+    import optuna
+
+    from analysis.figures import plt, save_figure
+    from training.options import Range
+
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    for scheme, study, space in studies:
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED and t.intermediate_values]
+        if not space or not complete + pruned:
+            continue
+        fig, axes = plt.subplots(1, len(space), figsize=(4 * len(space), 3.2), squeeze=False)
+        for ax, (name, (flag, rng)) in zip(axes[0], space.items()):
+            # a flag searched only since the study began is not in every trial
+            shown = [t for t in complete if name in t.params]
+            ax.scatter([t.params[name] for t in shown], [t.value for t in shown], label="complete")
+            shown = [t for t in pruned if name in t.params]
+            ax.scatter([t.params[name] for t in shown], [t.intermediate_values[max(t.intermediate_values)]
+                                                         for t in shown], facecolors="none", edgecolors="C1",
+                       label="pruned (its last seed's score)")
+            ax.set_xscale("log" if rng.log else "linear")
+            if isinstance(rng, Range):
+                ax.set_xlim(rng.low, rng.high)
+            ax.set_xlabel(flag)
+            ax.set_ylabel(f"median seconds to {target:g} (penalised)")
+        axes[0][0].legend(fontsize="small")
+        fig.suptitle(f"{scheme}: {cell}")
+        written += save_figure(fig, folder, scheme, pdf=False)
+    return written
+

@@ -1,7 +1,7 @@
 """What the launcher checks of its command line beyond each flag's type: combinations that cannot run, each a
 one-line UsageError before anything starts."""
 from launcher.dmlc import TRACKERS_WITH_TASK_INDEX
-from training import modes
+from training import modes, runlog
 from training.checks import UsageError
 from training.transport import collectives
 
@@ -97,8 +97,34 @@ def check_comm_ratio(ns):
         return
     if not 0 < ns.comm_ratio < float("inf"):
         raise UsageError(f"--comm-ratio {ns.comm_ratio:g}: give a positive ratio (transfer time / fast step time)")
-    if ns.hosts != "netns":
+    if ns.hosts != "netns" and ns.clock == runlog.REAL_CLOCK:
         raise UsageError("--comm-ratio sets the rate of shaped links: give --hosts netns too (loopback has no rate "
-                         "to set)")
+                         "to set), or --clock virtual")
     if ns.bandwidth is not None:
         raise UsageError("--comm-ratio sets the workers' links' rate: leave out --bandwidth")
+
+
+def check_clock(ns, chosen):
+    """A job on a virtual clock: a step time, and nothing it does not model (one line each)."""
+    from training.clocks import job
+
+    if ns.clock == runlog.REAL_CLOCK:
+        if ns.step_seconds is not None or ns.step_jitter:
+            raise UsageError("--step-seconds and --step-jitter charge the steps of a virtual clock: give "
+                             "--clock virtual")
+        return
+    if ns.step_seconds is None or not 0 < ns.step_seconds < float("inf"):
+        raise UsageError("--clock virtual: give the devices' step time, --step-seconds S (a step of one batch on a "
+                         "device of --slowdown 1, in seconds)")
+    if not 0 <= ns.step_jitter < float("inf"):
+        raise UsageError(f"--step-jitter {ns.step_jitter:g}: give a log-spread of 0 or more")
+    for flag, given in (("--hosts netns", ns.hosts == "netns"), ("--tracker", ns.tracker),
+                        ("--collective", ns.collective != collectives.PS), ("--device-share", ns.device_share),
+                        ("--max-restarts", ns.max_restarts)):
+        if given:
+            raise UsageError(f"--clock virtual runs the whole job in one process on this machine: leave out {flag}")
+    for mode in chosen:
+        why = job.refusal(mode)
+        if why:
+            raise UsageError(f"--clock virtual: {why}")
+

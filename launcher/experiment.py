@@ -8,9 +8,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from analysis import summary, tuned
-from launcher import checks, netns, workers
+from launcher import checks, help, netns, workers
 from launcher.commands import CHECKPOINT_EVERY, KEPT_CHECKPOINTS, device_flags
-from launcher.dmlc import TASK_INDEX_VARIABLES, TRACKERS, TRACKERS_WITH_TASK_INDEX, split_at_double_dash
+from launcher.dmlc import TRACKERS, split_at_double_dash
 from launcher.hosts import LOOPBACK
 from training import config, modes, runlog
 from training.transport import collectives
@@ -24,7 +24,7 @@ PROCESSES_FOLDER = runlog.PROCESSES_FOLDER
 PID_FILE = "pids.json"
 NETWORK_FILE = runlog.NETWORK_FILE
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
-SNAPSHOT_FOLDER = "snapshots"   # in a mode's folder: worker 0's snapshots, which the evaluator process tests
+SNAPSHOT_FOLDER = runlog.SNAPSHOT_FOLDER
 DEFAULT_SNAPSHOT_SECONDS = 0.5
 DEFAULT_BANDWIDTH = "1gbit"
 LOOPBACK_LINKS = "loopback (no link limit)"
@@ -32,54 +32,7 @@ LOOPBACK_LINKS = "loopback (no link limit)"
 STANDALONE_HELP = ("a mode without a cluster (local) trains one process alone on the fastest worker's device "
                    "and slowdown: the sequential baseline")
 
-HELP_EPILOG = f"""
-devices: one --devices entry per worker: cpu (-c 1), cpuN (N CPU contexts, -c N), gpuK (-g K), gpu0+gpu1
-  (one worker splitting each batch over GPUs 0 and 1, -g 0,1). Without --devices, one cpu worker per --slowdown
-  factor.
 
---tracker LAUNCHER: instead of starting the processes itself, the launcher runs MXNet's dmlc_tracker (the copy
-  shipped with mxnet 1.9.1) as `python launch.py submit DMLC-OPTIONS -- COMMAND`, printed before it starts, with
-  fixes for Python 3.11 (Thread.isAlive), for the local launcher ignoring --host-ip, and a free scheduler port.
-  The tracker starts the same COMMAND for every task: `python launch.py task --devices D --slowdown F -- ARGS`.
-  For a worker it picks entry i of --devices and --slowdown, where i is the worker's task index from
-  {', '.join(TASK_INDEX_VARIABLES)} (set by the {', '.join(TRACKERS_WITH_TASK_INDEX)} launchers, workers
-  numbered 0..N-1), then runs main.py with that device; for the scheduler and servers it runs main.py alone.
-  The ssh and kubernetes launchers give no task index, so they need identical --devices entries (and one
-  --slowdown); the shipped sge launcher cannot start a ps-lite job and is refused. The task index is the
-  worker's position (--worker-index), which its meta.json records with its device, slowdown and rank.
-  Remote hosts need this repository and the data at the same paths, and --host-ip must be an address of this
-  machine they can reach (it runs the scheduler and, for the modes that use one, the state server). All output of
-  the job goes to processes/tracker.log; progress and summaries read the logs that land on this machine.
-
---hosts netns: every host of the job is a Linux network namespace of its own (root only), joined to the
-  others by a bridge through a veth link shaped with tc tbf to --bandwidth (workers) and --ps-bandwidth (the
-  parameter-server hosts) in each direction: host `ps` runs the scheduler, the state server and server 0, `psN`
-  server N, `wK` worker K. Processes run under `ip netns exec` with the addresses of their hosts. Each mode's
-  {PROCESSES_FOLDER}/{NETWORK_FILE} holds the bytes each link carried; a mode whose workers' links carried no
-  traffic, or more than their rate, fails. --comm-ratio R states the links as a regime instead of a rate: before
-  the first mode the launcher times the fastest worker's step alone and reads the model's size, and sets every
-  worker link (and the servers', unless --ps-bandwidth) to the rate at which one transfer of the model lasts R
-  steps. The namespaces are removed at the end, also on failure and Ctrl-C; after a killed launcher,
-  `python launch.py clean-netns` removes what it left.
-
-devices: a worker is a device of fixed capacity, a cgroup of its own whose CPU quota is --device-share cores divided
-  by its --slowdown (default share: what fits the cores with {workers.RESERVED_CORES:g} to spare for the scheduler, the
-  servers, the state server and the evaluator, at most 1; printed), as a shaped link has a rate; the standalone
-  baseline runs on a fast device's quota. Where no quota can be given (not root, no cgroup CPU controller), where
-  no quota reaches the workers (--tracker starts them) or with --sleeping-slowdown, a slow worker sleeps after each
-  step instead, and the launcher says so. The MPI ranks of --collective and Hogwild!'s processes take their
-  workers' quotas too.
-
-accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds of training time, and when
-  training stops, worker 0 copies the model (ESync's after an aggregation, an asynchronous scheme's as it holds it)
-  and a thread writes the copy to <mode>/{SNAPSHOT_FOLDER}/; the evaluator process, started with each mode at the
-  lowest CPU priority, tests every snapshot on the whole test set and logs it with the training time it was taken
-  at (<mode>/evaluator.jsonl). The table, the summaries and the figures take their accuracy from that log.
-  --snapshot-seconds 0 evaluates nothing (throughput runs). With a remote --tracker the snapshots land on rank 0's
-  host: rank 0 starts the evaluator there itself (main.py --evaluator-beside), and the launcher says so.
-
-exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
-"""
 
 
 @dataclass(frozen=True)
@@ -130,6 +83,9 @@ class Experiment:
     max_restarts: int = 0           # times a mode's job is started again from its newest checkpoint after a failure
     checkpoint_every: int = CHECKPOINT_EVERY  # global iterations between a job's checkpoints (0: none)
     resuming: bool = False          # the job now started continues from the newest checkpoint
+    clock: str = runlog.REAL_CLOCK  # virtual: the whole job in one process, its time charged (training/clocks/)
+    step_seconds: float | None = None  # --clock virtual: a step of one batch on a device of slowdown 1
+    step_jitter: float = 0.0        # --clock virtual: the log-normal spread of each step's charge
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
     @property
@@ -169,7 +125,7 @@ class Experiment:
     @property
     def evaluator_runs(self):
         """Whether an evaluator process tests rank 0's snapshots (on this machine, where they land)."""
-        return self.snapshot_seconds > 0 and self.tracker in (None, "local")
+        return self.snapshot_seconds > 0 and self.tracker in (None, "local") and self.clock == runlog.REAL_CLOCK
 
     def job_id(self, mode):
         """The id every worker of one mode's job records in its logs (summary.py refuses to mix jobs)."""
@@ -193,7 +149,7 @@ def validator_hosts(mode_names, validators):
 
 def build_parser():
     p = config.OneLineErrorParser(
-        prog="launch.py", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
+        prog="launch.py", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=help.EPILOG,
         usage="%(prog)s --modes M1,M2 -n NETWORK (--devices D1,D2,... | --slowdown F1,F2,...) [options] "
               "[-- extra worker args]",
         description="Run the same training job under several synchronization modes, one after another, "
@@ -237,6 +193,7 @@ def build_parser():
                         "(default: 2 x --max-time + 120 s, "
                         f"or {WALL_LIMIT_WITHOUT_MAX_TIME / 3600:g} h without --max-time)")
     add_host_options(p)
+    add_clock_options(p)
     p.add_argument("--progress-every", type=float, default=2.0, help="seconds between progress lines (default 2)")
     p.add_argument("--no-figures", dest="figures", action="store_false",
                    help="end with the summaries and the table only (no matplotlib)")
@@ -268,6 +225,19 @@ def add_run_options(p):
                    help=f"every mode's job saves a checkpoint every N global iterations, the newest "
                         f"{KEPT_CHECKPOINTS} kept, to restart from (default {CHECKPOINT_EVERY}; 0: none, and a "
                         "restart starts the job over)")
+
+
+def add_clock_options(p):
+    p.add_argument("--clock", choices=(runlog.REAL_CLOCK, runlog.VIRTUAL_CLOCK), default=runlog.REAL_CLOCK,
+                   help="real: every process on its own, timed as it runs (default); virtual: a mode's whole job in "
+                        "one process, each step charged --step-seconds x its device's --slowdown and each transfer "
+                        "its links' (--comm-ratio), the same whatever the machine's load (docs/virtual-clock.md)")
+    p.add_argument("--step-seconds", type=float,
+                   help="--clock virtual: the seconds a step of one batch takes on a device of --slowdown 1 for this "
+                        "network and batch size (the paper's GPUs: about 0.03 for its networks)")
+    p.add_argument("--step-jitter", type=float, default=0.0,
+                   help="--clock virtual: each step's charge x a log-normal factor of mean 1 and this log-spread, "
+                        "drawn from a seeded stream per device (default 0)")
 
 
 def add_device_options(p):
@@ -347,7 +317,11 @@ def build(ns, worker_args=()):
     checks.check_collective(ns, chosen)
     checks.check_worker_args(worker_args)
     checks.check_snapshot_seconds(ns.snapshot_seconds)
-    share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
+    checks.check_clock(ns, chosen)
+    if ns.clock == runlog.VIRTUAL_CLOCK:
+        share, devices_described = None, virtual_devices(ns)
+    else:
+        share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
     if ns.validators < 1 or ns.validators > len(devices):
         raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
     worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))
@@ -368,10 +342,19 @@ def build(ns, worker_args=()):
         worker_rate=worker_rate, ps_rate=ps_rate,
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
-        checkpoint_every=ns.checkpoint_every,
+        checkpoint_every=ns.checkpoint_every, clock=ns.clock, step_seconds=ns.step_seconds,
+        step_jitter=ns.step_jitter,
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})
+
+
+def virtual_devices(ns):
+    """How the devices are emulated on a virtual clock, in one line."""
+    jitter = f", jitter {ns.step_jitter:g}" if ns.step_jitter else ""
+    links = f"a transfer of the model {ns.comm_ratio:g} fast steps" if ns.comm_ratio else "free links (loopback)"
+    return (f"a virtual clock: a step of one batch charged {ns.step_seconds:g} s x the device's slowdown{jitter}; "
+            f"{links}")
 
 
 def link_of(ns):

@@ -29,7 +29,7 @@ import sys
 import time
 
 from analysis import paper, regime_map, tuned
-from launcher import experiment, limit, preflight, runner, workers
+from launcher import experiment, preflight, runner, workers
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes
 from training.schemes import esync
@@ -312,7 +312,7 @@ def measure_limits(ns, plan, worker_args):
         workdir = os.path.join(ns.log_dir, "limits", regime_map.profile_folder(profile))
         slowdowns = [float(f) for f in profile.split(",")]
         share, _ = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown)
-        limits[profile] = limit.concurrent_standalone(slowdowns, ns.limit_seconds, workdir,
+        limits[profile] = workers.concurrent_standalone(slowdowns, ns.limit_seconds, workdir,
                                                       config.flags_for_mode(job_args, modes.STANDALONE), share)
         print(f"[regimes] workers {profile}: {sum(limits[profile]):.0f} samples/s together", flush=True)
     write_json(os.path.join(ns.log_dir, regime_map.LIMITS_FILE), limits, indent=1)
@@ -368,7 +368,7 @@ def main(argv):
         write_json(os.path.join(ns.log_dir, regime_map.PLAN_FILE), plan, indent=1)
         try:
             measure_limits(ns, plan, split_at_double_dash(list(argv))[1])
-        except limit.LimitFailed as error:
+        except workers.LimitFailed as error:
             print(f"launch.py regimes: {error}", file=sys.stderr)
             return EXIT_FAILURE
         started = time.time()

@@ -237,7 +237,8 @@ def run_job(experiment, mode, label, log_dir, hosts, restarts, final, port_retry
         try:
             state_server = start_mode_state_server(group, hosts.placement.scheduler, mode)
             evaluator = start_evaluator(experiment, mode, group, label)
-            start = start_tracker if experiment.tracker else start_processes
+            start = start_virtual if experiment.clock != "real" else start_tracker if experiment.tracker else \
+                start_processes
             finishers = start(experiment, mode, group, log_dir, state_server, hosts, label)
             progress = Progress(label, log_dir, experiment.progress_every,
                                 experiment.snapshot_folder(mode) if evaluator else None)
@@ -318,6 +319,24 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
         return [job]
     return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.num_servers,
                         record_and_check, hosts.placement, worker_prefixes=hosts.quotas)
+
+
+VIRTUAL_JOB_FILE = "virtual-job.json"
+
+
+def start_virtual(experiment, mode, group, log_dir, state_server, hosts, label):
+    """The mode's whole job on a virtual clock, in one process (training/clocks/job.py): the workers' command lines
+    as they would be started, the devices' and links' model beside them in the processes folder."""
+    argvs = (commands.workers_argv(experiment, mode, log_dir) if modes.MODES[mode].cluster
+             else [commands.standalone_argv(experiment, mode, log_dir)])
+    path = os.path.join(group.out_dir, VIRTUAL_JOB_FILE)
+    write_json(path, {"workers": [argv[1:] for argv in argvs], "step_seconds": experiment.step_seconds,
+                      "jitter": experiment.step_jitter, "ratio": experiment.comm_ratio, "seed": experiment.seed},
+               indent=1)
+    proc = group.start_python("virtual-job", ["-m", "training.clocks.job", path], threads.ONE_THREAD,
+                              role="worker", host="localhost")
+    write_pid_file(group, mode)
+    return [proc]
 
 
 def hogwild_groups(experiment, hosts):

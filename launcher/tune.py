@@ -12,8 +12,8 @@ scrambled Sobol sequence (trial k takes point k, so machines sharing one --stora
 A trial runs its values on --trial-seeds seeds (--seed, --seed + 1, ...: the same for every trial and scheme, apart
 from the seeds the reported repeats use), training on the training set less --holdout samples, which the evaluator
 tests instead of the test set. A seed's score is the seconds of training its model took to reach --target; a seed
-that missed it (out of time, or stopped as diverged: training/faults/divergence.py) scores the budget, --max-time, x (1 +
-PENALTY x the accuracy it lacked): above any time that reached it. The trial's objective is the median of its seeds'
+that missed it (out of time, or stopped as diverged: training/faults/divergence.py) scores the budget, --max-time,
+x (1 + PENALTY x the accuracy it lacked): above any time that reached it. The trial's objective is the median of its seeds'
 scores. Between seeds, a trial that missed on a seed is stopped once the study holds a trial that reached the target
 on all of its seeds (it could not be chosen), and from four seeds up, Optuna's Wilcoxon pruner stops a trial its
 seeds so far say is behind the best. The chosen values of a study are its best trial that reached the target on
@@ -36,7 +36,6 @@ from analysis import tuned
 from launcher import experiment, preflight, runner, workers
 from training import config, modes
 from training.checks import UsageError
-from training.options import Range
 from training.evaluator import EVALUATOR_LOG
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
@@ -391,7 +390,8 @@ def report(ns, studies, seconds=0.0):
     path = os.path.join(ns.log_dir, "tuned.json")
     earlier = tuned.read(path).get(ns.cell, {})
     commands = earlier.get("commands", []) + ([ns.command] if ns.trials else [])
-    entry = {"commands": commands, "wall_seconds": round(earlier.get("wall_seconds", 0.0) + seconds),"network": ns.network, "dataset": ns.dataset, "profile": ns.profile, "link": ns.link,
+    entry = {"commands": commands, "wall_seconds": round(earlier.get("wall_seconds", 0.0) + seconds),
+             "network": ns.network, "dataset": ns.dataset, "profile": ns.profile, "link": ns.link,
              "split": "niid" if ns.non_iid else "iid", "target": ns.target, "max_time": ns.max_time,
              "holdout": ns.holdout, "penalty": PENALTY, "trial_seeds": ns.seeds,
              "quasi_random_trials": QUASI_RANDOM_TRIALS, "protocol": tuned.PROTOCOL, "schemes": {}}
@@ -403,44 +403,10 @@ def report(ns, studies, seconds=0.0):
     table = tuned.markdown(ns.cell, entry)
     with open(os.path.join(ns.log_dir, "tuned.md"), "w") as f:
         f.write(table)
-    figures = draw(ns, studies)
-    return path, table, figures
-
-
-def draw(ns, studies):
-    """One figure per scheme: each complete trial's objective against each hyperparameter, and each pruned one's
-    last seed's score (hollow)."""
-    import optuna
-
-    from analysis.figures import plt, save_figure
-
     folder = os.path.join(ns.log_dir, cell_folder(ns.cell), "figures")
-    os.makedirs(folder, exist_ok=True)
-    written = []
-    for scheme, study in studies.items():
-        space = config.search_space(scheme_run(scheme, ns.profile)[0])
-        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-        pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED and t.intermediate_values]
-        if not space or not complete + pruned:
-            continue
-        fig, axes = plt.subplots(1, len(space), figsize=(4 * len(space), 3.2), squeeze=False)
-        for ax, (name, (flag, rng)) in zip(axes[0], space.items()):
-            # a flag searched only since the study began is not in every trial
-            shown = [t for t in complete if name in t.params]
-            ax.scatter([t.params[name] for t in shown], [t.value for t in shown], label="complete")
-            shown = [t for t in pruned if name in t.params]
-            ax.scatter([t.params[name] for t in shown], [t.intermediate_values[max(t.intermediate_values)]
-                                                         for t in shown], facecolors="none", edgecolors="C1",
-                       label="pruned (its last seed's score)")
-            ax.set_xscale("log" if rng.log else "linear")
-            if isinstance(rng, Range):
-                ax.set_xlim(rng.low, rng.high)
-            ax.set_xlabel(flag)
-            ax.set_ylabel(f"median seconds to {ns.target:g} (penalised)")
-        axes[0][0].legend(fontsize="small")
-        fig.suptitle(f"{scheme}: {ns.cell}")
-        written += save_figure(fig, folder, scheme, pdf=False)
-    return written
+    figures = tuned.draw(folder, ns.cell, ns.target, [
+        (scheme, study, config.search_space(scheme_run(scheme, ns.profile)[0])) for scheme, study in studies.items()])
+    return path, table, figures
 
 
 def run(argv):

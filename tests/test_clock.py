@@ -1,5 +1,5 @@
 """The training loop reads every time it logs, stops on and times a phase with from its clock object
-(training/clock.py), never from the machine's clocks: a run on a clock that advances a fixed amount a reading logs
+(training/clocks/), never from the machine's clocks: a run on a clock that advances a fixed amount a reading logs
 that clock's times and stops by it."""
 import os
 import re
@@ -13,6 +13,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class SteppingClock:
     """A clock that moves `step` seconds at every reading, whatever the machine does."""
+    virtual = False
+
+    @staticmethod
+    def charge_step(samples):
+        """Steps cost what the readings around them say."""
 
     def __init__(self, step):
         self.step, self.readings = step, 0

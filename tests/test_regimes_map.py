@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from analysis import paper, regime_map
+from analysis import paper, regime_figures, regime_map
 from analysis import summary as summaries
 from launcher import regime_map as regimes_command
 from training import runlog
@@ -273,7 +273,7 @@ def test_a_cell_names_a_winner_only_where_its_lead_holds_beyond_the_repeats_spre
     cell = result["cells"][0]
     assert (cell["leader"], cell["winner"], cell["tied"]) == ("esync", winner, tied)
     assert ("| 1,4 | tie: **ESync**" in text) == (winner is None)
-    assert regime_map.heatmap_text(cell, "esync").startswith("best" if winner else "tie")
+    assert regime_figures.heatmap_text(cell, "esync").startswith("best" if winner else "tie")
     assert os.path.exists(paths[-1])
 
 

@@ -220,7 +220,7 @@ def test_rank_0_evaluates_every_e_iterations_or_once_eval_seconds_have_passed(ev
                                                                            iteration, due):
     from types import SimpleNamespace
 
-    from training.clock import REAL
+    from training.clocks import REAL
     from training.loop import Rounds
 
     loop = SimpleNamespace(args=SimpleNamespace(eval_seconds=eval_seconds, eval_duration=eval_every), clock=REAL,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from data import BatchStream, Prefetched, augmented, normalisation
 from training import checkpoints, runlog
-from training.clock import REAL as REAL_CLOCK
+from training.clocks import REAL as REAL_CLOCK
 from training.faults import divergence
 from training.faults import fault_injection
 from training.transport import collectives
@@ -67,15 +67,18 @@ class Timer:
         self.record[self.key] = self.record.get(self.key, 0.0) + self.clock.now() - self.start
 
 
-def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None, clock=REAL_CLOCK):
+def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None, clock=REAL_CLOCK, transport=None):
     """Train until a stop condition; return the last test accuracy (None where this worker never evaluated).
     `resume` is where training starts (checkpoints.check_train_dir); `quota` (a cpu_quota.DeviceQuota, or None)
-    holds the worker's computing phases under its CPU quota; `clock` is what the loop reads its time from."""
+    holds the worker's computing phases under its CPU quota; `clock` is what the loop reads its time from; a job on a
+    virtual clock hands each worker its `transport` (training/transport/virtual.py)."""
     ctxs = contexts(args.gpu, args.cpu)
-    watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore else None)
+    # On a virtual clock a worker waits in real time for the others' steps: no real-time bound applies.
+    watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore and not clock.virtual else None)
     fault_injection.point("worker", "start")
-    with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
-        transport = collectives.connect(args.collective, scheme_cls.kvstore, args.sync_timeout, watchdog.expire)
+    if transport is None:
+        with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
+            transport = collectives.connect(args.collective, scheme_cls.kvstore, args.sync_timeout, watchdog.expire)
     rank = transport.rank if transport else 0
     model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed, normalisation(args.dataset),
                   args.eval_batch_size)
@@ -167,8 +170,9 @@ class Rounds:
 
     def run(self):
         """Train round after round; the last test accuracy (None where this worker never evaluated)."""
-        # Under --device-share the CPU quota makes the device slow; otherwise each step is padded with sleep.
-        self.slowdown = EmulatedSlowdown(1.0 if self.args.device_share else self.args.slowdown)
+        # Under --device-share the CPU quota makes the device slow, on a virtual clock its charge; otherwise each step
+        # is padded with sleep.
+        self.slowdown = EmulatedSlowdown(1.0 if self.args.device_share or self.clock.virtual else self.args.slowdown)
         self.started = self.clock.now() - self.resume.elapsed  # a resumed job's clock continues from its checkpoint
         self.samples = 0
         self.accuracy = None
@@ -276,6 +280,7 @@ class Rounds:
             # alone (docs/logs-and-figures.md), and a process's threads all share its quota.
             overlap = scheme.during_backward and not self.args.device_share
             self.model.forward_backward(images, labels, self.queue_round if overlap else None)
+            self.clock.charge_step(len(labels))  # on a virtual clock, the step's time
         if scheme.coordinated and steps and scheme.abandons_step():
             return None
         if scheme.updates_locally:
@@ -385,4 +390,5 @@ def _meta(args, scheme, model, device, num_samples):
         num_params=model.num_params, param_bytes=model.param_bytes, slowdown=args.slowdown,
         device_share=args.device_share,
         non_iid=bool(args.split_by_class), train_samples=num_samples,
-        classes=sorted(int(c) for c in set(labels.tolist())) if args.split_by_class else None, config=vars(args))
+        classes=sorted(int(c) for c in set(labels.tolist())) if args.split_by_class else None, config=vars(args),
+        clock=getattr(args, "clock", None))

@@ -86,6 +86,7 @@ LATE_BY = "late_by"
 PROCESSES_FOLDER = "processes"  # beside a run's node folders (the launcher's): each process's output and PIDs
 CHECKPOINTS_FOLDER = "checkpoints"  # beside them too, with the launcher's --max-restarts: a folder per run
 NETWORK_FILE = "network.json"   # in PROCESSES_FOLDER: the links the run had and, when shaped, what each carried
+SNAPSHOT_FOLDER = "snapshots"    # beside them too, with the launcher's evaluator: worker 0's snapshots it tests
 META_FILE = "meta.json"
 FINAL_MODEL_FILE = "model-final.params"
 WORKER_FILES = {META_FILE, FINAL_MODEL_FILE}   # what a worker writes beside its rounds
@@ -283,25 +284,28 @@ def read_json(path, what):
 
 
 def worker_meta(*, index, rank, job_id, num_workers, role, byzantine, mode, network, dataset, device, node,
-                batch_size, num_params, param_bytes, slowdown, device_share, non_iid, train_samples, classes, config):
+                batch_size, num_params, param_bytes, slowdown, device_share, non_iid, train_samples, classes, config,
+                clock=None):
     """The fields of a worker's META_FILE (RunLog adds the log format's version): who it is in its job (its position
     `worker_index`, the transport's `rank`, the job's id and size), what it trains (its share's samples and, on
-    by-class data, classes), how its device is emulated (EMULATIONS), and the resolved command line (`config`)."""
+    by-class data, classes), how its device is emulated (emulation()), the clock its times were read from (`clock`:
+    a virtual clock's device and link model, else {"kind": "real"}) and the resolved command line (`config`)."""
+    clock = clock or {"kind": REAL_CLOCK}
     return dict(worker_index=index, rank=rank, job_id=job_id, num_workers=num_workers, role=role, byzantine=byzantine,
-                mode=mode, network=network, dataset=dataset, device=device, node=node, batch_size=batch_size, num_params=num_params,
-                param_bytes=param_bytes, slowdown=slowdown, emulated_slowdown=slowdown > 1,
-                emulation=emulation(slowdown, device_share), device_share=device_share, non_iid=non_iid,
-                train_samples=train_samples, classes=classes, pid=os.getpid(), config=config)
+                mode=mode, network=network, dataset=dataset, device=device, node=node, batch_size=batch_size,
+                num_params=num_params, param_bytes=param_bytes, slowdown=slowdown, emulated_slowdown=slowdown > 1,
+                emulation=emulation(slowdown, device_share, clock["kind"] == VIRTUAL_CLOCK), device_share=device_share,
+                non_iid=non_iid, train_samples=train_samples, classes=classes, pid=os.getpid(), clock=clock,
+                config=config)
 
 
 CPU_QUOTA, SLEEPING = "cpu-quota", "sleeping"  # a device of fixed capacity; one whose steps are padded with sleep
+REAL_CLOCK, VIRTUAL_CLOCK = "real", "virtual"   # the clock a run's times were read from (meta.json's clock.kind)
 
 
-def emulation(slowdown, device_share):
-    """How a worker's device is emulated: under a CPU quota, by sleeping after each step, or not at all (None)."""
-    if device_share:
-        return CPU_QUOTA
-    return SLEEPING if slowdown > 1 else None
+def emulation(slowdown, device_share, virtual=False):
+    """How a worker's device is emulated: charged on a virtual clock, under a CPU quota, sleeping, or not (None)."""
+    return VIRTUAL_CLOCK if virtual else CPU_QUOTA if device_share else SLEEPING if slowdown > 1 else None
 
 
 def read_meta(folder):

@@ -8,7 +8,7 @@ import statistics
 from analysis.tables import markdown_table
 from bench.sections.common import fmt, launch, log
 from bench.sections.heterogeneity import standalone_throughputs
-from launcher import limit
+from launcher import workers
 from training import runlog
 
 MODES = ("sync", "esync", "local")
@@ -45,7 +45,7 @@ def fast_step_all_at_once(profile, seconds, workdir, quotas):
     slowdowns = [float(f) for f in profile.split(",")]
     standalone_throughputs(slowdowns, seconds, workdir, quotas)
     fastest = min(slowdowns)
-    steps = [runlog.median_step_seconds(runlog.DeviceLog(limit.device_folder(workdir, index)).ordered(),
+    steps = [runlog.median_step_seconds(runlog.DeviceLog(workers.device_folder(workdir, index)).ordered(),
                                         (runlog.FORWARD_BACKWARD,))
              for index, factor in enumerate(slowdowns) if factor == fastest]
     return statistics.median(steps)

@@ -22,17 +22,17 @@ from bench.sections.common import (
     too_few_repeats,
     with_spread,
 )
-from launcher import limit, workers
+from launcher import workers
 from training.modes import ESYNC
 
 
 def standalone_throughputs(slowdowns, seconds, workdir, quotas=True):
     """Each worker's samples/s alone on its slowdown (under its device's CPU quota where the launcher's runs have
-    one, unless not `quotas`), all running at the same time; their logs in limit.device_folder(workdir, index)."""
+    one, unless not `quotas`), all running at the same time; their logs in workers.device_folder(workdir, index)."""
     share = workers.device_share(slowdowns)[0] if quotas else None
     try:
-        return limit.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA_FLAGS], share)
-    except limit.LimitFailed as error:
+        return workers.concurrent_standalone(slowdowns, seconds, workdir, ["-n", "lenet", *DATA_FLAGS], share)
+    except workers.LimitFailed as error:
         raise RuntimeError(str(error))
 
 

@@ -1,0 +1,208 @@
+"""Jobs on a virtual clock (training/clocks/): the scheduler's order and invariants, the links' charges, and real
+launcher runs whose logs are the same whatever else the machine does."""
+import glob
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from analysis import summary
+from launcher import experiment
+from tests.test_launch import launcher, launcher_env, read_output
+from training import runlog
+from training.checks import UsageError
+from training.clocks import virtual
+from training.clocks.scheduler import Scheduler, VirtualJobFailed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCH_PY = os.path.join(ROOT, "launch.py")
+
+
+# ----------------------------------------------------------------------------------------------
+# The scheduler and the models
+
+
+def test_the_earliest_worker_runs_first_and_equal_times_go_to_the_lowest_rank():
+    scheduler, ran = Scheduler(3), []
+
+    def body(rank, steps):
+        def run():
+            for step in steps:
+                ran.append((scheduler.now(rank), rank))
+                scheduler.advance(rank, step)
+        return run
+
+    scheduler.run([body(0, [1.0, 1.0]), body(1, [0.5, 2.0]), body(2, [1.0])])
+
+    assert ran == [(0.0, 0), (0.0, 1), (0.0, 2), (0.5, 1), (1.0, 0)]
+    assert scheduler.times == [2.0, 2.5, 1.0]
+
+
+def test_a_collective_ends_for_everyone_after_the_last_arrival_and_hands_each_its_result():
+    scheduler, results = Scheduler(2), {}
+
+    def body(rank, before):
+        def run():
+            scheduler.advance(rank, before)
+            results[rank] = scheduler.meet(rank, rank + 10, lambda given, arrivals: (
+                sum(given.values()), {r: max(arrivals.values()) + 0.25 for r in arrivals}))
+        return run
+
+    scheduler.run([body(0, 1.0), body(1, 3.0)])
+
+    assert results == {0: 21, 1: 21} and scheduler.times == [3.25, 3.25]
+
+
+def test_a_worker_left_waiting_on_a_collective_fails_the_job_in_one_line_instead_of_hanging():
+    scheduler = Scheduler(2)
+    done = threading.Event()
+
+    def waits():
+        scheduler.meet(0, None, lambda given, arrivals: (None, arrivals))
+
+    with pytest.raises(VirtualJobFailed, match="wait on a collective operation that the others left"):
+        scheduler.run([waits, done.set])
+    assert done.is_set()
+
+
+def test_a_negative_charge_is_refused():
+    scheduler = Scheduler(1)
+
+    with pytest.raises(VirtualJobFailed, match="a charge is never negative"):
+        scheduler.run([lambda: scheduler.advance(0, -1.0)])
+
+
+def test_a_step_is_charged_its_devices_seconds_and_the_jitter_has_mean_one():
+    import random
+
+    device = virtual.Device(step_seconds=0.03, slowdown=117, batch_size=64)
+    jittered = virtual.Device(step_seconds=1.0, slowdown=1, batch_size=64, jitter=0.3)
+    rng = random.Random(0)
+
+    assert device.seconds(64, rng) == pytest.approx(3.51) and device.seconds(32, rng) == pytest.approx(1.755)
+    draws = [jittered.seconds(64, rng) for _ in range(20000)]
+    assert sum(draws) / len(draws) == pytest.approx(1.0, abs=0.01) and min(draws) != max(draws)
+
+
+def test_a_sum_on_links_queues_the_uploads_then_the_downloads_on_the_servers_link():
+    links = virtual.Links.from_ratio(2.0, fast_step_seconds=0.5, model_bytes=100)  # a transfer of 100 bytes: 1 s
+
+    assert links.finishes({0: 0.0, 1: 0.0}, 100) == {0: 3.0, 1: 4.0}  # uploads end at 1 and 2, downloads 3 and 4
+    assert links.finishes({0: 5.0, 1: 0.0}, 100) == {0: 7.0, 1: 8.0}  # the late one's upload starts when it comes
+    assert virtual.Links().finishes({0: 1.0, 1: 2.5}, 100) == {0: 2.5, 1: 2.5}  # loopback: the last arrival
+
+
+# ----------------------------------------------------------------------------------------------
+# What the launcher refuses
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--modes", "sync"], "--clock virtual: give the devices' step time, --step-seconds S"),
+    (["--modes", "esync", "--step-seconds", "0.01"], "--clock virtual: esync asks the state server"),
+    (["--modes", "async", "--step-seconds", "0.01"], "--clock virtual: async needs the kvstore's servers"),
+    (["--modes", "hogwild", "--step-seconds", "0.01"], "racing in shared memory"),
+    (["--modes", "sync", "--step-seconds", "0.01", "--hosts", "netns"], "leave out --hosts netns"),
+])
+def test_what_the_virtual_clock_cannot_run_is_refused_in_one_line(argv, message):
+    with pytest.raises(UsageError, match=message):
+        experiment.parse(["--slowdown", "1,4", "--max-time", "5", "--clock", "virtual", *argv])
+
+
+def test_a_refusal_is_one_line_and_exit_2_before_anything_starts(tmp_path):
+    result = subprocess.run([sys.executable, LAUNCH_PY, "--modes", "sync", "--slowdown", "1,4", "--max-time", "5",
+                             "--clock", "virtual", "-ld", str(tmp_path)], capture_output=True, text=True,
+                            env=launcher_env(), timeout=60)
+
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not os.listdir(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Real jobs
+
+
+def virtual_run(logs, modes, slowdown, *more):
+    args = ["--modes", modes, "-n", "lenet", "--dataset", "mnist-5k", "--slowdown", slowdown, "--max-time", "2",
+            "--clock", "virtual", "--step-seconds", "0.007", "--step-jitter", "0.2", "--no-figures", *more]
+    with launcher(args, logs) as proc:
+        proc.wait(timeout=300)
+        return proc.returncode, read_output(proc)
+
+
+def logged(logs):
+    """{path under logs: bytes} of every iteration log, evaluation and final model of a run."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(logs, "lenet", "*", "*", "*", "*"))):
+        if os.path.basename(path).startswith("iter-") or path.endswith(runlog.FINAL_MODEL_FILE):
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, logs)] = f.read()
+    return found
+
+
+@pytest.fixture(scope="module")
+def virtual_jobs(tmp_path_factory):
+    """A 3-device SSGD job and a one-device run on the virtual clock, twice: once alone, once beside two busy loops."""
+    runs = []
+    for busy in (0, 2):
+        logs = str(tmp_path_factory.mktemp("virtual") / "logs")
+        loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+        try:
+            code, output = virtual_run(logs, "sync,local", "1,1,4")
+        finally:
+            for loop in loops:
+                loop.kill()
+                loop.wait()
+        assert code == 0, output
+        runs.append(logs)
+    return runs
+
+
+@pytest.mark.slow
+def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machine_runs(virtual_jobs):
+    alone, beside_busy_loops = (logged(logs) for logs in virtual_jobs)
+
+    assert alone and alone.keys() == beside_busy_loops.keys()
+    assert [name for name in alone if alone[name] != beside_busy_loops[name]] == []
+
+
+@pytest.mark.slow
+def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
+    logs = virtual_jobs[0]
+    sync = summary.summarize_mode(os.path.join(logs, "lenet"), "sync")
+    local = summary.summarize_mode(os.path.join(logs, "lenet"), "local")
+
+    assert sync["clock"]["kind"] == runlog.VIRTUAL_CLOCK and sync["clock"]["step_seconds"] == 0.007
+    assert 1.95 <= sync["elapsed_time"] <= 2.3 and 1.95 <= local["elapsed_time"] <= 2.3
+    # a round waits for the slow device's step, 4 x 7 ms (its jitter averages out): about 71 rounds in 2 s
+    assert 55 <= sync["num_rounds"] <= 90 and 230 <= local["num_rounds"] <= 340
+    assert sync["final_accuracy"] > 0.5 and local["final_accuracy"] > 0.5
+
+
+@pytest.mark.slow
+def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tmp_path):
+    import shutil
+
+    mode_dir = tmp_path / "lenet" / "sync"
+    shutil.copytree(os.path.join(virtual_jobs[0], "lenet", "sync"), mode_dir)
+    meta_path, = glob.glob(str(mode_dir / "*" / "cpu-worker1" / runlog.META_FILE))
+    meta = json.load(open(meta_path))
+    meta["clock"] = {"kind": runlog.REAL_CLOCK}
+    json.dump(meta, open(meta_path, "w"))
+
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "summary.py"), "-b", str(tmp_path), "-n", "lenet",
+                             "-m", "sync"], capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2 and "mixes runs on a virtual clock" in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_sixty_four_workers_on_the_virtual_clock_complete_a_job(tmp_path):
+    logs = str(tmp_path / "logs")
+    code, output = virtual_run(logs, "sync", ",".join(["1"] * 48 + ["4"] * 16), "--max-time", "0.2", "--", "-b", "32")
+
+    assert code == 0, output
+    folders = glob.glob(os.path.join(logs, "lenet", "sync", "*", "cpu-worker*"))
+    assert len(folders) == 64 and summary.summarize_mode(os.path.join(logs, "lenet"), "sync")["num_workers"] == 64

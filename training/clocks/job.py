@@ -1,0 +1,132 @@
+"""A job on a virtual clock: every worker a thread of this process, run by the scheduler one at a time.
+
+    python -m training.clocks.job JOB.json
+
+JOB.json (the launcher writes it with --clock virtual): {"workers": [each worker's main.py arguments, in the order
+of their positions], "step_seconds": the seconds a step of one batch takes on a device of slowdown 1, "jitter": σ
+(clocks/virtual.py), "ratio": R (a transfer of the model lasts R fast steps) or null for loopback, "latency": seconds
+a transfer, "seed": the jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
+training loop and scheme), on one clock of its own; the test set is evaluated in the loop every --eval-seconds of
+virtual time, at no virtual cost. Exit codes: 0, 1 a worker failed, 2 bad input.
+"""
+import json
+import logging
+import os
+import sys
+
+from training import config, modes
+from training.checks import UsageError
+from training.clocks import virtual
+from training.clocks.scheduler import Scheduler
+from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
+
+log = logging.getLogger("virtual")
+
+# The modes whose workers need nothing but the synchronous aggregation; the others say why they do not run (yet).
+MODES = ("local", "sync", "fedavg", "diloco")
+
+
+def refusal(mode, args=None):
+    """Why `mode` does not run on the virtual clock, or None where it does."""
+    entry = modes.MODES[mode]
+    if mode in MODES:
+        if args is not None and getattr(args, "update_on_servers", False):
+            return "sync --update-on-servers needs the kvstore's servers"
+        return None
+    if entry.state_server:
+        return f"{mode} asks the state server, which the virtual clock does not reach yet"
+    if not entry.cluster:
+        return f"{mode} runs its workers in processes of their own, racing in shared memory: no clock orders them"
+    return f"{mode} needs the kvstore's servers (their update rule), which the virtual clock does not model yet"
+
+
+def read_job(path):
+    """The job's arguments, each worker's parsed; UsageError (one line) for a job that cannot run."""
+    try:
+        with open(path) as f:
+            job = json.load(f)
+        workers = [config.parse_args(argv) for argv in job["workers"]]
+        step_seconds = float(job["step_seconds"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: not a virtual job: {error}") from None
+    if not workers or not step_seconds > 0:
+        raise UsageError(f"{path}: a virtual job needs workers and a positive step time")
+    for args in workers:
+        why = refusal(args.mode, args)
+        if why:
+            raise UsageError(f"--clock virtual: {why}")
+    return job, workers
+
+
+def build(job, workers, links):
+    """(scheduler, each worker's (args, clock, transport))."""
+    from training.transport.virtual import VirtualTransport
+
+    scheduler = Scheduler(len(workers))
+    ratio = job.get("ratio")
+    parts = []
+    for rank, args in enumerate(workers):
+        device = virtual.Device(float(job["step_seconds"]), args.slowdown, args.batch_size,
+                                float(job.get("jitter") or 0.0))
+        clock = virtual.VirtualClock(scheduler, rank, device, job.get("seed", args.seed))
+        transport = VirtualTransport(scheduler, rank, links) if modes.MODES[args.mode].cluster else None
+        args.clock = {"kind": "virtual", "step_seconds": device.step_seconds, "slowdown": device.slowdown,
+                      "batch_size": device.batch_size, "jitter": device.jitter, "ratio": ratio,
+                      "latency": links.latency}
+        parts.append((args, clock, transport))
+    return scheduler, parts
+
+
+def run(path):
+    from training.checks import check_worker
+    from training.loop import train
+
+    job, workers = read_job(path)
+    data, resume = check_worker(workers[0], len(workers))  # one copy of the data, every worker's share taken from it
+    ratio = job.get("ratio")
+    links = links_for(job, workers[0], data, ratio) if ratio else virtual.Links(latency=float(job.get("latency") or 0))
+    scheduler, parts = build(job, workers, links)
+    log.info("a job of %d worker(s) on a virtual clock: %s s a step at slowdown 1, links %s", len(workers),
+             job["step_seconds"], f"R = {ratio:g}" if ratio else "free (loopback)")
+    scheme = modes.scheme_class(workers[0].mode)
+    scheduler.run([lambda a=a, c=c, t=t: train(a, scheme, data, resume, clock=c, transport=t) for a, c, t in parts])
+    log.info("the virtual job ended after %d events, at %.3f virtual seconds", scheduler.events, max(scheduler.times))
+
+
+def links_for(job, args, data, ratio):
+    """Links on which a transfer of the model lasts `ratio` fast steps."""
+    from data import normalisation
+    from training.devices import contexts
+    from training.model import Model
+
+    model = Model(args.network, contexts(args.gpu, args.cpu), data.train_images.shape[1:], args.seed,
+                  normalisation(args.dataset), args.eval_batch_size)
+    return virtual.Links.from_ratio(ratio, float(job["step_seconds"]), model.param_bytes,
+                                    float(job.get("latency") or 0.0))
+
+
+def main(argv=None):
+    from training import mxnet_internals
+
+    mxnet_internals.install()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m training.clocks.job JOB.json", file=sys.stderr)
+        return EXIT_USAGE
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        run(argv[0])
+    except UsageError as error:
+        print(f"virtual job: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as error:  # a worker's failure: one line here, its traceback in the log above
+        log.exception("the virtual job failed")
+        print(f"virtual job: failed: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

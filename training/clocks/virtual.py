@@ -1,0 +1,66 @@
+"""A worker's clock on a virtual job, and the models of its device and links.
+
+A step of `samples` samples is charged the device's seconds per step (for its network and batch size) x the
+worker's slowdown x samples / batch size, and with --step-jitter σ x exp(σ z - σ²/2), z drawn from a standard normal
+stream seeded by the job's seed and the worker's position: a log-normal factor of mean 1.
+"""
+import math
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Device:
+    """What a worker's steps are charged: `step_seconds` for a batch of `batch_size` at slowdown 1."""
+    step_seconds: float
+    slowdown: float
+    batch_size: int
+    jitter: float = 0.0
+
+    def seconds(self, samples, rng):
+        seconds = self.step_seconds * self.slowdown * samples / self.batch_size
+        if self.jitter:
+            seconds *= math.exp(self.jitter * rng.gauss(0.0, 1.0) - self.jitter ** 2 / 2)
+        return seconds
+
+
+@dataclass(frozen=True)
+class Links:
+    """What a synchronous sum is charged: each worker's upload then download of its bytes over the servers' link,
+    which carries one transfer at a time (the uploads in the order they arrive, ties by rank; the downloads once
+    the last upload is in, by rank), each `seconds_per_byte` a byte plus `latency`; zero on loopback."""
+    seconds_per_byte: float = 0.0
+    latency: float = 0.0
+
+    @classmethod
+    def from_ratio(cls, ratio, fast_step_seconds, model_bytes, latency=0.0):
+        """Links on which one transfer of the model lasts `ratio` fast steps (the paper's R)."""
+        return cls(ratio * fast_step_seconds / model_bytes if ratio else 0.0, latency)
+
+    def finishes(self, arrivals, nbytes):
+        """{rank: when its sum is back} for a sum of `nbytes` a worker that each rank joined at arrivals[rank]."""
+        transfer = nbytes * self.seconds_per_byte + self.latency
+        free = 0.0
+        for rank, arrival in sorted(arrivals.items(), key=lambda item: (item[1], item[0])):
+            free = max(free, arrival) + transfer
+        ready = max([free, *arrivals.values()])
+        finishes = {}
+        for rank in sorted(arrivals):
+            ready += transfer
+            finishes[rank] = ready
+        return finishes
+
+
+class VirtualClock:
+    """Worker `rank`'s clock: its time is the scheduler's for it; charge_step() moves it on by its device's step."""
+    virtual = True
+
+    def __init__(self, scheduler, rank, device, seed):
+        self.scheduler, self.rank, self.device = scheduler, rank, device
+        self.rng = random.Random(f"{seed}/{rank}")
+
+    def now(self):
+        return self.scheduler.now(self.rank)
+
+    def charge_step(self, samples):
+        self.scheduler.advance(self.rank, self.device.seconds(samples, self.rng))
