@@ -100,10 +100,16 @@ def values_text(found):
                      for (flag, value), name in zip(found["flags"].items(), found["values"])) or "–"
 
 
-def seeds_text(results):
-    """A trial's seeds as '4.1, 5.2 s, diverged, missed'."""
-    return ", ".join("diverged" if r.get("diverged") else (f"{r['time']:.1f}" if r.get("time") is not None
-                                                           else "missed") for r in results) or "–"
+def seeds_text(results, best=False):
+    """A trial's seeds as '4.1, 5.2, diverged, missed' (with `best`: '4.1 s, missed at 0.761')."""
+    def text(r):
+        if r.get("diverged"):
+            return "diverged"
+        if r.get("time") is not None:
+            return f"{r['time']:.1f}" + (" s" if best else "")
+        return f"missed at {r['best']:.3f}" if best else "missed"
+
+    return ", ".join(text(r) for r in results) or "–"
 
 
 def largest_rate_text(found):

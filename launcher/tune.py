@@ -23,6 +23,7 @@ The studies live in an SQLite file under the log dir (or --storage URL, any data
 runs --trials more trials of each study, none repeated; a trial whose process was killed is marked failed. Writes
 <log-dir>/tuned.json (tuned.py), tuned.md and a figure per scheme of the objective against each hyperparameter.
 """
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,7 +37,7 @@ from analysis import tuned
 from launcher import experiment, preflight, runner, workers
 from training import config, modes
 from training.checks import UsageError
-from training.evaluator import EVALUATOR_LOG
+from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 FAST_ONLY = map_analysis.FAST_ONLY
@@ -197,19 +198,16 @@ def objective(ns, scheme, trial, output):
         trial.report(results[-1]["score"], step)
         if step + 1 < len(ns.seeds) and trial.should_prune():
             print(f"[tune {scheme} trial {trial.number}] {said}: pruned after {step + 1} seed(s) "
-                  f"({seeds_text(results)})", file=output, flush=True)
+                  f"({tuned.seeds_text(results, best=True)})", file=output, flush=True)
             raise optuna.TrialPruned()
     value = statistics.median(r["score"] for r in results)
-    print(f"[tune {scheme} trial {trial.number}] {said}: {value:.1f} ({seeds_text(results)})", file=output,
-          flush=True)
+    print(f"[tune {scheme} trial {trial.number}] {said}: {value:.1f} ({tuned.seeds_text(results, best=True)})",
+          file=output, flush=True)
     return value
 
 
 def run_seed(ns, scheme, number, seed, values, mode):
     """One launcher run of a trial; its seed_result. RuntimeError where the run failed."""
-    import contextlib
-
-    from training.evaluator import read_evaluations
 
     run = run_of(ns, scheme, number, seed, values)
     os.makedirs(run.log_dir, exist_ok=True)
@@ -221,11 +219,6 @@ def run_seed(ns, scheme, number, seed, values, mode):
         raise RuntimeError(f"trial {number} of {scheme} failed on seed {seed} (exit {code}): {run.log_dir}.out")
     return {"seed": seed, **seed_result(read_evaluations(os.path.join(run.mode_folder(mode), EVALUATOR_LOG)),
                                         ns.target, ns.max_time)}
-
-
-def seeds_text(results):
-    return ", ".join("diverged" if r["diverged"] else (f"{r['time']:.1f} s" if r["time"] is not None else
-                                                      f"missed at {r['best']:.3f}") for r in results)
 
 
 # ----------------------------------------------------------------------------------------------
