@@ -97,6 +97,9 @@ class Experiment:
         """One line naming the links the experiment runs on, for tables and figures."""
         if self.tracker:
             return f"the hosts of dmlc_tracker's {self.tracker} launcher (links not shaped here)"
+        if self.clock != runlog.REAL_CLOCK:
+            return (f"charged on a virtual clock: a transfer of the model lasts {self.comm_ratio:g} fast steps"
+                    if self.comm_ratio else f"{LOOPBACK_LINKS}, on a virtual clock")
         if self.hosts == "local":
             return LOOPBACK_LINKS
         text = f"network namespaces, workers' links {self.bandwidth}, parameter servers' {self.ps_bandwidth}"
@@ -276,7 +279,8 @@ def add_host_options(p, rates=True):
 # The aggregation, host and device options that the experiment commands (paper, regimes, the benchmark) hand on to
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
-             "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts", "checkpoint_every")
+             "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts", "checkpoint_every", "clock",
+             "step_seconds", "step_jitter")
 
 
 def handed_on(ns):

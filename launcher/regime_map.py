@@ -31,7 +31,7 @@ import time
 from analysis import paper, regime_map, tuned
 from launcher import experiment, preflight, runner, workers
 from launcher.dmlc import split_at_double_dash
-from training import config, esync_variants, modes
+from training import config, esync_variants, modes, runlog
 from training.schemes import esync
 from training.checks import UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
@@ -82,6 +82,7 @@ def build_parser():
     experiment.add_aggregation_options(p)
     experiment.add_host_options(p, rates=False)
     experiment.add_device_options(p)
+    experiment.add_clock_options(p)
     experiment.add_run_options(p)
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
                    help=f"(default {DEFAULT_LOG_DIR})")
@@ -161,7 +162,8 @@ def plan_of(ns):
             "profiles": parse_profiles(ns.profiles), "splits": parse_splits(ns.splits),
             "schemes": parse_schemes(ns.schemes), "repeats": ns.repeats, "seed": ns.seed, "max_time": ns.max_time,
             "target": ns.target, "targets": [ns.target] + parse_higher_targets(ns.higher_targets, ns.target),
-            "snapshot_seconds": ns.snapshot_seconds}
+            "snapshot_seconds": ns.snapshot_seconds, "clock": ns.clock, "step_seconds": ns.step_seconds,
+            "step_jitter": ns.step_jitter}
 
 
 def parse_higher_targets(text, target):
@@ -198,9 +200,10 @@ def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_option
     """The launcher's options of one scheme (its mode and own options) in one cell and repeat; `devices`: the
     slowdowns it trains on where they are not the cell's profile (fast-only's)."""
     links = experiment.handed_on(ns)
-    if link == regime_map.LOOPBACK:
+    virtual = ns.clock == runlog.VIRTUAL_CLOCK  # the links charged, not shaped
+    if link == regime_map.LOOPBACK or virtual:
         links = {name: value for name, value in links.items() if name not in NETNS_OPTIONS}
-        links["hosts"] = "local"
+        links.update(hosts="local", comm_ratio=None if link == regime_map.LOOPBACK else float(link))
     else:
         links.update(hosts="netns", comm_ratio=float(link))
     return experiment.options(
@@ -311,9 +314,13 @@ def measure_limits(ns, plan, worker_args):
         print(f"[regimes] the concurrent standalone limit of workers {profile} ({ns.limit_seconds:g} s)", flush=True)
         workdir = os.path.join(ns.log_dir, "limits", regime_map.profile_folder(profile))
         slowdowns = [float(f) for f in profile.split(",")]
-        share, _ = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown)
-        limits[profile] = workers.concurrent_standalone(slowdowns, ns.limit_seconds, workdir,
-                                                      config.flags_for_mode(job_args, modes.STANDALONE), share)
+        if ns.clock == runlog.VIRTUAL_CLOCK:  # what the devices are charged: each a batch every step x slowdown
+            batch = config.parse_args(config.flags_for_mode(job_args, modes.STANDALONE)).batch_size
+            limits[profile] = [batch / (ns.step_seconds * factor) for factor in slowdowns]
+        else:
+            share, _ = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown)
+            limits[profile] = workers.concurrent_standalone(slowdowns, ns.limit_seconds, workdir,
+                                                           config.flags_for_mode(job_args, modes.STANDALONE), share)
         print(f"[regimes] workers {profile}: {sum(limits[profile]):.0f} samples/s together", flush=True)
     write_json(os.path.join(ns.log_dir, regime_map.LIMITS_FILE), limits, indent=1)
 
