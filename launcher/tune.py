@@ -327,18 +327,15 @@ def study_of(ns, storage, scheme):
                                load_if_exists=True)
 
 
-def tune(ns, storage):
-    """Each scheme's study, --trials more trials each; {scheme: its study}."""
-    studies = {}
+def tune(ns, storage, studies):
+    """Each scheme's study, --trials more trials each, into `studies` ({scheme: its study}) as it goes."""
     for scheme in ns.schemes:
-        study = study_of(ns, storage, scheme)
+        study = studies[scheme] = study_of(ns, storage, scheme)
         print(f"[tune] {scheme}: {len(study.trials)} trials before, {ns.trials} more, each on seeds "
               f"{', '.join(map(str, ns.seeds))}", flush=True)
         if ns.trials:
             study.optimize(lambda trial: objective(ns, scheme, trial, sys.stdout), n_trials=ns.trials,
                            catch=(RuntimeError,))
-        studies[scheme] = study
-    return studies
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,9 +410,11 @@ def run(argv):
     except UsageError as error:
         print(f"launch.py tune: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    studies = {}
     try:
-        studies = tune(ns, storage)
+        tune(ns, storage, studies)
     except KeyboardInterrupt:
+        report(ns, studies, time.time() - started)  # what ran is recorded, with the command that ran it
         print("launch.py tune: interrupted; the studies keep what they ran (the same command goes on)",
               file=sys.stderr)
         return EXIT_INTERRUPTED
