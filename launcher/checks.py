@@ -124,7 +124,7 @@ def check_clock(ns, chosen):
         if given:
             raise UsageError(f"--clock virtual runs the whole job in one process on this machine: leave out {flag}")
     for mode in chosen:
-        why = job.refusal(mode)
+        why = job.refusal(mode, ns)
         if why:
             raise UsageError(f"--clock virtual: {why}")
 

@@ -41,7 +41,7 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
         command += ["--node-name", e.node_name]
     if e.non_iid:
         command += ["-s", "1"]
-    if modes.MODES[mode].state_server:
+    if modes.MODES[mode].state_server and state_server:  # a virtual clock's is in its job's process
         address, port = state_server
         command += ["-ip", address, "-port", str(port)]
     if config.reads(mode, "esync_policy"):

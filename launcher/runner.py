@@ -235,10 +235,10 @@ def run_job(experiment, mode, label, log_dir, hosts, restarts, final, port_retry
               flush=True)
         meter = netns.LinkMeter(hosts.network) if hosts.network else None
         try:
-            state_server = start_mode_state_server(group, hosts.placement.scheduler, mode)
+            virtual = experiment.clock != runlog.REAL_CLOCK  # its state server runs inside its job's process
+            state_server = None if virtual else start_mode_state_server(group, hosts.placement.scheduler, mode)
             evaluator = start_evaluator(experiment, mode, group, label)
-            start = start_virtual if experiment.clock != "real" else start_tracker if experiment.tracker else \
-                start_processes
+            start = start_virtual if virtual else start_tracker if experiment.tracker else start_processes
             finishers = start(experiment, mode, group, log_dir, state_server, hosts, label)
             progress = Progress(label, log_dir, experiment.progress_every,
                                 experiment.snapshot_folder(mode) if evaluator else None)
@@ -277,7 +277,7 @@ def start_evaluator(experiment, mode, group, label):
     """The evaluator process of the mode's snapshots, on this machine at the lowest CPU priority; None when the
     experiment has none (--snapshot-seconds 0, or a remote --tracker: then rank 0 starts it on its own host)."""
     if not experiment.evaluator_runs:
-        if experiment.snapshot_seconds:
+        if experiment.snapshot_seconds and experiment.tracker:
             print(f"[{label}] --tracker {experiment.tracker}: the snapshots stay on rank 0's host, so rank 0 starts "
                   f"the evaluator there (main.py --evaluator-beside); its log lands in rank 0's "
                   f"{experiment.mode_folder(mode)}", flush=True)

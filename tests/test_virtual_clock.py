@@ -101,7 +101,9 @@ def test_a_sum_on_links_queues_the_uploads_then_the_downloads_on_the_servers_lin
 
 @pytest.mark.parametrize("argv, message", [
     (["--modes", "sync"], "--clock virtual: give the devices' step time, --step-seconds S"),
-    (["--modes", "esync", "--step-seconds", "0.01"], "--clock virtual: esync asks the state server"),
+    (["--modes", "esync", "--step-seconds", "0.01", "--esync-policy", "nonblocking"],
+     "--clock virtual: esync --esync-policy nonblocking times requests in flight"),
+    (["--modes", "nbsync", "--step-seconds", "0.01"], "--clock virtual: nbsync asks the state server"),
     (["--modes", "async", "--step-seconds", "0.01"], "--clock virtual: async needs the kvstore's servers"),
     (["--modes", "hogwild", "--step-seconds", "0.01"], "racing in shared memory"),
     (["--modes", "sync", "--step-seconds", "0.01", "--hosts", "netns"], "leave out --hosts netns"),
@@ -144,13 +146,14 @@ def logged(logs):
 
 @pytest.fixture(scope="module")
 def virtual_jobs(tmp_path_factory):
-    """A 3-device SSGD job and a one-device run on the virtual clock, twice: once alone, once beside two busy loops."""
+    """A 3-device SSGD job, ESync's and a one-device run on the virtual clock, twice: once alone, once beside two busy
+    loops."""
     runs = []
     for busy in (0, 2):
         logs = str(tmp_path_factory.mktemp("virtual") / "logs")
         loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
         try:
-            code, output = virtual_run(logs, "sync,local", "1,1,4")
+            code, output = virtual_run(logs, "sync,esync,local", "1,1,4")
         finally:
             for loop in loops:
                 loop.kill()
@@ -179,6 +182,18 @@ def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
     # a round waits for the slow device's step, 4 x 7 ms (its jitter averages out): about 71 rounds in 2 s
     assert 55 <= sync["num_rounds"] <= 90 and 230 <= local["num_rounds"] <= 340
     assert sync["final_accuracy"] > 0.5 and local["final_accuracy"] > 0.5
+
+
+@pytest.mark.slow
+def test_esync_asks_its_rules_in_process_and_its_fast_workers_step_while_the_slow_one_computes(virtual_jobs):
+    rounds = {folder: runlog.DeviceLog(folder).ordered()
+              for folder in glob.glob(os.path.join(virtual_jobs[0], "lenet", "esync", "*", "cpu-worker*"))}
+    steps = {os.path.basename(folder): sorted(runlog.local_steps(r) for r in records)
+             for folder, records in rounds.items()}
+
+    assert set(steps) == {"cpu-worker0", "cpu-worker1", "cpu-worker2"}
+    median = {name: values[len(values) // 2] for name, values in steps.items()}
+    assert median["cpu-worker2"] == 1 and median["cpu-worker0"] >= 3 and median["cpu-worker1"] >= 3
 
 
 @pytest.mark.slow

@@ -86,8 +86,9 @@ def check_dmlc_variables(role):
                     os.environ["PORT"], role)
 
 
-def check_worker(args, num_workers):
-    """Everything a worker can check before it waits on the network; returns its data and where it starts."""
+def check_worker(args, num_workers, virtual=False):
+    """Everything a worker can check before it waits on the network; returns its data and where it starts.
+    `virtual`: a worker of a job on a virtual clock, whose state server is in its process."""
     from data import DataError, load_dataset, resolve_data_dir
     from training.checkpoints import CheckpointError, check_train_dir
     from training.devices import DeviceError, check_devices
@@ -110,7 +111,7 @@ def check_worker(args, num_workers):
     check_share(mode, args, num_workers, len(data.train_labels))
     check_folders({"-ld": os.path.join(args.log_dir, args.node_name), "--train-dir": args.train_dir,
                    "--snapshot-dir": args.snapshot_dir})
-    if mode.state_server:
+    if mode.state_server and not virtual:
         check_state_server(args)
     log.info("%s%s", data.source, " (-dd not given: the first of the data folders that holds it)" if searched else "")
     return data, resume

@@ -83,6 +83,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None, 
     model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed, normalisation(args.dataset),
                   args.eval_batch_size)
     scheme = scheme_cls(scheme_cls.Options.from_args(args), model, transport)
+    scheme.clock = clock
     scheme.train_samples = len(data.train_labels)
     stop = StopCondition(args.max_iters, args.max_time, args.target_accuracy, args.epochs)
     if stop.unbounded:

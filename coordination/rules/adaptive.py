@@ -5,7 +5,6 @@ period fitted to the measured compute-to-communication ratio, as ADACOMM fits lo
 number (a longer round lets the workers' models drift further apart)."""
 import math
 import sys
-import time
 from dataclasses import asdict, dataclass
 
 from coordination import records
@@ -92,7 +91,7 @@ class PlanningToTheAggregation(Planning):
         if self.plan.get("seconds") is None:  # the first round: one step
             return steps >= self.plan["k"]
         esync = self.esync
-        return time.perf_counter() - esync.round_started + esync.step_seconds > self.plan["seconds"]
+        return esync.clock.now() - esync.round_started + esync.step_seconds > self.plan["seconds"]
 
     def record(self, record):
         """The planned steps, the slowest worker's, the aggregation time the round was sized to, which bound set

@@ -5,7 +5,8 @@
 JOB.json (the launcher writes it with --clock virtual): {"workers": [each worker's main.py arguments, in the order
 of their positions], "step_seconds": the seconds a step of one batch takes on a device of slowdown 1, "jitter": σ
 (clocks/virtual.py), "ratio": R (a transfer of the model lasts R fast steps) or null for loopback, "latency": seconds
-a transfer, "seed": the jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
+a transfer, "round_trip": seconds a request to the state server's rules (clocks/coordination.py), "seed": the
+jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
 training loop and scheme), on one clock of its own; the test set is evaluated in the loop every --eval-seconds of
 virtual time, at no virtual cost. Exit codes: 0, 1 a worker failed, 2 bad input.
 """
@@ -22,19 +23,24 @@ from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 
 log = logging.getLogger("virtual")
 
-# The modes whose workers need nothing but the synchronous aggregation; the others say why they do not run (yet).
-MODES = ("local", "sync", "fedavg", "diloco")
+# The modes whose workers need nothing but the synchronous aggregation and ESync's rules; the others say why they do
+# not run (yet).
+MODES = ("local", "sync", "fedavg", "diloco", "esync")
+IN_FLIGHT_POLICIES = ("nonblocking",)  # ESync's requests that run beside the step, timed by the machine
 
 
 def refusal(mode, args=None):
-    """Why `mode` does not run on the virtual clock, or None where it does."""
+    """Why `mode` (with the worker's or the launcher's `args`) does not run on the virtual clock, or None."""
     entry = modes.MODES[mode]
     if mode in MODES:
-        if args is not None and getattr(args, "update_on_servers", False):
+        if getattr(args, "update_on_servers", False):
             return "sync --update-on-servers needs the kvstore's servers"
+        if mode == "esync" and getattr(args, "esync_policy", None) in IN_FLIGHT_POLICIES:
+            return (f"esync --esync-policy {args.esync_policy} times requests in flight beside its steps on the "
+                    "machine's clock")
         return None
     if entry.state_server:
-        return f"{mode} asks the state server, which the virtual clock does not reach yet"
+        return f"{mode} asks the state server in ways the virtual clock does not model yet"
     if not entry.cluster:
         return f"{mode} runs its workers in processes of their own, racing in shared memory: no clock orders them"
     return f"{mode} needs the kvstore's servers (their update rule), which the virtual clock does not model yet"
@@ -60,19 +66,21 @@ def read_job(path):
 
 def build(job, workers, links):
     """(scheduler, each worker's (args, clock, transport))."""
+    from training.clocks.coordination import VirtualCoordination
     from training.transport.virtual import VirtualTransport
 
     scheduler = Scheduler(len(workers))
+    coordination = VirtualCoordination(scheduler, float(job.get("round_trip") or 0.0))
     ratio = job.get("ratio")
     parts = []
     for rank, args in enumerate(workers):
         device = virtual.Device(float(job["step_seconds"]), args.slowdown, args.batch_size,
                                 float(job.get("jitter") or 0.0))
         clock = virtual.VirtualClock(scheduler, rank, device, job.get("seed", args.seed))
-        transport = VirtualTransport(scheduler, rank, links) if modes.MODES[args.mode].cluster else None
+        transport = VirtualTransport(scheduler, rank, links, coordination) if modes.MODES[args.mode].cluster else None
         args.clock = {"kind": "virtual", "step_seconds": device.step_seconds, "slowdown": device.slowdown,
                       "batch_size": device.batch_size, "jitter": device.jitter, "ratio": ratio,
-                      "latency": links.latency}
+                      "latency": links.latency, "round_trip": coordination.round_trip}
         parts.append((args, clock, transport))
     return scheduler, parts
 
@@ -82,7 +90,7 @@ def run(path):
     from training.loop import train
 
     job, workers = read_job(path)
-    data, resume = check_worker(workers[0], len(workers))  # one copy of the data, every worker's share taken from it
+    data, resume = check_worker(workers[0], len(workers), virtual=True)  # one copy of the data, every worker's share taken from it
     ratio = job.get("ratio")
     links = links_for(job, workers[0], data, ratio) if ratio else virtual.Links(latency=float(job.get("latency") or 0))
     scheduler, parts = build(job, workers, links)

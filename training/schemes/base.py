@@ -15,6 +15,7 @@ import pickle
 from data import partition
 from training import mxnet_internals, runlog
 from training.attacks import attack_for, flatten_arrays
+from training.clocks import REAL as REAL_CLOCK
 from training.lazy import mx
 from training.options import Options, local_update_rule
 from training.schedule import Schedule
@@ -65,6 +66,7 @@ class Scheme:
     description = None                # one line for -m's help
     Options = Options                 # what it reads from the command line (training/options.py)
     kvstore = None                    # kvstore type this scheme trains over; None: no cluster (one process)
+    clock = REAL_CLOCK                # what the scheme reads its time from: the loop's (train() sets it)
     validator = False                 # one more worker, started with --validator, scores the others' updates
     aggregates = True                 # aggregate() ends each round (a cluster scheme)
     aggregation_phase = runlog.GLOBAL_AGGREGATE   # how the run log names the aggregation's time

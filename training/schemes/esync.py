@@ -23,7 +23,6 @@ already wait in the aggregation): the round ends there. The first worker that fi
 again; the others' requests then go through.
 """
 import concurrent.futures
-import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -79,15 +78,19 @@ class ESync(DeltaAveraging):
 
     def setup(self):
         options = self.options
-        self.client = StateClient(options.state_server_ip, options.state_server_port, retry_for=options.sync_timeout,
-                                  on_not_initialised=self.set_up_job_again)
+        coordination = getattr(self.transport, "coordination", None)  # a virtual clock's state server, in-process
+        if coordination is not None:
+            self.client, self.requests = coordination.client(self.rank), coordination.executor
+        else:
+            self.client = StateClient(options.state_server_ip, options.state_server_port,
+                                      retry_for=options.sync_timeout, on_not_initialised=self.set_up_job_again)
+            self.requests = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-state")
         if self.rank == 0:
             self.set_up_job()
         # Setting up the weights ends in a barrier, so /init/ above precedes every worker's first request.
         super().setup()
         self.step_seconds = None
         self.opening = None  # the request that opened this round
-        self.requests = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-state")
         self.rule = RULES[options.esync_policy].worker(self)  # what this worker asks, when (coordination/rules/)
         self.reports_aggregation = self.rule.reports_aggregation
 
@@ -106,7 +109,7 @@ class ESync(DeltaAveraging):
         self.client.init_again_if_lost(self.num_workers, **self.job_settings)
 
     def begin_round(self, completed):
-        self.round_started = time.perf_counter()
+        self.round_started = self.clock.now()
         self.rule.begin_round(completed)
 
     def round_done(self, steps, step_seconds):

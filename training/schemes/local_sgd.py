@@ -18,7 +18,6 @@ FedAvgM; with --outer-optimizer nag Nesterov's, DiLoCo's outer step; outer.py).
 When the average reaches the workers is the last part (timing.py): at once, or with --overlap a round late while
 they run the next round's local steps (delayed averaging, as overlap local SGD).
 """
-import time
 from dataclasses import dataclass
 
 
@@ -132,13 +131,13 @@ class DeltaAveraging(LocallyUpdating):
         return self.timing.aggregate(stop_vote)
 
     def aggregate_now(self, stop_vote):
-        started = time.perf_counter()
+        started = self.clock.now()
         self.fill_buffers(stop_vote)
         self.transport.sum(self.sum_keys, self.buffers)
         if self.reports_aggregation:
             for entry in self.buffers:
                 entry.wait_to_read()  # the loop waits for the update anyway: this only times the sum apart from it
-            self.observe_aggregation(time.perf_counter() - started)
+            self.observe_aggregation(self.clock.now() - started)
         for p, move, starts in zip(self.model.trainable, self.global_moves(), self.start):
             for data, start in zip(p.list_data(), starts):
                 start += move.as_in_context(start.context)

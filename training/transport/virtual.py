@@ -18,8 +18,9 @@ class VirtualTransport:
     sums_in_engine = False  # every sum is taken when the worker asks for it: no scheme queues its round in MXNet
     kv = None               # no kvstore: the schemes that need one do not run on the virtual clock
 
-    def __init__(self, scheduler, rank, links):
+    def __init__(self, scheduler, rank, links, coordination=None):
         self.scheduler, self.rank, self.links = scheduler, rank, links
+        self.coordination = coordination  # the job's state server, in-process (clocks/coordination.py)
         self.num_workers = scheduler.num_workers
         self.traffic = ByteCounter()
         self.declared = None

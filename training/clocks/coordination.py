@@ -1,0 +1,84 @@
+"""The state server's rules on a virtual clock: every worker's requests answered in-process by one Coordinator (the
+state server's own, SimpleStateServer/coordinator/state.py) at the asking worker's virtual time, each charged a
+declared round trip; what a worker sends while its step runs is sent at once (an executor with no thread: the
+scheduler runs one worker at a time)."""
+import concurrent.futures
+import os
+import sys
+
+from coordination.records import Settings
+
+
+def coordinator_class():
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    server = os.path.join(here, "SimpleStateServer")
+    if server not in sys.path:
+        sys.path.append(server)
+    from coordinator.state import Coordinator
+
+    return Coordinator
+
+
+class VirtualCoordination:
+    """One job's state server: the Coordinator, on the clock of whichever worker asks."""
+
+    def __init__(self, scheduler, round_trip=0.0):
+        self.scheduler, self.round_trip = scheduler, round_trip
+        self.asking = 0
+        self.coordinator = coordinator_class()(clock=lambda: self.scheduler.now(self.asking))
+        self.executor = AtOnce()
+
+    def client(self, rank):
+        return VirtualStateClient(self, rank)
+
+    def ask(self, rank, method, *args):
+        self.asking = rank
+        answer = getattr(self.coordinator, method)(*args)
+        if self.round_trip:
+            self.scheduler.advance(rank, self.round_trip)
+        return answer
+
+
+class VirtualStateClient:
+    """StateClient's calls (training/transport/state_client.py) that ESync's rules make, answered in-process."""
+
+    def __init__(self, coordination, rank):
+        self.coordination, self.rank = coordination, rank
+
+    def init(self, num_workers, epsilon=None, policy="apply", resumed=False, share=None, max_slowest_steps=None,
+             overlap=None, accept=None):
+        defaults = Settings()
+        settings = Settings(share=defaults.share if share is None else share,
+                            max_slowest_steps=max_slowest_steps or defaults.max_slowest_steps, overlap=bool(overlap),
+                            accept=accept)
+        return self.coordination.ask(self.rank, "init", num_workers, epsilon, policy, resumed, settings)
+
+    def init_again_if_lost(self, *args, **kwargs):
+        return False  # an in-process state server never restarts
+
+    def apply(self, rank, k, c, te, retry_for=None):
+        return bool(self.coordination.ask(rank, "apply", rank, k, c, te))
+
+    def reset(self, rank, t, te):
+        self.coordination.ask(rank, "reset", rank, t, te)
+
+    def plan(self, rank, c):
+        return int(self.plan_round(rank, c)["k"])
+
+    def plan_round(self, rank, c, a=None):
+        return self.coordination.ask(rank, "plan", rank, c, a)
+
+    def close(self):
+        pass
+
+
+class AtOnce(concurrent.futures.Executor):
+    """Runs what is submitted at once, on the caller's thread."""
+
+    def submit(self, fn, *args, **kwargs):
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:  # handed to whoever asks the future
+            future.set_exception(error)
+        return future
