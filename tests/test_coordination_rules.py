@@ -5,7 +5,6 @@ import concurrent.futures
 import os
 import subprocess
 import sys
-import time
 import types
 
 import pytest
@@ -14,6 +13,7 @@ from coordination import rules
 from coordination.rules import ESYNC_POLICIES, RULES
 from launcher.cluster import ROOT
 from training import runlog
+from training.clocks import REAL
 
 
 class Client:
@@ -40,7 +40,8 @@ class ESyncWorker:
     def __init__(self, client):
         self.client, self.rank, self.step_seconds, self.aggregation_seconds = client, 1, 0.01, 0.5
         self.requests = concurrent.futures.ThreadPoolExecutor(1)
-        self.opening, self.round_started = None, time.perf_counter()
+        self.clock = REAL
+        self.opening, self.round_started = None, REAL.now()
 
     def opened(self):
         opening, self.opening = self.opening, None

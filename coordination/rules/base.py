@@ -17,6 +17,7 @@ class Worker:
     thread (`requests`), smoothed step time, the request that opened the round (`opening`) and its start."""
     reports_aggregation = False  # the worker times its aggregations for the rule
     sized_by = ()                # the ESync options that size the rule's rounds (training/schemes/esync.py)
+    in_flight = False            # its requests fly beside the steps, timed by the machine (not on a virtual clock)
 
     def __init__(self, esync):
         self.esync = esync

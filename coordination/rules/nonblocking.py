@@ -12,6 +12,7 @@ NAME = "nonblocking"
 
 
 class AskingWithoutWaiting(Asking):
+    in_flight = True
     def __init__(self, esync):
         super().__init__(esync)
         self.questions = []  # the questions in flight: (answer future, when it was sent)

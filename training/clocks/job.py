@@ -23,27 +23,11 @@ from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 
 log = logging.getLogger("virtual")
 
-# The modes whose workers need nothing but the synchronous aggregation and ESync's rules; the others say why they do
-# not run (yet).
-MODES = ("local", "sync", "fedavg", "diloco", "esync")
-IN_FLIGHT_POLICIES = ("nonblocking",)  # ESync's requests that run beside the step, timed by the machine
-
-
 def refusal(mode, args=None):
-    """Why `mode` (with the worker's or the launcher's `args`) does not run on the virtual clock, or None."""
-    entry = modes.MODES[mode]
-    if mode in MODES:
-        if getattr(args, "update_on_servers", False):
-            return "sync --update-on-servers needs the kvstore's servers"
-        if mode == "esync" and getattr(args, "esync_policy", None) in IN_FLIGHT_POLICIES:
-            return (f"esync --esync-policy {args.esync_policy} times requests in flight beside its steps on the "
-                    "machine's clock")
-        return None
-    if entry.state_server:
-        return f"{mode} asks the state server in ways the virtual clock does not model yet"
-    if not entry.cluster:
-        return f"{mode} runs its workers in processes of their own, racing in shared memory: no clock orders them"
-    return f"{mode} needs the kvstore's servers (their update rule), which the virtual clock does not model yet"
+    """Why `mode` (with the worker's or the launcher's `args`) does not run on the virtual clock, or None: each
+    scheme says (Scheme.virtual_refusal)."""
+    why = modes.scheme_class(mode).virtual_refusal(args)
+    return None if why is None else (why if why.startswith(mode) else f"{mode} {why}")
 
 
 def read_job(path):

@@ -51,6 +51,7 @@ class Async(Scheme):
     description = ("ASGD, one step per round: push the gradient, the server applies SGD, pull the newest weights "
                    "(dist_async)")
     kvstore = "dist_async"
+    virtual_clock = "needs the kvstore's servers and their update rule, which the virtual clock does not model yet"
 
     def server_rule(self):
         """Plain SGD on the gradient of the loss summed over a batch."""
@@ -108,6 +109,7 @@ class DCASGDPerWorker(Scheme):
                    "(dist_async)")
     Options = DCASGDPerWorkerOptions
     kvstore = "dist_async"
+    virtual_clock = "needs the kvstore's servers and their update rule, which the virtual clock does not model yet"
 
     def setup(self):
         from training.schemes.servers.dcasgd_server import DelayCompensatedPerWorker

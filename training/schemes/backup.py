@@ -42,6 +42,7 @@ class BackupSync(Scheme):
                    "the late ones dropped (dist_sync)")
     Options = BackupOptions
     kvstore = "dist_sync"
+    virtual_clock = "asks the state server in ways the virtual clock does not model yet (long polls, arrivals)"
 
     @property
     def accept(self):

@@ -71,6 +71,7 @@ class Scheme:
     aggregates = True                 # aggregate() ends each round (a cluster scheme)
     aggregation_phase = runlog.GLOBAL_AGGREGATE   # how the run log names the aggregation's time
     coordinated = False               # round_done() asks the state server (its time: runlog.CHECK_READY)
+    virtual_clock = None              # why the scheme does not run on a virtual clock (training/clocks/), or None
     updates_locally = False           # local_step() updates the weights (its time: runlog.LOCAL_UPDATE)
     trainer = None                    # the local gluon.Trainer, where the workers update the weights
     update_rule = None                # its rule: options.local_update_rule
@@ -78,6 +79,11 @@ class Scheme:
     train_samples = None              # the training set's size (the loop sets it before setup)
     share = None                      # (images, labels) of this worker's share (the loop sets it after setup)
     during_backward = None            # f(stop_vote), run once a step's backward pass is queued (a step per round)
+
+    @classmethod
+    def virtual_refusal(cls, args):
+        """Why a worker of these arguments does not run on a virtual clock, or None."""
+        return cls.virtual_clock
 
     def __init__(self, options, model, transport):
         self.options = options

@@ -76,6 +76,13 @@ class ESync(DeltaAveraging):
     aggregation_phase = runlog.GLOBAL_UPDATE  # as the original ESync scripts log it
     coordinated = True
 
+    @classmethod
+    def virtual_refusal(cls, args):
+        policy = getattr(args, "esync_policy", None)
+        if policy in RULES and RULES[policy].worker.in_flight:
+            return f"esync --esync-policy {policy} times requests in flight beside its steps on the machine's clock"
+        return super().virtual_refusal(args)
+
     def setup(self):
         options = self.options
         coordination = getattr(self.transport, "coordination", None)  # a virtual clock's state server, in-process

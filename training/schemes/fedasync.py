@@ -61,6 +61,7 @@ class FedAsync(FixedLocalSteps):
                    "(dist_async)")
     Options = FedAsyncOptions
     kvstore = "dist_async"
+    virtual_clock = "needs the kvstore's servers and their update rule, which the virtual clock does not model yet"
 
     def setup(self):
         from training.schemes.servers.fedasync_server import FedAsyncLayout

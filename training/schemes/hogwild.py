@@ -25,6 +25,7 @@ class HogwildOptions(Options):
 
 
 class Hogwild(Scheme):
+    virtual_clock = "runs its workers in processes of their own, racing in shared memory: no clock orders them"
     name = "hogwild"
     description = ("Hogwild!, --hogwild-workers processes on this machine update one shared copy of the weights "
                    "without locks, no cluster")

@@ -55,6 +55,7 @@ class NonBlockingSync(Scheme):
                    "(dist_sync)")
     Options = NBSyncOptions
     kvstore = "dist_sync"
+    virtual_clock = "asks the state server in ways the virtual clock does not model yet (long polls, arrivals)"
     coordinated = True
 
     def __init__(self, options, model, transport):

@@ -50,6 +50,12 @@ class Sync(Scheme):
     queues_round = True  # False where the update's scale is known only once the round's sums are in
     sums_are_steps = False  # plain SGD on the workers: the summed gradients are the step itself
 
+    @classmethod
+    def virtual_refusal(cls, args):
+        if getattr(args, "update_on_servers", False):
+            return "sync --update-on-servers needs the kvstore's servers"
+        return super().virtual_refusal(args)
+
     def setup(self):
         self.broadcast_initial_weights()
         grads = [p.list_grad() for p in self.model.trainable]
