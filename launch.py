@@ -10,6 +10,7 @@ draw the comparison.
     python launch.py regimes [--repeats R]   # every scheme over links x heterogeneity x data split: who wins where
     python launch.py tune --trials 8         # each scheme's values searched in one cell (launcher/tune.py)
     python launch.py docs [--check]          # the docs' result tables again from the committed results
+    python launch.py calibrate -n lenet --slowdown 1,4 --out devices.json   # the fast step, for --clock virtual
 
 Without --tracker every process runs on this machine on 127.0.0.1: the state server (esync and nbsync only), the
 ps-lite scheduler, -s servers and one worker per --devices entry. Per mode, the iteration logs go to
@@ -23,14 +24,14 @@ import logging
 import sys
 
 from analysis import doc_tables
-from launcher import dmlc, netns, paper, preflight, regime_map, runner, sweep, tune
+from launcher import comm_ratio, dmlc, netns, paper, preflight, regime_map, runner, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
                "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run,
-               "docs": doc_tables.run}
+               "docs": doc_tables.run, "calibrate": comm_ratio.calibrate}
 
 
 def main(argv=None):

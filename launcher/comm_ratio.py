@@ -117,3 +117,83 @@ def resolve(experiment, measured=None):
           f"{rate / 1e6:.3f} Mbit/s (a transfer of the model: {8e3 * model_bytes / rate:.1f} ms), the parameter "
           f"servers' at {ps_rate / 1e6:.3f} Mbit/s", flush=True)
     return resolved
+
+
+# ----------------------------------------------------------------------------------------------
+# A device calibrated for the virtual clock: `launch.py calibrate`
+
+
+def calibrate(argv):
+    """`launch.py calibrate [--out FILE] LAUNCHER-OPTIONS`: the fast step of the launcher's options (network, data,
+    batch size after --, the fastest worker's device and CPU quota), measured as for --comm-ratio and written to FILE
+    for `--clock virtual --step-seconds FILE`. Exit 0, 1 where the measurement failed, 2 for bad input."""
+    import argparse
+    import json
+    import shlex
+    import socket
+
+    from launcher import experiment as launcher_options
+    from training.checks import UsageError
+    from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
+    from training.files import write_json
+
+    p = argparse.ArgumentParser(prog="launch.py calibrate", description=calibrate.__doc__.splitlines()[0])
+    p.add_argument("--out", default="devices.json", help="the file to write (default devices.json)")
+    ns, rest = p.parse_known_args(argv)
+    try:
+        run = launcher_options.parse(["--modes", modes.STANDALONE, "--max-iters", str(PROBE_STEPS), *rest])
+        step, compute, model_bytes = measure(run)
+    except UsageError as error:
+        print(f"launch.py calibrate: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except MeasurementFailed as error:
+        print(f"launch.py calibrate: {str(error).replace('--comm-ratio: ', '')}", file=sys.stderr)
+        return EXIT_FAILURE
+    record = {"network": run.network, "dataset": run.dataset, "batch_size": batch_size_of(run.worker_args),
+              "step_seconds": step, "compute_seconds": compute, "model_bytes": model_bytes, "steps": PROBE_STEPS,
+              "device": run.devices[run.fastest_worker], "device_share": run.device_share,
+              "devices_described": run.devices_described, "measured_on": socket.gethostname(),
+              "command": "python launch.py calibrate " + shlex.join(argv)}
+    write_json(ns.out, record, indent=1)
+    print(json.dumps(record, indent=1))
+    print(f"a step of {run.network} at batch {record['batch_size']}: {step * 1e3:.2f} ms; written to {ns.out}")
+    return 0
+
+
+def batch_size_of(worker_args):
+    """The batch size the workers' arguments give (main.py's default without -b)."""
+    import argparse
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-b", "--batch-size", type=int, default=config.default("batch_size"))
+    return p.parse_known_args(list(worker_args))[0].batch_size
+
+
+def step_seconds(given, network, dataset, worker_args):
+    """--step-seconds as seconds: a number, or what a calibration file gives for this run (None without it)."""
+    if given is None or isinstance(given, float):
+        return given
+    try:
+        return float(given)
+    except ValueError:
+        return calibrated_step(given, network, dataset, worker_args)
+
+
+def calibrated_step(path, network, dataset, worker_args):
+    """The step seconds a calibration file gives for a run of `network` on `dataset` at its batch size; ValueError
+    (one line) where the file is not one, or was measured for another network, data set or batch size."""
+    from training.files import read_json
+
+    try:
+        record = read_json(path)
+        step = float(record["step_seconds"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} is neither a number of seconds nor a file of launch.py calibrate ({error})") from None
+    wanted = {"network": network, "dataset": dataset, "batch_size": batch_size_of(worker_args)}
+    differing = {key: record.get(key) for key, value in wanted.items() if record.get(key) != value}
+    if differing:
+        said = ", ".join(f"{key} {value}" for key, value in differing.items())
+        raise ValueError(f"{path} was calibrated for {said}, not for this run's "
+                         + ", ".join(f"{key} {wanted[key]}" for key in differing))
+    return step
+

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from analysis import summary, tuned
-from launcher import checks, help, netns, workers
+from launcher import checks, comm_ratio, help, netns, workers
 from launcher.commands import CHECKPOINT_EVERY, KEPT_CHECKPOINTS, device_flags
 from launcher.dmlc import TRACKERS, split_at_double_dash
 from launcher.hosts import LOOPBACK
@@ -16,6 +16,7 @@ from training import config, modes, runlog
 from training.transport import collectives
 from training.attacks import ATTACKS
 from training.checks import UsageError
+from training.clocks import virtual
 from training.schemes import esync
 
 # A mode's folder holds the workers' node folders and PROCESSES_FOLDER, with each process's output, PID_FILE and
@@ -235,9 +236,9 @@ def add_clock_options(p):
                    help="real: every process on its own, timed as it runs (default); virtual: a mode's whole job in "
                         "one process, each step charged --step-seconds x its device's --slowdown and each transfer "
                         "its links' (--comm-ratio), the same whatever the machine's load (docs/virtual-clock.md)")
-    p.add_argument("--step-seconds", type=float,
+    p.add_argument("--step-seconds",
                    help="--clock virtual: the seconds a step of one batch takes on a device of --slowdown 1 for this "
-                        "network and batch size (the paper's GPUs: about 0.03 for its networks)")
+                        "network and batch size (the paper's GPUs: about 0.03), or a file of launch.py calibrate")
     p.add_argument("--step-jitter", type=float, default=0.0,
                    help="--clock virtual: each step's charge x a log-normal factor of mean 1 and this log-spread, "
                         "drawn from a seeded stream per device (default 0)")
@@ -321,9 +322,13 @@ def build(ns, worker_args=()):
     checks.check_collective(ns, chosen)
     checks.check_worker_args(worker_args)
     checks.check_snapshot_seconds(ns.snapshot_seconds)
+    try:
+        ns.step_seconds = comm_ratio.step_seconds(ns.step_seconds, ns.network, ns.dataset, worker_args)
+    except ValueError as error:
+        raise UsageError(f"--step-seconds {error}") from None
     checks.check_clock(ns, chosen)
     if ns.clock == runlog.VIRTUAL_CLOCK:
-        share, devices_described = None, virtual_devices(ns)
+        share, devices_described = None, virtual.describe(ns.step_seconds, ns.step_jitter, ns.comm_ratio)
     else:
         share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
     if ns.validators < 1 or ns.validators > len(devices):
@@ -351,14 +356,6 @@ def build(ns, worker_args=()):
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})
-
-
-def virtual_devices(ns):
-    """How the devices are emulated on a virtual clock, in one line."""
-    jitter = f", jitter {ns.step_jitter:g}" if ns.step_jitter else ""
-    links = f"a transfer of the model {ns.comm_ratio:g} fast steps" if ns.comm_ratio else "free links (loopback)"
-    return (f"a virtual clock: a step of one batch charged {ns.step_seconds:g} s x the device's slowdown{jitter}; "
-            f"{links}")
 
 
 def link_of(ns):

@@ -235,3 +235,25 @@ def test_the_regime_map_charges_its_links_on_the_virtual_clock_and_takes_its_lim
     assert {run.comm_ratio for run in shaped} == {3.0} and "lasts 3 fast steps" in shaped[0].describe_links()
     regimes_command.measure_limits(ns, plan, ["-b", "32"])
     assert json.load(open(tmp_path / "limits.json")) == {"1,4": [3200.0, 800.0]}  # 32 samples a 10 ms, and x 4
+
+
+@pytest.mark.slow
+def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_path):
+    devices = str(tmp_path / "devices.json")
+    calibrated = subprocess.run([sys.executable, LAUNCH_PY, "calibrate", "-n", "lenet", "--dataset", "mnist-5k",
+                                 "--slowdown", "1,4", "--out", devices], capture_output=True, text=True,
+                                env=launcher_env(), timeout=300)
+    assert calibrated.returncode == 0, calibrated.stderr
+    record = json.load(open(devices))
+    assert record["network"] == "lenet" and record["batch_size"] == 64 and 0 < record["step_seconds"] < 1
+
+    logs = str(tmp_path / "logs")
+    code, output = virtual_run(logs, "local", "1,4", "--step-seconds", devices, "--max-time", "0.5")
+    meta_path, = glob.glob(os.path.join(logs, "lenet", "local", "*", "*", runlog.META_FILE))
+
+    assert code == 0, output
+    assert json.load(open(meta_path))["clock"]["step_seconds"] == record["step_seconds"]
+    wrong = subprocess.run([sys.executable, LAUNCH_PY, "--modes", "local", "--slowdown", "1", "--max-time", "1",
+                            "-n", "lenet", "--dataset", "mnist-5k", "--clock", "virtual", "--step-seconds", devices,
+                            "--", "-b", "32"], capture_output=True, text=True, env=launcher_env(), timeout=60)
+    assert wrong.returncode == 2 and wrong.stderr.strip().endswith("not for this run's batch_size 32"), wrong.stderr

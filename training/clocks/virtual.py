@@ -64,3 +64,11 @@ class VirtualClock:
 
     def charge_step(self, samples):
         self.scheduler.advance(self.rank, self.device.seconds(samples, self.rng))
+
+
+def describe(step_seconds, jitter, ratio):
+    """How a virtual clock charges the devices and links, in one line."""
+    jittered = f", jitter {jitter:g}" if jitter else ""
+    links = f"a transfer of the model {ratio:g} fast steps" if ratio else "free links (loopback)"
+    return f"a virtual clock: a step of one batch charged {step_seconds:g} s x the device's slowdown{jittered}; {links}"
+
