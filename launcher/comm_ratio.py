@@ -127,21 +127,16 @@ def calibrate(argv):
     """`launch.py calibrate [--out FILE] LAUNCHER-OPTIONS`: the fast step of the launcher's options (network, data,
     batch size after --, the fastest worker's device and CPU quota), measured as for --comm-ratio and written to FILE
     for `--clock virtual --step-seconds FILE`. Exit 0, 1 where the measurement failed, 2 for bad input."""
-    import argparse
     import json
     import shlex
     import socket
 
-    from launcher import experiment as launcher_options
     from training.checks import UsageError
     from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
     from training.files import write_json
 
-    p = argparse.ArgumentParser(prog="launch.py calibrate", description=calibrate.__doc__.splitlines()[0])
-    p.add_argument("--out", default="devices.json", help="the file to write (default devices.json)")
-    ns, rest = p.parse_known_args(argv)
     try:
-        run = launcher_options.parse(["--modes", modes.STANDALONE, "--max-iters", str(PROBE_STEPS), *rest])
+        out, run = parse_calibration(argv)
         step, compute, model_bytes = measure(run)
     except UsageError as error:
         print(f"launch.py calibrate: error: {error}", file=sys.stderr)
@@ -154,10 +149,22 @@ def calibrate(argv):
               "device": run.devices[run.fastest_worker], "device_share": run.device_share,
               "devices_described": run.devices_described, "measured_on": socket.gethostname(),
               "command": "python launch.py calibrate " + shlex.join(argv)}
-    write_json(ns.out, record, indent=1)
+    write_json(out, record, indent=1)
     print(json.dumps(record, indent=1))
-    print(f"a step of {run.network} at batch {record['batch_size']}: {step * 1e3:.2f} ms; written to {ns.out}")
+    print(f"a step of {run.network} at batch {record['batch_size']}: {step * 1e3:.2f} ms; written to {out}")
     return 0
+
+
+def parse_calibration(argv):
+    """(the file to write, the Experiment whose fast step is measured) of `launch.py calibrate`'s arguments."""
+    import argparse
+
+    from launcher import experiment as launcher_options
+
+    p = argparse.ArgumentParser(prog="launch.py calibrate", description=calibrate.__doc__.splitlines()[0])
+    p.add_argument("--out", default="devices.json", help="the file to write (default devices.json)")
+    ns, rest = p.parse_known_args(argv)
+    return ns.out, launcher_options.parse(["--modes", modes.STANDALONE, "--max-iters", str(PROBE_STEPS), *rest])
 
 
 def batch_size_of(worker_args):
