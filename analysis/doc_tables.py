@@ -20,7 +20,7 @@ import re
 import statistics
 import sys
 
-from analysis import regime_map, significance, tuned
+from analysis import paper, regime_map, tuned
 from analysis.tables import markdown_table
 from training.files import read_json, write_text
 
@@ -166,7 +166,37 @@ def repeats_block(folder):
     return "\n".join(parts)
 
 
-KINDS = {"search": search_block, "verdict": verdict_block, "repeats": repeats_block}
+def validation_block(folder):
+    """The same cells taken in real time (FOLDER/real/regimes.json) and on the virtual clock (FOLDER/virtual/): per
+    cell and scheme, each one's median time to the target and samples/s, and whether the schemes' order agrees."""
+    real, simulated = (read_json(os.path.join(folder, kind, regime_map.RESULTS_FILE)) for kind in ("real", "virtual"))
+    rows = []
+    for (target, cell), (_, twin) in zip(cells_at_targets(real), cells_at_targets(simulated)):
+        medians = {}
+        for kind, of in (("real", cell), ("virtual", twin)):
+            horizon = horizon_of(of)
+            medians[kind] = {s: statistics.median(t if reached else horizon for t, reached in n["censored_times"])
+                             for s, n in of["schemes"].items() if n["censored_times"]}
+        same = (sorted(medians["real"], key=medians["real"].get)
+                == sorted(medians["virtual"], key=medians["virtual"].get))
+        for scheme in cell["schemes"]:
+            numbers, twins = cell["schemes"][scheme], twin["schemes"][scheme]
+            rows.append([cell_name(real, cell), f"{target:g}", regime_map.display(scheme),
+                         median_text(medians["real"].get(scheme), numbers),
+                         median_text(medians["virtual"].get(scheme), twins),
+                         paper.format_statistic(numbers["samples_per_s"], ".0f"),
+                         paper.format_statistic(twins["samples_per_s"], ".0f"), "yes" if same else "**no**"])
+    return markdown_table(["cell", "target", "scheme", "median time, real", "median time, virtual", "samples/s, real",
+                           "samples/s, virtual", "same order of the schemes"], rows) + "\n"
+
+
+def median_text(median, numbers):
+    if median is None:
+        return "not run"
+    return f"{median:.1f} s ({numbers['reached']} of {len(numbers['censored_times'])} reached)"
+
+
+KINDS = {"search": search_block, "verdict": verdict_block, "repeats": repeats_block, "validation": validation_block}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -78,3 +78,17 @@ def test_the_command_checks_without_writing():
                             text=True, timeout=120)
 
     assert result.returncode == 0, result.stderr
+
+
+def test_the_validation_block_sets_real_and_virtual_medians_side_by_side_and_says_if_the_order_agrees(tmp_path):
+    import shutil
+
+    real = a_study(str(tmp_path))
+    folder = tmp_path / "results" / "twins"
+    shutil.copytree(real, folder / "real")
+    shutil.copytree(real, folder / "virtual")
+    page = "<!-- generated: validation results/twins -->\n<!-- end generated -->\n"
+
+    fresh = doc_tables.regenerate(page, str(tmp_path))
+
+    assert "| ESync | 4.0 s (5 of 5 reached) | 4.0 s (5 of 5 reached) |" in fresh and "| yes |" in fresh
