@@ -142,7 +142,18 @@ def pays_text(cell):
         return "**yes**: " + ", ".join(f"{regime_map.display(s)} (p = {adjusted[s]:.2g})" for s in test["faster"])
     if answer == "no":
         return f"**no**: one device leads every cluster scheme (p ≤ {max(adjusted.values()):.2g})"
-    return f"cannot be told (smallest p {min(adjusted.values()):.2g})"
+    means = regime_map.restricted_means(cell["schemes"])
+    ahead = [s for s in adjusted if means[s] < means[regime_map.STANDALONE]]
+    if ahead:
+        closest = min(ahead, key=adjusted.get)
+        said = (f"cannot be told: {regime_map.display(closest)} is sooner in the mean, within the spread "
+                f"(p = {adjusted[closest]:.2g})")
+    else:
+        said = "cannot be told: no cluster scheme is sooner than one device in the mean"
+    if test["slower"]:
+        said += "; one device leads " + ", ".join(f"{regime_map.display(s)} (p = {adjusted[s]:.2g})"
+                                                  for s in test["slower"])
+    return said
 
 
 def repeats_block(folder):

@@ -149,6 +149,7 @@ def calibrate(argv):
               "device": run.devices[run.fastest_worker], "device_share": run.device_share,
               "devices_described": run.devices_described, "measured_on": socket.gethostname(),
               "command": "python launch.py calibrate " + shlex.join(argv)}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     write_json(out, record, indent=1)
     print(json.dumps(record, indent=1))
     print(f"a step of {run.network} at batch {record['batch_size']}: {step * 1e3:.2f} ms; written to {out}")
