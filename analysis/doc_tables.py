@@ -174,6 +174,9 @@ def repeats_block(folder):
                      "–: missed)\n\n" + markdown_table(
                          ["scheme", "seconds to the target, seed by seed", "mean, misses at the budget", "× leader",
                           "Holm-adjusted p against the leader"], rows) + "\n")
+    if result.get("command"):
+        took = f" ({result['wall_seconds'] / 60:.0f} minutes)" if result.get("wall_seconds") else ""
+        parts.append(f"Run by{took}:\n\n    {result['command']}\n")
     return "\n".join(parts)
 
 

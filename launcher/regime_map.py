@@ -29,7 +29,7 @@ import sys
 import time
 
 from analysis import paper, regime_map, tuned
-from launcher import experiment, preflight, runner, workers
+from launcher import comm_ratio, experiment, preflight, runner, workers
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes, runlog
 from training.schemes import esync
@@ -248,6 +248,10 @@ def parse(argv):
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
     ns.data_dir = experiment.data_dir(ns)
+    try:  # a calibration file read once: the plan and the limits take its seconds
+        ns.step_seconds = comm_ratio.step_seconds(ns.step_seconds, ns.network, ns.dataset, worker_args)
+    except ValueError as error:
+        raise UsageError(f"--step-seconds {error}") from None
     plan = plan_of(ns)
     if ns.resume:
         check_resumable(ns.log_dir, plan)

@@ -226,12 +226,15 @@ def test_sixty_four_workers_on_the_virtual_clock_complete_a_job(tmp_path):
 def test_the_regime_map_charges_its_links_on_the_virtual_clock_and_takes_its_limits_from_the_devices(tmp_path):
     from launcher import regime_map as regimes_command
 
+    devices = tmp_path / "devices.json"
+    devices.write_text(json.dumps({"network": "lenet", "dataset": "mnist-5k", "batch_size": 32, "step_seconds": 0.01}))
     ns, plan, runs = regimes_command.parse([
-        "--clock", "virtual", "--step-seconds", "0.01", "--links", "loopback,3", "--profiles", "1,4", "--splits", "iid",
-        "--schemes", "sync,local", "--repeats", "1", "--dataset", "mnist-5k", "-ld", str(tmp_path), "--", "-b", "32"])
+        "--clock", "virtual", "--step-seconds", str(devices), "--links", "loopback,3", "--profiles", "1,4",
+        "--splits", "iid", "--schemes", "sync,local", "--repeats", "1", "--dataset", "mnist-5k", "-ld", str(tmp_path),
+        "--", "-b", "32"])
 
     shaped = [run for label, _, run in runs if "R = 3" in label]
-    assert all(run.clock == "virtual" and run.hosts == "local" for _, _, run in runs)
+    assert all(run.clock == "virtual" and run.hosts == "local" and run.step_seconds == 0.01 for _, _, run in runs)
     assert {run.comm_ratio for run in shaped} == {3.0} and "lasts 3 fast steps" in shaped[0].describe_links()
     regimes_command.measure_limits(ns, plan, ["-b", "32"])
     assert json.load(open(tmp_path / "limits.json")) == {"1,4": [3200.0, 800.0]}  # 32 samples a 10 ms, and x 4
