@@ -200,8 +200,11 @@ def validation_block(folder):
                          median_text(medians["virtual"].get(scheme), twins),
                          paper.format_statistic(numbers["samples_per_s"], ".0f"),
                          paper.format_statistic(twins["samples_per_s"], ".0f"), "yes" if same else "**no**"])
-    return markdown_table(["cell", "target", "scheme", "median time, real", "median time, virtual", "samples/s, real",
-                           "samples/s, virtual", "same order of the schemes"], rows) + "\n"
+    walls = [f"{kind} {result['wall_seconds']:.0f} s" for kind, result in (("real", real), ("virtual", simulated))
+             if result.get("wall_seconds")]
+    return (markdown_table(["cell", "target", "scheme", "median time, real", "median time, virtual", "samples/s, real",
+                            "samples/s, virtual", "same order of the schemes"], rows) + "\n"
+            + (f"\nWall time of the two maps: {', '.join(walls)}.\n" if walls else ""))
 
 
 def median_text(median, numbers):
