@@ -164,6 +164,7 @@ def virtual_jobs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
 def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machine_runs(virtual_jobs):
     alone, beside_busy_loops = (logged(logs) for logs in virtual_jobs)
 
@@ -172,6 +173,7 @@ def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machi
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
 def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
     logs = virtual_jobs[0]
     sync = summary.summarize_mode(os.path.join(logs, "lenet"), "sync")
@@ -185,6 +187,7 @@ def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
 def test_esync_asks_its_rules_in_process_and_its_fast_workers_step_while_the_slow_one_computes(virtual_jobs):
     rounds = {folder: runlog.DeviceLog(folder).ordered()
               for folder in glob.glob(os.path.join(virtual_jobs[0], "lenet", "esync", "*", "cpu-worker*"))}
@@ -197,6 +200,7 @@ def test_esync_asks_its_rules_in_process_and_its_fast_workers_step_while_the_slo
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
 def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tmp_path):
     import shutil
 
@@ -214,9 +218,10 @@ def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tm
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
 def test_sixty_four_workers_on_the_virtual_clock_complete_a_job(tmp_path):
     logs = str(tmp_path / "logs")
-    code, output = virtual_run(logs, "sync", ",".join(["1"] * 48 + ["4"] * 16), "--max-time", "0.2", "--", "-b", "32")
+    code, output = virtual_run(logs, "sync", ",".join(["1"] * 48 + ["4"] * 16), "--max-time", "0.1", "--", "-b", "32")
 
     assert code == 0, output
     folders = glob.glob(os.path.join(logs, "lenet", "sync", "*", "cpu-worker*"))
@@ -241,6 +246,7 @@ def test_the_regime_map_charges_its_links_on_the_virtual_clock_and_takes_its_lim
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
 def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_path):
     devices = str(tmp_path / "devices.json")
     calibrated = subprocess.run([sys.executable, LAUNCH_PY, "calibrate", "-n", "lenet", "--dataset", "mnist-5k",
@@ -251,7 +257,7 @@ def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_pa
     assert record["network"] == "lenet" and record["batch_size"] == 64 and 0 < record["step_seconds"] < 1
 
     logs = str(tmp_path / "logs")
-    code, output = virtual_run(logs, "local", "1,4", "--step-seconds", devices, "--max-time", "0.5")
+    code, output = virtual_run(logs, "local", "1,4", "--step-seconds", devices, "--max-time", "0.2")
     meta_path, = glob.glob(os.path.join(logs, "lenet", "local", "*", "*", runlog.META_FILE))
 
     assert code == 0, output
