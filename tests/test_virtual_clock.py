@@ -146,14 +146,14 @@ def logged(logs):
 
 @pytest.fixture(scope="module")
 def virtual_jobs(tmp_path_factory):
-    """A 3-device SSGD job, ESync's and a one-device run on the virtual clock, twice: once alone, once beside two busy
+    """A 3-device SSGD job and ESync's on the virtual clock, 1 virtual second, twice: once alone, once beside two busy
     loops."""
     runs = []
     for busy in (0, 2):
         logs = str(tmp_path_factory.mktemp("virtual") / "logs")
         loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
         try:
-            code, output = virtual_run(logs, "sync,esync,local", "1,1,4")
+            code, output = virtual_run(logs, "sync,esync", "1,1,4", "--max-time", "1")
         finally:
             for loop in loops:
                 loop.kill()
@@ -177,13 +177,11 @@ def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machi
 def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
     logs = virtual_jobs[0]
     sync = summary.summarize_mode(os.path.join(logs, "lenet"), "sync")
-    local = summary.summarize_mode(os.path.join(logs, "lenet"), "local")
 
     assert sync["clock"]["kind"] == runlog.VIRTUAL_CLOCK and sync["clock"]["step_seconds"] == 0.007
-    assert 1.95 <= sync["elapsed_time"] <= 2.3 and 1.95 <= local["elapsed_time"] <= 2.3
-    # a round waits for the slow device's step, 4 x 7 ms (its jitter averages out): about 71 rounds in 2 s
-    assert 55 <= sync["num_rounds"] <= 90 and 230 <= local["num_rounds"] <= 340
-    assert sync["final_accuracy"] > 0.5 and local["final_accuracy"] > 0.5
+    assert 0.95 <= sync["elapsed_time"] <= 1.2
+    # a round waits for the slow device's step, 4 x 7 ms (its jitter averages out): about 36 rounds in 1 s
+    assert 27 <= sync["num_rounds"] <= 45 and sync["final_accuracy"] > 0.3
 
 
 @pytest.mark.slow
