@@ -24,7 +24,7 @@ import logging
 import sys
 
 from analysis import doc_tables
-from launcher import comm_ratio, dmlc, netns, paper, preflight, regime_map, runner, sweep, tune
+from launcher import checks, comm_ratio, dmlc, netns, paper, regime_map, runner, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
@@ -42,7 +42,7 @@ def main(argv=None):
                         datefmt="%H:%M:%S")
     try:
         experiment = parse(argv)
-        preflight.check_machine(experiment)
+        checks.check_machine(experiment)
     except UsageError as error:
         print(f"launch.py: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -127,6 +127,23 @@ def read_evaluator_log(mode_dir):
     return [records[step] for step in sorted(records)]
 
 
+def run_evaluations(mode_dir):
+    """A run's evaluations, {time, accuracy[, diverged]} each: its evaluator's log, or where it had no evaluator
+    (rank 0 evaluating in its loop, as on a virtual clock) its summary's accuracy curve ([] without either)."""
+    evaluations = read_evaluator_log(mode_dir)
+    if evaluations:
+        return evaluations
+    found = load_summary(os.path.dirname(mode_dir), os.path.basename(mode_dir))
+    if not found:
+        return []
+    from analysis import metrics
+
+    evaluations = [{"time": seconds, "accuracy": accuracy} for _, seconds, accuracy in metrics.curve_points(found)]
+    if evaluations and found.get("diverged"):
+        evaluations[-1]["diverged"] = found["diverged"]
+    return evaluations
+
+
 def mode_folders(network_dir):
     """Mode folders of a network that carry a known mode name, in sorted order."""
     if not os.path.isdir(network_dir):

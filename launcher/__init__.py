@@ -2,7 +2,8 @@
 MXNet's dmlc_tracker), then its summaries, figures and table.
 
     experiment   the command line, read once into a frozen Experiment
-    preflight    the checks of an Experiment against this machine before anything starts
+    checks       the checks of a command line and of an Experiment against this machine before anything starts
+    parallel     the runs of a map, a table or a search on a virtual clock, several at once (--jobs)
     commands     the command lines of the workers, validator, scheduler, servers and dmlc_tracker
     runner       running each mode and the whole experiment, on loopback or on namespace hosts
     supervision  signals, exits, the PID file and the progress lines of a running mode

@@ -1,5 +1,8 @@
-"""What the launcher checks of its command line beyond each flag's type: combinations that cannot run, each a
-one-line UsageError before anything starts."""
+"""What the launcher checks before anything starts, each a one-line UsageError: its command line beyond each flag's
+type (combinations that cannot run), and an Experiment against this machine (check_machine: network namespaces can
+be made with --hosts netns, and every worker passes main.py's own checks of its command line, devices and data)."""
+import os
+
 from launcher.dmlc import TRACKERS_WITH_TASK_INDEX
 from training import modes, runlog
 from training.checks import UsageError
@@ -104,7 +107,7 @@ def check_comm_ratio(ns):
         raise UsageError("--comm-ratio sets the workers' links' rate: leave out --bandwidth")
 
 
-def check_clock(ns, chosen):
+def check_clock(ns, chosen, worker_args=()):
     """A job on a virtual clock: a step time, and nothing it does not model (one line each)."""
     from training.clocks import job
 
@@ -124,7 +127,65 @@ def check_clock(ns, chosen):
         if given:
             raise UsageError(f"--clock virtual runs the whole job in one process on this machine: leave out {flag}")
     for mode in chosen:
-        why = job.refusal(mode, ns)
+        why = job.refusal(mode, ns) or job.refusal(mode, worker_options(mode, worker_args))
         if why:
             raise UsageError(f"--clock virtual: {why}")
 
+
+
+def worker_options(mode, worker_args):
+    """A worker's options of `mode` with the arguments after --; None where they do not parse (the workers' own
+    check says why)."""
+    import contextlib
+    import io
+
+    from training import config
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return config.parse_args(["-m", mode, *worker_args])
+    except (SystemExit, ValueError):
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# An Experiment against this machine
+
+PLACEHOLDER_STATE_SERVER = ("127.0.0.1", 1)  # the command line needs one; the checks never call it
+
+
+def check_machine(experiment):
+    """UsageError (one line) unless the experiment can start here."""
+    from launcher import netns
+
+    if experiment.hosts == "netns":
+        try:
+            netns.check_available(experiment.netns_prefix)
+        except netns.NetnsUnavailable as error:
+            raise UsageError(str(error))
+    check_workers_can_start(experiment)  # last: it creates the first mode's log folder
+
+
+def check_workers_can_start(experiment):
+    """main.py's checks of every worker's command line, and on this machine of its devices, data and log folder."""
+    from launcher import commands
+    from training import checks as worker_checks, config
+
+    first_mode = experiment.modes[0]
+    for index in range(experiment.num_workers):
+        argv = commands.worker_argv(experiment, first_mode, index, os.devnull, PLACEHOLDER_STATE_SERVER)
+        config.build_parser().parse_args(argv[1:])
+    if experiment.tracker not in (None, "local"):
+        return  # the devices and the data are on the other hosts
+    os.environ.pop("DMLC_ROLE", None)  # importing mxnet under DMLC_ROLE=server would run a server here
+    checked = set()
+    for index, device in enumerate(experiment.devices):
+        if device in checked:
+            continue
+        # As a sync worker (no state server to reach), in the first mode's real log folder: main.py checks that
+        # it can be created and written.
+        argv = commands.worker_argv(experiment, "sync", index, experiment.mode_folder(first_mode))
+        args = config.parse_args(argv[1:])
+        args.snapshot_dir = args.snapshot_seconds = None  # the launcher empties a mode's snapshots when it starts
+        worker_checks.check_worker(args, experiment.num_workers)
+        checked.add(device)

@@ -61,14 +61,22 @@ def probe_argv(experiment, log_dir):
             + ["--max-iters", str(PROBE_STEPS), "-e", "0", "-ld", log_dir, "--node-name", "probe"])
 
 
+def period_of(records):
+    """The seconds from one step's start to the next's after warm-up: the step's own phases and the loop's work
+    between steps (logging, the data's order), as a run pays them."""
+    warm = min(PROBE_WARMUP, len(records) - 1)
+    return (records[-1]["total_time"] - records[warm - 1]["total_time"] if warm else records[-1]["total_time"]) / \
+        (len(records) - warm)
+
+
 def fast_step_of(records):
     """The median seconds of a step's own phases (batch, compute, local update, emulated slowdown) after warm-up."""
     return runlog.median_step_seconds(records, runlog.OWN_STEP_PHASES, PROBE_WARMUP)
 
 
 def measure(experiment):
-    """(fast step, its forward and backward pass, in seconds; model bytes) measured by one short standalone run;
-    MeasurementFailed otherwise."""
+    """(fast step, its forward and backward pass, in seconds; model bytes; the step's period, in seconds) measured
+    by one short standalone run; MeasurementFailed otherwise."""
     with tempfile.TemporaryDirectory(prefix="esync-probe-") as log_dir:
         argv = [sys.executable] + probe_argv(experiment, log_dir)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
@@ -86,7 +94,7 @@ def measure(experiment):
         device_log = runlog.DeviceLog(folders[0])
         records = device_log.ordered()
         compute = runlog.median_step_seconds(records, (runlog.FORWARD_BACKWARD,), PROBE_WARMUP)
-        return fast_step_of(records), compute, device_log.meta["param_bytes"]
+        return fast_step_of(records), compute, device_log.meta["param_bytes"], period_of(records)
 
 
 def resolve(experiment, measured=None):
@@ -99,7 +107,7 @@ def resolve(experiment, measured=None):
     first = key not in measured
     if first:
         measured[key] = measure(experiment)
-    step, compute, model_bytes = measured[key]
+    step, compute, model_bytes, _ = measured[key]
     rate = rate_for(experiment.comm_ratio, step, model_bytes)
     regime = {"comm_ratio": experiment.comm_ratio, "fast_step_seconds": step, "fast_compute_seconds": compute,
               "model_bytes": model_bytes,
@@ -137,7 +145,7 @@ def calibrate(argv):
 
     try:
         out, run = parse_calibration(argv)
-        step, compute, model_bytes = measure(run)
+        own_step, compute, model_bytes, step = measure(run)
     except UsageError as error:
         print(f"launch.py calibrate: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -145,7 +153,8 @@ def calibrate(argv):
         print(f"launch.py calibrate: {str(error).replace('--comm-ratio: ', '')}", file=sys.stderr)
         return EXIT_FAILURE
     record = {"network": run.network, "dataset": run.dataset, "batch_size": batch_size_of(run.worker_args),
-              "step_seconds": step, "compute_seconds": compute, "model_bytes": model_bytes, "steps": PROBE_STEPS,
+              "step_seconds": step, "own_step_seconds": own_step, "compute_seconds": compute,
+              "model_bytes": model_bytes, "steps": PROBE_STEPS,
               "device": run.devices[run.fastest_worker], "device_share": run.device_share,
               "devices_described": run.devices_described, "measured_on": socket.gethostname(),
               "command": "python launch.py calibrate " + shlex.join(argv)}

@@ -231,7 +231,8 @@ def add_run_options(p):
                         "restart starts the job over)")
 
 
-def add_clock_options(p):
+def add_clock_options(p, jobs=False):
+    """--clock and how a virtual one charges; `jobs`: --jobs, for the commands of many runs."""
     p.add_argument("--clock", choices=(runlog.REAL_CLOCK, runlog.VIRTUAL_CLOCK), default=runlog.REAL_CLOCK,
                    help="real: every process on its own, timed as it runs (default); virtual: a mode's whole job in "
                         "one process, each step charged --step-seconds x its device's --slowdown and each transfer "
@@ -242,6 +243,10 @@ def add_clock_options(p):
     p.add_argument("--step-jitter", type=float, default=0.0,
                    help="--clock virtual: each step's charge x a log-normal factor of mean 1 and this log-spread, "
                         "drawn from a seeded stream per device (default 0)")
+    if jobs:
+        p.add_argument("--jobs", type=int, default=1, metavar="N",
+                       help="--clock virtual: N runs at once, each in a process of its own (default 1); a run's "
+                            "logs are the same whatever runs beside it")
 
 
 def add_device_options(p):
@@ -326,7 +331,7 @@ def build(ns, worker_args=()):
         ns.step_seconds = comm_ratio.step_seconds(ns.step_seconds, ns.network, ns.dataset, worker_args)
     except ValueError as error:
         raise UsageError(f"--step-seconds {error}") from None
-    checks.check_clock(ns, chosen)
+    checks.check_clock(ns, chosen, worker_args)
     if ns.clock == runlog.VIRTUAL_CLOCK:
         share, devices_described = None, virtual.describe(ns.step_seconds, ns.step_jitter, ns.comm_ratio)
     else:

@@ -53,8 +53,8 @@ accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds
   times, each step charged --step-seconds x its device's --slowdown (x a log-normal jitter with --step-jitter) and
   each sum over the links charged as --comm-ratio R says (free without it); rank 0 evaluates in its loop every
   --snapshot-seconds of virtual time, at no virtual cost. The same command gives the same logs whatever else the
-  machine runs. ESync's rules answer in-process; the modes that need the kvstore's servers (ASGD and its kin) or
-  the state server's long polls are refused, each in one line (docs/virtual-clock.md).
+  machine runs. The state server's rules and the kvstore's servers answer in-process; backup, esync's nonblocking
+  policy and hogwild are refused, each in one line (docs/virtual-clock.md).
 
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
 """

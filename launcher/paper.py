@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 from analysis import paper, regime_map, tuned
 from coordination.rules import apply as paper_rule
-from launcher import experiment, preflight, runner
+from launcher import checks, experiment, parallel, runner
 from launcher.dmlc import split_at_double_dash
 from launcher.regime_map import parse_splits
 from training import config, esync_variants, modes
@@ -61,6 +61,7 @@ def build_parser():
     experiment.add_host_options(p)
     experiment.add_device_options(p)
     experiment.add_run_options(p)
+    experiment.add_clock_options(p, jobs=True)
     p.add_argument("--modes", default=",".join(PAPER_MODES),
                    help=f"the cluster modes to compare (default {','.join(PAPER_MODES)}); the standalone baseline "
                         "always runs")
@@ -138,6 +139,7 @@ def parse(argv):
         raise UsageError("--repeats, --max-time and --snapshot-seconds must be positive")
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
+    parallel.check_jobs(ns.jobs, ns.clock)
     ns.thresholds = parse_thresholds(ns.thresholds)
     ns.splits = parse_splits(ns.splits)
     ns.esync_variants = parse_variants(ns.esync_variants)
@@ -243,7 +245,7 @@ def main(argv):
         for run in runs:
             first_runs.setdefault(run.experiment.network, run.experiment)
         for run in first_runs.values():  # every run of a network has the same workers, data and folders
-            preflight.check_machine(run)
+            checks.check_machine(run)
     except UsageError as error:
         print(f"launch.py paper: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -252,6 +254,10 @@ def main(argv):
     def finished(index):
         write_json(runs[index].record, {"experiment": record_of(runs[index].experiment)})
 
+    if ns.jobs > 1:
+        labelled = [(index, run.label, run.experiment) for index, run in enumerate(runs) if index not in kept]
+        code = parallel.run_at_once(labelled, ns.jobs, "paper", lambda index, code: code or finished(index))
+        return code or report(ns, networks, rows)
     labelled = [(run.label, run.experiment) for run in runs]
     return runner.run_in_turn(labelled, "paper", kept, finished) or report(ns, networks, rows)
 

@@ -29,7 +29,7 @@ import sys
 import time
 
 from analysis import paper, regime_map, tuned
-from launcher import comm_ratio, experiment, preflight, runner, workers
+from launcher import checks, comm_ratio, experiment, parallel, runner, workers
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes, runlog
 from training.schemes import esync
@@ -82,7 +82,7 @@ def build_parser():
     experiment.add_aggregation_options(p)
     experiment.add_host_options(p, rates=False)
     experiment.add_device_options(p)
-    experiment.add_clock_options(p)
+    experiment.add_clock_options(p, jobs=True)
     experiment.add_run_options(p)
     p.add_argument("-ld", "--log-dir", "--logs", dest="log_dir", default=DEFAULT_LOG_DIR,
                    help=f"(default {DEFAULT_LOG_DIR})")
@@ -248,6 +248,7 @@ def parse(argv):
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
     ns.data_dir = experiment.data_dir(ns)
+    parallel.check_jobs(ns.jobs, ns.clock)
     try:  # a calibration file read once: the plan and the limits take its seconds
         ns.step_seconds = comm_ratio.step_seconds(ns.step_seconds, ns.network, ns.dataset, worker_args)
     except ValueError as error:
@@ -297,11 +298,11 @@ def done_before(folder):
 
 
 def check_machine(runs):
-    """preflight's checks of the first run on each kind of host (namespaces need root)."""
+    """The checks of the first run on each kind of host (namespaces need root)."""
     checked = set()
     for _, _, run in runs:
         if run.hosts not in checked:
-            preflight.check_machine(run)
+            checks.check_machine(run)
             checked.add(run.hosts)
 
 
@@ -337,9 +338,11 @@ def earlier_limits(log_dir):
     return limits if isinstance(limits, dict) else {}
 
 
-def run_all(runs, resume=False):
-    """Every run in turn, each one's exit code written beside its logs; a failed run is recorded and the map goes
-    on. EXIT_INTERRUPTED when interrupted, EXIT_FAILURE when a run failed, else 0."""
+def run_all(runs, resume=False, jobs=1):
+    """Every run (`jobs` at once), each one's exit code written beside its logs; a failed run is recorded and the
+    map goes on. EXIT_INTERRUPTED when interrupted, EXIT_FAILURE when a run failed, else 0."""
+    if jobs > 1:
+        return run_at_once(runs, resume, jobs)
     measured = {}
     failed = 0
     for index, (label, folder, run) in enumerate(runs):
@@ -363,6 +366,26 @@ def run_all(runs, resume=False):
     return EXIT_FAILURE if failed else 0
 
 
+def run_at_once(runs, resume, jobs):
+    """run_all's runs `jobs` at a time (launcher/parallel.py)."""
+    labelled = []
+    for index, (label, folder, run) in enumerate(runs):
+        if resume and done_before(folder):
+            print(f"[regimes {index + 1}/{len(runs)}] {label}: done before, kept", flush=True)
+            continue
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        labelled.append((index, label, run))
+
+    def finished(index, code):
+        write_json(os.path.join(runs[index][1], regime_map.STATUS_FILE), {"exit_code": code})
+
+    code = parallel.run_at_once(labelled, jobs, "regimes", finished)
+    if code == EXIT_FAILURE:
+        print("launch.py regimes: some runs failed; the map shows them as failed", file=sys.stderr)
+    return code
+
+
 def main(argv):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
@@ -383,7 +406,7 @@ def main(argv):
             print(f"launch.py regimes: {error}", file=sys.stderr)
             return EXIT_FAILURE
         started = time.time()
-        code = run_all(runs, ns.resume)
+        code = run_all(runs, ns.resume, ns.jobs)
         record_time(ns.log_dir, argv, time.time() - started, ns.resume)
         if code == EXIT_INTERRUPTED:
             return code

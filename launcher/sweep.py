@@ -17,7 +17,7 @@ import os
 import sys
 
 from analysis import summary
-from launcher import checks, experiment, preflight, runner
+from launcher import checks, experiment, runner
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
 from training.checks import UsageError
@@ -102,7 +102,7 @@ def draw(flag, points, network, path, links=None):
 def main(argv):
     try:
         flag, runs = parse(argv)
-        preflight.check_machine(runs[0][1])
+        checks.check_machine(runs[0][1])
     except UsageError as error:
         print(f"launch.py sweep: error: {error}", file=sys.stderr)
         return EXIT_USAGE

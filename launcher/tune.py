@@ -34,10 +34,9 @@ import time
 
 from analysis import regime_map as map_analysis
 from analysis import tuned
-from launcher import experiment, preflight, runner, workers
-from training import config, modes
+from launcher import checks, experiment, parallel, runner, workers
+from training import config, modes, runlog
 from training.checks import UsageError
-from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 FAST_ONLY = map_analysis.FAST_ONLY
@@ -83,6 +82,7 @@ def build_parser():
     p.add_argument("--storage", help="the studies' database, an SQLAlchemy URL (default: sqlite under the log dir)")
     p.add_argument("-ld", "--log-dir", "--logs", default=os.path.join("logs", "tune"))
     experiment.add_device_options(p)
+    experiment.add_clock_options(p, jobs=True)
     p.add_argument("--max-restarts", type=int, default=0,
                    help="a trial whose process dies is started again from its newest checkpoint, up to N times")
     return p
@@ -99,6 +99,7 @@ def parse(argv):
     if ns.trials < 0:
         raise UsageError("--trials must be 0 (report what the studies hold) or more")
     check_cell(ns)
+    parallel.check_jobs(ns.jobs, ns.clock)
     ns.cell = tuned.cell_key(ns.network, ns.dataset, ns.profile, ns.link, ns.non_iid)
     ns.seeds = [ns.seed + i for i in range(ns.trial_seeds)]
     ns.command = "python launch.py tune " + shlex.join(argv)
@@ -147,7 +148,11 @@ def run_of(ns, scheme, number, seed, values):
     mode, own, flags, profile = scheme_run(scheme, ns.profile)
     space = config.search_space(mode)
     flags = flags + [f"{space[name][0]}={space[name][1].text(value)}" for name, value in values.items()]
-    links = {} if ns.link == tuned.LOOPBACK else {"hosts": "netns", "comm_ratio": float(ns.link)}
+    links = {} if ns.link == tuned.LOOPBACK else {"comm_ratio": float(ns.link)}
+    if ns.clock == runlog.VIRTUAL_CLOCK:  # the links charged, not shaped
+        links.update(clock=ns.clock, step_seconds=ns.step_seconds, step_jitter=ns.step_jitter)
+    elif links:
+        links["hosts"] = "netns"
     options = experiment.options(
         modes=mode, network=ns.network, dataset=ns.dataset, data_dir=ns.data_dir, slowdown=profile,
         max_time=ns.max_time, target_accuracy=ns.target, seed=seed, holdout=ns.holdout,
@@ -192,9 +197,10 @@ def objective(ns, scheme, trial, output):
     said = ", ".join(f"{name}={space[name][1].text(value, 4)}" for name, value in values.items())
     trial.set_user_attr("seeds", ns.seeds)
     results = []
-    for step, seed in enumerate(ns.seeds):
-        results.append(run_seed(ns, scheme, trial.number, seed, values, mode))
+    for start in range(0, len(ns.seeds), ns.jobs):  # --jobs seeds at once, pruned between them
+        results += run_seeds(ns, scheme, trial.number, ns.seeds[start:start + ns.jobs], values, mode)
         trial.set_user_attr("results", results)
+        step = len(results) - 1
         trial.report(results[-1]["score"], step)
         if step + 1 < len(ns.seeds) and trial.should_prune():
             print(f"[tune {scheme} trial {trial.number}] {said}: pruned after {step + 1} seed(s) "
@@ -206,19 +212,37 @@ def objective(ns, scheme, trial, output):
     return value
 
 
-def run_seed(ns, scheme, number, seed, values, mode):
-    """One launcher run of a trial; its seed_result. RuntimeError where the run failed."""
+def run_seeds(ns, scheme, number, seeds, values, mode):
+    """The launcher runs of a trial on `seeds`, at once where there are several (--jobs); their seed_results.
+    RuntimeError where a run failed."""
+    from analysis.summary import run_evaluations
 
-    run = run_of(ns, scheme, number, seed, values)
-    os.makedirs(run.log_dir, exist_ok=True)
-    with open(run.log_dir + ".out", "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = runner.run(run)
-    if code == EXIT_INTERRUPTED:
-        raise KeyboardInterrupt
-    if code:
-        raise RuntimeError(f"trial {number} of {scheme} failed on seed {seed} (exit {code}): {run.log_dir}.out")
-    return {"seed": seed, **seed_result(read_evaluations(os.path.join(run.mode_folder(mode), EVALUATOR_LOG)),
-                                        ns.target, ns.max_time)}
+    runs = [run_of(ns, scheme, number, seed, values) for seed in seeds]
+    codes, outputs = run_quietly(runs, f"tune {scheme}")
+    for seed, run in zip(seeds, runs):
+        if codes.get(run.log_dir) == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt
+        if codes.get(run.log_dir) != 0:
+            raise RuntimeError(f"trial {number} of {scheme} failed on seed {seed} (exit {codes.get(run.log_dir)}): "
+                               f"{outputs[run.log_dir]}")
+    return [{"seed": seed, **seed_result(run_evaluations(run.mode_folder(mode)), ns.target, ns.max_time)}
+            for seed, run in zip(seeds, runs)]
+
+
+def run_quietly(runs, prog):
+    """({log dir: exit code}, {log dir: its output file}) of the runs, each one's output in a file of its own."""
+    if len(runs) == 1:
+        run = runs[0]
+        os.makedirs(run.log_dir, exist_ok=True)
+        with open(run.log_dir + ".out", "w") as out, contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(out):
+            return {run.log_dir: runner.run(run)}, {run.log_dir: run.log_dir + ".out"}
+    codes = {}
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+        if parallel.run_at_once([(i, run.log_dir, run) for i, run in enumerate(runs)], len(runs), prog,
+                                lambda i, code: codes.update({runs[i].log_dir: code})) == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt
+    return codes, {run.log_dir: parallel.output_path(run) for run in runs}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -404,7 +428,7 @@ def run(argv):
     started = time.time()
     try:
         ns = parse(argv)
-        preflight.check_machine(first_run(ns, ns.schemes[0]))
+        checks.check_machine(first_run(ns, ns.schemes[0]))
         os.makedirs(ns.log_dir, exist_ok=True)
         storage = open_storage(ns.storage)
     except UsageError as error:

@@ -12,9 +12,9 @@ import pytest
 from analysis import summary
 from launcher import experiment
 from tests.test_launch import launcher, launcher_env, read_output
-from training import runlog
+from training import modes, runlog
 from training.checks import UsageError
-from training.clocks import virtual
+from training.clocks import job, virtual
 from training.clocks.scheduler import Scheduler, VirtualJobFailed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,6 +95,33 @@ def test_a_sum_on_links_queues_the_uploads_then_the_downloads_on_the_servers_lin
     assert virtual.Links().finishes({0: 1.0, 1: 2.5}, 100) == {0: 2.5, 1: 2.5}  # loopback: the last arrival
 
 
+def test_the_servers_apply_a_push_when_it_lands_and_a_pull_reads_what_landed_before_it():
+    import mxnet as mx
+
+    from training.transport.collectives import ByteCounter
+    from training.transport.virtual_servers import VirtualKVStore, VirtualServers
+
+    scheduler = Scheduler(2)
+    servers = VirtualServers(scheduler, virtual.Links(seconds_per_byte=0.001))  # one float32: 4 ms a transfer
+    seen = {}
+
+    def worker(rank):
+        kv = VirtualKVStore(servers, rank, 2, ByteCounter())
+        kv.init(0, mx.nd.zeros((1,)))
+        if rank == 0:
+            kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.5))
+            kv.push(0, mx.nd.ones((1,)))  # lands at 4 ms
+        out = mx.nd.zeros((1,))
+        kv.pull(0, out=out)  # rank 0 after its push lands; rank 1 at once, before it lands
+        seen[rank] = (float(out.asscalar()), round(scheduler.now(rank), 6))
+
+    scheduler.run([lambda: worker(0), lambda: worker(1)])
+
+    # rank 1 read at 0 and its download ended at 4 ms; rank 0 read the rule's update of its push at 4 ms, and its
+    # download queued behind rank 1's
+    assert seen == {0: (-0.5, 0.008), 1: (0.0, 0.004)} and servers.applied == 1
+
+
 # ----------------------------------------------------------------------------------------------
 # What the launcher refuses
 
@@ -103,8 +130,8 @@ def test_a_sum_on_links_queues_the_uploads_then_the_downloads_on_the_servers_lin
     (["--modes", "sync"], "--clock virtual: give the devices' step time, --step-seconds S"),
     (["--modes", "esync", "--step-seconds", "0.01", "--esync-policy", "nonblocking"],
      "--clock virtual: esync --esync-policy nonblocking times requests in flight"),
-    (["--modes", "nbsync", "--step-seconds", "0.01"], "--clock virtual: nbsync asks the state server"),
-    (["--modes", "async", "--step-seconds", "0.01"], "--clock virtual: async needs the kvstore's servers"),
+    (["--modes", "backup", "--step-seconds", "0.01"], "--clock virtual: backup sums its steps on a thread of its own"),
+    (["--modes", "sync", "--step-seconds", "0.01", "--", "--update-on-servers"], "sync --update-on-servers needs"),
     (["--modes", "hogwild", "--step-seconds", "0.01"], "racing in shared memory"),
     (["--modes", "sync", "--step-seconds", "0.01", "--hosts", "netns"], "leave out --hosts netns"),
 ])
@@ -146,14 +173,14 @@ def logged(logs):
 
 @pytest.fixture(scope="module")
 def virtual_jobs(tmp_path_factory):
-    """A 3-device SSGD job and ESync's on the virtual clock, 1 virtual second, twice: once alone, once beside two busy
+    """A 3-device SSGD job, ESync's and ASGD's on the virtual clock, 1 virtual second, twice: once alone, once beside two busy
     loops."""
     runs = []
     for busy in (0, 2):
         logs = str(tmp_path_factory.mktemp("virtual") / "logs")
         loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
         try:
-            code, output = virtual_run(logs, "sync,esync", "1,1,4", "--max-time", "1")
+            code, output = virtual_run(logs, "sync,esync,async", "1,1,4", "--max-time", "1")
         finally:
             for loop in loops:
                 loop.kill()
@@ -170,6 +197,23 @@ def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machi
 
     assert alone and alone.keys() == beside_busy_loops.keys()
     assert [name for name in alone if alone[name] != beside_busy_loops[name]] == []
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+def test_every_mode_but_those_refused_runs_two_virtual_seconds_on_three_devices_and_summary_reads_it(tmp_path):
+    runs_virtually = [mode for mode in modes.MODES if job.refusal(mode) is None]
+    assert set(modes.MODES) - set(runs_virtually) == {"backup", "hogwild"}
+    logs = str(tmp_path / "logs")
+
+    code, output = virtual_run(logs, ",".join(runs_virtually), "1,1,4", "--max-time", "2", "--step-seconds", "0.1",
+                               "--snapshot-seconds", "1")
+
+    assert code == 0, output
+    for mode in runs_virtually:
+        summarised = summary.summarize_mode(os.path.join(logs, "lenet"), mode)
+        assert summarised["clock"]["kind"] == runlog.VIRTUAL_CLOCK and summarised["elapsed_time"] >= 1.9, mode
+        assert summarised["num_rounds"] > 0 and summarised["final_accuracy"] is not None, mode
 
 
 @pytest.mark.slow
@@ -224,6 +268,44 @@ def test_sixty_four_workers_on_the_virtual_clock_complete_a_job(tmp_path):
     assert code == 0, output
     folders = glob.glob(os.path.join(logs, "lenet", "sync", "*", "cpu-worker*"))
     assert len(folders) == 64 and summary.summarize_mode(os.path.join(logs, "lenet"), "sync")["num_workers"] == 64
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+def test_jobs_run_the_repeats_at_once_each_as_it_would_run_alone(tmp_path):
+    from analysis import regime_map
+
+    def regimes(jobs, logs):
+        return subprocess.run([sys.executable, LAUNCH_PY, "regimes", "--clock", "virtual", "--step-seconds", "0.05",
+                               "--jobs", str(jobs), "--links", "loopback", "--profiles", "1,4", "--splits", "iid",
+                               "--schemes", "async", "--repeats", "2", "--max-time", "0.5", "--snapshot-seconds",
+                               "0.25", "--dataset", "mnist-5k", "--higher-targets", "", "--no-figures", "-ld", logs],
+                              capture_output=True, text=True, env=launcher_env(), timeout=300)
+
+    at_once, in_turn = regimes(2, str(tmp_path / "at-once")), regimes(1, str(tmp_path / "in-turn"))
+
+    assert at_once.returncode == 0 and in_turn.returncode == 0, at_once.stderr + in_turn.stderr
+    assert "queued" not in at_once.stdout and at_once.stdout.count("(output in ") == 2
+    for repeat in (1, 2):
+        folder = regime_map.run_dir(str(tmp_path / "at-once"), "loopback", "1,4", "iid", repeat, "async")
+        assert json.load(open(os.path.join(folder, regime_map.STATUS_FILE))) == {"exit_code": 0}
+        assert glob.glob(os.path.join(folder, "launch-*.txt"))
+    runs = {name: {path.split(os.sep, 1)[1]: content for path, content in logged_runs(str(tmp_path / name)).items()}
+            for name in ("at-once", "in-turn")}
+    assert runs["at-once"] and runs["at-once"] == runs["in-turn"]
+
+
+def logged_runs(logs):
+    """{path under logs: bytes} of every iteration log of a map's runs."""
+    return {os.path.relpath(path, os.path.dirname(logs)): open(path, "rb").read()
+            for path in sorted(glob.glob(os.path.join(logs, "**", "iter-*.txt"), recursive=True))}
+
+
+def test_jobs_on_the_real_clock_are_refused_in_one_line():
+    from launcher import parallel
+
+    with pytest.raises(UsageError, match="--jobs 2 runs several runs at once.*give --clock virtual"):
+        parallel.check_jobs(2, runlog.REAL_CLOCK)
 
 
 def test_the_regime_map_charges_its_links_on_the_virtual_clock_and_takes_its_limits_from_the_devices(tmp_path):

@@ -9,7 +9,7 @@ import os
 from analysis import significance, summary
 from analysis.paper import statistics_of
 from analysis.tables import format_cell
-from launcher import experiment, preflight, runner
+from launcher import checks, experiment, runner
 from launcher.cluster import ROOT
 from launcher.experiment import DEFAULT_SNAPSHOT_SECONDS
 from training import config, esync_variants, runlog
@@ -33,7 +33,7 @@ def launch(modes, profile, seconds, workdir, launcher_options=None, network="len
         modes=",".join(modes), network=network, devices=",".join(["cpu"] * len(profile.split(","))),
         slowdown=profile, max_time=float(seconds), log_dir=logs, progress_every=1000.0, figures=False,
         snapshot_seconds=snapshot_seconds, **DATA, **launcher_options), worker_options)
-    preflight.check_machine(run)
+    checks.check_machine(run)
     output = io.StringIO()  # the launcher's progress lines: kept for the error, off the benchmark's own output
     with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
         code = runner.run(run)

@@ -31,6 +31,9 @@ class VirtualCoordination:
     def client(self, rank):
         return VirtualStateClient(self, rank)
 
+    def arrivals(self, rank, num_workers, policy):
+        return VirtualArrivals(self, rank, num_workers, policy)
+
     def ask(self, rank, method, *args):
         self.asking = rank
         answer = getattr(self.coordinator, method)(*args)
@@ -67,6 +70,36 @@ class VirtualStateClient:
 
     def plan_round(self, rank, c, a=None):
         return self.coordination.ask(rank, "plan", rank, c, a)
+
+    def close(self):
+        pass
+
+
+class VirtualArrivals:
+    """NBSSGD's worker side (coordination/rules/nbsync.py Arrivals) on a virtual clock: where the real one learns of
+    a round's first arrival and of its last by long polls, this one asks the round's status after each part, at
+    the part's virtual time, which is when a long poll's answer would be read."""
+
+    def __init__(self, coordination, rank, num_workers, policy):
+        self.coordination, self.rank, self.num_workers, self.policy = coordination, rank, num_workers, policy
+        self.t = self.arrived = self.gathered = None
+
+    def set_up_job(self):
+        self.coordination.ask(self.rank, "init", self.num_workers, None, self.policy)
+
+    def begin_round(self, t):
+        self.t, self.arrived, self.gathered = t, False, False
+
+    def part_done(self, completed_batch):
+        ask = self.coordination.ask
+        if not self.arrived:
+            if not (completed_batch or ask(self.rank, "watch", self.rank, self.t, False, 0)["finished"]):
+                return False
+            self.arrived = True
+            self.gathered = ask(self.rank, "arrive", self.rank, self.t)["gathered"]
+        if not self.gathered:
+            self.gathered = ask(self.rank, "watch", self.rank, self.t, True, 0)["gathered"]
+        return self.gathered
 
     def close(self):
         pass

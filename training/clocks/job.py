@@ -52,16 +52,19 @@ def build(job, workers, links):
     """(scheduler, each worker's (args, clock, transport))."""
     from training.clocks.coordination import VirtualCoordination
     from training.transport.virtual import VirtualTransport
+    from training.transport.virtual_servers import VirtualServers
 
     scheduler = Scheduler(len(workers))
     coordination = VirtualCoordination(scheduler, float(job.get("round_trip") or 0.0))
+    mode = modes.MODES[workers[0].mode]
+    servers = VirtualServers(scheduler, links) if mode.cluster and not mode.synchronous else None
     ratio = job.get("ratio")
     parts = []
     for rank, args in enumerate(workers):
         device = virtual.Device(float(job["step_seconds"]), args.slowdown, args.batch_size,
                                 float(job.get("jitter") or 0.0))
         clock = virtual.VirtualClock(scheduler, rank, device, job.get("seed", args.seed))
-        transport = VirtualTransport(scheduler, rank, links, coordination) if modes.MODES[args.mode].cluster else None
+        transport = VirtualTransport(scheduler, rank, links, coordination, servers) if mode.cluster else None
         args.clock = {"kind": "virtual", "step_seconds": device.step_seconds, "slowdown": device.slowdown,
                       "batch_size": device.batch_size, "jitter": device.jitter, "ratio": ratio,
                       "latency": links.latency, "round_trip": coordination.round_trip}

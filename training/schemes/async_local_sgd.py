@@ -38,8 +38,10 @@ class AsyncLocalSGD(FedBuff):
 
     def setup(self):
         options = self.options
-        self.client = StateClient(options.state_server_ip, options.state_server_port, retry_for=options.sync_timeout,
-                                  on_not_initialised=self.set_up_job_again)
+        coordination = getattr(self.transport, "coordination", None)  # a virtual clock's state server, in-process
+        self.client = coordination.client(self.rank) if coordination is not None else StateClient(
+            options.state_server_ip, options.state_server_port, retry_for=options.sync_timeout,
+            on_not_initialised=self.set_up_job_again)
         if self.rank == 0:
             self.client.init(self.num_workers, policy=plan_rule.NAME)
         super().setup()  # ends in a barrier: /init/ precedes every worker's first plan

@@ -51,7 +51,6 @@ class Async(Scheme):
     description = ("ASGD, one step per round: push the gradient, the server applies SGD, pull the newest weights "
                    "(dist_async)")
     kvstore = "dist_async"
-    virtual_clock = "needs the kvstore's servers and their update rule, which the virtual clock does not model yet"
 
     def server_rule(self):
         """Plain SGD on the gradient of the loss summed over a batch."""
@@ -67,7 +66,7 @@ class Async(Scheme):
         self.transport.barrier()  # no worker pushes before every server holds the rule
         self.pushed = self.exchanged(p.list_grad() for p in self.model.trainable)
         self.pulled = self.exchanged(p.list_data() for p in self.model.trainable)
-        if not self.attack:
+        if not self.attack and self.transport.sums_in_engine:  # a virtual clock charges the exchange after the step
             self.during_backward = self.queue_exchange
 
     def queue_exchange(self, stop_vote):
@@ -109,7 +108,6 @@ class DCASGDPerWorker(Scheme):
                    "(dist_async)")
     Options = DCASGDPerWorkerOptions
     kvstore = "dist_async"
-    virtual_clock = "needs the kvstore's servers and their update rule, which the virtual clock does not model yet"
 
     def setup(self):
         from training.schemes.servers.dcasgd_server import DelayCompensatedPerWorker

@@ -42,7 +42,8 @@ class BackupSync(Scheme):
                    "the late ones dropped (dist_sync)")
     Options = BackupOptions
     kvstore = "dist_sync"
-    virtual_clock = "asks the state server in ways the virtual clock does not model yet (long polls, arrivals)"
+    virtual_clock = ("sums its steps on a thread of its own beside the worker's, which a clock of one thread a worker "
+                     "cannot order")
 
     @property
     def accept(self):

@@ -37,7 +37,6 @@ class Downpour(Scheme):
                    "fetched every --n-fetch (dist_async)")
     Options = DownpourOptions
     kvstore = "dist_async"
-    virtual_clock = "needs the kvstore's servers and their update rule, which the virtual clock does not model yet"
     updates_locally = True
 
     def setup(self):

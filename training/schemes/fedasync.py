@@ -61,7 +61,6 @@ class FedAsync(FixedLocalSteps):
                    "(dist_async)")
     Options = FedAsyncOptions
     kvstore = "dist_async"
-    virtual_clock = "needs the kvstore's servers and their update rule, which the virtual clock does not model yet"
 
     def setup(self):
         from training.schemes.servers.fedasync_server import FedAsyncLayout

@@ -14,7 +14,7 @@ What a worker asks the state server, and when, is the rule's worker side (coordi
 from dataclasses import dataclass
 from typing import Optional
 
-from coordination.rules.nbsync import Arrivals
+from coordination.rules.nbsync import NAME as ARRIVALS_POLICY, Arrivals
 from training import argtypes
 from training.lazy import mx
 from training.options import CoordinatedOptions, ModeError, option
@@ -55,7 +55,6 @@ class NonBlockingSync(Scheme):
                    "(dist_sync)")
     Options = NBSyncOptions
     kvstore = "dist_sync"
-    virtual_clock = "asks the state server in ways the virtual clock does not model yet (long polls, arrivals)"
     coordinated = True
 
     def __init__(self, options, model, transport):
@@ -68,8 +67,12 @@ class NonBlockingSync(Scheme):
 
     def setup(self):
         options = self.options
-        self.arrivals = Arrivals((options.state_server_ip, options.state_server_port), self.rank, self.num_workers,
-                                 options.sync_timeout)
+        coordination = getattr(self.transport, "coordination", None)  # a virtual clock's state server, in-process
+        if coordination is not None:
+            self.arrivals = coordination.arrivals(self.rank, self.num_workers, ARRIVALS_POLICY)
+        else:
+            self.arrivals = Arrivals((options.state_server_ip, options.state_server_port), self.rank,
+                                     self.num_workers, options.sync_timeout)
         if self.rank == 0:
             self.arrivals.set_up_job()
         self.broadcast_initial_weights()  # ends in a barrier: /init/ precedes every worker's first request

@@ -140,7 +140,6 @@ def zeno_steps(flats, judged_by, eta, rho):
 
 
 class WithValidator(Scheme):
-    virtual_clock = "needs a validator and the kvstore's servers, which the virtual clock does not model yet"
     """Roles shared by zeno and zeno-async: the validators check updates, the others train on what the validation
     set left."""
     validator_ranks = ()

@@ -5,24 +5,27 @@ each is a collective of the scheduler, which every worker joins in the same orde
 0's values to everyone and cost nothing (they happen before the training clock starts); sum adds the workers'
 arrays in rank order, so that the sums are the same in every run, and charges each worker the links' transfers
 (clocks/virtual.py Links); barrier waits for the last worker. Bytes are counted as over the parameter server: one
-array a key pushed and one pulled.
+array a key pushed and one pulled. A job whose scheme pushes to the kvstore itself gets the job's in-process
+servers (virtual_servers.py) as `kv`; what is declared is their keys' first values.
 """
 import concurrent.futures
 
 import numpy as np
 
-from training.transport.collectives import ByteCounter, PendingSum, copies_of, local_sum, pack, unpack
+from training.transport.collectives import ByteCounter, PendingSum, local_sum, pack, unpack
+from training.transport.virtual_servers import VirtualKVStore
 
 
 class VirtualTransport:
     sums_in_engine = False  # every sum is taken when the worker asks for it: no scheme queues its round in MXNet
-    kv = None               # no kvstore: the schemes that need one do not run on the virtual clock
 
-    def __init__(self, scheduler, rank, links, coordination=None):
+    def __init__(self, scheduler, rank, links, coordination=None, servers=None):
         self.scheduler, self.rank, self.links = scheduler, rank, links
         self.coordination = coordination  # the job's state server, in-process (clocks/coordination.py)
+        self.servers = servers            # the job's kvstore servers, in-process, where its scheme uses them
         self.num_workers = scheduler.num_workers
         self.traffic = ByteCounter()
+        self.kv = VirtualKVStore(servers, rank, self.num_workers, self.traffic) if servers else None
         self.declared = None
 
     def during(self, phase):
@@ -30,7 +33,13 @@ class VirtualTransport:
 
     def declare(self, keys, values):
         values = [np.array(local_sum(v)) for v in values] if self.rank == 0 else None
-        self.declared = self.scheduler.meet(self.rank, values, self._at_the_last)
+
+        def declared(contributions, arrivals):
+            if self.servers is not None:
+                self.servers.initialise(keys, contributions[0])
+            return self._at_the_last(contributions, arrivals)
+
+        self.declared = self.scheduler.meet(self.rank, values, declared)
         if self.rank == 0:
             self.traffic.add(sum(v.nbytes for v in self.declared), 0)
 
