@@ -87,6 +87,7 @@ def summarize_device(records):
         "sent_bytes": sent,
         "received_bytes": received,
         "bytes_per_round": None if None in (sent, received) else ratio(sent + received, len(ordered)),
+        "staleness_list": [r[runlog.STALENESS] for r in ordered if is_number(r.get(runlog.STALENESS))],
     }
 
 
@@ -210,8 +211,18 @@ def summarize_cluster(devices, num_workers, param_bytes, target, standalone=Fals
         "traffic_measured": measured,
         "target_accuracy": target,
         **accuracy_numbers(points, target),
+        "staleness": staleness_quantiles([v for s in stats for v in s.get("staleness_list", ())]),
     })
     return summary
+
+
+def staleness_quantiles(values):
+    """{median, p90} of the staleness every round of an asynchronous scheme logged (None for the others)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {"median": ordered[len(ordered) // 2], "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+            "rounds": len(ordered)}
 
 
 def summarize_evaluator(records, target):

@@ -132,7 +132,20 @@ def cell_of_scheme(runs, limit, target, budget=None):
                                           for s in done]),
         "fast_compute_over_probe": statistics_of([compute_over_probe(s) for s in done]),
         "links": sorted({s["links"] for s in done if s.get("links")}),
+        "device_samples_per_s": per_device_throughput(done),
+        "staleness_median": statistics_of([(s.get("staleness") or {}).get("median") for s in done]),
+        "staleness_p90": statistics_of([(s.get("staleness") or {}).get("p90") for s in done]),
     }
+
+
+def per_device_throughput(summaries):
+    """{device folder: the statistics of its samples/s over the runs}, the devices in their order."""
+    found = {}
+    for s in summaries:
+        for node in s.get("devices", {}).values():
+            for device, stats in node.items():
+                found.setdefault(device, []).append(stats.get("throughput"))
+    return {device: statistics_of(values) for device, values in sorted(found.items())}
 
 
 def compute_over_probe(run):

@@ -80,6 +80,8 @@ REPLANNED = "replanned"
 WEIGHTS_DIGEST = "weights_digest"  # --digest-weights: a fingerprint of the weights after the aggregation
 LR_FACTOR = "lr_factor"            # the learning-rate schedule's factor, where it is not constant
 DIVERGED = "diverged"              # the round a run stopped in because it diverged (training/faults/divergence.py): why
+STALENESS = "staleness"  # asynchronous schemes: the updates of other workers the server applied between this
+                         # worker's pull and its push
 DROPPED = "dropped"
 LATE_BY = "late_by"
 

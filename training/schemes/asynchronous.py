@@ -12,7 +12,7 @@ Byzantine worker corrupts its gradient after the step, so it pushes then.
 from dataclasses import dataclass
 from typing import Optional
 
-from training import argtypes
+from training import argtypes, runlog
 from training.lazy import mx
 from training.options import Options, Range, check_constant_lr, check_one_server, fixed, option
 from training.schemes.base import Scheme, wait_for
@@ -52,6 +52,12 @@ class Async(Scheme):
                    "(dist_async)")
     kvstore = "dist_async"
 
+    def __init__(self, options, model, transport):
+        super().__init__(options, model, transport)
+        self.control = mx.nd.zeros((2,))  # [stop votes, pushes the server applied] (ServerOptimizer)
+        self.applied_before = 0           # the count this worker's last pull read
+        self.staleness = None
+
     def server_rule(self):
         """Plain SGD on the gradient of the loss summed over a batch."""
         return mx.optimizer.SGD(learning_rate=self.options.learning_rate, momentum=self.options.momentum,
@@ -80,7 +86,12 @@ class Async(Scheme):
             self.corrupt(p.list_grad() for p in self.model.trainable)
             self.queue_exchange(stop_vote)
         self.stats.scatter()
+        applied = int(self.control[1].asscalar())
+        self.staleness, self.applied_before = applied - self.applied_before - 1, applied
         return stop_vote or self.stop_requested()
+
+    def round_record(self):
+        return {runlog.STALENESS: self.staleness}
 
 
 class DCASGD(Async):

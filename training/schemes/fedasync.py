@@ -12,7 +12,7 @@ statistics stay local to each worker. One server only.
 from dataclasses import dataclass
 from typing import Optional
 
-from training import argtypes
+from training import argtypes, runlog
 from training.lazy import mx
 from training.options import (
     Options,
@@ -112,4 +112,4 @@ class FedAsync(FixedLocalSteps):
 
     def round_record(self):
         staleness, mixing = self.info.asnumpy().tolist()
-        return {"staleness": int(staleness), "mixing_weight": mixing}
+        return {runlog.STALENESS: int(staleness), "mixing_weight": mixing}

@@ -7,7 +7,7 @@ moves the global model by -gl times their mean once --buffer-size deltas are in
 """
 from dataclasses import dataclass
 
-from training import argtypes
+from training import argtypes, runlog
 from training.options import ModeError, check_one_server, fixed, global_lr, option
 from training.schemes.fedasync import FedAsync, FedAsyncOptions
 
@@ -48,7 +48,7 @@ class FedBuff(FedAsync):
 
     def round_record(self):
         staleness, buffered = self.info.asnumpy().tolist()
-        return {"staleness": int(staleness), "deltas_buffered": int(buffered)}
+        return {runlog.STALENESS: int(staleness), "deltas_buffered": int(buffered)}
 
     def sent(self):
         """The delta of this round's local steps."""

@@ -14,7 +14,8 @@ from mxnet import lr_scheduler, optimizer
 class ServerOptimizer(optimizer.Optimizer):
     """Weights: the inner rule (SGD or DC-ASGD). BatchNorm statistics: a running blend, 1/num_workers per push;
     `summed` (dist_sync, where a push is the sum of the round's): that sum, which the workers scale. The control key
-    keeps the largest value pushed (a stop vote, once cast, stays)."""
+    keeps the largest value pushed (a stop vote, once cast, stays) and, where it has a second element, counts the
+    pushes the server applied (from which a worker reads its staleness)."""
 
     def __init__(self, inner, stats_key=None, control_key=None, num_workers=1, summed=False, **kwargs):
         super().__init__(**kwargs)
@@ -35,7 +36,11 @@ class ServerOptimizer(optimizer.Optimizer):
 
     def update(self, index, weight, grad, state):
         if index == self.control_key:
-            weight[:] = nd.maximum(weight, grad)
+            if weight.size > 1:
+                weight[0:1] = nd.maximum(weight[0:1], grad[0:1])
+                weight[1:2] += 1
+            else:
+                weight[:] = nd.maximum(weight, grad)
         elif index == self.stats_key and self.summed:
             weight[:] = grad
         elif index == self.stats_key:
