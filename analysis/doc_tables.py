@@ -73,10 +73,11 @@ def verdict_block(folder):
     for target, cell in cells_at_targets(result):
         test = cell.get("test") or regime_map.power_of(cell["schemes"])
         rows.append([cell_name(result, cell), f"{target:g}", str(test["repeats"]), leader_text(cell, values),
-                     tied_text(cell), alone_text(cell), pays_text(cell), f"{test['floor']:.2g}",
+                     tied_text(cell), alone_text(cell), pays_text(cell), ratio_text(cell), f"{test['floor']:.2g}",
                      "none" if test["detectable_ratio"] is None else f"{test['detectable_ratio']:.1f}×"])
     return markdown_table(["cell", "target", "repeats", "leader (its tuned values): mean time, misses at the budget",
                            "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
+                           "one device's median time / the best cluster scheme's (95 % interval)",
                            "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
 
 
@@ -129,8 +130,12 @@ def tied_text(cell):
 
 
 def alone_text(cell):
+    """One fast device's mean time and, where the map counted them, the median of the steps it took to the target."""
     alone = cell["schemes"].get(regime_map.STANDALONE)
-    return mean_time(alone, horizon_of(cell)) if alone else "not run"
+    if not alone:
+        return "not run"
+    steps = [v for v in (alone.get("rounds_to_target") or {}).get("values", []) if v is not None]
+    return mean_time(alone, horizon_of(cell)) + (f"; {statistics.median(steps):.0f} steps" if steps else "")
 
 
 def pays_text(cell):
@@ -154,6 +159,15 @@ def pays_text(cell):
         said += "; one device leads " + ", ".join(f"{regime_map.display(s)} (p = {adjusted[s]:.2g})"
                                                   for s in test["slower"])
     return said
+
+
+def ratio_text(cell):
+    found = cell.get("one_device_over_best") or regime_map.one_device_over_best(cell["schemes"])
+    if not found:
+        return "–"
+    bound = {"lower": "≥ ", "upper": "≤ "}.get(found["bound"], "")
+    return (f"{bound}{found['ratio']:.2f} ({found['low']:.2f}–{found['high']:.2f}) against "
+            f"{regime_map.display(found['scheme'])}")
 
 
 def repeats_block(folder):

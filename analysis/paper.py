@@ -144,6 +144,12 @@ def time_to_target(run, target):
     return metrics.time_to_reach(metrics.curve_points(run), target)
 
 
+def rounds_to_target(run, target):
+    """The global iteration at which a run's curve first reached `target` (for one device alone, its steps); None
+    where it never did."""
+    return next((iteration for iteration, _, accuracy in metrics.curve_points(run) if accuracy >= target), None)
+
+
 def per_repeat(runs_by_mode, mode, target):
     """{key: [value of each repeat or None]} of one mode; ratios are against the same repeat's baselines. `*_bound`
     lists hold, where a repeat never got there, a lower bound of its value."""

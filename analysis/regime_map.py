@@ -20,7 +20,7 @@ import statistics
 from analysis import summary as summaries
 from analysis import significance
 from analysis import paper
-from analysis.paper import format_statistic, statistics_of, time_to_target
+from analysis.paper import format_statistic, rounds_to_target, statistics_of, time_to_target
 from analysis.tables import markdown_table
 from training import esync_variants, modes, runlog
 from training.files import write_json, write_text
@@ -123,6 +123,7 @@ def cell_of_scheme(runs, limit, target, budget=None):
         "reached": sum(t is not None for t in times),
         "diverged": sum(1 for s in done if s.get("diverged")),
         "time_to_target": statistics_of(times),
+        "rounds_to_target": statistics_of([rounds_to_target(s, target) for s in done]),
         "samples_per_s": statistics_of(speeds),
         "efficiency": statistics_of([v / limit if v is not None and limit else None for v in speeds]),
         "bytes_per_sample": statistics_of([bytes_per_sample(s) for s in done]),
@@ -230,7 +231,21 @@ def cell_at(runs, limit, target, budget=None):
         numbers["relative_time"] = relative.get(scheme)
     pays, pays_test = cluster_pays(cell)
     return {"leader": leader, **decide(leader, cell), "cluster_pays": pays, "cluster_pays_test": pays_test,
-            "test": power_of(cell), "schemes": cell}
+            "one_device_over_best": one_device_over_best(cell), "test": power_of(cell), "schemes": cell}
+
+
+def one_device_over_best(cell):
+    """One fast device's median time over the cluster scheme with the lowest mean time's, with its bootstrap
+    interval (significance.ratio_interval): above 1 the cluster pays by that much; and which scheme. None without
+    the device alone or a cluster scheme that ran."""
+    alone = cell.get(STANDALONE)
+    others = {s: n["censored_times"] for s, n in cell.items() if s != STANDALONE and n["censored_times"]}
+    if alone is None or not alone["censored_times"] or not others:
+        return None
+    best = min(others, key=lambda s: significance.location(significance.compared_values(others[s],
+                                                                                          alone["censored_times"])[0]))
+    found = significance.ratio_interval(alone["censored_times"], others[best])
+    return None if found is None else {"scheme": best, **found}
 
 
 def power_of(cell):

@@ -23,6 +23,7 @@ ALPHA = 0.05
 MIN_REPEATS = 2
 EXACT_SPLITS = 200_000      # up to this many splits the test enumerates them all (10 against 10: 184,756)
 MONTE_CARLO_SPLITS = 100_000
+BOOTSTRAP_DRAWS = 10_000    # ratio_interval's resamples, with a fixed seed
 POWER = 0.8                 # for detectable_ratio
 TEST_NAME = "an exact permutation test of the means at 5 %"
 TIME_TEST_NAME = ("an exact permutation test of the mean time to target at 5 % (a repeat that missed the target "
@@ -177,3 +178,25 @@ def detectable_ratio(repeats, spread, alpha=ALPHA, power=POWER):
         return None
     normal = statistics.NormalDist()
     return math.exp((normal.inv_cdf(1 - alpha / 2) + normal.inv_cdf(power)) * spread * math.sqrt(2 / repeats))
+
+
+def ratio_interval(numerator, denominator, draws=BOOTSTRAP_DRAWS, level=0.95):
+    """{ratio, low, high, bound}: the ratio of two samples' medians (censored times each a miss at the horizon) and
+    its percentile bootstrap interval at `level`, the repeats resampled in pairs (repeat i of both samples ran on
+    the same seed) where the samples are of one size, else each on its own; `bound` says which way a miss makes the
+    ratio only a bound ("lower" where the numerator missed, "upper" where the denominator did, None where neither
+    or both). None below MIN_REPEATS values a side."""
+    import numpy as np
+
+    if len(numerator) < MIN_REPEATS or len(denominator) < MIN_REPEATS:
+        return None
+    top, bottom = (np.asarray(v, dtype=float) for v in compared_values(numerator, denominator))
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(top), (draws, len(top)))
+    other = picks if len(top) == len(bottom) else rng.integers(0, len(bottom), (draws, len(bottom)))
+    ratios = np.median(top[picks], axis=1) / np.median(bottom[other], axis=1)
+    low, high = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
+    missed = [is_censored_sample(v) and not all(reached for _, reached in v) for v in (numerator, denominator)]
+    bound = None if missed[0] == missed[1] else ("lower" if missed[0] else "upper")
+    return {"ratio": float(np.median(top) / np.median(bottom)), "low": float(low), "high": float(high),
+            "bound": bound}

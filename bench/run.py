@@ -3,7 +3,7 @@
     python -m bench.run                 # the full table (about 85 minutes on 2 cores, as root)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
                                         # network, input_pipeline, evaluation, devices, placement,
-                                        # checkpointing), into results-<section>.*
+                                        # checkpointing, virtual_clock), into results-<section>.*
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
     python -m bench.run --only heterogeneity --hosts netns --comm-ratio 3   # that section on shaped links
 
@@ -35,7 +35,9 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections (each a 
      and outside it, as now that only the computing phases do, beside a fast device's pushpull inside its quota;
      and what entering and leaving the quota around each step costs a fast lenet step; skipped with a note where no
      CPU quota can be given (needs root);
- 12. checkpointing: the launcher's runs with their default checkpoints against the same runs without any.
+ 12. checkpointing: the launcher's runs with their default checkpoints against the same runs without any;
+ 13. the virtual clock's cost: SSGD, ESync, ASGD and one device on the paper's cell, 30 s of training in real time
+     and on the virtual clock, wall seconds side by side.
 """
 import argparse
 import logging
@@ -55,6 +57,7 @@ from bench.sections import (
     placement,
     state_server,
     sync_overhead,
+    virtual_clock,
 )
 from launcher import experiment, netns
 from launcher.cluster import ROOT
@@ -88,7 +91,14 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 600, "resnet18-v1": 80}, warmup=5
             placement_networks={"lenet": 100, "resnet18-v1": 30}, placement_steps=1000, placement_profile="1,1,4",
             placement_slowdown=20,
             checkpoint_runs={"lenet": ["sync", "esync"], "resnet18-v1": ["sync"]}, checkpoint_profile="1,1,4",
-            checkpoint_seconds=12)
+            checkpoint_seconds=12,
+            virtual_profile="1,1,1,1,20,20", virtual_seconds=30, virtual_modes=["sync", "esync", "async", "local"],
+            virtual_step_seconds=None, virtual_scale=[
+                ("64 workers, 1 in 4 slow", "sync", ",".join(["1", "1", "1", "4"] * 16), 1, "lenet", {}),
+                ("devices 1,000x apart", "esync", "1,1,1000", 30, "lenet", {}),
+                ("links at R = 100", "sync", "1,1,4", 10, "lenet", {"comm_ratio": 100.0}),
+                ("the paper's cluster, R = 12, GPUs at 0.03 s a step", "esync", "1,1,1,1,117,117", 1, "resnet18-v1",
+                 {"comm_ratio": 12.0, "step_seconds": 0.03})])
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs, two
 # workers where the full benchmark has three or more.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
@@ -100,7 +110,9 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              evaluation_modes=["sync"], evaluation_profile="1,4", evaluation_seconds=1, evaluation_repeats=1,
              snapshot_networks={"lenet": 5}, devices_profile="1,4", devices_seconds=1, devices_emulations=["cpu-quota"],
              placement_networks={"lenet": 3}, placement_steps=20, placement_profile="1,1,4", placement_slowdown=20,
-             checkpoint_runs={"lenet": ["sync"]}, checkpoint_profile="1,4", checkpoint_seconds=1)
+             checkpoint_runs={"lenet": ["sync"]}, checkpoint_profile="1,4", checkpoint_seconds=1,
+             virtual_profile="1,4", virtual_seconds=1, virtual_modes=["local"], virtual_step_seconds=0.01,
+             virtual_scale=[("8 workers", "sync", ",".join(["1"] * 8), 0.1, "lenet", {})])
 
 
 def unknown_modes(cfg):
@@ -116,9 +128,9 @@ def unknown_modes(cfg):
 # earlier) -> its results, `earlier` holding the sections that ran before it; its markdown(results) -> its table.
 SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server,
             "byzantine": byzantine, "network": network, "input_pipeline": input_pipeline, "evaluation": evaluation,
-            "devices": devices, "placement": placement, "checkpointing": checkpointing}
+            "devices": devices, "placement": placement, "checkpointing": checkpointing, "virtual_clock": virtual_clock}
 TABLE_ORDER = ("sync_overhead", "heterogeneity", "byzantine", "state_server", "network", "input_pipeline",
-               "evaluation", "devices", "placement", "checkpointing")
+               "evaluation", "devices", "placement", "checkpointing", "virtual_clock")
 
 
 def markdown(results):

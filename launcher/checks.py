@@ -112,17 +112,19 @@ def check_clock(ns, chosen, worker_args=()):
     from training.clocks import job
 
     if ns.clock == runlog.REAL_CLOCK:
-        if ns.step_seconds is not None or ns.step_jitter:
-            raise UsageError("--step-seconds and --step-jitter charge the steps of a virtual clock: give "
-                             "--clock virtual")
+        if ns.step_seconds is not None or ns.step_jitter or ns.step_overhead or ns.latency or ns.round_trip:
+            raise UsageError("--step-seconds, --step-jitter, --step-overhead, --latency and --round-trip are charged "
+                             "on a virtual clock: give --clock virtual")
         return
     if ns.step_seconds is None or not 0 < ns.step_seconds < float("inf"):
         raise UsageError("--clock virtual: give the devices' step time, --step-seconds S (a step of one batch on a "
                          "device of --slowdown 1, in seconds)")
-    if not 0 <= ns.step_jitter < float("inf"):
-        raise UsageError(f"--step-jitter {ns.step_jitter:g}: give a log-spread of 0 or more")
+    for flag, value in (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead),
+                        ("--latency", ns.latency), ("--round-trip", ns.round_trip)):
+        if not 0 <= value < float("inf"):
+            raise UsageError(f"{flag} {value:g}: give 0 or more")
     for flag, given in (("--hosts netns", ns.hosts == "netns"), ("--tracker", ns.tracker),
-                        ("--collective", ns.collective != collectives.PS), ("--device-share", ns.device_share),
+                        ("--device-share", ns.device_share),
                         ("--max-restarts", ns.max_restarts)):
         if given:
             raise UsageError(f"--clock virtual runs the whole job in one process on this machine: leave out {flag}")

@@ -145,7 +145,7 @@ def calibrate(argv):
 
     try:
         out, run = parse_calibration(argv)
-        own_step, compute, model_bytes, step = measure(run)
+        step, compute, model_bytes, period = measure(run)
     except UsageError as error:
         print(f"launch.py calibrate: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -153,8 +153,8 @@ def calibrate(argv):
         print(f"launch.py calibrate: {str(error).replace('--comm-ratio: ', '')}", file=sys.stderr)
         return EXIT_FAILURE
     record = {"network": run.network, "dataset": run.dataset, "batch_size": batch_size_of(run.worker_args),
-              "step_seconds": step, "own_step_seconds": own_step, "compute_seconds": compute,
-              "model_bytes": model_bytes, "steps": PROBE_STEPS,
+              "step_seconds": step, "overhead_seconds": max(0.0, period - step), "period_seconds": period,
+              "compute_seconds": compute, "model_bytes": model_bytes, "steps": PROBE_STEPS,
               "device": run.devices[run.fastest_worker], "device_share": run.device_share,
               "devices_described": run.devices_described, "measured_on": socket.gethostname(),
               "command": "python launch.py calibrate " + shlex.join(argv)}
@@ -188,17 +188,24 @@ def batch_size_of(worker_args):
 
 def step_seconds(given, network, dataset, worker_args):
     """--step-seconds as seconds: a number, or what a calibration file gives for this run (None without it)."""
+    return device_charges(given, network, dataset, worker_args)[0]
+
+
+def device_charges(given, network, dataset, worker_args):
+    """(step seconds, overhead seconds) of --step-seconds: a number and no overhead, or what a calibration file
+    gives for this run; (None, 0) without it."""
     if given is None or isinstance(given, float):
-        return given
+        return given, 0.0
     try:
-        return float(given)
+        return float(given), 0.0
     except ValueError:
-        return calibrated_step(given, network, dataset, worker_args)
+        record = calibrated_record(given, network, dataset, worker_args)
+        return float(record["step_seconds"]), float(record.get("overhead_seconds") or 0.0)
 
 
-def calibrated_step(path, network, dataset, worker_args):
-    """The step seconds a calibration file gives for a run of `network` on `dataset` at its batch size; ValueError
-    (one line) where the file is not one, or was measured for another network, data set or batch size."""
+def calibrated_record(path, network, dataset, worker_args):
+    """The record of a calibration file for a run of `network` on `dataset` at its batch size; ValueError (one
+    line) where the file is not one, or was measured for another network, data set or batch size."""
     from training.files import read_json
 
     try:
@@ -212,5 +219,7 @@ def calibrated_step(path, network, dataset, worker_args):
         said = ", ".join(f"{key} {value}" for key, value in differing.items())
         raise ValueError(f"{path} was calibrated for {said}, not for this run's "
                          + ", ".join(f"{key} {wanted[key]}" for key in differing))
-    return step
+    if not step > 0:
+        raise ValueError(f"{path}: a step of {step} s")
+    return record
 

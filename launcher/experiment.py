@@ -87,6 +87,9 @@ class Experiment:
     clock: str = runlog.REAL_CLOCK  # virtual: the whole job in one process, its time charged (training/clocks/)
     step_seconds: float | None = None  # --clock virtual: a step of one batch on a device of slowdown 1
     step_jitter: float = 0.0        # --clock virtual: the log-normal spread of each step's charge
+    step_overhead: float = 0.0      # --clock virtual: seconds each step is charged beside its computing
+    latency: float = 0.0            # --clock virtual: seconds each transfer is charged beside its bytes
+    round_trip: float = 0.0         # --clock virtual: seconds each request to the state server's rules is charged
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
     @property
@@ -243,6 +246,13 @@ def add_clock_options(p, jobs=False):
     p.add_argument("--step-jitter", type=float, default=0.0,
                    help="--clock virtual: each step's charge x a log-normal factor of mean 1 and this log-spread, "
                         "drawn from a seeded stream per device (default 0)")
+    p.add_argument("--step-overhead", type=float,
+                   help="--clock virtual: seconds each step is charged beside its computing, whatever the device's "
+                        "slowdown (the loop's own work between steps; default: a calibration file's, else 0)")
+    p.add_argument("--latency", type=float, default=0.0,
+                   help="--clock virtual: seconds each transfer is charged beside its bytes (default 0)")
+    p.add_argument("--round-trip", type=float, default=0.0,
+                   help="--clock virtual: seconds each request to the state server's rules is charged (default 0)")
     if jobs:
         p.add_argument("--jobs", type=int, default=1, metavar="N",
                        help="--clock virtual: N runs at once, each in a process of its own (default 1); a run's "
@@ -286,7 +296,7 @@ def add_host_options(p, rates=True):
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
              "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts", "checkpoint_every", "clock",
-             "step_seconds", "step_jitter")
+             "step_seconds", "step_jitter", "step_overhead", "latency", "round_trip")
 
 
 def handed_on(ns):
@@ -328,12 +338,14 @@ def build(ns, worker_args=()):
     checks.check_worker_args(worker_args)
     checks.check_snapshot_seconds(ns.snapshot_seconds)
     try:
-        ns.step_seconds = comm_ratio.step_seconds(ns.step_seconds, ns.network, ns.dataset, worker_args)
+        ns.step_seconds, overhead = comm_ratio.device_charges(ns.step_seconds, ns.network, ns.dataset, worker_args)
     except ValueError as error:
         raise UsageError(f"--step-seconds {error}") from None
+    ns.step_overhead = overhead if ns.step_overhead is None else ns.step_overhead
     checks.check_clock(ns, chosen, worker_args)
     if ns.clock == runlog.VIRTUAL_CLOCK:
-        share, devices_described = None, virtual.describe(ns.step_seconds, ns.step_jitter, ns.comm_ratio)
+        share, devices_described = None, virtual.describe(ns.step_seconds, ns.step_jitter, ns.comm_ratio, ns.latency,
+                                                           ns.round_trip, ns.step_overhead)
     else:
         share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
     if ns.validators < 1 or ns.validators > len(devices):
@@ -357,7 +369,7 @@ def build(ns, worker_args=()):
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
         checkpoint_every=ns.checkpoint_every, clock=ns.clock, step_seconds=ns.step_seconds,
-        step_jitter=ns.step_jitter,
+        step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})

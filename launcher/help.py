@@ -54,7 +54,8 @@ accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds
   each sum over the links charged as --comm-ratio R says (free without it); rank 0 evaluates in its loop every
   --snapshot-seconds of virtual time, at no virtual cost. The same command gives the same logs whatever else the
   machine runs. The state server's rules and the kvstore's servers answer in-process; backup, esync's nonblocking
-  policy and hogwild are refused, each in one line (docs/virtual-clock.md).
+  policy and hogwild are refused, each in one line. regimes, paper and tune take --clock virtual too, and --jobs N
+  to run N of their runs at once (docs/virtual-clock.md).
 
 exit codes: 0 done, 1 a process failed or the wall limit was reached, 2 bad input, 130 interrupted.
 """

@@ -163,7 +163,8 @@ def plan_of(ns):
             "schemes": parse_schemes(ns.schemes), "repeats": ns.repeats, "seed": ns.seed, "max_time": ns.max_time,
             "target": ns.target, "targets": [ns.target] + parse_higher_targets(ns.higher_targets, ns.target),
             "snapshot_seconds": ns.snapshot_seconds, "clock": ns.clock, "step_seconds": ns.step_seconds,
-            "step_jitter": ns.step_jitter}
+            "step_jitter": ns.step_jitter, "step_overhead": ns.step_overhead, "latency": ns.latency,
+            "round_trip": ns.round_trip}
 
 
 def parse_higher_targets(text, target):
@@ -250,9 +251,10 @@ def parse(argv):
     ns.data_dir = experiment.data_dir(ns)
     parallel.check_jobs(ns.jobs, ns.clock)
     try:  # a calibration file read once: the plan and the limits take its seconds
-        ns.step_seconds = comm_ratio.step_seconds(ns.step_seconds, ns.network, ns.dataset, worker_args)
+        ns.step_seconds, overhead = comm_ratio.device_charges(ns.step_seconds, ns.network, ns.dataset, worker_args)
     except ValueError as error:
         raise UsageError(f"--step-seconds {error}") from None
+    ns.step_overhead = overhead if ns.step_overhead is None else ns.step_overhead
     plan = plan_of(ns)
     if ns.resume:
         check_resumable(ns.log_dir, plan)
@@ -321,7 +323,7 @@ def measure_limits(ns, plan, worker_args):
         slowdowns = [float(f) for f in profile.split(",")]
         if ns.clock == runlog.VIRTUAL_CLOCK:  # what the devices are charged: each a batch every step x slowdown
             batch = config.parse_args(config.flags_for_mode(job_args, modes.STANDALONE)).batch_size
-            limits[profile] = [batch / (ns.step_seconds * factor) for factor in slowdowns]
+            limits[profile] = [batch / (ns.step_seconds * factor + ns.step_overhead) for factor in slowdowns]
         else:
             share, _ = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown)
             limits[profile] = workers.concurrent_standalone(slowdowns, ns.limit_seconds, workdir,

@@ -331,7 +331,9 @@ def start_virtual(experiment, mode, group, log_dir, state_server, hosts, label):
              else [commands.standalone_argv(experiment, mode, log_dir)])
     path = os.path.join(group.out_dir, VIRTUAL_JOB_FILE)
     write_json(path, {"workers": [argv[1:] for argv in argvs], "step_seconds": experiment.step_seconds,
-                      "jitter": experiment.step_jitter, "ratio": experiment.comm_ratio, "seed": experiment.seed},
+                      "jitter": experiment.step_jitter, "ratio": experiment.comm_ratio, "seed": experiment.seed,
+                      "overhead": experiment.step_overhead, "latency": experiment.latency,
+                      "round_trip": experiment.round_trip},
                indent=1)
     proc = group.start_python("virtual-job", ["-m", "training.clocks.job", path], threads.ONE_THREAD,
                               role="worker", host="localhost")

@@ -150,7 +150,8 @@ def run_of(ns, scheme, number, seed, values):
     flags = flags + [f"{space[name][0]}={space[name][1].text(value)}" for name, value in values.items()]
     links = {} if ns.link == tuned.LOOPBACK else {"comm_ratio": float(ns.link)}
     if ns.clock == runlog.VIRTUAL_CLOCK:  # the links charged, not shaped
-        links.update(clock=ns.clock, step_seconds=ns.step_seconds, step_jitter=ns.step_jitter)
+        links.update({name: getattr(ns, name) for name in ("clock", "step_seconds", "step_jitter", "step_overhead",
+                                                            "latency", "round_trip")})
     elif links:
         links["hosts"] = "netns"
     options = experiment.options(

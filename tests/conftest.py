@@ -39,17 +39,18 @@ def pytest_sessionstart(session):
 
 @pytest.hookimpl(wrapper=True)  # around every other plugin's, pytest-xdist's reading of the groups included
 def pytest_collection_modifyitems(items):
-    """Two groups for pytest.ini's two workers (-n 2 --dist loadgroup): the tests that start real processes run one
-    after another on one worker, the others on the other one, which ends within the first minutes; jobs of two
-    tests at once would each take cores the other's timing counts on. A real-process test marked `beside_others`
-    checks nothing that depends on timing (or mostly waits on timeouts) and runs with the in-process tests instead, on
-    the cores they leave idle, which shortens the suite. A test of a module marked `beside_others` that is marked
-    `beside_others(False)` itself runs with the timed tests all the same: it moves its length from one half to the
-    other, to balance them."""
+    """Three groups for pytest.ini's three workers (-n 3 --dist loadgroup): the tests that start real processes and
+    check timing run one after another on one worker ("real-processes"); jobs of two such tests at once would each take
+    cores the other's timing counts on. A real-process test marked `beside_others` checks nothing that depends on
+    timing (or mostly waits on timeouts, or runs on a virtual clock) and runs beside them ("beside"), as the
+    in-process tests do ("in-process"), on the CPU time the timed tests leave idle. A test of a module marked
+    `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the same: it moves its
+    length from one group to the other, to balance them."""
     for item in items:
         beside = item.get_closest_marker("beside_others")
-        alone = item.get_closest_marker("slow") and (beside is None or beside.args == (False,))
-        group = "real-processes" if alone else "in-process"
+        slow = item.get_closest_marker("slow")
+        alone = slow and (beside is None or beside.args == (False,))
+        group = "real-processes" if alone else "beside" if slow else "in-process"
         item.add_marker(pytest.mark.xdist_group(group))
     return (yield)
 

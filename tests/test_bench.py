@@ -169,6 +169,10 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     for row in results["devices"]:
         assert set(row["fast_step_seconds"]) == {"sync", "esync", "local"}
         assert all(seconds > 0 for seconds in row["fast_step_seconds"].values()) and row["all_at_once_seconds"] > 0
+    assert [r["mode"] for r in results["virtual_clock"]["rows"]] == config["virtual_modes"]
+    assert all(r["real_wall_seconds"] > 0 and r["virtual_wall_seconds"] > 0 for r in results["virtual_clock"]["rows"])
+    assert [(r["workers"], r["rounds"] > 0, r["peak_mb"] > 0) for r in results["virtual_clock"]["scale"]] == [
+        (8, True, True)]
     placed = results["placement"]
     if "skipped" not in placed:  # CPU quotas need root
         assert [r["network"] for r in placed["rows"]] == list(config["placement_networks"])

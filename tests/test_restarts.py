@@ -95,9 +95,9 @@ def test_paper_keeps_a_repeat_whose_run_restarted_in_table_1(tmp_path):
     from it, and its run is a cell of Table 1 like any other, its restart in its summary."""
     logs = str(tmp_path / "logs")
     # no --dataset: the paper's, Fashion-MNIST, as tiny files where the tests put it (tests/conftest.py)
-    # paper's runs stop at a training time: 10 s hold a few hundred rounds, the kill comes at the 55th
+    # paper's runs stop at a training time: 6 s hold a few hundred rounds, the kill comes at the 55th
     args = ["--repeats", "1", "--splits", "iid", "--modes", "sync", "--esync-variants", "", "--slowdown", "1,1",
-            "--max-time", "10", "--max-restarts", "1"]
+            "--max-time", "6", "--max-restarts", "1"]
     with launcher(args, logs, subprogram=["paper"]) as proc:
         kill_during_training(os.path.join(logs, "repeat-1"), "sync", "worker-1", CHECKPOINT_EVERY + 5)
         proc.wait(timeout=300)

@@ -120,3 +120,17 @@ def test_three_repeats_detect_no_ratio_and_ten_detect_a_smaller_one_than_five():
     assert significance.detectable_ratio(3, 0.7) is None  # the test cannot reach 5 % at all
     assert 1 < significance.detectable_ratio(10, 0.7) < significance.detectable_ratio(5, 0.7)
     assert significance.pooled_log_spread([[1.0, math.e], [2.0]]) == pytest.approx(1 / math.sqrt(2))
+
+
+def test_the_ratio_of_medians_comes_with_a_bootstrap_interval_and_says_where_a_miss_makes_it_a_bound():
+    slow = [[t, True] for t in (20.0, 22.0, 21.0, 19.0, 23.0)]
+    fast = [[t, True] for t in (10.0, 11.0, 10.5, 9.5, 12.0)]
+
+    found = significance.ratio_interval(slow, fast)
+    assert found["ratio"] == 21.0 / 10.5 and found["low"] > 1.0 and found["low"] <= found["ratio"] <= found["high"]
+    assert found["bound"] is None and significance.ratio_interval(slow, fast) == found  # a fixed seed
+    assert significance.ratio_interval(fast, fast)["ratio"] == 1.0
+    missed = significance.ratio_interval([[30.0, False]] + slow[1:], fast)
+    assert missed["bound"] == "lower"
+    assert significance.ratio_interval(fast, [[30.0, False]] + slow[1:])["bound"] == "upper"
+    assert significance.ratio_interval(slow[:1], fast) is None

@@ -58,8 +58,7 @@ OWN_STEP_PHASES = (GET_BATCH, FORWARD_BACKWARD, LOCAL_UPDATE, EMULATED_SLOWDOWN)
 COMPUTE_WARMUP = 10  # the first steps of a device, which MXNet's first calls slow, left out of its median step
 # A planned ESync round (the plan and adaptive policies): the worker's planned local steps; adaptive also logs the
 # slowest worker's, the aggregation time (s) the round was sized to, which bound set the round's length, and the
-# round's computing time (a worker steps while its next step would end within it; planned_steps is then the count
-# its reported step time gave).
+# round's computing time (a worker steps while its next step would end within it; planned_steps: by its step time).
 PLANNED_STEPS = "planned_steps"
 PLANNED_SLOWEST_STEPS = "planned_slowest_steps"
 PLANNED_AGGREGATION = "planned_aggregation"
@@ -80,8 +79,7 @@ REPLANNED = "replanned"
 WEIGHTS_DIGEST = "weights_digest"  # --digest-weights: a fingerprint of the weights after the aggregation
 LR_FACTOR = "lr_factor"            # the learning-rate schedule's factor, where it is not constant
 DIVERGED = "diverged"              # the round a run stopped in because it diverged (training/faults/divergence.py): why
-STALENESS = "staleness"  # asynchronous schemes: the updates of other workers the server applied between this
-                         # worker's pull and its push
+STALENESS = "staleness"  # asynchronous schemes: others' pushes applied between this worker's pull and its push
 DROPPED = "dropped"
 LATE_BY = "late_by"
 

@@ -3,8 +3,8 @@
     python -m training.clocks.job JOB.json
 
 JOB.json (the launcher writes it with --clock virtual): {"workers": [each worker's main.py arguments, in the order
-of their positions], "step_seconds": the seconds a step of one batch takes on a device of slowdown 1, "jitter": σ
-(clocks/virtual.py), "ratio": R (a transfer of the model lasts R fast steps) or null for loopback, "latency": seconds
+of their positions], "step_seconds": the seconds a step of one batch takes on a device of slowdown 1, "overhead":
+seconds each step besides, "jitter": σ (clocks/virtual.py), "ratio": R (a transfer of the model lasts R fast steps) or null for loopback, "latency": seconds
 a transfer, "round_trip": seconds a request to the state server's rules (clocks/coordination.py), "seed": the
 jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
 training loop and scheme), on one clock of its own; the test set is evaluated in the loop every --eval-seconds of
@@ -62,10 +62,12 @@ def build(job, workers, links):
     parts = []
     for rank, args in enumerate(workers):
         device = virtual.Device(float(job["step_seconds"]), args.slowdown, args.batch_size,
-                                float(job.get("jitter") or 0.0))
+                                float(job.get("jitter") or 0.0), float(job.get("overhead") or 0.0))
         clock = virtual.VirtualClock(scheduler, rank, device, job.get("seed", args.seed))
-        transport = VirtualTransport(scheduler, rank, links, coordination, servers) if mode.cluster else None
-        args.clock = {"kind": "virtual", "step_seconds": device.step_seconds, "slowdown": device.slowdown,
+        transport = (VirtualTransport(scheduler, rank, links, coordination, servers, args.collective)
+                     if mode.cluster else None)
+        args.clock = {"kind": "virtual", "step_seconds": device.step_seconds, "overhead": device.overhead,
+                      "slowdown": device.slowdown,
                       "batch_size": device.batch_size, "jitter": device.jitter, "ratio": ratio,
                       "latency": links.latency, "round_trip": coordination.round_trip}
         parts.append((args, clock, transport))

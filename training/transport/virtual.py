@@ -4,23 +4,27 @@ The same four operations as the parameter server and MPI (collectives.py), among
 each is a collective of the scheduler, which every worker joins in the same order. declare and broadcast hand rank
 0's values to everyone and cost nothing (they happen before the training clock starts); sum adds the workers'
 arrays in rank order, so that the sums are the same in every run, and charges each worker the links' transfers
-(clocks/virtual.py Links); barrier waits for the last worker. Bytes are counted as over the parameter server: one
-array a key pushed and one pulled. A job whose scheme pushes to the kvstore itself gets the job's in-process
+(clocks/virtual.py Links); barrier waits for the last worker. Over the parameter server a sum's bytes are one array
+a key pushed and one pulled, its transfers queued on the servers' link; over MPI (`collective`: ring, butterfly,
+binary-blocks) they are what MPICH's algorithm moves for each rank (traffic.py), each exchange on the two workers'
+own links, and every worker has the sum once the exchanges of the slowest rank's part are done. A job whose scheme pushes to the kvstore itself gets the job's in-process
 servers (virtual_servers.py) as `kv`; what is declared is their keys' first values.
 """
 import concurrent.futures
+import functools
 
 import numpy as np
 
-from training.transport.collectives import ByteCounter, PendingSum, local_sum, pack, unpack
+from training.transport import traffic
+from training.transport.collectives import PS, ByteCounter, PendingSum, local_sum, pack, unpack
 from training.transport.virtual_servers import VirtualKVStore
 
 
 class VirtualTransport:
     sums_in_engine = False  # every sum is taken when the worker asks for it: no scheme queues its round in MXNet
 
-    def __init__(self, scheduler, rank, links, coordination=None, servers=None):
-        self.scheduler, self.rank, self.links = scheduler, rank, links
+    def __init__(self, scheduler, rank, links, coordination=None, servers=None, collective=PS):
+        self.scheduler, self.rank, self.links, self.collective = scheduler, rank, links, collective
         self.coordination = coordination  # the job's state server, in-process (clocks/coordination.py)
         self.servers = servers            # the job's kvstore servers, in-process, where its scheme uses them
         self.num_workers = scheduler.num_workers
@@ -53,7 +57,10 @@ class VirtualTransport:
         flat = pack([local_sum(entry) for entry in arrays])
         total = self.scheduler.meet(self.rank, flat, self._summed)
         unpack(total, arrays)
-        self.traffic.add(flat.nbytes, flat.nbytes)
+        if self.collective == PS:
+            self.traffic.add(flat.nbytes, flat.nbytes)
+        else:
+            self.traffic.add(*traffic.allreduce_bytes(self.collective, self.rank, self.num_workers, flat.size))
 
     def start_sum(self, keys, arrays):
         """The sum at once: a worker on the virtual clock has no engine threads to overlap it with."""
@@ -75,4 +82,20 @@ class VirtualTransport:
         total = contributions[0].copy()
         for rank in range(1, len(contributions)):
             total += contributions[rank]
-        return total, self.links.finishes(arrivals, total.nbytes)
+        if self.collective == PS:
+            return total, self.links.finishes(arrivals, total.nbytes)
+        done = max(arrivals.values()) + allreduce_seconds(self.collective, self.num_workers, total.size,
+                                                          self.links)
+        return total, {rank: done for rank in arrivals}
+
+
+@functools.lru_cache(maxsize=64)
+def allreduce_seconds(collective, size, count, links):
+    """The slowest rank's exchanges in one allreduce of `count` float32 elements over `size` ranks: each as long as
+    the larger of its two halves over the link, plus the link's latency."""
+    def seconds(step):
+        _, sent, _, received = step
+        return max(sent, received) * 4 * links.seconds_per_byte + links.latency
+
+    return max(sum(seconds(step) for step in traffic.allreduce_steps(collective, rank, size, count))
+               for rank in range(size))
