@@ -35,6 +35,11 @@ BASELINE = "sync"           # speedups are against SSGD, as in the paper
 TRAFFIC_BASELINE = "async"  # the paper compares ESync's traffic with ASGD's
 LATER_RIVALS = {"async": "ASGD", "dcasgd": "DC-ASGD"}  # the paper: both reach the target later than ESync
 FAST_ONLY = "fast-only"     # the row of SSGD on the profile's fastest devices alone: the stragglers dropped
+# The paper's own figures (i.i.d. Fashion-MNIST, 4 GTX 1080Ti and 2 E5-2650v4 CPUs): Table 1's speedup over SSGD to
+# 0.8 per network, and Figure 4's samples/s and traffic, which it gives for its cluster as a whole.
+PAPER_SPEEDUPS = {"alexnet": 27, "inception-v3": 7, "resnet18-v1": 7, "resnet50-v1": 4, "resnet50-v2": 6,
+                  "mobilenet-v1": 2}
+PAPER_FIGURE_4 = {"samples_per_s_vs_ssgd": 33, "samples_per_s_vs_asgd": 13, "traffic_vs_asgd": 0.25}
 TABLE_FILE = "table1.md"
 RESULTS_FILE = "paper.json"
 # (key, column title, format) of Table 1's cells, in order.
@@ -241,6 +246,7 @@ def headline(runs_by_mode, target, esync="esync"):
     if TRAFFIC_BASELINE in runs_by_mode:
         base = per_repeat(runs_by_mode, TRAFFIC_BASELINE, target)
         claims["traffic_vs_asgd"] = statistics_of(paired(ratio, own["traffic_mb_per_s"], base["traffic_mb_per_s"]))
+        claims["samples_per_s_vs_asgd"] = statistics_of(paired(ratio, own["samples_per_s"], base["samples_per_s"]))
     claims.update(accuracy_claim(own["plateau"], per_repeat(runs_by_mode, modes.STANDALONE, target)["plateau"]))
     for rival in LATER_RIVALS:
         if rival in runs_by_mode:
@@ -352,6 +358,24 @@ def describe_headline(claims, target, name="ESync"):
     return f"{name}: " + ", ".join(parts) if parts else ""
 
 
+def beside_the_paper(headline, network, esync_policy=None):
+    """A table of each ESync row's speedup over SSGD, samples/s against SSGD and ASGD and traffic against ASGD, the
+    paper's figure in the first row ("" without an ESync row)."""
+    paper_row = ["the paper", f"{PAPER_SPEEDUPS[network]}×" if network in PAPER_SPEEDUPS else "not in its Table 1",
+                 *(f"{PAPER_FIGURE_4[key]:g}{'' if key == 'traffic_vs_asgd' else '×'}"
+                   for key in ("samples_per_s_vs_ssgd", "samples_per_s_vs_asgd", "traffic_vs_asgd"))]
+    rows = [[display(row, esync_policy), *(format_statistic(claims[key], spec, unit) if key in claims else "-"
+                                           for key, spec, unit in (("speedup_vs_ssgd", ".1f", "×"),
+                                                                   ("samples_per_s_vs_ssgd", ".1f", "×"),
+                                                                   ("samples_per_s_vs_asgd", ".1f", "×"),
+                                                                   ("traffic_vs_asgd", ".2f", "")))]
+            for row, claims in headline.items() if claims]
+    if not rows:
+        return ""
+    return markdown_table(["", "speedup over SSGD to the target", "samples/s / SSGD's", "samples/s / ASGD's",
+                           "traffic / ASGD's"], [paper_row] + rows)
+
+
 def describe_lead(holds, rival_name):
     return {"esync": "ESync's lead holds", "rival": f"{rival_name}'s lead holds",
             None: "a tie within the repeats' spread"}[holds]
@@ -396,6 +420,10 @@ def format_report(report):
             claim = describe_headline(claims, target, display(row, policy))
             if claim:
                 lines += [claim, ""]
+        beside = beside_the_paper(report["headline"][split], report["network"], policy)
+        if split == "iid" and beside:
+            lines += ["ESync beside the paper's own figures (its cluster: 4 GPUs, 2 CPUs about 117× slower):", "",
+                      beside, ""]
         if report.get("thresholds"):
             lines += [f"Time to each accuracy (s), {SPLIT_NAMES[split]}:", "",
                       thresholds_table(report["thresholds"][split], policy), ""]

@@ -197,6 +197,23 @@ def test_a_table_of_one_split_reads_its_runs_alone_and_draws_its_figures(tmp_pat
     assert len(drawn) == 3 and all(open(path, "rb").read(8) == PNG_SIGNATURE for path in drawn)
 
 
+def test_esync_stands_beside_the_papers_own_figures_for_its_network(tmp_path):
+    network_dir = os.path.join(str(tmp_path), "repeat-1", "resnet18-v1")
+    for folder, accuracies, speed, traffic in (("esync", [0.85, 0.9], 3300.0, 1.0), ("sync", [0.5, 0.82], 100.0, 2.0),
+                                               ("async", [0.6, 0.81], 330.0, 4.0), ("local", [0.7, 0.9], 50.0, 0.0)):
+        summary = {**run([1.0, 2.0], accuracies, speed, traffic), "mode": folder, "links": "loopback (no link limit)"}
+        os.makedirs(os.path.join(network_dir, folder))
+        write_json(summaries.summary_path(network_dir, folder), summary)
+    description = {"dataset": "fashion-mnist", "seeds": [0], "esync_policy": "apply"}
+
+    report, _ = paper.build_report(str(tmp_path), "resnet18-v1", ("esync", "sync", "async"), [1], TARGET,
+                                   description, splits=("iid",))
+
+    text = paper.format_report(report)
+    assert "| the paper | 7× | 33× | 13× | 0.25 |" in text
+    assert "| 2.0× | 33.0× | 10.0× | 0.25 |" in text  # 0.8 at 1 s against SSGD's 2 s; 3300 / 100; 3300 / 330; 1 / 4
+
+
 def test_the_fast_devices_row_reads_its_own_runs_and_shows_computed_and_applied_samples(tmp_path):
     repeat = os.path.join(str(tmp_path), "repeat-1")
     for folder, mode, accuracies, applied in ((os.path.join(repeat, "lenet"), "sync", [0.5, 0.7], 100.0),
