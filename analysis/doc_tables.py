@@ -53,7 +53,8 @@ def search_block(folder):
 
 def cell_name(result, cell):
     link = regime_map.describe_link(cell["link"])
-    return f"{result['network']}, {result['dataset']}, {cell['profile']}, {link}, {SPLIT_NAMES[cell['split']]}"
+    return (f"{result['network']}, {result['dataset']}, {regime_map.compact(cell['profile'])}, {link}, "
+            f"{SPLIT_NAMES[cell['split']]}")
 
 
 def cells_at_targets(result):

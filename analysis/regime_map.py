@@ -51,8 +51,26 @@ def describe_link(link):
     return LOOPBACK if link == LOOPBACK else f"R = {link:g}"
 
 
+COMPACT_ABOVE = 8  # profiles of more devices are written NxF, F for N devices in a row (launcher/workers.py)
+
+
+def compact(profile):
+    """A profile as tables and folders name it: as given up to COMPACT_ABOVE devices, else its runs of equal factors
+    as NxF ("48x1,16x4")."""
+    factors = profile.split(",")
+    if len(factors) <= COMPACT_ABOVE:
+        return profile
+    runs = []
+    for factor in factors:
+        if runs and runs[-1][1] == factor:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, factor])
+    return ",".join(f"{n}x{factor}" if n > 1 else factor for n, factor in runs)
+
+
 def profile_folder(profile):
-    return profile.replace(",", "-")
+    return compact(profile).replace(",", "-")
 
 
 def run_dir(log_dir, link, profile, split, repeat, scheme):
@@ -300,7 +318,7 @@ def winner_table(result, split):
     schemes that tie."""
     rows = []
     for profile in result["profiles"]:
-        row = [profile]
+        row = [compact(profile)]
         for link in result["links"]:
             cell = find_cell(result, split, profile, link)
             entry = nobody_reached(cell) if cell["leader"] is None else cell_entry(cell)
@@ -354,7 +372,7 @@ def detail_table(result, split):
     for profile in result["profiles"]:
         for link in result["links"]:
             for scheme, n in by_relative_time(find_cell(result, split, profile, link)):
-                rows.append([profile, describe_link(link), display(scheme), outcome(n), relative_text(n),
+                rows.append([compact(profile), describe_link(link), display(scheme), outcome(n), relative_text(n),
                              format_statistic(n["samples_per_s"], ".0f"), format_statistic(n["efficiency"], ".2f"),
                              format_statistic(n["bytes_per_sample"], ".0f"),
                              format_statistic(n["final_accuracy"], ".3f"),
@@ -368,7 +386,7 @@ def target_table(result, split):
     rows = []
     for profile in result["profiles"]:
         for link in result["links"]:
-            rows += [[profile, describe_link(link), display(scheme), outcome(n), relative_text(n)]
+            rows += [[compact(profile), describe_link(link), display(scheme), outcome(n), relative_text(n)]
                      for scheme, n in by_relative_time(find_cell(result, split, profile, link))]
     return markdown_table(["workers", "links", "scheme", f"time to {result['target']:g}", "× leader"], rows)
 

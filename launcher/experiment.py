@@ -172,7 +172,8 @@ def build_parser():
     p.add_argument("--devices", help="one entry per worker, e.g. cpu,cpu,gpu0+gpu1 (default: one cpu per "
                                      "--slowdown factor)")
     p.add_argument("--slowdown",
-                   help="emulated slowdown per worker, a comma list of factors >= 1 or one for all (default 1)")
+                   help="emulated slowdown per worker, a comma list of factors >= 1 (NxF: F for N workers in a row, "
+                        "e.g. 48x1,16x4) or one for all (default 1)")
     add_aggregation_options(p)
     p.add_argument("--max-time", type=float, help="each mode trains this many seconds")
     p.add_argument("--max-iters", type=int, help="each mode trains this many global iterations")

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 from analysis import paper, regime_map, tuned
 from coordination.rules import apply as paper_rule
-from launcher import checks, experiment, parallel, runner
+from launcher import checks, experiment, parallel, runner, workers
 from launcher.dmlc import split_at_double_dash
 from launcher.regime_map import parse_splits
 from training import config, esync_variants, modes
@@ -140,6 +140,7 @@ def parse(argv):
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
     parallel.check_jobs(ns.jobs, ns.clock)
+    ns.slowdown = ",".join(workers.parse_factors(ns.slowdown, "--slowdown"))
     ns.thresholds = parse_thresholds(ns.thresholds)
     ns.splits = parse_splits(ns.splits)
     ns.esync_variants = parse_variants(ns.esync_variants)

@@ -55,7 +55,8 @@ def build_parser():
     p.add_argument("--links", default=DEFAULT_LINKS,
                    help=f"comma list of loopback and communication ratios R > 0 (default {DEFAULT_LINKS})")
     p.add_argument("--profiles", default=DEFAULT_PROFILES,
-                   help=f"the workers' slowdowns, profiles separated by / (default {DEFAULT_PROFILES})")
+                   help=f"the workers' slowdowns, profiles separated by /, each as --slowdown takes it (NxF: F for N "
+                        f"workers in a row) (default {DEFAULT_PROFILES})")
     p.add_argument("--splits", default="iid,niid", help="iid, niid or both (default iid,niid)")
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
                    help=f"cluster modes, esync-<policy>[-overlap][-drift], local (one fast device) and fast-only (SSGD "
@@ -117,9 +118,8 @@ def parse_links(text):
 
 
 def parse_profiles(text):
-    profiles = [p.strip() for p in text.split("/") if p.strip()]
-    for profile in profiles:
-        workers.parse_slowdowns(profile, len(profile.split(",")))
+    """The profiles of --profiles, each written out one factor a device (launcher/workers.py parse_factors)."""
+    profiles = [",".join(workers.parse_factors(p.strip(), "--profiles")) for p in text.split("/") if p.strip()]
     return unique(profiles, "--profiles", text)
 
 

@@ -110,10 +110,7 @@ def parse(argv):
 
 def check_cell(ns):
     """UsageError (one line) for a profile or links the launcher would not take."""
-    try:
-        workers.parse_slowdowns(ns.profile, len(ns.profile.split(",")))
-    except UsageError as error:
-        raise UsageError(str(error).replace("--slowdown", "--profile", 1)) from None
+    ns.profile = ",".join(workers.parse_factors(ns.profile, "--profile"))
     if ns.link != tuned.LOOPBACK:
         try:
             ratio = float(ns.link)

@@ -26,25 +26,42 @@ def parse_devices(devices, slowdown):
         if slowdown is None:
             raise UsageError("the following arguments are required: --devices (or --slowdown: one cpu worker "
                              "per factor)")
-        return tuple("cpu" for _ in slowdown.split(","))
+        return tuple("cpu" for _ in parse_factors(slowdown))
     entries = tuple(d.strip() for d in devices.split(","))
     for device in entries:
         device_flags(device)
     return entries
 
 
-def parse_slowdowns(text, num_workers):
+def parse_slowdowns(text, num_workers, flag="--slowdown"):
     """The workers' factors as given (text), one per worker; a single factor is every worker's."""
-    try:
-        argtypes.slowdowns(text)  # the check a worker's --slowdown passes
-    except argparse.ArgumentTypeError as err:
-        raise UsageError(f"--slowdown: {err}")
-    factors = tuple(f.strip() for f in text.split(","))
+    factors = parse_factors(text, flag)
     if len(factors) == 1:
         factors *= num_workers
     if len(factors) != num_workers:
-        raise UsageError(f"--slowdown has {len(factors)} factors but --devices has {num_workers} workers")
+        raise UsageError(f"{flag} has {len(factors)} factors but --devices has {num_workers} workers")
     return factors
+
+
+def parse_factors(text, flag="--slowdown"):
+    """The devices' slowdown factors of a comma list, as text, one per device: each entry a factor of 1 or more, or
+    NxF, F for N devices in a row ("48x1,16x4": 48 fast devices, then 16 four times slower). The one parser of every command's --slowdown, --profile and --profiles; UsageError (one line, naming
+    `flag`) for anything else."""
+    factors = []
+    for entry in (part.strip() for part in str(text).split(",")):
+        count, _, factor = entry.rpartition("x")
+        try:
+            repeat = int(count) if count else 1
+        except ValueError:
+            raise UsageError(f"{flag} {text}: {entry!r} is neither a factor nor NxF (F for N devices)") from None
+        if repeat < 1:
+            raise UsageError(f"{flag} {text}: {entry!r} repeats a factor {repeat} times")
+        try:
+            argtypes.slowdowns(factor)  # the check a worker's --slowdown passes
+        except argparse.ArgumentTypeError as err:
+            raise UsageError(f"{flag}: {str(err).replace('--slowdown ', '')}") from None
+        factors += [factor.strip()] * repeat
+    return tuple(factors)
 
 
 def device_share(slowdowns, given=None, sleeping=False, tracker=None):

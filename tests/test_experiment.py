@@ -224,3 +224,30 @@ def test_a_flag_of_some_modes_reaches_the_workers_of_those_modes_only():
     assert extra("sync") == ["-b", "10"]
     for argv in argvs.values():  # each passes main.py's parser, which refuses a flag of another mode
         config.parse_args(argv[1:])
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--slowdown", "1,abc", "--max-time", "1"], "--slowdown"),
+    (["tune", "--profile", "1,abc"], "--profile"),
+    (["paper", "--slowdown", "1,abc"], "--slowdown"),
+    (["regimes", "--profiles", "1,1,4/1,abc"], "--profiles"),
+    (["sweep", "--lr", "0.1,0.2", "--modes", "sync", "--max-time", "1", "--slowdown", "2x"], "--slowdown"),
+])
+def test_a_bad_list_of_factors_is_one_line_naming_its_flag_and_exit_2_in_every_command(argv, flag, tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), *argv, "-ld", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"error: {flag}" in result.stderr and not os.listdir(tmp_path)
+
+
+def test_a_profile_of_many_devices_is_written_as_runs_of_equal_factors():
+    from analysis import regime_map
+    from launcher import workers
+
+    profile = ",".join(workers.parse_factors("48x1,16x4"))
+    assert len(profile.split(",")) == 64 and regime_map.compact(profile) == "48x1,16x4"
+    assert regime_map.compact("1,1,1,1,20,20") == "1,1,1,1,20,20"  # up to 8 devices as given
+    assert regime_map.profile_folder(profile) == "48x1-16x4"
+    run = experiment.parse(["--slowdown", "3x1,4", "--max-time", "1"])
+    assert run.slowdowns == ("1", "1", "1", "4") and run.devices == ("cpu",) * 4
