@@ -151,3 +151,22 @@ def test_the_launcher_drops_another_modes_flags_with_their_values_and_switches_a
     assert config.flags_for_mode(argv, "local") == ["--eval-seconds", "0.5", "-b", "32"]
     assert config.flags_for_mode(argv, "sync") == ["--eval-seconds", "0.5", "-b", "32"]
     assert config.flags_for_mode(argv, "esync") == argv
+
+
+def test_the_help_of_a_mode_shows_its_own_flags_with_their_defaults_and_ranges_and_no_other_modes():
+    result = run_main(["-m", "esync", "--help"])
+    text = result.stdout
+
+    assert result.returncode == 0 and len(text.splitlines()) < 80
+    assert "--local-lr" in text and "--global-lr" in text and "(default 0.001)" in text
+    assert "launch.py tune searches log-uniform" in text
+    assert "--dc-lambda" not in text and "--rho" not in text and "--batch-size" not in text
+
+
+def test_the_common_help_shows_the_flags_every_mode_reads_and_lists_the_modes():
+    result = run_main(["--help"])
+    text = result.stdout
+
+    assert result.returncode == 0 and "--batch-size" in text and "--max-time" in text
+    assert all(f"  {mode} " in text for mode in ("esync", "sync", "async", "dcasgd", "hogwild"))
+    assert "--dc-lambda" not in text and "--local-lr" not in text

@@ -87,11 +87,13 @@ def add_declared(p, declared, help_text):
     p.add_argument(*meta["flags"], **kwargs)
 
 
+DESCRIPTION = ("ESync reproduction: acts as ps-lite scheduler, server or worker from DMLC_ROLE, as a worker of an MPI "
+               "job with --collective ring|butterfly|binary-blocks (under mpiexec), or trains on one device when "
+               "DMLC_ROLE is unset.")
+
+
 def build_parser():
-    p = OneLineErrorParser(
-        description="ESync reproduction: acts as ps-lite scheduler, server or worker from DMLC_ROLE, as a worker "
-                    "of an MPI job with --collective ring|butterfly|binary-blocks (under mpiexec), "
-                    "or trains on one device when DMLC_ROLE is unset.")
+    p = OneLineErrorParser(description=DESCRIPTION)
     add_job_flags(p)
     for declared in dataclasses.fields(Options):
         add_declared(p, declared, declared.metadata["help"])
@@ -99,6 +101,53 @@ def build_parser():
         add_declared(p, flag.field, flag.help)
     add_checkpoint_flags(p)
     return p
+
+
+HELP_WIDTH = 120
+
+
+def help_text(mode=None):
+    """`main.py --help`: the flags every mode reads and the list of modes; `main.py -m MODE --help`: that mode's own
+    flags, with their defaults and search ranges (docs/modes.md lists them all)."""
+    if mode is None:
+        p = OneLineErrorParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog="modes (main.py -m MODE --help: its own flags):\n" + "\n".join(
+                                   f"  {name:16} {m.description}" for name, m in modes.MODES.items()))
+        add_job_flags(p)
+        for declared in dataclasses.fields(Options):
+            add_declared(p, declared, declared.metadata["help"])
+        add_checkpoint_flags(p)
+        return p.format_help()
+    p = argparse.ArgumentParser(prog=f"main.py -m {mode}", add_help=False, usage="%(prog)s [common flags] [its flags]",
+                                formatter_class=lambda prog: argparse.HelpFormatter(prog, width=HELP_WIDTH,
+                                                                                    max_help_position=28),
+                                description=f"{mode}: {modes.MODES[mode].description}. Its own flags below; the "
+                                            "flags every mode reads: main.py --help.")
+    own = p.add_argument_group(f"-m {mode}'s flags")
+    for flag in scheme_flags().values():
+        if mode in flag.readers and flag.help != argparse.SUPPRESS:
+            texts = [text for text, readers in flag.helps.items() if mode in readers]
+            add_declared(own, flag.field, "; ".join(texts) + default_text(flag.field))
+    return p.format_help()
+
+
+def default_text(declared):
+    if declared.metadata["switch"] or declared.default is None or "default" in declared.metadata["help"]:
+        return ""
+    return f" (default {declared.default})"
+
+
+def asked_for_help(argv):
+    """The mode whose help `argv` asks for (None: the common one), or False where it asks for none."""
+    argv = list(argv)
+    if not ({"-h", "--help"} & set(argv)):
+        return False
+    for i, arg in enumerate(argv):
+        if arg in ("-m", "--mode") and i + 1 < len(argv):
+            return argv[i + 1] if argv[i + 1] in modes.MODES else None
+        if arg.startswith("--mode="):
+            return arg.split("=", 1)[1] if arg.split("=", 1)[1] in modes.MODES else None
+    return None
 
 
 def add_job_flags(p):
@@ -332,6 +381,12 @@ def resolve_mode(parser, args):
 
 
 def parse_args(argv=None):
+    import sys
+
+    asked = asked_for_help(sys.argv[1:] if argv is None else argv)
+    if asked is not False:
+        print(help_text(asked), end="")
+        sys.exit(0)
     parser = build_parser()
     args = parser.parse_args(argv)
     resolve_mode_aliases(parser, args)
