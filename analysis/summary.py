@@ -221,10 +221,16 @@ def check_one_job(workers, mode_dir, partial=False):
     """SummaryError unless the workers' folders (`workers`: [(node/folder, meta)]) are every worker of one job: one
     job id and worker count, each position 0 to N - 1 once. With `partial`, missing workers are allowed: then
     {"workers": found, "of": N, "missing": [positions]} (None for a whole run). Logs without meta.json (the original
-    scripts') say nothing of their job and are taken as they are."""
+    scripts') say nothing of their job and are taken as they are where none has one; beside folders that do, a folder
+    without one is refused (it may be another job's) unless `partial`."""
     described = [(name, meta) for name, meta in workers if is_number(meta.get("num_workers"))]
     if not described:
         return None
+    silent = [name for name, meta in workers if not is_number(meta.get("num_workers"))]
+    if silent and not partial:
+        raise SummaryError(f"{mode_dir}: {', '.join(silent)} {'has' if len(silent) == 1 else 'have'} no meta.json "
+                           "beside workers that do, so nothing says it is one of their job's (move it out, or "
+                           "summarize what is here with --partial)")
     clocks = {clock_kind(meta) for _, meta in workers}
     if len(clocks) > 1:
         virtual = [name for name, meta in workers if clock_kind(meta) == runlog.VIRTUAL_CLOCK]

@@ -72,3 +72,15 @@ def test_a_folder_left_by_an_earlier_larger_run_is_refused_as_a_foreign_worker(t
     line = one_error_line(run_summary("-b", base, "-n", NETWORK, "-m", "sync"))
 
     assert "host1/cpu-rank3" in line and "position outside 0-2" in line
+
+
+def test_a_folder_without_meta_json_beside_workers_that_have_one_is_refused_unless_partial(tmp_path):
+    base = str(tmp_path)
+    logfactory.write_run(base, "sync")
+    os.remove(os.path.join(base, NETWORK, "sync", "host1", "cpu-rank0", "meta.json"))
+
+    line = one_error_line(run_summary("-b", base, "-n", NETWORK, "-m", "sync"))
+    partial = run_summary("-b", base, "-n", NETWORK, "-m", "sync", "--partial")
+
+    assert "host1/cpu-rank0 has no meta.json beside workers that do" in line and "--partial" in line
+    assert partial.returncode == 0, partial.stderr

@@ -19,6 +19,7 @@ from training.devices import contexts, device_name
 from training.files import atomic_write
 from training.devices.heterogeneity import EmulatedSlowdown
 from training.model import Model
+from training.faults.failures import JobSetupError
 from training.faults.watchdog import Watchdog
 
 log = logging.getLogger("worker")
@@ -92,6 +93,12 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None, 
     fault_injection.point("worker", "setup", rank)
     if rank == 0 and resume.params:
         checkpoints.load_weights(resume, model)  # setup() broadcasts rank 0's weights to every worker
+    if transport:
+        with watchdog.guard(during(transport, "gathering the positions the workers claim")):
+            shared = collectives.check_one_worker_a_position(
+                collectives.positions_claimed(transport, args.worker_index))
+        if shared:
+            raise JobSetupError(shared)
     with watchdog.guard(during(transport, "setting up the job (initial weights, state server)")):
         scheme.setup()
     model.warm_up(scheme.step_batch_size)

@@ -335,6 +335,52 @@ def wait_sleeping(request, timeout, on_timeout):
         pause = min(2 * pause, LONGEST_PAUSE)
 
 
+# The first of the keys positions_claimed() uses: far above any scheme's, and small enough that MXNet's choice of a
+# small array's server (key x 9973 mod the servers, in a C int) does not overflow.
+POSITIONS_KEY = 100_000
+
+
+def positions_claimed(transport, given):
+    """Each rank's position as its worker gave it (--worker-index; None where it gave none), gathered from every
+    worker before the job's keys hold anything: a sum of one slot a rank, or on dist_async servers (which keep what
+    was pushed last) one key a rank pushed and then read by everyone. Its bytes are not a round's traffic."""
+    from mxnet import nd
+
+    n, rank = transport.num_workers, transport.rank
+    mine = 0.0 if given is None else given + 1.0
+    if transport.kv is not None and transport.kv.type == "dist_async":
+        keys = [POSITIONS_KEY + r for r in range(n)]
+        transport.kv.init(keys, [nd.zeros((1,)) for _ in keys])
+        transport.kv.push(keys[rank], nd.array([mine]))
+        nd.waitall()  # a push is an engine operation: the barrier alone does not wait for it
+        transport.barrier()
+        values = [nd.zeros((1,)) for _ in keys]
+        transport.kv.pull(keys, out=values)
+        slots = [value.asscalar() for value in values]
+    else:
+        vector = nd.zeros((n,))
+        vector[rank] = mine
+        transport.declare([POSITIONS_KEY], [nd.zeros((n,))])
+        transport.sum([POSITIONS_KEY], [vector])
+        slots = vector.asnumpy().tolist()
+    transport.traffic.take()
+    return [None if slot < 0.5 else int(round(slot)) - 1 for slot in slots]
+
+
+def check_one_worker_a_position(claimed):
+    """JobSetupError-worthy text where two workers claim one position, else None."""
+    holders = {}
+    for rank, position in enumerate(claimed):
+        if position is not None:
+            holders.setdefault(position, []).append(rank)
+    shared = {position: ranks for position, ranks in holders.items() if len(ranks) > 1}
+    if not shared:
+        return None
+    position, ranks = min(shared.items())
+    return (f"position {position} (--worker-index) is claimed by the workers of ranks "
+            f"{', '.join(map(str, ranks))}: one worker a position, each with its own share of the data and log folder")
+
+
 def copies_of(entry):
     """An entry's device copies: the list itself, or the one array."""
     return list(entry) if isinstance(entry, (list, tuple)) else [entry]
