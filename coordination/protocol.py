@@ -40,6 +40,9 @@ MAX_ROUNDS = 10 ** 12        # global iterations of a job
 MAX_SECONDS = 24 * 3600.0    # a step, an aggregation or a margin: a day at most
 MAX_CLOCK = 10 ** 12         # a worker's clock in seconds (since the epoch, or since it started)
 MAX_JOB_ID = 100             # characters of a job's id
+# The header a job's requests carry its own secret in, where its first /init/ set one (a header, not a field: it
+# stays out of URLs and logs).
+JOB_SECRET_HEADER = "X-ESync-Job-Secret"
 
 RANK = Field("r", INTEGER, "the worker's rank", minimum=0, maximum=MAX_WORKERS - 1)
 ROUND = Field("t", INTEGER, "the global iteration (round) the worker is in", minimum=0, maximum=MAX_ROUNDS)
@@ -63,6 +66,8 @@ INIT = Endpoint("/init/", "POST", (
           required=False),
     Field("accept", INTEGER, "backup: the gradients a step applies", required=False, minimum=1,
           maximum=MAX_WORKERS),
+    Field("liveness", NUMBER, "seconds without a request after which the job may make room for a new one (absent: "
+          "the server's default)", required=False, minimum=1.0, maximum=MAX_SECONDS),
     JOB,
 ))
 APPLY = Endpoint("/apply/", "POST", (

@@ -42,6 +42,7 @@ from training import modes, runlog
 from training.checkpoints import saved_steps
 from training.devices import cpu_quota, threads
 from training.transport import collectives
+from training.transport.state_client import JOB_SECRET_ENV
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 from training.evaluator import EVALUATOR_LOG
 from training.files import write_json
@@ -228,7 +229,7 @@ def run_job(experiment, mode, label, log_dir, hosts, restarts, final, port_retry
     """One start of the mode's job: (its exit code, its JobFailed or None); a failure is reported when `final`,
     unless it is a port taken before its process bound it and `port_retry` allows another start."""
     # A fresh token per job: the state server answers its own workers only (a shared network's other users' not).
-    token = {STATE_TOKEN_VARIABLE: secrets.token_urlsafe(24)}
+    token = {STATE_TOKEN_VARIABLE: secrets.token_urlsafe(24), JOB_SECRET_ENV: secrets.token_urlsafe(24)}
     with ProcessGroup(os.path.join(log_dir, PROCESSES_FOLDER), token) as group:
         print(f"[{label}] {describe_workers(experiment, mode)}, "
               f"{describe_aggregation(experiment, mode)}; logs in {log_dir}, process outputs and PIDs in {group.out_dir}",

@@ -1,7 +1,8 @@
-"""Several jobs on one state server, each by its id: every request answered under its own job's policy, and a
-request for a rank its named job does not have refused with 409."""
+"""Several jobs on one state server, each by its id: every request answered under its own job's policy, a request
+for a rank its named job does not have refused with 409, a request without its job's own secret with 403, and a new
+job where every kept one is live with 503."""
 from coordinator import state
-from tests.state_server_helpers import EndpointTestCase
+from tests.state_server_helpers import FORM, EndpointTestCase
 
 
 class JobsByIdentityTests(EndpointTestCase):
@@ -36,13 +37,51 @@ class JobsByIdentityTests(EndpointTestCase):
         self.assertJsonError(response, 409)
         self.assertNotIn("conflict", response.json())
 
-    def test_a_new_job_beyond_the_limit_drops_the_one_idle_longest(self):
-        self.post("/apply/", r=0, k=1, c=0.1, te=1.0, job="a")  # b is now the idle one
-        for n in range(state.MAX_JOBS - 1):
+    def test_a_new_job_beyond_the_limit_drops_the_one_idle_longest_past_its_liveness(self):
+        self.post("/init/", num_workers=2, job="short", liveness=5)
+        for n in range(state.MAX_JOBS - 3):
             self.post("/init/", num_workers=2, job=f"new-{n}")
+        self.clock.advance(10)  # "short" has gone its 5 s without a request; the others are within their 600 s
+        self.post("/apply/", r=0, k=1, c=0.1, te=1.0, job="a")
 
+        response = self.post("/init/", num_workers=2, job="one-more")
         jobs = self.client.get("/").json()["jobs"]
 
+        self.assertEqual(response.status_code, 200)
         self.assertEqual(len(jobs), state.MAX_JOBS)
-        self.assertIn("a", jobs)
-        self.assertNotIn("b", jobs)
+        self.assertNotIn("short", jobs)
+        self.assertIn("b", jobs)  # idle longer, but within its liveness window
+
+    def test_a_new_job_where_every_kept_one_is_live_is_refused_with_503_and_drops_none(self):
+        for n in range(state.MAX_JOBS - 2):
+            self.post("/init/", num_workers=2, job=f"new-{n}")
+        before = sorted(self.client.get("/").json()["jobs"])
+
+        response = self.post("/init/", num_workers=2, job="seventeenth")
+
+        self.assertJsonError(response, 503)
+        self.assertIn("each with a request within its liveness window", response.json()["error"])
+        self.assertEqual(sorted(self.client.get("/").json()["jobs"]), before)
+
+
+class JobSecretTests(EndpointTestCase):
+    SECRET = {"HTTP_X_ESYNC_JOB_SECRET": "its-own"}
+
+    def setUp(self):
+        super().setUp()
+        self.assertEqual(self.client.post("/init/", "num_workers=2&job=mine", content_type=FORM,
+                                          **self.SECRET).status_code, 200)
+
+    def test_a_request_without_the_jobs_secret_is_refused_with_403_and_changes_nothing(self):
+        for headers in ({}, {"HTTP_X_ESYNC_JOB_SECRET": "another"}):
+            applied = self.client.post("/apply/", "r=0&k=1&c=0.1&te=1&job=mine", content_type=FORM, **headers)
+            again = self.client.post("/init/", "num_workers=4&job=mine", content_type=FORM, **headers)
+            self.assertJsonError(applied, 403)
+            self.assertJsonError(again, 403)
+        self.assertEqual(self.client.get("/", {"job": "mine"}, **self.SECRET).json()["num_workers"], 2)
+
+    def test_the_jobs_own_requests_carry_its_secret_and_are_answered(self):
+        applied = self.client.post("/apply/", "r=0&k=1&c=0.1&te=1&job=mine", content_type=FORM, **self.SECRET)
+
+        self.assertEqual(applied.status_code, 200)
+        self.assertEqual(set(applied.json()), {"ready"})

@@ -6,6 +6,7 @@ means DEFAULT_JOB (the one job of clients that name none, as the original script
 the rules and the records can be tested with an injected clock.
 """
 
+import hmac
 import math
 import threading
 import time
@@ -19,8 +20,9 @@ POLICIES = tuple(RULES)
 # NBSSGD rounds kept for late or repeated requests; older ones count as complete.
 ROUNDS_KEPT = 4
 MAX_WATCH_SECONDS = 30.0
-MAX_JOBS = 16  # a new job beyond these drops the one that has gone longest without a request
+MAX_JOBS = 16  # a new job beyond these drops the one that has gone longest without a request, past its liveness
 DEFAULT_JOB = "default"  # the job of requests that name none
+DEFAULT_LIVENESS = 600.0  # seconds without a request after which a job may make room for a new one
 
 
 class NotInitialised(RuntimeError):
@@ -29,6 +31,14 @@ class NotInitialised(RuntimeError):
 
 class JobConflict(RuntimeError):
     """A request that cannot be of the job it names (a rank the job does not have)."""
+
+
+class JobForbidden(RuntimeError):
+    """A request for a job whose secret it does not carry (the job's first /init/ fixed it)."""
+
+
+class ServerFull(RuntimeError):
+    """A new job where MAX_JOBS live ones are kept: none has gone its liveness window without a request."""
 
 
 @dataclass
@@ -50,6 +60,9 @@ class Job:
     oldest_round: int = 0
     resumed: bool = False
     round_in_progress: int | None = None  # of a resumed job: the first round it heard of
+    secret: str | None = None             # what its requests carry (its first /init/'s); None: the server's token alone
+    liveness: float = DEFAULT_LIVENESS    # seconds without a request after which it may be dropped for a new job
+    last_request: float = 0.0
 
     @property
     def rule(self):
@@ -78,9 +91,12 @@ class Coordinator:
         self._changed = threading.Condition(self._lock)
         self._jobs = {}  # id: Job, the one with the latest request last
 
-    def init(self, num_workers, epsilon=None, policy="apply", resumed=False, settings=Settings(), job=None):
-        """A new job under the id `job` (DEFAULT_JOB where None), replacing a job of that id; `resumed`: the job of a
-        running cluster, set up again after this server restarted. Its settings and its id."""
+    def init(self, num_workers, epsilon=None, policy="apply", resumed=False, settings=Settings(), job=None,
+             secret=None, liveness=None):
+        """A new job under the id `job` (DEFAULT_JOB where None), replacing a job of that id (JobForbidden where that
+        job has a secret other than `secret`); `resumed`: the job of a running cluster, set up again after this server
+        restarted. Where MAX_JOBS jobs are kept, the one longest without a request makes room if it has gone its
+        `liveness` without one, else ServerFull. Its settings and its id."""
         _check_job_settings(num_workers, epsilon, policy, settings)
         with self._lock:
             now = self._clock()
@@ -88,12 +104,34 @@ class Coordinator:
             round_known = None if resumed else 0
             workers = [WorkerRecord(rank=rank, step_start=now, t=round_known) for rank in range(num_workers)]
             job = job or DEFAULT_JOB
-            self._jobs.pop(job, None)
-            if len(self._jobs) >= MAX_JOBS:
-                del self._jobs[next(iter(self._jobs))]
-            self._jobs[job] = Job(num_workers, epsilon, policy, workers, settings=settings, resumed=resumed)
+            if job in self._jobs:
+                self._check_secret(job, self._jobs[job], secret)
+                del self._jobs[job]
+            elif len(self._jobs) >= MAX_JOBS:
+                self._make_room(now)
+            self._jobs[job] = Job(num_workers, epsilon, policy, workers, settings=settings, resumed=resumed,
+                                  secret=secret or None, liveness=liveness or DEFAULT_LIVENESS, last_request=now)
             self._changed.notify_all()
             return {**self._describe_settings(self._jobs[job]), "job": job}
+
+    def admit(self, job, secret):
+        """JobForbidden where the job a request names has a secret the request does not carry."""
+        with self._lock:
+            found = self._jobs.get(job or DEFAULT_JOB)
+            if found is not None:
+                self._check_secret(job or DEFAULT_JOB, found, secret)
+
+    @staticmethod
+    def _check_secret(name, job, secret):
+        if job.secret is not None and not hmac.compare_digest((secret or "").encode(), job.secret.encode()):
+            raise JobForbidden(f"job {name} is set up with a secret of its own, which this request does not carry")
+
+    def _make_room(self, now):
+        idle = [name for name, job in self._jobs.items() if now - job.last_request > job.liveness]
+        if not idle:
+            raise ServerFull(f"this state server keeps {MAX_JOBS} jobs, each with a request within its liveness "
+                             "window: end one, or start another state server for this job")
+        del self._jobs[idle[0]]  # the one longest without a request: the latest used are last
 
     def apply(self, rank, k, c, te, job=None):
         with self._lock:
@@ -179,6 +217,7 @@ class Coordinator:
             raise NotInitialised(f"no job {job or DEFAULT_JOB} (not set up yet, or lost in a restart): POST /init/ "
                                  "first")
         self._jobs[job or DEFAULT_JOB] = found  # the latest used last
+        found.last_request = self._clock()
         if not 0 <= rank < found.num_workers:
             if job:
                 raise JobConflict(f"job {job} has {found.num_workers} workers: rank {rank} is of another job")

@@ -13,7 +13,7 @@ from coordination.records import FieldError, Settings
 from coordination.rules import RULES
 from coordinator.fields import read
 from coordinator.responses import error_response, json_response
-from coordinator.state import Coordinator, JobConflict, NotInitialised
+from coordinator.state import Coordinator, JobConflict, JobForbidden, NotInitialised, ServerFull
 
 logger = logging.getLogger(__name__)
 
@@ -22,8 +22,9 @@ COORDINATOR = Coordinator()
 
 def endpoint(declared):
     """Turns `view(fields) -> dict` into a Django view of the protocol's endpoint `declared`: checks the method,
-    reads the form or JSON body into the declared fields, and maps field problems to 400 and a missing job to
-    409."""
+    reads the form or JSON body into the declared fields, and maps field problems to 400, a missing job to 409, a
+    request without its job's secret (the X-ESync-Job-Secret header its first /init/ carried) to 403 and a new job
+    where every kept job is live to 503."""
     method = declared.method
 
     def decorate(view):
@@ -34,7 +35,16 @@ def endpoint(declared):
                 response["Allow"] = method
                 return response
             try:
-                return json_response(view(read(declared, _request_data(request))))
+                fields = read(declared, _request_data(request))
+                secret = request.headers.get(protocol.JOB_SECRET_HEADER)
+                if declared is protocol.INIT:
+                    return json_response(view(fields, secret))
+                COORDINATOR.admit(fields.get("job"), secret)
+                return json_response(view(fields))
+            except JobForbidden as error:
+                return error_response(request, 403, str(error))
+            except ServerFull as error:
+                return error_response(request, 503, str(error))
             except FieldError as error:
                 return error_response(request, 400, str(error), field=error.field_name)
             except NotInitialised as error:
@@ -70,14 +80,14 @@ def _json_object(body):
 
 
 @endpoint(protocol.INIT)
-def init(fields):
+def init(fields, secret=None):
     num_workers, epsilon, policy = fields["num_workers"], fields["epsilon"], fields["policy"] or "apply"
     defaults = Settings()
     settings = Settings(share=defaults.share if fields["share"] is None else fields["share"],
                         max_slowest_steps=fields["max_slowest_steps"] or defaults.max_slowest_steps,
                         overlap=fields["overlap"], accept=fields["accept"])
     job_settings = COORDINATOR.init(num_workers, epsilon, policy, resumed=fields["resumed"], settings=settings,
-                                    job=fields["job"])
+                                    job=fields["job"], secret=secret, liveness=fields["liveness"])
     margin_text = "auto (0.1 x slowest step)" if epsilon is None else f"{epsilon} s"
     sizing = RULES[policy].sizing(settings)  # the policy was checked by init()
     logger.info("%s job %s: %d workers, margin %s, policy %s%s", "resumed" if fields["resumed"] else "new",

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "ESYNC_STATE_TOKEN"
 JOB_ENV = "ESYNC_JOB_ID"  # the job every client of the process is of, where none is given (main.py's --job-id)
+JOB_SECRET_ENV = "ESYNC_JOB_SECRET"  # that job's own secret: its first /init/ fixes it, its other requests carry it
 TOKEN_HEADER = "X-ESync-Token"
 FIRST_RETRY_DELAY = 0.05
 MAX_RETRY_DELAY = 2.0
@@ -70,6 +71,8 @@ class StateClient:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         if token:
             self._headers[TOKEN_HEADER] = token
+        if os.environ.get(JOB_SECRET_ENV):
+            self._headers[protocol.JOB_SECRET_HEADER] = os.environ[JOB_SECRET_ENV]
 
     def init(self, num_workers, epsilon=None, policy="apply", resumed=False, **sizing):
         """Sets up a job; `resumed`: the running job, set up again after the server restarted and lost it.
@@ -189,8 +192,10 @@ class StateClient:
             return f"{type(error).__name__}: {error}", None
         if response.will_close:
             self.close()
-        if response.status >= 500:
-            return f"HTTP {response.status}", None
+        if response.status >= 500:  # the server's message where it gave one (503: no room for a new job)
+            answer = _json_or_none(response.getheader("Content-Type", ""), content)
+            said = answer.get("error") if isinstance(answer, dict) else None
+            return f"HTTP {response.status}" + (f": {said}" if said else ""), None
         if response.status < 400 and not content:
             return CUT_SHORT, None
         if response.status == NOT_INITIALISED and self.on_not_initialised is not None and b'"conflict"' not in content:
