@@ -294,6 +294,7 @@ class Rounds:
         if scheme.updates_locally:
             with Timer(t, runlog.LOCAL_UPDATE, self.clock):
                 scheme.local_step()
+                self.model.wait_for_weights()  # computed before the device leaves its quota, and timed
         return len(labels)
 
     def queue_round(self):

@@ -99,6 +99,13 @@ class Model:
             self._head_gradients[key] = mx.nd.full(loss.shape, self.gradient_scale, ctx=loss.context)
         return self._head_gradients[key]
 
+    def wait_for_weights(self):
+        """Return once every weight is written: a local update queued on MXNet's engine has run (under a CPU quota,
+        inside it, and timed as the update)."""
+        for p in self.trainable:
+            for data in p.list_data():
+                data.wait_to_read()
+
     def forward_backward(self, images, labels, while_backward=None):
         """One pass over a batch split across the devices; gradients of the loss summed over the batch (times
         gradient_scale).
