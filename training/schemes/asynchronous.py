@@ -88,6 +88,9 @@ class Async(Scheme):
         self.stats.scatter()
         applied = int(self.control[1].asscalar())
         self.staleness, self.applied_before = applied - self.applied_before - 1, applied
+        if self.staleness < 0:
+            raise RuntimeError(f"the servers count {applied} pushes applied, fewer than this worker has seen: a "
+                               "staleness below 0")
         return stop_vote or self.stop_requested()
 
     def round_record(self):

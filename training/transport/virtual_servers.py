@@ -17,6 +17,7 @@ import heapq
 import itertools
 import pickle
 
+from training.clocks.scheduler import VirtualJobFailed
 from training.transport.collectives import copies_of, local_sum
 
 
@@ -36,6 +37,8 @@ class VirtualServers:
         """When a transfer of `nbytes` asked for at `start` ends on the link's `direction` (upload, download)."""
         free = getattr(self, f"{direction}_free")
         end = max(start, free) + nbytes * self.links.seconds_per_byte + self.links.latency
+        if end < start:
+            raise VirtualJobFailed(f"a transfer asked for at {start} s would end at {end} s, before it started")
         setattr(self, f"{direction}_free", end)
         return end
 
