@@ -7,8 +7,9 @@ arrays in rank order, so that the sums are the same in every run, and charges ea
 (clocks/virtual.py Links); barrier waits for the last worker. Over the parameter server a sum's bytes are one array
 a key pushed and one pulled, its transfers queued on the servers' link; over MPI (`collective`: ring, butterfly,
 binary-blocks) they are what MPICH's algorithm moves for each rank (traffic.py), each exchange on the two workers'
-own links, and every worker has the sum once the exchanges of the slowest rank's part are done. A job whose scheme pushes to the kvstore itself gets the job's in-process
-servers (virtual_servers.py) as `kv`; what is declared is their keys' first values.
+own links, and every worker has the sum once the exchanges of the slowest rank's part are done. A job whose scheme
+pushes to the kvstore itself gets the job's in-process servers (virtual_servers.py) as `kv`; what is declared is
+their keys' first values.
 """
 import concurrent.futures
 import functools
