@@ -62,11 +62,12 @@ def probe_argv(experiment, log_dir):
 
 
 def period_of(records):
-    """The seconds from one step's start to the next's after warm-up: the step's own phases and the loop's work
-    between steps (logging, the data's order), as a run pays them."""
-    warm = min(PROBE_WARMUP, len(records) - 1)
-    return (records[-1]["total_time"] - records[warm - 1]["total_time"] if warm else records[-1]["total_time"]) / \
-        (len(records) - warm)
+    """The mean seconds from one step's start to the next's after warm-up: the step's own phases and the loop's
+    work between steps, as a run pays them; an evaluation (the probe's last step) left out."""
+    warm = max(1, min(PROBE_WARMUP, len(records) - 1))
+    span = records[-1]["total_time"] - records[warm - 1]["total_time"]
+    evaluating = sum(step.get(runlog.EVALUATION, 0.0) for r in records[warm:] for step in r["time"].values())
+    return max(0.0, span - evaluating) / max(1, len(records) - warm)
 
 
 def fast_step_of(records):
