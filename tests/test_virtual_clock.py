@@ -311,6 +311,34 @@ def test_jobs_run_the_repeats_at_once_each_as_it_would_run_alone(tmp_path):
     assert runs["at-once"] and runs["at-once"] == runs["in-turn"]
 
 
+@pytest.mark.slow
+@pytest.mark.beside_others  # it waits on a bound, times nothing
+def test_jobs_interrupted_stop_every_run_in_flight_and_start_no_other(tmp_path):
+    import signal
+
+    from tests.test_launch import recorded_pids, still_running, wait_for
+
+    logs = str(tmp_path / "logs")
+    with open(str(tmp_path / "out.txt"), "w") as out:
+        proc = subprocess.Popen([sys.executable, LAUNCH_PY, "regimes", "--clock", "virtual", "--step-seconds", "0.02",
+                                 "--jobs", "2", "--links", "loopback", "--profiles", "1,4", "--splits", "iid",
+                                 "--schemes", "sync,local", "--repeats", "3", "--max-time", "600",
+                                 "--snapshot-seconds", "100", "--dataset", "mnist-5k", "--higher-targets", "",
+                                 "--no-figures", "-ld", logs], stdout=out, stderr=subprocess.STDOUT,
+                                env=launcher_env())
+    try:
+        wait_for(lambda: len(recorded_pids(logs)) >= 2, 120, "two runs in flight")
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    output = open(str(tmp_path / "out.txt")).read()
+
+    assert code == 130 and "interrupted" in output, output
+    assert output.count("(output in ") == 2  # the other four runs never started
+    assert still_running(recorded_pids(logs)) == []
+
+
 def logged_runs(logs):
     """{path under logs: bytes} of every iteration log of a map's runs."""
     return {os.path.relpath(path, os.path.dirname(logs)): open(path, "rb").read()
