@@ -342,14 +342,18 @@ POSITIONS_KEY = 100_000
 
 def positions_claimed(transport, given):
     """Each rank's position as its worker gave it (--worker-index; None where it gave none), gathered from every
-    worker before the job's keys hold anything: a sum of one slot a rank, or on dist_async servers (which keep what
-    was pushed last) one key a rank pushed and then read by everyone. Its bytes are not a round's traffic."""
+    worker before the job's keys hold anything: a sum of one slot a rank, or on dist_async servers one key a rank
+    pushed, kept as it came (KeepPushed), and then read by everyone. Its bytes are not a round's traffic."""
     from mxnet import nd
 
     n, rank = transport.num_workers, transport.rank
     mine = 0.0 if given is None else given + 1.0
     if transport.kv is not None and transport.kv.type == "dist_async":
+        from training.schemes.servers.server_optimizer import KeepPushed
+
         keys = [POSITIONS_KEY + r for r in range(n)]
+        if rank == 0:  # these servers refuse a push without a rule; the scheme's replaces this one
+            transport.kv.set_optimizer(KeepPushed())
         transport.kv.init(keys, [nd.zeros((1,)) for _ in keys])
         transport.kv.push(keys[rank], nd.array([mine]))
         nd.waitall()  # a push is an engine operation: the barrier alone does not wait for it

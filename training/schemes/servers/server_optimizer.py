@@ -52,6 +52,24 @@ class ServerOptimizer(optimizer.Optimizer):
         self.update(index, weight, grad, state)
 
 
+@optimizer.register
+class KeepPushed(optimizer.Optimizer):
+    """What a push brings replaces what the server held: dist_async servers refuse a push before a rule is set, and
+    the positions the workers claim (training/transport/collectives.py) travel before the scheme's rule."""
+
+    def create_state(self, index, weight):
+        return None
+
+    def create_state_multi_precision(self, index, weight):
+        return None
+
+    def update(self, index, weight, grad, state):
+        weight[:] = grad
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self.update(index, weight, grad, state)
+
+
 class WorkerRanges:
     """Key numbers of a job in which every worker pushes to and pulls from its own range of the one server's keys
     (R workers, P arrays: worker r owns r*P .. r*P+P-1), so the server knows who sent what; the keys after the
