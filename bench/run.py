@@ -94,11 +94,12 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 600, "resnet18-v1": 80}, warmup=5
             checkpoint_seconds=12,
             virtual_profile="1,1,1,1,20,20", virtual_seconds=30, virtual_modes=["sync", "esync", "async", "local"],
             virtual_step_seconds=None, virtual_scale=[
-                ("64 workers, 1 in 4 slow", "sync", ",".join(["1", "1", "1", "4"] * 16), 1, "lenet", {}),
-                ("devices 1,000x apart", "esync", "1,1,1000", 30, "lenet", {}),
-                ("links at R = 100", "sync", "1,1,4", 10, "lenet", {"comm_ratio": 100.0}),
+                # 64 shares of the sample's 4,000 training images hold 62 each: batches of 32
+                ("64 workers, 1 in 4 slow", "sync", ",".join(["1", "1", "1", "4"] * 16), 1, "lenet", {}, ["-b", "32"]),
+                ("devices 1,000x apart", "esync", "1,1,1000", 30, "lenet", {}, []),
+                ("links at R = 100", "sync", "1,1,4", 10, "lenet", {"comm_ratio": 100.0}, []),
                 ("the paper's cluster, R = 12, GPUs at 0.03 s a step", "esync", "1,1,1,1,117,117", 1, "resnet18-v1",
-                 {"comm_ratio": 12.0, "step_seconds": 0.03})])
+                 {"comm_ratio": 12.0, "step_seconds": 0.03}, [])])
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs, two
 # workers where the full benchmark has three or more.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
@@ -112,7 +113,7 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              placement_networks={"lenet": 3}, placement_steps=20, placement_profile="1,1,4", placement_slowdown=20,
              checkpoint_runs={"lenet": ["sync"]}, checkpoint_profile="1,4", checkpoint_seconds=1,
              virtual_profile="1,4", virtual_seconds=1, virtual_modes=["local"], virtual_step_seconds=0.01,
-             virtual_scale=[("8 workers", "sync", ",".join(["1"] * 8), 0.1, "lenet", {})])
+             virtual_scale=[("8 workers", "sync", ",".join(["1"] * 8), 0.1, "lenet", {}, [])])
 
 
 def unknown_modes(cfg):

@@ -5,6 +5,7 @@ time, idle devices and all, on the cores the devices share. Then the scale it re
 far apart, costly links and a large network, each one virtual run, its wall seconds and the largest resident memory
 of any process it started."""
 import os
+import re
 import resource
 import time
 
@@ -17,12 +18,13 @@ from training import runlog
 def measure(cfg, workdir, earlier):
     profile, seconds = cfg["virtual_profile"], cfg["virtual_seconds"]
     folder = os.path.join(workdir, "virtual_clock")
-    step = cfg["virtual_step_seconds"] or calibrated_step(profile, folder)  # declared in --quick
+    step, overhead = (cfg["virtual_step_seconds"], 0.0) if cfg["virtual_step_seconds"] else calibrated(profile, folder)
     rows = []
     for mode in cfg["virtual_modes"]:
         walls, results = {}, {}
         for clock in (runlog.REAL_CLOCK, runlog.VIRTUAL_CLOCK):
-            options = {"clock": clock, "step_seconds": step} if clock == runlog.VIRTUAL_CLOCK else {}
+            options = ({"clock": clock, "step_seconds": step, "step_overhead": overhead}
+                       if clock == runlog.VIRTUAL_CLOCK else {})
             started = time.perf_counter()
             results[clock] = launch([mode], profile, seconds, os.path.join(folder, f"{mode}-{clock}"), options)[mode]
             walls[clock] = time.perf_counter() - started
@@ -34,15 +36,16 @@ def measure(cfg, workdir, earlier):
         log.info("%s on %s, %g s of training: %.1f s of wall time in real time, %.1f s on the virtual clock", mode,
                  profile, seconds, walls[runlog.REAL_CLOCK], walls[runlog.VIRTUAL_CLOCK])
     scale = [scale_run(folder, step, *run) for run in cfg["virtual_scale"]]
-    return {"profile": profile, "seconds": seconds, "step_seconds": step, "rows": rows, "scale": scale}
+    return {"profile": profile, "seconds": seconds, "step_seconds": step, "overhead_seconds": overhead, "rows": rows,
+            "scale": scale}
 
 
-def scale_run(folder, step, label, mode, profile, seconds, network, options):
+def scale_run(folder, step, label, mode, profile, seconds, network, options, worker_options):
     """One virtual run of the scale table: its wall seconds and the peak memory of the processes it started."""
     started = time.perf_counter()
-    result = launch([mode], profile, seconds, os.path.join(folder, "scale", label.replace(" ", "-")),
+    result = launch([mode], profile, seconds, os.path.join(folder, "scale", re.sub(r"[^a-z0-9]+", "-", label.lower())),
                     {"clock": runlog.VIRTUAL_CLOCK, "step_seconds": step, **options}, network=network,
-                    snapshot_seconds=seconds)[mode]
+                    snapshot_seconds=seconds, worker_options=worker_options)[mode]
     wall = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far, kilobytes
     log.info("%s: %.1f s of wall time, %.0f MB at most", label, wall, peak_mb)
@@ -50,11 +53,13 @@ def scale_run(folder, step, label, mode, profile, seconds, network, options):
             "seconds": seconds, "wall_seconds": wall, "peak_mb": peak_mb, "rounds": result["num_rounds"]}
 
 
-def calibrated_step(profile, folder):
-    """The seconds of a fast step on this machine under the profile's fast device's quota (launch.py calibrate)."""
+def calibrated(profile, folder):
+    """(a fast step's own seconds, the loop's seconds beside them) on this machine under the profile's fast device's
+    quota, as launch.py calibrate measures them."""
     run = experiment.build(experiment.options(modes="local", slowdown=profile, max_iters=comm_ratio.PROBE_STEPS,
                                               log_dir=folder, **DATA))
-    return comm_ratio.measure(run)[3]
+    step, _, _, period = comm_ratio.measure(run)
+    return step, max(0.0, period - step)
 
 
 def markdown(results):
@@ -64,8 +69,8 @@ def markdown(results):
     return [f"### The virtual clock's cost: {section['seconds']:g} s of training on {section['profile']}, real time "
             f"against the virtual clock", "",
             f"Wall seconds of one launcher run each, start to table; the virtual devices charged "
-            f"{1e3 * section['step_seconds']:.2f} ms a fast step (this machine's, as `launch.py calibrate` measures "
-            "it, but in --quick). One run each.", "",
+            f"{1e3 * section['step_seconds']:.2f} ms a fast step and {1e3 * section.get('overhead_seconds', 0):.2f} ms "
+            "beside it (this machine's, as `launch.py calibrate` measures them, but in --quick). One run each.", "",
             markdown_table(["mode", "wall s, real", "wall s, virtual", "virtual / real", "samples/s, real",
                             "samples/s, virtual"], rows), ""] + scale_markdown(section)
 
