@@ -56,8 +56,8 @@ def scale_run(folder, step, label, mode, profile, seconds, network, options, wor
 def calibrated(profile, folder):
     """(a fast step's own seconds, the loop's seconds beside them) on this machine under the profile's fast device's
     quota, as launch.py calibrate measures them."""
-    run = experiment.build(experiment.options(modes="local", slowdown=profile, max_iters=comm_ratio.PROBE_STEPS,
-                                              log_dir=folder, **DATA))
+    run = experiment.build(experiment.options(modes="local", network="lenet", slowdown=profile,
+                                              max_iters=comm_ratio.PROBE_STEPS, log_dir=folder, **DATA))
     step, _, _, period = comm_ratio.measure(run)
     return step, max(0.0, period - step)
 
