@@ -22,7 +22,6 @@ import statistics
 from analysis import metrics, significance
 from coordination.rules import apply as paper_rule
 from analysis import summary as summaries
-from analysis.tables import markdown_table
 from training import esync_variants, modes, runlog
 from training.files import write_json, write_text
 
@@ -327,114 +326,11 @@ def format_statistic(stat, spec, unit=""):
     return text
 
 
-def split_table(table, target, esync_policy=None):
-    headers = ["mode"] + [title.format(target=target) for _, title, _ in COLUMNS]
-    rows = []
-    for mode, stats in table.items():
-        name = display(mode, esync_policy)
-        rows.append([name] + [format_statistic(stats[key], spec) if key in stats else "-"
-                              for key, _, spec in COLUMNS])
-    return markdown_table(headers, rows)
-
-
-def describe_headline(claims, target, name="ESync"):
-    parts = []
-    described = (("speedup_vs_ssgd", "{} SSGD's speed to " + f"{target:g}", ".1f", "×"),
-                 ("samples_per_s_vs_ssgd", "{} SSGD's samples/s", ".1f", "×"),
-                 ("traffic_vs_asgd", "{} of ASGD's traffic", ".2f", ""))
-    for key, text, spec, unit in described:
-        if key == "speedup_vs_ssgd" and key in claims and claims[key]["mean"] is None:
-            parts.append(f"no speedup to {target:g} against SSGD: in no repeat did it reach {target:g} where SSGD "
-                         "gave a time or a bound")
-        elif key in claims:
-            parts.append(text.format(format_statistic(claims[key], spec, unit)))
-    if "accuracy_vs_ssgd" in claims:
-        parts.append(describe_accuracy_against_ssgd(claims["accuracy_vs_ssgd"]))
-    if "accuracy_compared" in claims:
-        parts.append(describe_accuracy(claims))
-    for rival, rival_name in LATER_RIVALS.items():
-        if f"{rival}_later" in claims:
-            parts.append(describe_rival(claims[f"{rival}_later"], rival_name, target))
-    return f"{name}: " + ", ".join(parts) if parts else ""
-
-
-def beside_the_paper(headline, network, esync_policy=None):
-    """A table of each ESync row's speedup over SSGD, samples/s against SSGD and ASGD and traffic against ASGD, the
-    paper's figure in the first row ("" without an ESync row)."""
-    paper_row = ["the paper", f"{PAPER_SPEEDUPS[network]}×" if network in PAPER_SPEEDUPS else "not in its Table 1",
-                 *(f"{PAPER_FIGURE_4[key]:g}{'' if key == 'traffic_vs_asgd' else '×'}"
-                   for key in ("samples_per_s_vs_ssgd", "samples_per_s_vs_asgd", "traffic_vs_asgd"))]
-    rows = [[display(row, esync_policy), *(format_statistic(claims[key], spec, unit) if key in claims else "-"
-                                           for key, spec, unit in (("speedup_vs_ssgd", ".1f", "×"),
-                                                                   ("samples_per_s_vs_ssgd", ".1f", "×"),
-                                                                   ("samples_per_s_vs_asgd", ".1f", "×"),
-                                                                   ("traffic_vs_asgd", ".2f", "")))]
-            for row, claims in headline.items() if claims]
-    if not rows:
-        return ""
-    return markdown_table(["", "speedup over SSGD to the target", "samples/s / SSGD's", "samples/s / ASGD's",
-                           "traffic / ASGD's"], [paper_row] + rows)
-
-
-def describe_lead(holds, rival_name):
-    return {"esync": "ESync's lead holds", "rival": f"{rival_name}'s lead holds",
-            None: "a tie within the repeats' spread"}[holds]
-
-
-def describe_accuracy_against_ssgd(claim):
-    return (f"final accuracy {format_statistic(claim['difference'], '+.3f')} against SSGD's after the same training "
-            f"time ({describe_lead(claim['holds'], 'SSGD')}, {significance.TEST_NAME}: p = {claim['p_value']:.2g})")
-
-
-def describe_accuracy(claims):
-    compared = claims["accuracy_compared"]
-    if not compared["levelled"]:
-        return (f"final accuracy not compared with sequential SGD's: both curves had levelled off in 0 of "
-                f"{compared['of']} repeats")
-    return (f"final accuracy {format_statistic(claims['accuracy_minus_sequential'], '+.3f')} against sequential "
-            f"SGD's (the mean of each curve's last quarter, in the {compared['levelled']} of {compared['of']} "
-            "repeats where both had levelled off)")
-
-
-def describe_rival(count, name, target):
-    if not count["of"]:
-        return f"neither it nor {name} reached {target:g}"
-    return (f"{name} reached {target:g} later in {count['later']} of {count['of']} repeats "
-            f"({describe_lead(count.get('holds'), name)}, "
-            f"{significance.TIME_TEST_NAME}: p = {count['p_value']:.2g})")
-
-
 def format_report(report):
-    target = report["target"]
-    lines = [f"# Table 1: {report['network']} on {report['dataset']}, {len(report['repeats'])} repeats "
-             f"(seeds {', '.join(map(str, report['seeds']))}), mean ± stddev", "",
-             f"Links: {'; '.join(report['links']) or 'not recorded'}.", "",
-             f"Devices: {'; '.join(report.get('devices') or []) or 'not recorded'}.", "",
-             f"A time or speedup marked ≥ is a lower bound: in some repeats the run (or SSGD's) never reached "
-             f"{target:g}, and counts with its training time. Levelled off: the curves whose last quarter's mean "
-             f"accuracy was within {metrics.PLATEAU_BAND:g} of the quarter's before.", ""]
-    for split in report["splits"]:
-        policy = report.get("esync_policy")
-        lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target, policy), ""]
-        for row, claims in report["headline"][split].items():
-            claim = describe_headline(claims, target, display(row, policy))
-            if claim:
-                lines += [claim, ""]
-        beside = beside_the_paper(report["headline"][split], report["network"], policy)
-        if split == "iid" and beside:
-            lines += ["ESync beside the paper's own figures (its cluster: 4 GPUs, 2 CPUs about 117× slower):", "",
-                      beside, ""]
-        if report.get("thresholds"):
-            lines += [f"Time to each accuracy (s), {SPLIT_NAMES[split]}:", "",
-                      thresholds_table(report["thresholds"][split], policy), ""]
-    return "\n".join(lines)
+    """Table 1 and its claims as markdown (analysis/paper_text.py)."""
+    from analysis import paper_text
 
-
-def thresholds_table(times, esync_policy=None):
-    thresholds = list(next(iter(times.values())))
-    rows = [[display(mode, esync_policy)]
-            + [format_statistic(by_threshold[t], ".1f") for t in thresholds] for mode, by_threshold in times.items()]
-    return markdown_table(["mode"] + [f"to {t}" for t in thresholds], rows)
+    return paper_text.format_report(report)
 
 
 def links_of(grid, cluster_modes, key="links"):

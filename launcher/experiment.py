@@ -2,6 +2,7 @@
 where its logs go. Every check raises a one-line UsageError; nothing is started or created here.
 """
 import argparse
+import functools
 import os
 import socket
 import uuid
@@ -154,7 +155,12 @@ def validator_hosts(mode_names, validators):
 # The command line
 
 
-def build_parser():
+def build_parser():  # built once per catalog of modes: the commands of many runs ask for it for each run
+    return _parser(tuple(modes.MODES.values()))
+
+
+@functools.lru_cache(maxsize=4)
+def _parser(catalog):
     p = config.OneLineErrorParser(
         prog="launch.py", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=help.EPILOG,
         usage="%(prog)s --modes M1,M2 -n NETWORK (--devices D1,D2,... | --slowdown F1,F2,...) [options] "
@@ -235,29 +241,23 @@ def add_run_options(p):
                         "restart starts the job over)")
 
 
-def add_clock_options(p, jobs=False):
-    """--clock and how a virtual one charges; `jobs`: --jobs, for the commands of many runs."""
+def add_clock_options(p, jobs=False):  # jobs: --jobs, for the commands of many runs
+    virtual = "--clock virtual: seconds"
     p.add_argument("--clock", choices=(runlog.REAL_CLOCK, runlog.VIRTUAL_CLOCK), default=runlog.REAL_CLOCK,
                    help="real: every process on its own, timed as it runs (default); virtual: a mode's whole job in "
                         "one process, each step charged --step-seconds x its device's --slowdown and each transfer "
                         "its links' (--comm-ratio), the same whatever the machine's load (docs/virtual-clock.md)")
-    p.add_argument("--step-seconds",
-                   help="--clock virtual: the seconds a step of one batch takes on a device of --slowdown 1 for this "
-                        "network and batch size (the paper's GPUs: about 0.03), or a file of launch.py calibrate")
-    p.add_argument("--step-jitter", type=float, default=0.0,
-                   help="--clock virtual: each step's charge x a log-normal factor of mean 1 and this log-spread, "
-                        "drawn from a seeded stream per device (default 0)")
-    p.add_argument("--step-overhead", type=float,
-                   help="--clock virtual: seconds each step is charged beside its computing, whatever the device's "
-                        "slowdown (the loop's own work between steps; default: a calibration file's, else 0)")
-    p.add_argument("--latency", type=float, default=0.0,
-                   help="--clock virtual: seconds each transfer is charged beside its bytes (default 0)")
-    p.add_argument("--round-trip", type=float, default=0.0,
-                   help="--clock virtual: seconds each request to the state server's rules is charged (default 0)")
+    p.add_argument("--step-seconds", help=f"{virtual} a step of one batch takes on a device of --slowdown 1 (the "
+                   "paper's GPUs: about 0.03), or a file of launch.py calibrate for this network and batch size")
+    p.add_argument("--step-jitter", type=float, default=0.0, help="--clock virtual: each step's charge x a "
+                   "log-normal factor of mean 1 and this log-spread, seeded per device (default 0)")
+    p.add_argument("--step-overhead", type=float, help=f"{virtual} each step is charged beside its computing, "
+                   "whatever the slowdown (default: a calibration file's, else 0)")
+    p.add_argument("--latency", type=float, default=0.0, help=f"{virtual} each transfer is charged beside its bytes")
+    p.add_argument("--round-trip", type=float, default=0.0, help=f"{virtual} each state-server request is charged")
     if jobs:
-        p.add_argument("--jobs", type=int, default=1, metavar="N",
-                       help="--clock virtual: N runs at once, each in a process of its own (default 1); a run's "
-                            "logs are the same whatever runs beside it")
+        p.add_argument("--jobs", type=int, default=1, metavar="N", help="--clock virtual: N runs at once, each in a "
+                       "process of its own (default 1); a run's logs are the same whatever runs beside it")
 
 
 def add_device_options(p):
@@ -446,6 +446,5 @@ def node_name(ns):
 
 
 def wall_limit(ns):
-    if ns.wall_limit is not None:
-        return ns.wall_limit
-    return 2 * ns.max_time + 120 if ns.max_time else WALL_LIMIT_WITHOUT_MAX_TIME
+    given = ns.wall_limit
+    return given if given is not None else 2 * ns.max_time + 120 if ns.max_time else WALL_LIMIT_WITHOUT_MAX_TIME

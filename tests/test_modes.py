@@ -250,7 +250,10 @@ def test_a_mode_added_in_one_module_reaches_every_script_with_its_flag(gossip, t
     assert (args.mode, args.fanout) == ("gossip", 3) and "gossip" in mode_choices()
     with pytest.raises(SystemExit):
         main.main(["--help"])
-    assert "gossip: the peers each worker averages its model with" in " ".join(capsys.readouterr().out.split())
+    assert "gossip a mode added in one module" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main.main(["-m", "gossip", "--help"])
+    assert "the peers each worker averages its model with" in " ".join(capsys.readouterr().out.split())
     with pytest.raises(SystemExit):
         config.parse_args(["-m", "sync", "--fanout", "3"])
     assert "--fanout belongs to -m gossip, not -m sync" in capsys.readouterr().err

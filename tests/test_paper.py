@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from analysis import paper, paper_figures, tuned
+from analysis import paper, paper_figures, paper_text, tuned
 from analysis import summary as summaries
 from launcher import paper as paper_command
 from launcher.cluster import ROOT
@@ -64,7 +64,7 @@ def test_the_time_to_each_threshold_is_averaged_over_the_repeats_that_reached_it
 
     assert [times[t]["values"] for t in ("0.7", "0.8", "0.9")] == [[2, 2], [3, 4], [None, None]]
     assert times["0.8"]["mean"] == 3.5 and times["0.9"]["n"] == 0
-    assert paper.thresholds_table(paper.times_to_thresholds(runs, [0.8])) == (
+    assert paper_text.thresholds_table(paper.times_to_thresholds(runs, [0.8])) == (
         "| mode | to 0.8 |\n|---|---|\n| NBSSGD | 3.5 ± 0.7 |")
 
 
@@ -90,10 +90,10 @@ def test_final_accuracy_is_compared_only_where_both_curves_levelled_off():
 
     assert claims["accuracy_compared"] == {"levelled": 1, "of": 2}
     assert claims["accuracy_minus_sequential"]["values"] == [0.0]
-    assert "in the 1 of 2 repeats where both had levelled off" in paper.describe_headline(claims, TARGET)
+    assert "in the 1 of 2 repeats where both had levelled off" in paper_text.describe_headline(claims, TARGET)
     none = paper.headline(grid_of(esync=[climbing], local=[levelled]), TARGET)
     assert "not compared with sequential SGD's: both curves had levelled off in 0 of 1" in \
-        paper.describe_headline(none, TARGET)
+        paper_text.describe_headline(none, TARGET)
 
 
 def test_the_headline_pairs_esync_with_ssgd_asgd_and_sequential_sgd_repeat_by_repeat():
@@ -127,15 +127,15 @@ def test_accuracy_against_ssgd_is_paired_by_repeat_and_names_a_lead_only_beyond_
     assert tie["holds"] is None and tie["p_value"] >= 0.05
     assert behind["holds"] == "rival"
     assert "final accuracy +0.096 ± 0.025 against SSGD's after the same training time (ESync's lead holds" in \
-        paper.describe_headline(paper.headline(ahead, TARGET), TARGET)
-    assert "(a tie within the repeats' spread" in paper.describe_headline(paper.headline(overlapping, TARGET), TARGET)
+        paper_text.describe_headline(paper.headline(ahead, TARGET), TARGET)
+    assert "(a tie within the repeats' spread" in paper_text.describe_headline(paper.headline(overlapping, TARGET), TARGET)
 
 
 def test_claims_that_no_run_measured_say_so():
     never = [run([10, 75], [0.3, 0.6])] * 2
     claims = paper.headline(grid_of(esync=never, sync=never, **{"async": never}, local=never), TARGET)
 
-    text = paper.describe_headline(claims, TARGET)
+    text = paper_text.describe_headline(claims, TARGET)
 
     assert "no speedup to 0.8 against SSGD" in text and "neither it nor ASGD reached 0.8" in text
 
@@ -195,23 +195,6 @@ def test_a_table_of_one_split_reads_its_runs_alone_and_draws_its_figures(tmp_pat
     assert "## i.i.d. data" in text and "non-i.i.d." not in text
     drawn = paper_figures.draw_all(report, grid, ("sync",), str(tmp_path / "figures"))
     assert len(drawn) == 3 and all(open(path, "rb").read(8) == PNG_SIGNATURE for path in drawn)
-
-
-def test_esync_stands_beside_the_papers_own_figures_for_its_network(tmp_path):
-    network_dir = os.path.join(str(tmp_path), "repeat-1", "resnet18-v1")
-    for folder, accuracies, speed, traffic in (("esync", [0.85, 0.9], 3300.0, 1.0), ("sync", [0.5, 0.82], 100.0, 2.0),
-                                               ("async", [0.6, 0.81], 330.0, 4.0), ("local", [0.7, 0.9], 50.0, 0.0)):
-        summary = {**run([1.0, 2.0], accuracies, speed, traffic), "mode": folder, "links": "loopback (no link limit)"}
-        os.makedirs(os.path.join(network_dir, folder))
-        write_json(summaries.summary_path(network_dir, folder), summary)
-    description = {"dataset": "fashion-mnist", "seeds": [0], "esync_policy": "apply"}
-
-    report, _ = paper.build_report(str(tmp_path), "resnet18-v1", ("esync", "sync", "async"), [1], TARGET,
-                                   description, splits=("iid",))
-
-    text = paper.format_report(report)
-    assert "| the paper | 7× | 33× | 13× | 0.25 |" in text
-    assert "| 2.0× | 33.0× | 10.0× | 0.25 |" in text  # 0.8 at 1 s against SSGD's 2 s; 3300 / 100; 3300 / 330; 1 / 4
 
 
 def test_the_fast_devices_row_reads_its_own_runs_and_shows_computed_and_applied_samples(tmp_path):

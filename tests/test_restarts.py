@@ -25,8 +25,16 @@ def rounds_logged(logs, mode, since=0.0):
     mode_dir = os.path.join(logs, "lenet", mode)
     if not os.path.isdir(mode_dir):
         return 0
-    return max((sum(1 for path in glob.glob(os.path.join(folder, "iter-*.txt")) if os.path.getmtime(path) > since)
+    return max((sum(1 for path in glob.glob(os.path.join(folder, "iter-*.txt")) if written_after(path, since))
                 for _, _, folder in runlog.device_folders(mode_dir)), default=0)
+
+
+def written_after(path, since):
+    """Whether `path` was written after `since`; False where it is gone (a restart removes the rounds it repeats)."""
+    try:
+        return os.path.getmtime(path) > since
+    except FileNotFoundError:
+        return False
 
 
 def started(logs, mode, name):

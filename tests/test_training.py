@@ -164,7 +164,7 @@ def test_dist_async_improves_accuracy(processes, tmp_path):
     curve = accuracies(rank0(worker_folders(log_dir)))
     assert max(curve) > 0.85 and curve[-1] > 0.7, curve
     for folder in worker_folders(log_dir):  # each round pushes the gradients and pulls the weights, once each
-        round_bytes = meta(folder)["param_bytes"] + 4  # and the stop vote
+        round_bytes = meta(folder)["param_bytes"] + 8  # and the control key: the stop vote, the pushes applied
         assert all(r[runlog.SENT_BYTES] == r[runlog.RECEIVED_BYTES] == round_bytes for r in iter_records(folder)[1:])
 
 

@@ -93,6 +93,14 @@ DESCRIPTION = ("ESync reproduction: acts as ps-lite scheduler, server or worker 
 
 
 def build_parser():
+    """The parser of every mode's flags, built once per catalog: the launcher checks every worker's command line of
+    every run it plans (a map's hundreds), and building it costs a thousand add_argument calls. Only parsed, never
+    changed, by its callers."""
+    return _parser(tuple(modes.MODES.values()))
+
+
+@functools.lru_cache(maxsize=4)
+def _parser(catalog):
     p = OneLineErrorParser(description=DESCRIPTION)
     add_job_flags(p)
     for declared in dataclasses.fields(Options):
