@@ -187,11 +187,6 @@ def batch_size_of(worker_args):
     return p.parse_known_args(list(worker_args))[0].batch_size
 
 
-def step_seconds(given, network, dataset, worker_args):
-    """--step-seconds as seconds: a number, or what a calibration file gives for this run (None without it)."""
-    return device_charges(given, network, dataset, worker_args)[0]
-
-
 def device_charges(given, network, dataset, worker_args):
     """(step seconds, overhead seconds) of --step-seconds: a number and no overhead, or what a calibration file
     gives for this run; (None, 0) without it."""

@@ -86,12 +86,12 @@ class Async(Scheme):
             self.corrupt(p.list_grad() for p in self.model.trainable)
             self.queue_exchange(stop_vote)
         self.stats.scatter()
-        applied = int(self.control[1].asscalar())
-        self.staleness, self.applied_before = applied - self.applied_before - 1, applied
+        votes, applied = self.control.asnumpy().tolist()  # one copy of the control key: the stop vote and the count
+        self.staleness, self.applied_before = int(applied) - self.applied_before - 1, int(applied)
         if self.staleness < 0:
-            raise RuntimeError(f"the servers count {applied} pushes applied, fewer than this worker has seen: a "
-                               "staleness below 0")
-        return stop_vote or self.stop_requested()
+            raise RuntimeError(f"the servers count {int(applied)} pushes applied, fewer than this worker has seen: "
+                               "a staleness below 0")
+        return stop_vote or votes > 0
 
     def round_record(self):
         return {runlog.STALENESS: self.staleness}
