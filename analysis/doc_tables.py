@@ -1,6 +1,7 @@
 """`launch.py docs`: the result tables of the README and docs/, written again from the committed result files.
 
-A generated table sits between two markers in a markdown file:
+A generated table sits between two markers in a markdown file (FOLDER a comma list of folders for the kinds of
+MANY_FOLDERS, whose rows then make one table):
 
     <!-- generated: KIND FOLDER -->
     ...
@@ -9,8 +10,10 @@ A generated table sits between two markers in a markdown file:
 FOLDER (relative to the repository) holds one study's results: tuned.json of `launch.py tune` and regimes.json of
 `launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
 search), `verdict` (per cell and target, the leader, the schemes tied with it, one fast device and whether the
-cluster pays, with the tests) or `repeats` (each scheme's repeats). `launch.py docs` rewrites every block of
-README.md and docs/*.md; `launch.py docs --check` changes nothing and exits 1 naming each block that differs.
+cluster pays, with the tests), `repeats` (each scheme's repeats), `beside-paper` (ESync against SSGD, ASGD and one
+device beside the paper's figures) or `validation` (the same cells in real time and on the virtual clock).
+`launch.py docs` rewrites every block of README.md and docs/*.md; `launch.py docs --check` changes nothing and
+exits 1 naming each block that differs.
 """
 import argparse
 import difflib
@@ -20,8 +23,9 @@ import re
 import statistics
 import sys
 
-from analysis import paper, regime_map, tuned
+from analysis import paper, regime_map, significance, tuned
 from analysis.tables import markdown_table
+from training import modes
 from training.files import read_json, write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,9 +69,19 @@ def cells_at_targets(result):
             yield target, cell
 
 
-def verdict_block(folder):
-    """Per cell and target: the leader and its values, the schemes it does not lead beyond the spread, one fast
-    device, whether the cluster pays, and what the repeats can tell."""
+def verdict_block(*folders):
+    """Per cell and target of each folder's map: the leader and its values, the schemes it does not lead beyond the
+    spread, one fast device, whether the cluster pays, and what the repeats can tell."""
+    rows = []
+    for folder in folders:
+        rows += verdict_rows(folder)
+    return markdown_table(["cell", "target", "repeats", "leader (its tuned values): mean time, misses at the budget",
+                           "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
+                           "one device's median time / the best cluster scheme's (95 % interval)",
+                           "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
+
+
+def verdict_rows(folder):
     result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
     values = tuned_values(folder, result)
     rows = []
@@ -76,10 +90,7 @@ def verdict_block(folder):
         rows.append([cell_name(result, cell), f"{target:g}", str(test["repeats"]), leader_text(cell, values),
                      tied_text(cell), alone_text(cell), pays_text(cell), ratio_text(cell), f"{test['floor']:.2g}",
                      "none" if test["detectable_ratio"] is None else f"{test['detectable_ratio']:.1f}×"])
-    return markdown_table(["cell", "target", "repeats", "leader (its tuned values): mean time, misses at the budget",
-                           "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
-                           "one device's median time / the best cluster scheme's (95 % interval)",
-                           "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
+    return rows
 
 
 def tuned_values(folder, result):
@@ -195,6 +206,63 @@ def repeats_block(folder):
     return "\n".join(parts)
 
 
+def beside_paper_block(*folders):
+    """Per folder's cell, target and ESync configuration: its speedup over SSGD and over one fast device (the ratio of their
+    median times with its paired 95 % interval, and the exact test's p), samples/s against SSGD's and ASGD's and
+    traffic against ASGD's (means of the repeats' paired ratios), the paper's own figures in the first row."""
+    results = [read_json(os.path.join(folder, regime_map.RESULTS_FILE)) for folder in folders]
+    networks = sorted({result["network"] for result in results})
+    rows = [["the paper", "0.8", "–", ", ".join(f"{n}: {paper.PAPER_SPEEDUPS[n]}×" if n in paper.PAPER_SPEEDUPS
+                                                 else f"{n} not in its Table 1" for n in networks), "–",
+             *(f"{paper.PAPER_FIGURE_4[key]:g}{'' if key == 'traffic_vs_asgd' else '×'}"
+               for key in ("samples_per_s_vs_ssgd", "samples_per_s_vs_asgd", "traffic_vs_asgd"))]]
+    for result, (target, cell) in ((r, found) for r in results for found in cells_at_targets(r)):
+        schemes = cell["schemes"]
+        for scheme in (s for s in schemes if regime_map.mode_of(s)[0] == modes.ESYNC):
+            rows.append([cell_name(result, cell), f"{target:g}", regime_map.display(scheme),
+                         speedup_text(schemes, paper.BASELINE, scheme), speedup_text(schemes, modes.STANDALONE, scheme),
+                         paired_ratio_text(schemes, scheme, paper.BASELINE, samples_per_s),
+                         paired_ratio_text(schemes, scheme, paper.TRAFFIC_BASELINE, samples_per_s),
+                         paired_ratio_text(schemes, scheme, paper.TRAFFIC_BASELINE, traffic, unit="")])
+    return markdown_table(["cell", "target", "ESync", "speedup over SSGD (95 % interval), p",
+                           "over one fast device (95 % interval), p", "samples/s / SSGD's", "samples/s / ASGD's",
+                           "traffic / ASGD's"], rows) + "\n"
+
+
+def speedup_text(schemes, rival, scheme):
+    """The rival's median time over the scheme's, its interval (a bound where a miss makes it one) and the test's
+    p-value; – where either did not run."""
+    theirs, ours = schemes.get(rival, {}).get("censored_times"), schemes[scheme]["censored_times"]
+    found = significance.ratio_interval(theirs, ours) if theirs and ours else None
+    if found is None:
+        return "–"
+    if not any(reached for _, reached in ours):
+        return "never reached"
+    p = significance.p_value(ours, theirs)
+    bound = {"lower": "≥ ", "upper": "≤ "}.get(found["bound"], "")
+    both = all(any(not reached for _, reached in times) for times in (theirs, ours))
+    return (f"{bound}{found['ratio']:.2f}× ({found['low']:.2f}–{found['high']:.2f}), p = {p:.2g}"
+            + (", misses on both sides" if both else ""))
+
+
+def samples_per_s(numbers):
+    return numbers["samples_per_s"]["values"]
+
+
+def traffic(numbers):
+    """Bytes a second through the workers' links, repeat by repeat."""
+    return [None if b is None or s is None else b * s
+            for b, s in zip(numbers["bytes_per_sample"]["values"], numbers["samples_per_s"]["values"])]
+
+
+def paired_ratio_text(schemes, scheme, rival, measure, unit="×"):
+    """The mean over the repeats of the scheme's measure over the rival's on the same seed."""
+    if rival not in schemes:
+        return "–"
+    ratios = [a / b for a, b in zip(measure(schemes[scheme]), measure(schemes[rival])) if a is not None and b]
+    return f"{statistics.fmean(ratios):.2f}{unit}" if ratios else "–"
+
+
 def validation_block(folder):
     """The same cells taken in real time (FOLDER/real/regimes.json) and on the virtual clock (FOLDER/virtual/): per
     cell and scheme, each one's median time to the target and whether it lies inside the real runs' spread, and
@@ -285,7 +353,9 @@ def median_text(median, numbers):
     return f"{median:.1f} s ({numbers['reached']} of {len(numbers['censored_times'])} reached)"
 
 
-KINDS = {"search": search_block, "verdict": verdict_block, "repeats": repeats_block, "validation": validation_block}
+KINDS = {"search": search_block, "verdict": verdict_block, "repeats": repeats_block, "validation": validation_block,
+         "beside-paper": beside_paper_block}
+MANY_FOLDERS = ("verdict", "beside-paper")  # kinds whose block may name several folders, a comma list: one table
 
 
 # ----------------------------------------------------------------------------------------------
@@ -303,10 +373,13 @@ def regenerate(text, root=ROOT):
         kind, folder = match.group("kind"), match.group("folder")
         if kind not in KINDS:
             raise DocsError(f"a block of unknown kind {kind!r} (known: {', '.join(KINDS)})")
-        path = os.path.join(root, folder)
-        if not os.path.isdir(path):
-            raise DocsError(f"a {kind} block names {folder}, which is not a folder of the repository")
-        return match.group(1) + KINDS[kind](path) + match.group(5)
+        paths = [os.path.join(root, name) for name in folder.split(",")]
+        for name, path in zip(folder.split(","), paths):
+            if not os.path.isdir(path):
+                raise DocsError(f"a {kind} block names {name}, which is not a folder of the repository")
+        if len(paths) > 1 and kind not in MANY_FOLDERS:
+            raise DocsError(f"a {kind} block names {len(paths)} folders; only {', '.join(MANY_FOLDERS)} take several")
+        return match.group(1) + KINDS[kind](*paths) + match.group(5)
 
     return BLOCK.sub(block, text)
 

@@ -52,6 +52,20 @@ def write(path, cell, entry):
     write_json(path, {"cells": cells}, indent=1)
 
 
+def reuse(path, source, cell, command):
+    """Give `cell` the values chosen in the file's cell `source` (a neighbour's), marked as reused from it; its
+    table."""
+    cells = read(path)
+    if source not in cells:
+        raise UsageError(f"--values-of {source}: {path} holds {', '.join(sorted(cells)) or 'no cell'}")
+    network, dataset, profile, link, split = cell.split("/")
+    entry = {**cells[source], "commands": [command], "wall_seconds": 0, "reused_from": source, "network": network,
+             "dataset": dataset, "profile": profile, "link": link, "split": split}
+    cells[cell] = entry
+    write_json(path, {"cells": cells}, indent=1)
+    return markdown(cell, entry)
+
+
 def scheme_of(mode, esync_policy):
     """The scheme of tune that a launcher mode runs: esync under a policy other than the default is esync-<policy>."""
     if mode == modes.ESYNC and esync_policy != config.default("esync_policy"):
@@ -124,6 +138,8 @@ def markdown(cell, entry):
     """The table of one cell's searches: per scheme its trials, the chosen values and their seeds' times."""
     from analysis.tables import markdown_table
 
+    if entry.get("reused_from"):
+        cell = f"{cell}: not searched; the values of {entry['reused_from']}"
     if entry.get("protocol") != PROTOCOL:
         rows = [[scheme, values_text(found), f"{found['complete']} / {found['pruned']} / {found['failed']}"]
                 for scheme, found in entry["schemes"].items()]

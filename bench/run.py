@@ -29,7 +29,8 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections (each a 
      against no evaluation at all, and what one snapshot costs rank 0's step (lenet, resnet18-v1);
  10. devices: on 1,1,1,1,20,20 the fast workers' median step under SSGD and ESync, the standalone baseline's and the
      fast devices' while every device trains alone at once, each device under its CPU quota, and with the sleeping
-     slowdown beside it;
+     slowdown beside it; SSGD's and ASGD's samples/s both ways (what the quota's lost overlap costs them) and ESync's
+     slowest over fastest step against the declared 20;
  11. placement: a device 20x slower than a fast one pushing and pulling lenet's and resnet18-v1's model (one ps-lite
      worker and one server, nobody to wait for) inside its CPU quota, as when the whole training ran in the quota,
      and outside it, as now that only the computing phases do, beside a fast device's pushpull inside its quota;
@@ -88,6 +89,7 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 600, "resnet18-v1": 80}, warmup=5
             evaluation_modes=["sync", "lb-bsp"], evaluation_profile="1,1,4", evaluation_seconds=15, evaluation_repeats=5,
             snapshot_networks={"lenet": 200, "resnet18-v1": 15},
             devices_profile="1,1,1,1,20,20", devices_seconds=15, devices_emulations=["cpu-quota", "sleeping"],
+            devices_throughput_modes=["sync", "async"],
             placement_networks={"lenet": 100, "resnet18-v1": 30}, placement_steps=1000, placement_profile="1,1,4",
             placement_slowdown=20,
             checkpoint_runs={"lenet": ["sync", "esync"], "resnet18-v1": ["sync"]}, checkpoint_profile="1,1,4",
@@ -110,6 +112,7 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              pipeline_networks={"lenet": 6}, pipeline_batch=32,
              evaluation_modes=["sync"], evaluation_profile="1,4", evaluation_seconds=1, evaluation_repeats=1,
              snapshot_networks={"lenet": 5}, devices_profile="1,4", devices_seconds=1, devices_emulations=["cpu-quota"],
+             devices_throughput_modes=["sync"],
              placement_networks={"lenet": 3}, placement_steps=20, placement_profile="1,1,4", placement_slowdown=20,
              checkpoint_runs={"lenet": ["sync"]}, checkpoint_profile="1,4", checkpoint_seconds=1,
              virtual_profile="1,4", virtual_seconds=1, virtual_modes=["local"], virtual_step_seconds=0.01,

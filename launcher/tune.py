@@ -22,6 +22,7 @@ every seed (robust); where none did, its best trial, marked so.
 The studies live in an SQLite file under the log dir (or --storage URL, any database Optuna takes): the same command
 runs --trials more trials of each study, none repeated; a trial whose process was killed is marked failed. Writes
 <log-dir>/tuned.json (tuned.py), tuned.md and a figure per scheme of the objective against each hyperparameter.
+--values-of CELL searches nothing: the cell takes the values chosen in a neighbour, and tuned.json says so.
 """
 import contextlib
 import hashlib
@@ -32,8 +33,7 @@ import statistics
 import sys
 import time
 
-from analysis import regime_map as map_analysis
-from analysis import tuned
+from analysis import regime_map as map_analysis, tuned
 from launcher import checks, experiment, parallel, runner, workers
 from training import config, modes, runlog
 from training.checks import UsageError
@@ -85,6 +85,8 @@ def build_parser():
     experiment.add_clock_options(p, jobs=True)
     p.add_argument("--max-restarts", type=int, default=0,
                    help="a trial whose process dies is started again from its newest checkpoint, up to N times")
+    p.add_argument("--values-of", metavar="CELL", help="search nothing: this cell takes the values chosen in CELL of "
+                   "the log dir's tuned.json (a neighbour's), recorded as reused from it")
     return p
 
 
@@ -302,8 +304,7 @@ def from_unit(u, distribution):
 
 
 def reached_every_seed(trial):
-    results = trial.user_attrs.get("results") or []
-    return bool(results) and all(r["time"] is not None for r in results)
+    return bool(results := trial.user_attrs.get("results") or []) and all(r["time"] is not None for r in results)
 
 
 def seeds_pruner(seeds):
@@ -428,6 +429,9 @@ def run(argv):
         ns = parse(argv)
         checks.check_machine(first_run(ns, ns.schemes[0]))
         os.makedirs(ns.log_dir, exist_ok=True)
+        if ns.values_of:
+            print(tuned.reuse(os.path.join(ns.log_dir, "tuned.json"), ns.values_of, ns.cell, ns.command))
+            return 0
         storage = open_storage(ns.storage)
     except UsageError as error:
         print(f"launch.py tune: error: {error}", file=sys.stderr)

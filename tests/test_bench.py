@@ -169,6 +169,7 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     for row in results["devices"]:
         assert set(row["fast_step_seconds"]) == {"sync", "esync", "local"}
         assert all(seconds > 0 for seconds in row["fast_step_seconds"].values()) and row["all_at_once_seconds"] > 0
+        assert set(row["samples_per_s"]) == set(config["devices_throughput_modes"]) and row["esync_slow_over_fast"] > 1
     assert [r["mode"] for r in results["virtual_clock"]["rows"]] == config["virtual_modes"]
     assert all(r["real_wall_seconds"] > 0 and r["virtual_wall_seconds"] > 0 for r in results["virtual_clock"]["rows"])
     assert [(r["workers"], r["rounds"] > 0, r["peak_mb"] > 0) for r in results["virtual_clock"]["scale"]] == [

@@ -262,6 +262,7 @@ def test_a_worker_the_launcher_started_enters_its_group_for_each_computing_phase
 
     pid = f"{os.getpid()}\n"
     assert inside and not device.inside
+    assert cpu_quota.usage_in(f"x\n{device.usage.describe()}\n")[0] == device.usage.phases == 2
     assert open(tmp_path / "group.procs").read() == 2 * pid and open(tmp_path / "root.procs").read() == 2 * pid
 
 

@@ -66,6 +66,24 @@ def test_the_search_and_repeats_blocks_say_the_chosen_values_and_each_seeds_time
     assert "| ESync | 3.0, 4.0, 5.0, 3.0, 4.0 | 3.8 s (5 of 5 reached) | 1.00 | leader |" in fresh
 
 
+def test_esync_beside_the_paper_gives_its_speedups_with_their_tests_and_several_folders_make_one_table(tmp_path):
+    a_study(str(tmp_path))
+    os.symlink(os.path.join(tmp_path, "results", "cell"), os.path.join(tmp_path, "results", "twin"))
+    page = ("<!-- generated: beside-paper results/cell -->\n<!-- end generated -->\n"
+            "<!-- generated: verdict results/cell,results/twin -->\n<!-- end generated -->\n")
+
+    fresh = doc_tables.regenerate(page, str(tmp_path))
+
+    # SSGD 9-11 s, one device 8-11 s, ESync 3-5 s (medians 10, 9 and 4), five paired seeds each
+    assert "| the paper | 0.8 | – | lenet not in its Table 1 | – | 33× | 13× | 0.25 |" in fresh
+    assert "| ESync | 2.50× (" in fresh and "p = 0.0079 | 2.25× (" in fresh
+    verdict = fresh.split("verdict results/cell,results/twin -->")[1]
+    assert verdict.count("| lenet, mnist-5k, 1,4, loopback, i.i.d. | 0.85 |") == 2 and verdict.count("\n|---|") == 1
+    with pytest.raises(doc_tables.DocsError, match="a repeats block names 2 folders"):
+        doc_tables.regenerate("<!-- generated: repeats results/cell,results/twin -->\n<!-- end generated -->\n",
+                              str(tmp_path))
+
+
 def test_a_block_of_an_unknown_kind_or_folder_is_one_line(tmp_path):
     with pytest.raises(doc_tables.DocsError, match="unknown kind 'tabel'"):
         doc_tables.regenerate("<!-- generated: tabel results/x -->\n<!-- end generated -->\n", str(tmp_path))

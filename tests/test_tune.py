@@ -271,6 +271,24 @@ def test_a_file_tuned_for_another_cell_is_refused_in_one_line(tmp_path):
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_a_cell_can_take_a_neighbours_values_and_says_so(tmp_path, capsys):
+    path = str(tmp_path / "tuned.json")
+    tuned.write(path, CELL, {"schemes": {"sync": {"flags": {"--learning-rate": 0.004}, "values": {"learning_rate": 0.004},
+                                                  "complete": 8, "pruned": 0, "failed": 0}}})
+    argv = ["--schemes", "sync", "-n", "lenet", "--dataset", "mnist-5k", "--profile", "1,2", "--non-iid",
+            "--holdout", "500", "-ld", str(tmp_path)]
+
+    assert tune.run(argv + ["--values-of", CELL]) == 0
+    assert tune.run(argv + ["--values-of", "lenet/mnist-5k/1,4/loopback/iid"]) == 2
+
+    reused = tuned.read(path)["lenet/mnist-5k/1,2/loopback/niid"]
+    assert reused["reused_from"] == CELL and reused["split"] == "niid" and reused["wall_seconds"] == 0
+    assert parsed("--slowdown", "1,2", "--non-iid", "--tuned", path).tuned_flags["sync"] == ("--learning-rate=0.004",)
+    printed = capsys.readouterr()
+    assert f"not searched; the values of {CELL}" in printed.out
+    assert "--values-of lenet/mnist-5k/1,4/loopback/iid: " in printed.err
+
+
 def test_a_report_of_some_schemes_keeps_the_others_of_the_cell(tmp_path):
     path = tuned_file(tmp_path)
 

@@ -1,10 +1,13 @@
 """10. Devices of fixed capacity: on the paper's profile, the fast workers' median step under SSGD and under ESync, the
 standalone baseline's step (one fast device alone), and the fast devices' step while every device of the profile
 trains alone at the same time without communicating, each device under its CPU quota (training/devices/cpu_quota.py),
-in one run; the same with the sleeping slowdown beside it, which CPU quotas replace."""
+in one run; the same with the sleeping slowdown beside it, which CPU quotas replace. Beside them what the quota costs
+SSGD and ASGD (samples/s with quotas, whose exchange waits for the backward pass to end, and without, where MXNet
+overlaps them) and ESync's slowest over fastest step, against the declared slowdown."""
 import os
 import statistics
 
+from analysis.metrics import iter_devices
 from analysis.tables import markdown_table
 from bench.sections.common import fmt, launch, log
 from bench.sections.heterogeneity import standalone_throughputs
@@ -20,7 +23,8 @@ def measure(cfg, workdir, earlier):
     for emulation in cfg["devices_emulations"]:
         options = emulations[emulation]
         folder = os.path.join(workdir, "devices", emulation)
-        summaries = launch(list(MODES), cfg["devices_profile"], cfg["devices_seconds"], folder, options,
+        extra = [m for m in cfg["devices_throughput_modes"] if m not in MODES]
+        summaries = launch(list(MODES) + extra, cfg["devices_profile"], cfg["devices_seconds"], folder, options,
                            snapshot_seconds=0)
         # the forward and backward pass: the computation every scheme's step makes the same (SSGD updates in its
         # aggregation, ESync and the standalone baseline in a local update)
@@ -32,10 +36,22 @@ def measure(cfg, workdir, earlier):
                      "fast_step_seconds": steps, "all_at_once_seconds": at_once,
                      "esync_over_sync": steps["esync"] / steps["sync"],
                      "standalone_over_sync": steps["local"] / steps["sync"],
-                     "at_once_over_standalone": at_once / steps["local"]})
+                     "at_once_over_standalone": at_once / steps["local"],
+                     "samples_per_s": {m: summaries[m]["cluster_throughput"] for m in cfg["devices_throughput_modes"]},
+                     "esync_slow_over_fast": slow_over_fast(summaries["esync"]),
+                     "declared_slowdown": max(float(f) for f in workers.parse_factors(cfg["devices_profile"]))})
         log.info("%s: fast steps sync %.1f ms, esync %.1f ms, standalone %.1f ms, all devices at once %.1f ms",
                  emulation, *(1e3 * steps[m] for m in MODES), 1e3 * at_once)
     return rows
+
+
+def slow_over_fast(run):
+    """The slowest devices' median forward and backward pass over the fastest's, in one run."""
+    steps = {}
+    for _, _, device in iter_devices(run["devices"]):
+        if device.get("compute_seconds"):
+            steps.setdefault(device.get("slowdown") or 1.0, []).append(device["compute_seconds"])
+    return statistics.median(steps[max(steps)]) / statistics.median(steps[min(steps)])
 
 
 def fast_step_all_at_once(profile, seconds, workdir, quotas):
@@ -62,4 +78,18 @@ def markdown(results):
             "trains alone at the same time, without communicating; its ratio to the standalone baseline (one fast "
             "device alone) is what devices computing at once take from each other.", "",
             markdown_table(["emulation", "profile", "SSGD", "ESync", "standalone", "all at once", "ESync / SSGD",
-                            "standalone / SSGD", "all at once / standalone"], rows), ""]
+                            "standalone / SSGD", "all at once / standalone"], rows), ""] + quota_costs(results["devices"])
+
+
+def quota_costs(rows):
+    """What the quota costs SSGD and ASGD, and how closely ESync's devices keep their declared slowdown."""
+    cells = [[r["emulation"], r["profile"]] + [fmt(r["samples_per_s"].get(m), ".0f") for m in ("sync", "async")]
+             + [f"{r['esync_slow_over_fast']:.1f}", f"{r['declared_slowdown']:g}",
+                f"{r['esync_slow_over_fast'] / r['declared_slowdown']:.3f}"] for r in rows if "samples_per_s" in r]
+    if not cells:
+        return []
+    return ["SSGD's and ASGD's samples/s under each emulation: under quotas a worker's exchange waits for its backward "
+            "pass to end (a process's threads share its quota), without them MXNet overlaps the two. ESync's slowest "
+            "device's median forward and backward pass over its fastest's, against the declared slowdown.", "",
+            markdown_table(["emulation", "profile", "SSGD samples/s", "ASGD samples/s", "ESync slow / fast step",
+                            "declared", "measured / declared"], cells), ""]

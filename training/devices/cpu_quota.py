@@ -26,6 +26,8 @@ ends. Needs root (or a delegated cgroup).
 import contextlib
 import logging
 import os
+import re
+import time
 
 log = logging.getLogger("cpu_quota")
 
@@ -36,6 +38,7 @@ MIN_QUOTA_US = 1000   # the kernel's smallest quota
 MIN_PERIOD_US = 1000  # and period
 TAG_VARIABLE = "ESYNC_DEVICE_GROUP"
 HAND_TAG = "hand"
+USAGE_PREFIX = "device CPU:"  # the line a worker logs at its end (CpuUsage)
 
 
 class QuotaUnavailable(Exception):
@@ -196,6 +199,7 @@ class DeviceQuota:
             self.leave_fd = os.open(os.path.join(self.controller.root, "cgroup.procs"), os.O_WRONLY)
         self.pid = f"{os.getpid()}\n".encode()
         self.inside = False
+        self.usage = CpuUsage()
 
     def describe(self):
         where = "the launcher's group" if self.group is None else f"{self.controller.describe()}, group {self.group}"
@@ -204,12 +208,15 @@ class DeviceQuota:
     def enter(self):
         os.write(self.fd, self.pid)  # every thread of the process: MXNet's engine and OpenMP threads compute
         self.inside = True
+        self.usage.entered()
 
     def leave(self):
         """Out of the quota, into the root group: what the worker does between its computing phases (pushing,
         pulling, asking the state server, snapshots) and after its training is no part of the device's computing."""
-        if self.inside and self.leave_fd is not None:
-            os.write(self.leave_fd, self.pid)
+        if self.inside:
+            self.usage.left()
+            if self.leave_fd is not None:
+                os.write(self.leave_fd, self.pid)
         self.inside = False
 
     @contextlib.contextmanager
@@ -222,8 +229,11 @@ class DeviceQuota:
             self.leave()
 
     def close(self):
-        """Out of the quota for good; a group made here is removed (once)."""
+        """Out of the quota for good, with a line of what the device computed; a group made here is removed (once)."""
         self.leave()
+        if self.usage.phases and not self.usage.reported:
+            log.info("%s", self.usage.describe())
+            self.usage.reported = True
         if self.group is None:
             return
         for fd in (self.fd, self.leave_fd):
@@ -233,3 +243,42 @@ class DeviceQuota:
         except OSError as err:
             log.warning("could not remove %s: %s", self.group, err.strerror or err)
         self.group = None
+
+
+class CpuUsage:
+    """The process's CPU time inside its computing phases (under the quota) and between them, from the first phase's
+    start to the last one's end: what the device computed, and what escaped its quota. Two reads of the process's
+    CPU clock a phase (about a microsecond each, beside the two writes to cgroup.procs)."""
+
+    def __init__(self):
+        self.phases = 0
+        self.inside = 0.0
+        self.first = self.last = self.started = None
+        self.reported = False
+
+    def entered(self):
+        self.started = time.process_time()
+        if self.first is None:
+            self.first = self.started
+
+    def left(self):
+        self.last = time.process_time()
+        self.inside += self.last - self.started
+        self.phases += 1
+
+    @property
+    def outside(self):
+        """CPU seconds between the computing phases (all threads), from the first phase to the last."""
+        return max(0.0, self.last - self.first - self.inside) if self.phases else 0.0
+
+    def describe(self):
+        return (f"{USAGE_PREFIX} {self.phases} computing phases, {self.inside:.3f} s of CPU under the quota, "
+                f"{self.outside:.3f} s between them ({1000 * self.outside / self.phases:.3f} ms a phase)")
+
+
+def usage_in(output):
+    """(phases, CPU seconds under the quota, CPU seconds between the phases) from the last such line of a worker's
+    output, or None."""
+    found = re.findall(rf"{re.escape(USAGE_PREFIX)} (\d+) computing phases, ([0-9.]+) s of CPU under the quota, "
+                       r"([0-9.]+) s between them", output)
+    return (int(found[-1][0]), float(found[-1][1]), float(found[-1][2])) if found else None
