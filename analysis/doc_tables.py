@@ -25,7 +25,7 @@ import sys
 
 from analysis import paper, regime_map, significance, tuned
 from analysis.tables import markdown_table
-from training import modes
+from training import modes, runlog
 from training.files import read_json, write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,10 +55,12 @@ def search_block(folder):
     return "\n".join(parts)
 
 
-def cell_name(result, cell):
+def cell_name(result, cell, clock=True):
+    """The cell as the tables name it; with `clock`, whether it ran on the virtual clock or in real time."""
     link = regime_map.describe_link(cell["link"])
+    timed = ", virtual clock" if result.get("clock") == runlog.VIRTUAL_CLOCK else ", real time"
     return (f"{result['network']}, {result['dataset']}, {regime_map.compact(cell['profile'])}, {link}, "
-            f"{SPLIT_NAMES[cell['split']]}")
+            f"{SPLIT_NAMES[cell['split']]}{timed if clock else ''}")
 
 
 def cells_at_targets(result):
@@ -279,7 +281,7 @@ def validation_block(folder):
         same = same_order(medians["real"], medians["virtual"])
         for scheme in cell["schemes"]:
             numbers, twins = cell["schemes"][scheme], twin["schemes"][scheme]
-            rows.append([cell_name(real, cell), f"{target:g}", regime_map.display(scheme),
+            rows.append([cell_name(real, cell, clock=False), f"{target:g}", regime_map.display(scheme),
                          median_text(medians["real"].get(scheme), numbers),
                          median_text(medians["virtual"].get(scheme), twins),
                          inside_text(medians["virtual"].get(scheme), numbers, twins, horizon_of(cell)),
@@ -321,7 +323,7 @@ def device_rows(real, simulated):
             for device, rate in numbers.get("device_samples_per_s", {}).items():
                 other = twins.get("device_samples_per_s", {}).get(device, {})
                 ratio = other["mean"] / rate["mean"] if other.get("mean") and rate.get("mean") else None
-                rows.append([cell_name(real, cell), regime_map.display(scheme), device,
+                rows.append([cell_name(real, cell, clock=False), regime_map.display(scheme), device,
                              statistic_text(rate, ".0f"), statistic_text(other, ".0f"),
                              "-" if ratio is None else f"{ratio:.2f}"])
     return rows
@@ -338,7 +340,7 @@ def staleness_text(real, simulated):
         for scheme, numbers in cell["schemes"].items():
             twins = twin["schemes"].get(scheme, {})
             if (numbers.get("staleness_median") or {}).get("n"):
-                rows.append([cell_name(real, cell), regime_map.display(scheme),
+                rows.append([cell_name(real, cell, clock=False), regime_map.display(scheme),
                              *(statistic_text(of.get(key), ".1f") for of in (numbers, twins)
                                for key in ("staleness_median", "staleness_p90"))])
     if not rows:

@@ -45,6 +45,13 @@ def measure(cfg, workdir, earlier):
     return rows
 
 
+def step_ratio_cells(row):
+    if row["emulation"] != runlog.CPU_QUOTA:
+        return ["–", f"{row['declared_slowdown']:g}", "–"]
+    ratio = row["esync_slow_over_fast"]
+    return [f"{ratio:.1f}", f"{row['declared_slowdown']:g}", f"{ratio / row['declared_slowdown']:.3f}"]
+
+
 def slow_over_fast(run):
     """The slowest devices' median forward and backward pass over the fastest's, in one run."""
     steps = {}
@@ -84,12 +91,12 @@ def markdown(results):
 def quota_costs(rows):
     """What the quota costs SSGD and ASGD, and how closely ESync's devices keep their declared slowdown."""
     cells = [[r["emulation"], r["profile"]] + [fmt(r["samples_per_s"].get(m), ".0f") for m in ("sync", "async")]
-             + [f"{r['esync_slow_over_fast']:.1f}", f"{r['declared_slowdown']:g}",
-                f"{r['esync_slow_over_fast'] / r['declared_slowdown']:.3f}"] for r in rows if "samples_per_s" in r]
+             + step_ratio_cells(r) for r in rows if "samples_per_s" in r]
     if not cells:
         return []
     return ["SSGD's and ASGD's samples/s under each emulation: under quotas a worker's exchange waits for its backward "
             "pass to end (a process's threads share its quota), without them MXNet overlaps the two. ESync's slowest "
-            "device's median forward and backward pass over its fastest's, against the declared slowdown.", "",
+            "device's median forward and backward pass over its fastest's, against the declared slowdown (a sleeping "
+            "device sleeps after its pass: the ratio is the quota's alone).", "",
             markdown_table(["emulation", "profile", "SSGD samples/s", "ASGD samples/s", "ESync slow / fast step",
                             "declared", "measured / declared"], cells), ""]
