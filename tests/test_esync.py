@@ -29,7 +29,7 @@ def run_esync(processes, tmp_path, policy, seconds=None, rounds=None, extra=(), 
     return {meta(f)["rank"]: f for f in worker_folders(log_dir)}
 
 
-QUOTA_SHARE = 0.5  # the fast device's share of a core in the apply job, where this machine gives quotas
+QUOTA_SHARE = 1.0  # the fast device's share of a core in the apply job, where this machine gives quotas
 SLOWDOWNS = (1, 4)
 
 
