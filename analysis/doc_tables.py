@@ -23,7 +23,7 @@ import re
 import statistics
 import sys
 
-from analysis import paper, regime_map, significance, tuned
+from analysis import paper, paper_text, regime_map, significance, tuned
 from analysis.tables import markdown_table
 from training import modes, runlog
 from training.files import read_json, write_text
@@ -209,15 +209,13 @@ def repeats_block(folder):
 
 
 def beside_paper_block(*folders):
-    """Per folder's cell, target and ESync configuration: its speedup over SSGD and over one fast device (the ratio of their
-    median times with its paired 95 % interval, and the exact test's p), samples/s against SSGD's and ASGD's and
-    traffic against ASGD's (means of the repeats' paired ratios), the paper's own figures in the first row."""
+    """Per folder's cell, target and ESync configuration: its speedup over SSGD and over one fast device (the ratio
+    of their median times with its paired 95 % interval, and the exact test's p), samples/s against SSGD's and
+    ASGD's and traffic against ASGD's (means of the repeats' paired ratios), the paper's own figures first."""
     results = [read_json(os.path.join(folder, regime_map.RESULTS_FILE)) for folder in folders]
     networks = sorted({result["network"] for result in results})
     rows = [["the paper", "0.8", "–", ", ".join(f"{n}: {paper.PAPER_SPEEDUPS[n]}×" if n in paper.PAPER_SPEEDUPS
-                                                 else f"{n} not in its Table 1" for n in networks), "–",
-             *(f"{paper.PAPER_FIGURE_4[key]:g}{'' if key == 'traffic_vs_asgd' else '×'}"
-               for key in ("samples_per_s_vs_ssgd", "samples_per_s_vs_asgd", "traffic_vs_asgd"))]]
+                                                 else f"{n} not in its Table 1" for n in networks), "–", *paper_text.paper_figure_4()]]
     for result, (target, cell) in ((r, found) for r in results for found in cells_at_targets(r)):
         schemes = cell["schemes"]
         for scheme in (s for s in schemes if regime_map.mode_of(s)[0] == modes.ESYNC):

@@ -44,12 +44,17 @@ def describe_headline(claims, target, name="ESync"):
     return f"{name}: " + ", ".join(parts) if parts else ""
 
 
+def paper_figure_4():
+    """The paper's samples/s against SSGD's and ASGD's and traffic against ASGD's, as table cells."""
+    return [f"{PAPER_FIGURE_4[key]:g}{'' if key == 'traffic_vs_asgd' else '×'}"
+            for key in ("samples_per_s_vs_ssgd", "samples_per_s_vs_asgd", "traffic_vs_asgd")]
+
+
 def beside_the_paper(headline, network, esync_policy=None):
     """A table of each ESync row's speedup over SSGD, samples/s against SSGD and ASGD and traffic against ASGD, the
     paper's figure in the first row ("" without an ESync row)."""
     paper_row = ["the paper", f"{PAPER_SPEEDUPS[network]}×" if network in PAPER_SPEEDUPS else "not in its Table 1",
-                 *(f"{PAPER_FIGURE_4[key]:g}{'' if key == 'traffic_vs_asgd' else '×'}"
-                   for key in ("samples_per_s_vs_ssgd", "samples_per_s_vs_asgd", "traffic_vs_asgd"))]
+                 *paper_figure_4()]
     rows = [[display(row, esync_policy), *(format_statistic(claims[key], spec, unit) if key in claims else "-"
                                            for key, spec, unit in (("speedup_vs_ssgd", ".1f", "×"),
                                                                    ("samples_per_s_vs_ssgd", ".1f", "×"),

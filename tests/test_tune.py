@@ -273,8 +273,9 @@ def test_a_file_tuned_for_another_cell_is_refused_in_one_line(tmp_path):
 
 def test_a_cell_can_take_a_neighbours_values_and_says_so(tmp_path, capsys):
     path = str(tmp_path / "tuned.json")
-    tuned.write(path, CELL, {"schemes": {"sync": {"flags": {"--learning-rate": 0.004}, "values": {"learning_rate": 0.004},
-                                                  "complete": 8, "pruned": 0, "failed": 0}}})
+    sync = {"flags": {"--learning-rate": 0.004}, "values": {"learning_rate": 0.004}, "complete": 8, "pruned": 0,
+            "failed": 0}
+    tuned.write(path, CELL, {"schemes": {"sync": sync}})
     argv = ["--schemes", "sync", "-n", "lenet", "--dataset", "mnist-5k", "--profile", "1,2", "--non-iid",
             "--holdout", "500", "-ld", str(tmp_path)]
 

@@ -85,7 +85,8 @@ def markdown(results):
             "trains alone at the same time, without communicating; its ratio to the standalone baseline (one fast "
             "device alone) is what devices computing at once take from each other.", "",
             markdown_table(["emulation", "profile", "SSGD", "ESync", "standalone", "all at once", "ESync / SSGD",
-                            "standalone / SSGD", "all at once / standalone"], rows), ""] + quota_costs(results["devices"])
+                            "standalone / SSGD", "all at once / standalone"], rows), "",
+            *quota_costs(results["devices"])]
 
 
 def quota_costs(rows):
