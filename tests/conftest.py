@@ -3,6 +3,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 from unittest import mock
 
@@ -31,6 +32,11 @@ def pytest_configure(config):
     config.add_cleanup(lambda: shutil.rmtree(stand_in, ignore_errors=True))
 
 
+# With PYTHONDONTWRITEBYTECODE set pytest would rewrite the assertions of every test module again in each of its three
+# workers (2.6 s of CPU each); the session byte-compiles the repository anyway (below).
+sys.dont_write_bytecode = False
+
+
 def pytest_sessionstart(session):
     """Byte-compile the repository once: with PYTHONDONTWRITEBYTECODE set no process caches what it compiles, and
     the hundreds of processes the tests start would each compile the same modules again."""
@@ -44,13 +50,14 @@ def pytest_collection_modifyitems(items):
     cores the other's timing counts on. A real-process test marked `beside_others` checks nothing that depends on
     timing (or mostly waits on timeouts, or runs on a virtual clock) and runs beside them ("beside"), as the
     in-process tests do ("in-process"), on the CPU time the timed tests leave idle. A test of a module marked
-    `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the same: it moves its
-    length from one group to the other, to balance them."""
+    `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the same, and one
+    marked `beside_others("in-process")` with the in-process tests: each moves its length from one group to another,
+    to balance them."""
     for item in items:
         beside = item.get_closest_marker("beside_others")
         slow = item.get_closest_marker("slow")
         alone = slow and (beside is None or beside.args == (False,))
-        group = "real-processes" if alone else "beside" if slow else "in-process"
+        group = "real-processes" if alone else "in-process" if not slow or beside.args == ("in-process",) else "beside"
         item.add_marker(pytest.mark.xdist_group(group))
     return (yield)
 

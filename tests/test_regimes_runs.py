@@ -163,7 +163,6 @@ def test_the_regime_map_fills_every_cell_from_real_runs_and_redraws_from_the_log
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others(False)  # with the timed tests: it balances the suite's two halves
 def test_failed_runs_are_recorded_the_map_goes_on_and_shows_them(tmp_path):
     logs = str(tmp_path / "logs")
     args = ["--links", "loopback", "--profiles", "1,2", "--splits", "iid", "--schemes", "sync,esync",
@@ -183,7 +182,6 @@ def test_failed_runs_are_recorded_the_map_goes_on_and_shows_them(tmp_path):
 
 @needs_netns
 @pytest.mark.slow
-@pytest.mark.beside_others(False)  # with the timed tests: it balances the suite's two halves
 def test_an_interrupted_regime_map_leaves_no_namespace_or_process(tmp_path, prefix):
     logs = str(tmp_path / "logs")
     args = ["--links", "4", "--profiles", "1,2", "--splits", "iid", "--schemes", "sync", "--repeats", "1",

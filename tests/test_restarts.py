@@ -97,7 +97,6 @@ def test_a_second_kill_past_the_limit_ends_the_run_with_its_failure_line_and_not
     assert still_running(recorded_pids(logs)) == []
 
 
-@pytest.mark.beside_others(False)  # to balance the two halves of the suite
 def test_paper_keeps_a_repeat_whose_run_restarted_in_table_1(tmp_path):
     """launch.py paper --max-restarts 1: the repeat's SSGD job loses a worker past its first checkpoint, goes on
     from it, and its run is a cell of Table 1 like any other, its restart in its summary."""
@@ -129,7 +128,6 @@ def children(pid):
         return [int(child) for child in f.read().split()]
 
 
-@pytest.mark.beside_others(False)  # to balance the two halves of the suite
 def test_by_hand_a_loop_around_each_process_restarts_the_job_from_its_newest_checkpoint(tmp_path):
     from launcher.cluster import ROOT, ProcessGroup, dmlc_env, free_port
     from tests.jobs import LENET_ARGS

@@ -197,7 +197,7 @@ def virtual_jobs(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machine_runs(virtual_jobs):
     every_mode, beside_busy_loops = (logged(logs) for logs in virtual_jobs)
     alone = {name: content for name, content in every_mode.items() if name.split(os.sep)[1] in ("esync", "async")}
@@ -207,7 +207,7 @@ def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machi
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_every_mode_but_those_refused_runs_two_virtual_seconds_on_three_devices_and_summary_reads_it(virtual_jobs):
     assert set(modes.MODES) - set(RUNS_VIRTUALLY) == {"backup", "hogwild"}
     for mode in RUNS_VIRTUALLY:
@@ -217,7 +217,7 @@ def test_every_mode_but_those_refused_runs_two_virtual_seconds_on_three_devices_
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
     sync = summary.summarize_mode(os.path.join(virtual_jobs[0], "lenet"), "sync")
 
@@ -232,7 +232,7 @@ def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_asgd_logs_its_staleness_and_the_slow_device_sees_the_most(virtual_jobs):
     run = summary.summarize_mode(os.path.join(virtual_jobs[0], "lenet"), "async")
     by_device = {name: statistics.median(stats["staleness_list"])
@@ -244,7 +244,7 @@ def test_asgd_logs_its_staleness_and_the_slow_device_sees_the_most(virtual_jobs)
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_esync_asks_its_rules_in_process_and_its_fast_workers_step_while_the_slow_one_computes(virtual_jobs):
     rounds = {folder: runlog.DeviceLog(folder).ordered()
               for folder in glob.glob(os.path.join(virtual_jobs[0], "lenet", "esync", "*", "cpu-worker*"))}
@@ -257,7 +257,7 @@ def test_esync_asks_its_rules_in_process_and_its_fast_workers_step_while_the_slo
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tmp_path):
     import shutil
 
@@ -275,7 +275,7 @@ def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tm
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_sixty_four_workers_on_the_virtual_clock_complete_a_job_of_one_virtual_second(tmp_path):
     logs = str(tmp_path / "logs")
     code, output = virtual_run(logs, "sync", ",".join(["1"] * 48 + ["4"] * 16), "--max-time", "1", "--step-seconds",
@@ -288,7 +288,7 @@ def test_sixty_four_workers_on_the_virtual_clock_complete_a_job_of_one_virtual_s
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_jobs_run_the_repeats_at_once_each_as_it_would_run_alone(tmp_path):
     from analysis import regime_map
 
@@ -381,7 +381,7 @@ def test_the_regime_map_charges_its_links_on_the_virtual_clock_and_takes_its_lim
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_path):
     devices = str(tmp_path / "devices.json")
     calibrated = subprocess.run([sys.executable, LAUNCH_PY, "calibrate", "-n", "lenet", "--dataset", "mnist-5k",
