@@ -107,8 +107,10 @@ def test_local_hosts_have_no_links_or_namespaces():
     (["--max-time", "30"], 180.0),
     (["--max-time", "30", "--wall-limit", "50"], 50.0),
     (["--max-iters", "10"], experiment.WALL_LIMIT_WITHOUT_MAX_TIME),
+    (["--max-time", "30", "--clock", "virtual", "--step-seconds", "0.03"], experiment.WALL_LIMIT_WITHOUT_MAX_TIME),
+    (["--max-time", "30", "--clock", "virtual", "--step-seconds", "0.03", "--wall-limit", "50"], 50.0),
 ])
-def test_the_wall_limit_follows_max_time(argv, wall_limit):
+def test_the_wall_limit_follows_max_time_on_the_real_clock(argv, wall_limit):
     described = experiment.parse(["--modes", "sync", "-n", "lenet", "--devices", "cpu", *argv])
 
     assert described.wall_limit == wall_limit

@@ -128,6 +128,7 @@ def children(pid):
         return [int(child) for child in f.read().split()]
 
 
+@pytest.mark.beside_others(False)  # its kill must come before the job's last round: with the timed tests
 def test_by_hand_a_loop_around_each_process_restarts_the_job_from_its_newest_checkpoint(tmp_path):
     from launcher.cluster import ROOT, ProcessGroup, dmlc_env, free_port
     from tests.jobs import LENET_ARGS
