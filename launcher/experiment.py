@@ -35,8 +35,6 @@ STANDALONE_HELP = ("a mode without a cluster (local) trains one process alone on
                    "and slowdown: the sequential baseline")
 
 
-
-
 @dataclass(frozen=True)
 class Experiment:
     """One experiment: the same job under several modes, one after another. Built by parse() alone."""
@@ -446,10 +444,7 @@ def node_name(ns):
 
 
 def wall_limit(ns):
-    """On the virtual clock --max-time is charged, not waited: a run's wall time follows how many steps its devices
-    compute (16 lenet workers at 0.03 s a step: 4 minutes for 60 virtual seconds), so only the hours' bound holds."""
-    if ns.wall_limit is not None:
-        return ns.wall_limit
-    if not ns.max_time or ns.clock == runlog.VIRTUAL_CLOCK:
-        return WALL_LIMIT_WITHOUT_MAX_TIME
-    return 2 * ns.max_time + 120
+    """A virtual run's --max-time is charged, not waited: its wall time follows the steps its devices compute."""
+    charged = not ns.max_time or ns.clock == runlog.VIRTUAL_CLOCK
+    given = ns.wall_limit
+    return given if given is not None else WALL_LIMIT_WITHOUT_MAX_TIME if charged else 2 * ns.max_time + 120

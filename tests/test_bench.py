@@ -131,6 +131,7 @@ def test_the_sync_overhead_table_compares_each_of_ours_with_the_trainer_updating
 
 
 @pytest.mark.slow
+@pytest.mark.benchmark
 @pytest.mark.beside_others  # it checks that every section is produced, no speed
 def test_quick_benchmark_writes_every_section(tmp_path):
     result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--out", str(tmp_path)], cwd=ROOT,
