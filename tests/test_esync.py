@@ -77,8 +77,8 @@ def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_on
     """Against the step times measured in the same run (the emulated 4x is 4x of a compute time that sharing 2
     cores inflates): a worker k times faster fits about k steps in the slowest one's. The measured k is below the
     declared 4 (the step time counts the state server's round trip, outside the quota, and the tests beside this one
-    take the fast device's core in turns: 1.94 once in a CI run); above 1.5 the two devices still differ enough that
-    a ratio of steps near k says something."""
+    take the fast device's core in turns: 1.94 and 1.46 in CI runs); so the fast worker must also have done a fifth
+    more steps than the slow one, which a scheme that ignored the speeds would not."""
     runs = {rank: iter_records(folder) for rank, folder in apply_run.items()}
 
     slow = max(runs, key=lambda rank: step_seconds(runs[rank]))
@@ -89,7 +89,7 @@ def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_on
         if rank != slow:
             speedup = step_seconds(runs[slow]) / step_seconds(records[3:])
             ratio = mean_steps(records[3:]) / mean_steps(runs[slow][3:])
-            assert speedup > 1.5 and 0.7 * speedup <= ratio <= 1.3 * speedup, (
+            assert speedup > 1.3 and ratio > 1.2 and 0.7 * speedup <= ratio <= 1.3 * speedup, (
                 f"rank {rank} is {speedup:.2f}x faster and did {ratio:.2f}x the slow worker's local steps")
     final = [r["accuracy"] for r in runs[0] if "accuracy" in r][-1]
     assert final >= 0.85
