@@ -445,6 +445,6 @@ def node_name(ns):
 
 def wall_limit(ns):
     """A virtual run's --max-time is charged, not waited: its wall time follows the steps its devices compute."""
-    charged = not ns.max_time or ns.clock == runlog.VIRTUAL_CLOCK
+    not_waited = not ns.max_time or ns.clock == runlog.VIRTUAL_CLOCK
     given = ns.wall_limit
-    return given if given is not None else WALL_LIMIT_WITHOUT_MAX_TIME if charged else 2 * ns.max_time + 120
+    return given if given is not None else WALL_LIMIT_WITHOUT_MAX_TIME if not_waited else 2 * ns.max_time + 120
