@@ -1,4 +1,4 @@
-"""A real ESync job: scheduler, server, the Django state server and 2 workers, one emulated 4x slower."""
+"""A real ESync job: scheduler, server, the Django state server and 2 workers, one emulated 4x (8x in the shared apply job) slower."""
 import os
 import statistics
 
@@ -30,7 +30,9 @@ def run_esync(processes, tmp_path, policy, seconds=None, rounds=None, extra=(), 
 
 
 QUOTA_SHARE = 1.0  # the fast device's share of a core in the apply job, where this machine gives quotas
-SLOWDOWNS = (1, 4)
+# 8x: the slow device's eighth of a core holds whatever the tests beside it run, while the fast device gets as much of
+# its core as they leave (1.69x of the declared 4x once in a CI run): the two differ by more than 2x either way.
+SLOWDOWNS = (1, 8)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +78,7 @@ def step_seconds(records, phases=RULES_VIEW):
 
 
 def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_one(apply_run):
-    """Against the step times measured in the same run (the emulated 4x is 4x of a compute time that sharing 2
+    """Against the step times measured in the same run (the emulated 8x is 8x of a compute time that sharing 2
     cores inflates): a worker k times faster, as the rule sees its steps, fits about k steps in the slowest one's.
     The devices must differ by more than 2x in their own computing; k itself is lower (its steps also count the
     state server's round trip, outside the quota: 1.94 and 1.46 in CI runs)."""
