@@ -1,4 +1,5 @@
-"""A real ESync job: scheduler, server, the Django state server and 2 workers, one emulated 4x (8x in the shared apply job) slower."""
+"""A real ESync job: scheduler, server, the Django state server and 2 workers, one emulated 4x slower (8x in the
+shared apply job)."""
 import os
 import statistics
 
