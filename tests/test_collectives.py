@@ -172,11 +172,10 @@ def run_to_the_end(group, jobs, timeout):
 
 
 @pytest.fixture(scope="module")
-def mpi_jobs(tmp_path_factory):
-    """The three sync jobs, run at once, then one esync job (2 ranks, one 4x slower, with its state server) beside
-    one job of SSGD with a backup worker (3 ranks, one 4x slower, with a state server of its own): {name: log folder
-    of its mode}."""
-    tmp_path = tmp_path_factory.mktemp("mpi")
+def sync_jobs(tmp_path_factory):
+    """The three sync jobs, run at once: {collective: log folder of its mode}. Each runs rounds until a count or a
+    target accuracy, which come out the same however busy the machine is: their tests run beside the timed ones."""
+    tmp_path = tmp_path_factory.mktemp("mpi-sync")
     group = ProcessGroup(str(tmp_path / "processes"))
     try:
         jobs, log_dirs = [], {}
@@ -185,16 +184,28 @@ def mpi_jobs(tmp_path_factory):
             args = ["-m", "sync", "--collective", collective, *LENET_ARGS, "--target-accuracy", str(TARGET),
                     "-e", "10", "--max-iters", "1000", "--digest-weights", "--sync-timeout", "60"]
             jobs.append(start_mpi_job(group, collective, log_dirs[collective], [(ranks, args)]))
-        state_port = start_state_server(group)  # while the sync jobs start
-        backup_port = start_state_server(group, name="backup-state-server")
         run_to_the_end(group, jobs, 180)
-        log_dirs["esync"] = str(tmp_path / "esync" / "lenet" / "esync")
+        yield log_dirs
+    finally:
+        group.stop()
+
+
+@pytest.fixture(scope="module")
+def speed_jobs(tmp_path_factory):
+    """One esync job (2 ranks, one 4x slower, with its state server) beside one job of SSGD with a backup worker
+    (3 ranks, one 4x slower, with a state server of its own), whose rounds follow the ranks' speeds: {name: log
+    folder of its mode}."""
+    tmp_path = tmp_path_factory.mktemp("mpi-speeds")
+    group = ProcessGroup(str(tmp_path / "processes"))
+    try:
+        log_dirs = {"esync": str(tmp_path / "esync" / "lenet" / "esync"),
+                    "backup": str(tmp_path / "backup" / "lenet" / "backup")}
         esync = ["-m", "esync", "--esync-policy", "adaptive", "--overlap", "--scaffold", "--collective", "ring",
-                 *LENET_ARGS, "-port", str(state_port), "--max-time", "3", "-e", "0", "--digest-weights",
-                 "--sync-timeout", "60"]
-        log_dirs["backup"] = str(tmp_path / "backup" / "lenet" / "backup")
-        backup = ["-m", "backup", "--collective", "ring", *LENET_ARGS, "-port", str(backup_port), "--max-iters", "80",
-                  "-e", "0", "--sync-timeout", "60"]
+                 *LENET_ARGS, "-port", str(start_state_server(group)), "--max-time", "3", "-e", "0",
+                 "--digest-weights", "--sync-timeout", "60"]
+        backup = ["-m", "backup", "--collective", "ring", *LENET_ARGS, "-port",
+                  str(start_state_server(group, name="backup-state-server")), "--max-iters", "80", "-e", "0",
+                  "--sync-timeout", "60"]
         run_to_the_end(group, [start_mpi_job(group, "esync", log_dirs["esync"],
                                              [(1, esync), (1, esync + ["--slowdown", "4"])]),
                                start_mpi_job(group, "backup", log_dirs["backup"],
@@ -205,9 +216,10 @@ def mpi_jobs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 @pytest.mark.parametrize("collective", SYNC_JOBS)
-def test_sync_over_each_collective_keeps_every_rank_identical_and_learns(mpi_jobs, collective):
-    log_dir = mpi_jobs[collective]
+def test_sync_over_each_collective_keeps_every_rank_identical_and_learns(sync_jobs, collective):
+    log_dir = sync_jobs[collective]
     folders = worker_folders(log_dir)
     rounds = len(iter_records(folders[0]))
 
@@ -220,12 +232,13 @@ def test_sync_over_each_collective_keeps_every_rank_identical_and_learns(mpi_job
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_sync_over_the_parameter_server_with_its_round_queued_during_backward_computes_the_summed_update(
-        mpi_jobs, processes, tmp_path):
+        sync_jobs, processes, tmp_path):
     """Over the ps-lite servers SSGD queues each gradient's pushpull and its weight's update while the backward pass
     runs; over MPI it sums after the step and updates with the Trainer. Two workers' sums are exact either way, so
     the weights agree bit for bit, round after round."""
-    mpi_runs = [iter_records(f) for f in worker_folders(mpi_jobs["binary-blocks"])]
+    mpi_runs = [iter_records(f) for f in worker_folders(sync_jobs["binary-blocks"])]
     rounds = min(20, len(mpi_runs[0]))
     log_dir = str(tmp_path / "logs")
     args = [*LENET_ARGS, "-e", "10", "--max-iters", str(rounds), "--digest-weights", "--sync-timeout", "60"]
@@ -237,12 +250,13 @@ def test_sync_over_the_parameter_server_with_its_round_queued_during_backward_co
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 @pytest.mark.parametrize("collective", SYNC_JOBS)
-def test_each_rank_logs_the_bytes_its_collective_moves(mpi_jobs, collective):
+def test_each_rank_logs_the_bytes_its_collective_moves(sync_jobs, collective):
     """Every round sums the parameters and the stop vote in one float32 buffer; the first round also broadcasts rank
     0's parameters. The bytes logged are MPICH's pattern for the rank (training/transport/traffic.py), and each rank's are the
     textbook's figure up to a block's rounding (the ring on any number of ranks, the others on a power of two)."""
-    folders = worker_folders(mpi_jobs[collective])
+    folders = worker_folders(sync_jobs[collective])
     ranks = SYNC_JOBS[collective]
     params = meta(folders[0])["num_params"]
     for folder in folders:
@@ -258,12 +272,12 @@ def test_each_rank_logs_the_bytes_its_collective_moves(mpi_jobs, collective):
 
 
 @pytest.mark.slow
-def test_overlapped_adaptive_esync_over_ring_does_the_planned_steps_with_one_global_model(mpi_jobs):
+def test_overlapped_adaptive_esync_over_ring_does_the_planned_steps_with_one_global_model(speed_jobs):
     """ESync's adaptive policy with --overlap over MPI: the allreduce runs on a thread while the next round's local
     steps do; every rank steps through the round's planned time (the fast one several times the slow one's steps),
     the global model is the same on both ranks every round, and the final weights too. SCAFFOLD's variates travel
     in the same buffer."""
-    folders = worker_folders(mpi_jobs["esync"])
+    folders = worker_folders(speed_jobs["esync"])
     slowdowns = {meta(f)["rank"]: meta(f)["slowdown"] for f in folders}
     runs = {meta(f)["rank"]: iter_records(f) for f in folders}
 
@@ -278,14 +292,14 @@ def test_overlapped_adaptive_esync_over_ring_does_the_planned_steps_with_one_glo
         2 * statistics.mean(runlog.local_steps(r) for r in runs[1][3:])
     finals = {open(os.path.join(f, runlog.FINAL_MODEL_FILE), "rb").read() for f in folders}
     assert len(finals) == 1
-    summary.summarize_mode(os.path.dirname(mpi_jobs["esync"]), "esync")
+    summary.summarize_mode(os.path.dirname(speed_jobs["esync"]), "esync")
 
 
 @pytest.mark.slow
-def test_backup_workers_over_ring_drop_the_slow_ranks_gradients_and_end_identical(mpi_jobs):
+def test_backup_workers_over_ring_drop_the_slow_ranks_gradients_and_end_identical(speed_jobs):
     """SSGD with a backup worker over MPI: every rank adds its gradient or zeros to each step's allreduce, from a
     thread of its own; the 4x slower rank's gradients are mostly dropped, and the ranks end with the same weights."""
-    folders = {meta(f)["rank"]: f for f in worker_folders(mpi_jobs["backup"])}
+    folders = {meta(f)["rank"]: f for f in worker_folders(speed_jobs["backup"])}
     runs = {rank: iter_records(folder) for rank, folder in folders.items()}
 
     assert sorted(runs) == [0, 1, 2] and meta(folders[2])["slowdown"] == 4.0

@@ -118,6 +118,7 @@ def test_the_paper_command_runs_on_links_set_by_the_ratio_and_names_them(tmp_pat
 
 @needs_netns
 @pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # its checks do not depend on timing: where the groups' lengths balance
 def test_the_regime_map_fills_every_cell_from_real_runs_and_redraws_from_the_logs(tmp_path, prefix):
     logs = str(tmp_path / "logs")
     args = ["--links", "loopback,4", "--profiles", "1,2", "--splits", "iid", "--schemes", "sync,esync-plan",

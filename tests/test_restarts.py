@@ -128,7 +128,6 @@ def children(pid):
         return [int(child) for child in f.read().split()]
 
 
-@pytest.mark.beside_others(False)  # its kill must come before the job's last round: with the timed tests
 def test_by_hand_a_loop_around_each_process_restarts_the_job_from_its_newest_checkpoint(tmp_path):
     from launcher.cluster import ROOT, ProcessGroup, dmlc_env, free_port
     from tests.jobs import LENET_ARGS
@@ -137,7 +136,11 @@ def test_by_hand_a_loop_around_each_process_restarts_the_job_from_its_newest_che
     logs, train_dir = str(tmp_path / "logs"), str(tmp_path / "ckpt")
     main = os.path.join(ROOT, "main.py")
     common = ["-m", "sync", "--sync-timeout", "5"]
-    worker_args = common + [*LENET_ARGS, "--max-iters", str(MAX_ITERS), "-e", "0", "-ld", logs, "--node-name",
+    # Each step padded to 4x its compute time (a sleep, no CPU), so that the kill, at the 15th round, comes long
+    # before the last however busy the machine is: at full speed the job once ended before a busy test process saw
+    # its 15th round.
+    worker_args = common + [*LENET_ARGS, "--slowdown", "4", "--max-iters", str(MAX_ITERS), "-e", "0", "-ld", logs,
+                            "--node-name",
                             "node", "--train-dir", train_dir, "--save-freq", str(CHECKPOINT_EVERY),
                             "--keep-checkpoints", "2", "--resume-if-saved"]
     port = free_port()
