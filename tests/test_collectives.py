@@ -192,9 +192,8 @@ def sync_jobs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def speed_jobs(tmp_path_factory):
-    """One esync job (2 ranks, one 4x slower, with its state server) beside one job of SSGD with a backup worker
-    (3 ranks, one 4x slower, with a state server of its own), whose rounds follow the ranks' speeds: {name: log
-    folder of its mode}."""
+    """One esync job (2 ranks, one 4x slower, with its state server) beside one of SSGD with a backup worker (3 ranks,
+    one 4x slower, a state server of its own), whose rounds follow the ranks' speeds: {name: its mode's folder}."""
     tmp_path = tmp_path_factory.mktemp("mpi-speeds")
     group = ProcessGroup(str(tmp_path / "processes"))
     try:
