@@ -104,7 +104,14 @@ def flag_fields(options_class):
     return [f for f in dataclasses.fields(options_class) if not f.metadata.get("fixed")]
 
 
-@dataclass(frozen=True)
+def declaration(cls):
+    """An `Options` class: a frozen dataclass whose fields declare flags. A worker makes one instance from its
+    command line and reads it, never compares or prints it: the comparison and the text a dataclass writes methods
+    for are left out, since every process that parses a command line imports every scheme's Options."""
+    return dataclass(frozen=True, repr=False, eq=False)(cls)
+
+
+@declaration
 class Options:
     """The flags every scheme reads; a scheme that reads more declares a subclass as its `Options`."""
     batch_size: int = option("-b", "--batch-size", default=64, type=argtypes.POSITIVE_INT,
@@ -167,7 +174,7 @@ class Options:
         """ModeError when the options do not suit a job of `num_workers` workers."""
 
 
-@dataclass(frozen=True)
+@declaration
 class CoordinatedOptions(Options):
     """A scheme whose workers talk to the state server (SimpleStateServer)."""
     state_server_ip: str = option("-ip", "--state-server-ip", default="127.0.0.1", any_mode=True,

@@ -5,12 +5,11 @@ times the steps that fit in one of the slowest worker's (so every worker's round
 dynamic local updates), and the delayed Nesterov server (training/schemes/servers/delayed_nesterov.py; outer
 learning rate -gl, momentum --server-momentum). Needs the state server. One server only.
 """
-from dataclasses import dataclass
 
 from coordination.rules import plan as plan_rule
 
 from training import argtypes
-from training.options import CoordinatedOptions, Range, check_one_server, fixed, option
+from training.options import CoordinatedOptions, Range, check_one_server, declaration, fixed, option
 from training.schemes.fedbuff import FedBuff, FedBuffOptions
 from training.schemes.local_sgd import smoothed
 from training.transport.state_client import StateClient
@@ -18,7 +17,7 @@ from training.transport.state_client import StateClient
 DEFAULT_OUTER_MOMENTUM = 0.9
 
 
-@dataclass(frozen=True)
+@declaration
 class AsyncLocalSGDOptions(CoordinatedOptions, FedBuffOptions):
     buffer_size: int = fixed(1)  # the momentum catches up every N arrivals, N the workers
     outer_momentum: float = option("--outer-momentum", default=DEFAULT_OUTER_MOMENTUM, type=argtypes.momentum,

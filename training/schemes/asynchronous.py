@@ -9,18 +9,17 @@ The push and the pull are queued as soon as the backward pass is, as Gluon's Tra
 travels once it is written, and the aggregation waits for the newest weights, within the watchdog's bound. A
 Byzantine worker corrupts its gradient after the step, so it pushes then.
 """
-from dataclasses import dataclass
 from typing import Optional
 
 from training import argtypes, runlog
 from training.lazy import mx
-from training.options import Options, Range, check_constant_lr, check_one_server, fixed, option
+from training.options import Options, Range, check_constant_lr, check_one_server, declaration, fixed, option
 from training.schemes.base import Scheme, wait_for
 
 DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's lambda0 of DC-ASGD-c and DC-ASGD-a
 
 
-@dataclass(frozen=True)
+@declaration
 class DCASGDOptions(Options):
     dc_lambda: Optional[float] = option(
         "--dc-lambda", type=argtypes.NON_NEGATIVE_FLOAT, search=Range(0.01, 4.0, log=True),
@@ -33,7 +32,7 @@ class DCASGDOptions(Options):
             args.dc_lambda = DC_LAMBDA_DEFAULTS["adaptive" if args.dc_adaptive else "constant"]
 
 
-@dataclass(frozen=True)
+@declaration
 class DCASGDPerWorkerOptions(DCASGDOptions):
     dc_adaptive: float = option(
         "--dc-adaptive", default=0.0, type=argtypes.momentum,

@@ -14,16 +14,15 @@ each step. BatchNorm statistics are averaged over the accepted gradients' worker
 its own: a late worker's round spans several of the job's steps.
 """
 import threading
-from dataclasses import dataclass
 
 from coordination.rules.backup import Steps
 from training import argtypes, runlog
 from training.lazy import mx
-from training.options import CoordinatedOptions, ModeError, option
+from training.options import CoordinatedOptions, ModeError, declaration, option
 from training.schemes.base import Scheme
 
 
-@dataclass(frozen=True)
+@declaration
 class BackupOptions(CoordinatedOptions):
     backup_workers: int = option("--backup-workers", default=1, type=argtypes.POSITIVE_INT,
                                  help="each step applies the first (workers - b) gradients and drops the b late ones "

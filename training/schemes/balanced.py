@@ -11,11 +11,10 @@ anyone. The plan is made after the first step and again whenever a worker's spee
 changes makes one untimed pass of the new size (the first pass of a shape sets up its graph).
 """
 import math
-from dataclasses import dataclass
 
 from training import argtypes, runlog
 from training.lazy import mx
-from training.options import ModeError, Options, fixed, option
+from training.options import ModeError, Options, declaration, fixed, option
 from training.schemes.local_sgd import smoothed
 from training.schemes.sync import Sync
 
@@ -43,7 +42,7 @@ def drifted(seconds_per_sample, planned_from, threshold):
     return any(abs(planned / now - 1.0) > threshold for now, planned in zip(seconds_per_sample, planned_from))
 
 
-@dataclass(frozen=True)
+@declaration
 class BalancedOptions(Options):
     balance_threshold: float = option("--balance-threshold", default=0.2, type=argtypes.SHARE,
                                       help="plan the batches again once a worker's speed has drifted by more than "

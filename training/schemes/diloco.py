@@ -4,16 +4,15 @@ its weight decay; lr -ll), then the average of the workers' deltas is applied to
 outer optimizer, Nesterov's momentum 0.9 at outer learning rate 0.7 (averaging/outer.py). A round lasts as
 long as the slowest device's H steps, as FedAvg's.
 """
-from dataclasses import dataclass
 
-from training.options import fixed, sync_interval
+from training.options import declaration, fixed, sync_interval
 from training.schemes.base import FixedLocalSteps
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
 
 INNER_OPTIMIZER, OUTER_OPTIMIZER, OUTER_MOMENTUM, OUTER_LR = "adam", "nag", 0.9, 0.7  # the paper's
 
 
-@dataclass(frozen=True)
+@declaration
 class DiLoCoOptions(LocalSGDOptions):
     sync_interval: int = sync_interval()
     local_optimizer: str = fixed(INNER_OPTIMIZER)

@@ -10,17 +10,16 @@ The paper leaves open what a replica does with its gradients between fetches; he
 rule (lr -l; Adagrad with the replica's own history), as the server will, so a replica does not compute n_fetch
 gradients at one stale point.
 """
-from dataclasses import dataclass
 
 from training import argtypes
 from training.lazy import mx
-from training.options import Options, option
+from training.options import Options, declaration, option
 from training.schemes.base import Scheme
 
 SERVER_OPTIMIZERS = ("sgd", "adagrad")  # downpour's server: SGD as ASGD's, or Adagrad as Dean et al.'s
 
 
-@dataclass(frozen=True)
+@declaration
 class DownpourOptions(Options):
     n_push: int = option("--n-push", default=4, type=argtypes.POSITIVE_INT,
                          help="local steps between pushes of their gradients")

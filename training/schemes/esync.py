@@ -23,12 +23,11 @@ already wait in the aggregation): the round ends there. The first worker that fi
 again; the others' requests then go through.
 """
 import concurrent.futures
-from dataclasses import dataclass
 from typing import Optional
 
 from coordination.rules import ESYNC_POLICIES, RULES
 from training import argtypes, runlog
-from training.options import CoordinatedOptions, OptionError, option
+from training.options import CoordinatedOptions, OptionError, declaration, option
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions, smoothed
 from training.transport.state_client import StateClient
 
@@ -37,7 +36,7 @@ POLICIES = ESYNC_POLICIES  # the state server's rules that ESync's workers follo
 ROUND_SIZING_FLAGS = ("aggregation_share", "max_slowest_steps")  # what a rule whose worker side reads them sizes
 
 
-@dataclass(frozen=True)
+@declaration
 class ESyncOptions(CoordinatedOptions, LocalSGDOptions):
     # The paper's rule is "apply" (launch.py paper's default); docs/modes.md, "Keeping every device busy", says why
     # the default is "adaptive".

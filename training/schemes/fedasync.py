@@ -9,7 +9,6 @@ worker received: each step's gradient gains rho (x - x_t), times the batch size 
 over the batch. Not here: the paper's scheduler thread; the server mixes each model as it arrives. BatchNorm
 statistics stay local to each worker. One server only.
 """
-from dataclasses import dataclass
 from typing import Optional
 
 from training import argtypes, runlog
@@ -17,6 +16,7 @@ from training.lazy import mx
 from training.options import (
     Options,
     check_one_server,
+    declaration,
     local_lr,
     local_optimizer,
     option,
@@ -29,7 +29,7 @@ STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")  # s(t - tau): trainin
 STALENESS_A_DEFAULTS = {"polynomial": 0.5, "hinge": 10.0}  # the FedAsync paper's experiments
 
 
-@dataclass(frozen=True)
+@declaration
 class FedAsyncOptions(Options):
     local_lr: float = local_lr()
     local_optimizer: str = local_optimizer()

@@ -4,14 +4,13 @@ the ESync journal version compares against it: every worker runs a fixed number 
 so under heterogeneity a round lasts as long as the slowest device's steps, as in SSGD. Here every worker of the
 job takes part in every round (no client sampling) and the average is unweighted (the shares are equal).
 """
-from dataclasses import dataclass
 
-from training.options import sync_interval
+from training.options import declaration, sync_interval
 from training.schemes.base import FixedLocalSteps
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
 
 
-@dataclass(frozen=True)
+@declaration
 class FedAvgOptions(LocalSGDOptions):
     sync_interval: int = sync_interval()
 

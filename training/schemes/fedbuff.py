@@ -5,14 +5,13 @@ waiting for the others; the one server adds each delta, weighted by 1 / sqrt(1 +
 moves the global model by -gl times their mean once --buffer-size deltas are in
 (training/schemes/servers/fedbuff_server.py). BatchNorm statistics stay local to each worker. One server only.
 """
-from dataclasses import dataclass
 
 from training import argtypes, runlog
-from training.options import ModeError, check_one_server, fixed, global_lr, option
+from training.options import ModeError, check_one_server, declaration, fixed, global_lr, option
 from training.schemes.fedasync import FedAsync, FedAsyncOptions
 
 
-@dataclass(frozen=True)
+@declaration
 class FedBuffOptions(FedAsyncOptions):
     buffer_size: int = option("--buffer-size", default=2, type=argtypes.POSITIVE_INT,
                               help="FedBuff: the deltas the server buffers before it moves the global model (the "

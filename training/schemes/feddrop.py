@@ -11,14 +11,13 @@ worker come from a generator seeded by the job's seed, the round and the worker'
 everyone's and no mask travels. Networks: chains of Conv2D and Dense layers (models.WIDTHS: lenet, mlp).
 """
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 import models
 from training import argtypes, runlog
 from training.lazy import mx
-from training.options import ModeError, Options, local_lr, local_optimizer, option, sync_interval
+from training.options import ModeError, Options, declaration, local_lr, local_optimizer, option, sync_interval
 from training.schemes.base import FixedLocalSteps
 
 
@@ -54,7 +53,7 @@ def weight_counts(shapes, droppers, widths, rate, seed, round_number, num_worker
     return counts
 
 
-@dataclass(frozen=True)
+@declaration
 class FedDropOptions(Options):
     local_lr: float = local_lr()
     local_optimizer: str = local_optimizer()

@@ -5,17 +5,16 @@ local to each worker. Plain SGD with --wd; rank 0 evaluates its latest read of t
 records how many updates all workers have applied to the block (`hogwild_updates`).
 """
 import argparse
-from dataclasses import dataclass
 from typing import Optional
 
 from training import argtypes
 from training.hogwild import SharedWeights, apply_gradient
 from training.lazy import mx
-from training.options import Options, option
+from training.options import Options, declaration, option
 from training.schemes.base import Scheme
 
 
-@dataclass(frozen=True)
+@declaration
 class HogwildOptions(Options):
     hogwild_workers: int = option("--hogwild-workers", default=2, type=argtypes.POSITIVE_INT,
                                   help="worker processes on this machine sharing one copy of the weights (default 2)")

@@ -1,8 +1,7 @@
 """Single-device (or single-machine, several devices) SGD: the standalone baseline of the paper's figures, and
 ZenoPS's "validation only" baseline, SGD on the validator's data alone."""
-from dataclasses import dataclass
 
-from training.options import Options, validation_size
+from training.options import Options, declaration, validation_size
 from training.schemes.base import LocallyUpdating
 
 
@@ -15,7 +14,7 @@ class Local(LocallyUpdating):
         self.trainer = self.local_trainer(self.options.learning_rate)
 
 
-@dataclass(frozen=True)
+@declaration
 class ValidationOnlyOptions(Options):
     validation_size: int = validation_size()
 

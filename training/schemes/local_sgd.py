@@ -18,12 +18,20 @@ FedAvgM; with --outer-optimizer nag Nesterov's, DiLoCo's outer step; outer.py).
 When the average reaches the workers is the last part (timing.py): at once, or with --overlap a round late while
 they run the next round's local steps (delayed averaging, as overlap local SGD).
 """
-from dataclasses import dataclass
-
-
 from training import argtypes
 from training.lazy import mx
-from training.options import Choice, Options, OptionError, Range, global_lr, local_lr, local_optimizer, option, proximal
+from training.options import (
+    Choice,
+    OptionError,
+    Options,
+    Range,
+    declaration,
+    global_lr,
+    local_lr,
+    local_optimizer,
+    option,
+    proximal,
+)
 from training.schemes.averaging.corrections import corrections
 from training.schemes.averaging.outer import OUTER_OPTIMIZERS, OuterOptimizer
 from training.schemes.averaging.timing import timing
@@ -41,7 +49,7 @@ def smoothed(previous, sample):
     return sample if previous is None else previous + SMOOTHING * (sample - previous)
 
 
-@dataclass(frozen=True)
+@declaration
 class LocalSGDOptions(Options):
     local_lr: float = local_lr()
     local_optimizer: str = local_optimizer()

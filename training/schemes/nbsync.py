@@ -11,13 +11,12 @@ Arriving does not mean idling: until the last worker has arrived, an arrived wor
 round, so a fast worker waits at most for the others' current part instead of the slowest worker's batch.
 What a worker asks the state server, and when, is the rule's worker side (coordination/rules/nbsync.py).
 """
-from dataclasses import dataclass
 from typing import Optional
 
 from coordination.rules.nbsync import NAME as ARRIVALS_POLICY, Arrivals
 from training import argtypes
 from training.lazy import mx
-from training.options import CoordinatedOptions, ModeError, option
+from training.options import CoordinatedOptions, ModeError, declaration, option
 from training.schemes.base import Scheme
 
 PART_SIZE = 32  # NBSSGD's seed splits its batches of 256 into parts of 32; parts of 8 cost more than they save
@@ -31,7 +30,7 @@ def parts_of(batch_size, part_size=PART_SIZE):
     return max(p for p in range(1, batch_size // part_size + 1) if batch_size % p == 0)
 
 
-@dataclass(frozen=True)
+@declaration
 class NBSyncOptions(CoordinatedOptions):
     mini_batches: Optional[int] = option(
         "--mini-batches", type=argtypes.POSITIVE_INT,

@@ -18,16 +18,15 @@ their sum is the step, and each weight adds it in place. resnet18-v1's 11 M valu
 update against 15 ms by MXNet's sgd_update, which each worker runs where the Trainer's servers run it once
 (docs/benchmarks.md).
 """
-from dataclasses import dataclass
 
 from training import mxnet_internals
 from training.lazy import mx
-from training.options import ModeError, Options, option
+from training.options import ModeError, Options, declaration, option
 from training.schemes.base import Scheme, wait_for
 from training.transport import collectives
 
 
-@dataclass(frozen=True)
+@declaration
 class SyncOptions(Options):
     update_on_servers: bool = option(
         "--update-on-servers", switch=True, default=False,

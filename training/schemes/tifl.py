@@ -15,14 +15,13 @@ again every --tier-interval rounds from the latest times (a worker that sat out 
 """
 import collections
 import statistics
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from training import argtypes, runlog
 from training.lazy import mx
-from training.options import ModeError, fixed, option, sync_interval
+from training.options import ModeError, declaration, fixed, option, sync_interval
 from training.schemes.base import FixedLocalSteps
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
 
@@ -56,7 +55,7 @@ def choose_tier(probabilities, credits, rng):
     return int(rng.choice(len(allowed), p=np.array(allowed) / sum(allowed)))
 
 
-@dataclass(frozen=True)
+@declaration
 class TiFLOptions(LocalSGDOptions):
     sync_interval: int = sync_interval()
     tiers: int = option("--tiers", default=2, type=argtypes.POSITIVE_INT,

@@ -22,7 +22,6 @@ send any values as its own delta but does not write another process's row: ZenoP
 attribute each message to its sender; ps-lite does not authenticate senders, so here it is an assumption of the
 emulation. BatchNorm statistics are the validators' mean.
 """
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -37,6 +36,7 @@ from training.options import (
     Options,
     check_constant_lr,
     check_one_server,
+    declaration,
     global_lr,
     local_lr,
     option,
@@ -58,7 +58,7 @@ def judges(training_ranks, validator_ranks):
     return {rank: validator_ranks[j % len(validator_ranks)] for j, rank in enumerate(training_ranks)}
 
 
-@dataclass(frozen=True)
+@declaration
 class ZenoOptions(Options):
     validator: bool = option(
         "--validator", switch=True,
@@ -80,7 +80,7 @@ class ZenoOptions(Options):
                             f"{args.batch_size}")
 
 
-@dataclass(frozen=True)
+@declaration
 class ZenoSyncOptions(ZenoOptions):
     local_lr: float = local_lr()
     global_lr: float = global_lr()
@@ -94,7 +94,7 @@ class ZenoSyncOptions(ZenoOptions):
             args.rho = 0.6
 
 
-@dataclass(frozen=True)
+@declaration
 class ZenoAsyncOptions(ZenoOptions):
     epsilon: Optional[float] = option("--epsilon", type=argtypes.NON_NEGATIVE_FLOAT,
                                       help="the rule's tolerance epsilon (default 0)")
