@@ -1,7 +1,6 @@
 import compileall
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -37,10 +36,21 @@ def pytest_configure(config):
 sys.dont_write_bytecode = False
 
 
+SOURCE_SKIPPED = ("logs",)  # the runs' folders: no source, and thousands of files after a few experiments
+
+
 def pytest_sessionstart(session):
     """Byte-compile the repository once: with PYTHONDONTWRITEBYTECODE set no process caches what it compiles, and
-    the hundreds of processes the tests start would each compile the same modules again."""
-    compileall.compile_dir(ROOT, quiet=1, rx=re.compile(re.escape(os.sep) + r"\.venv" + re.escape(os.sep)))
+    the hundreds of processes the tests start would each compile the same modules again. Only the project's own
+    folders are walked: a walk of the whole clone went through the environment's tens of thousands of files too (a
+    run of one test took 4.8 s of CPU against 1.35 s, medians of 5)."""
+    for entry in os.scandir(ROOT):
+        if entry.name.startswith(".") or entry.name in SOURCE_SKIPPED:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            compileall.compile_dir(entry.path, quiet=1)
+        elif entry.name.endswith(".py"):
+            compileall.compile_file(entry.path, quiet=1)
 
 
 @pytest.hookimpl(wrapper=True)  # around every other plugin's, pytest-xdist's reading of the groups included
