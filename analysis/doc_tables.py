@@ -204,8 +204,19 @@ def repeats_block(folder):
                           "Holm-adjusted p against the leader"], rows) + "\n")
     if result.get("command"):
         took = f" ({result['wall_seconds'] / 60:.0f} minutes)" if result.get("wall_seconds") else ""
-        parts.append(f"Run by{took}:\n\n    {result['command']}\n")
+        parts.append(f"Run by{took}:\n\n    {with_committed_values(result['command'], folder)}\n")
     return "\n".join(parts)
+
+
+def with_committed_values(command, folder):
+    """The command as it ran, its --tuned file the copy committed beside the results: the same values, in a line that
+    runs in any clone (the search's own file stays on the machine that ran it)."""
+    committed = os.path.join(folder, TUNED_FILE)
+    if not os.path.exists(committed):
+        return command
+    inside = os.path.relpath(committed, ROOT)
+    shown = committed if inside.startswith(os.pardir) else inside
+    return re.sub(r"--tuned \S+", lambda _: f"--tuned {shown}", command)
 
 
 def beside_paper_block(*folders):

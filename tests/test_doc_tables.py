@@ -111,3 +111,16 @@ def test_the_validation_block_sets_real_and_virtual_medians_side_by_side_and_say
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
     assert "| ESync | 4.0 s (5 of 5 reached) | 4.0 s (5 of 5 reached) |" in fresh and "| yes |" in fresh
+
+
+def test_a_command_shown_reads_the_values_committed_beside_its_results(tmp_path):
+    folder = tmp_path / "cell"
+    folder.mkdir()
+    ran = "python launch.py regimes --tuned /where/the/search/ran/tuned.json --links 12 --repeats 10"
+
+    without = doc_tables.with_committed_values(ran, str(folder))
+    (folder / "tuned.json").write_text("{}")
+    shown = doc_tables.with_committed_values(ran, str(folder))
+
+    assert without == ran
+    assert shown == f"python launch.py regimes --tuned {folder / 'tuned.json'} --links 12 --repeats 10"

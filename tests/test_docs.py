@@ -258,3 +258,13 @@ def test_the_command_finder_sees_through_environments_loops_and_mpiexec():
     assert list(script_calls("sudo .venv/bin/python launch.py regimes   # the full map")) == [("launch.py", ["regimes"])]
     assert list(script_calls("python -m bench.run --quick")) == []
     assert placeholder(["-m", "sync", "..."]) and placeholder(["-b", "logs/<mode>"]) and not placeholder(["-m", "sync"])
+
+
+def test_every_tuned_file_a_command_of_the_docs_names_is_one_of_the_repository():
+    """A shown command that reads searched values (--tuned) reads the copy committed beside the results: it runs on
+    any clone, and so does the test that parses it."""
+    named = [(page, argv[argv.index("--tuned") + 1]) for page, _, _, _, argv in shown_commands() if "--tuned" in argv]
+    assert named
+    outside = [(page, path) for page, path in named
+               if os.path.isabs(path) or not os.path.isfile(os.path.join(ROOT, path))]
+    assert outside == []
