@@ -257,7 +257,8 @@ def main(argv):
 
     if ns.jobs > 1:
         labelled = [(index, run.label, run.experiment) for index, run in enumerate(runs) if index not in kept]
-        code = parallel.run_at_once(labelled, ns.jobs, "paper", lambda index, code: code or finished(index))
+        code = parallel.run_at_once(labelled, ns.jobs, "paper", lambda index, code: code or finished(index),
+                                    total=len(runs))
         return code or report(ns, networks, rows)
     labelled = [(run.label, run.experiment) for run in runs]
     return runner.run_in_turn(labelled, "paper", kept, finished) or report(ns, networks, rows)

@@ -45,12 +45,13 @@ def start(experiment):
                                 stderr=subprocess.STDOUT)
 
 
-def run_at_once(labelled, jobs, prog, finished=None):
+def run_at_once(labelled, jobs, prog, finished=None, total=None):
     """Run [(index, label, experiment)] `jobs` at a time; `finished(index, code)` is called as each ends. 0, or
-    EXIT_FAILURE when a run failed, EXIT_INTERRUPTED when interrupted (the runs in flight stopped first)."""
+    EXIT_FAILURE when a run failed, EXIT_INTERRUPTED when interrupted (the runs in flight stopped first). `total`:
+    how many runs the indices number (a resumed command's, those kept from before included; default, these)."""
     waiting = list(labelled)
     running = {}  # pid -> (Popen, index, label, experiment)
-    total, failed = len(labelled), 0
+    total, failed = total or len(labelled), 0
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while waiting or running:

@@ -382,7 +382,7 @@ def run_at_once(runs, resume, jobs):
     def finished(index, code):
         write_json(os.path.join(runs[index][1], regime_map.STATUS_FILE), {"exit_code": code})
 
-    code = parallel.run_at_once(labelled, jobs, "regimes", finished)
+    code = parallel.run_at_once(labelled, jobs, "regimes", finished, total=len(runs))
     if code == EXIT_FAILURE:
         print("launch.py regimes: some runs failed; the map shows them as failed", file=sys.stderr)
     return code

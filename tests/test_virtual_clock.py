@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -403,3 +404,20 @@ def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_pa
                             "-n", "lenet", "--dataset", "mnist-5k", "--clock", "virtual", "--step-seconds", devices,
                             "--", "-b", "32"], capture_output=True, text=True, env=launcher_env(), timeout=60)
     assert wrong.returncode == 2 and wrong.stderr.strip().endswith("not for this run's batch_size 32"), wrong.stderr
+
+
+def test_runs_at_once_are_numbered_among_all_the_commands_runs(monkeypatch, capsys, tmp_path):
+    """A resumed command runs what is left: its progress lines number each run among all of the command's, as the
+    lines of the runs kept from before do (not "9/8")."""
+    from launcher import parallel
+
+    monkeypatch.setattr(parallel, "start", lambda experiment: subprocess.Popen(["true"]))
+    left = SimpleNamespace(log_dir=str(tmp_path), run_id="left")
+
+    code = parallel.run_at_once([(3, "the fourth", left), (4, "the fifth", left)], 2, "regimes", total=5)
+    lines = capsys.readouterr().out.splitlines()
+
+    assert code == 0
+    assert {line.split(" (output")[0] for line in lines} == {
+        "[regimes 4/5] the fourth", "[regimes 5/5] the fifth", "[regimes 4/5] the fourth: done",
+        "[regimes 5/5] the fifth: done"}
