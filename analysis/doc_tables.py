@@ -31,7 +31,6 @@ from training.files import read_json, write_text
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = re.compile(r"(<!-- generated: (?P<kind>[\w-]+) (?P<folder>\S+) -->\n)(?P<body>.*?)(<!-- end generated -->)",
                    re.DOTALL)
-TUNED_FILE = "tuned.json"
 SPLIT_NAMES = regime_map.SPLIT_NAMES
 
 
@@ -45,7 +44,7 @@ class DocsError(Exception):
 
 def search_block(folder):
     """Each cell's search (tuned.markdown), with the commands that ran it and their wall time."""
-    cells = tuned.read(os.path.join(folder, TUNED_FILE))
+    cells = tuned.read(os.path.join(folder, tuned.FILE_NAME))
     parts = []
     for cell, entry in cells.items():
         commands = "".join(f"\n    {command}" for command in entry.get("commands", []))
@@ -97,7 +96,7 @@ def verdict_rows(folder):
 
 def tuned_values(folder, result):
     """{(cell key, scheme): its tuned values as text} from the folder's tuned.json ({} without one)."""
-    path = os.path.join(folder, TUNED_FILE)
+    path = os.path.join(folder, tuned.FILE_NAME)
     found = {}
     for key, entry in (tuned.read(path) if os.path.exists(path) else {}).items():
         for scheme, values in entry["schemes"].items():
@@ -211,7 +210,7 @@ def repeats_block(folder):
 def with_committed_values(command, folder):
     """The command as it ran, its --tuned file the copy committed beside the results: the same values, in a line that
     runs in any clone (the search's own file stays on the machine that ran it)."""
-    committed = os.path.join(folder, TUNED_FILE)
+    committed = os.path.join(folder, tuned.FILE_NAME)
     if not os.path.exists(committed):
         return command
     inside = os.path.relpath(committed, ROOT)

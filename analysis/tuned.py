@@ -11,6 +11,7 @@ from training import config, esync_variants, modes
 from training.checks import UsageError
 from training.files import read_json, write_json
 
+FILE_NAME = "tuned.json"  # in the search's --log-dir, and beside the results committed from it
 LOOPBACK = "loopback"
 
 

@@ -400,7 +400,7 @@ def largest_rate(trials, space):
 def report(ns, studies, seconds=0.0):
     """tuned.json's entry of the cell (with the commands that ran its trials and their wall time together), its
     table and the figures."""
-    path = os.path.join(ns.log_dir, "tuned.json")
+    path = os.path.join(ns.log_dir, tuned.FILE_NAME)
     earlier = tuned.read(path).get(ns.cell, {})
     commands = earlier.get("commands", []) + ([ns.command] if ns.trials else [])
     entry = {"commands": commands, "wall_seconds": round(earlier.get("wall_seconds", 0.0) + seconds),
@@ -430,7 +430,7 @@ def run(argv):
         checks.check_machine(first_run(ns, ns.schemes[0]))
         os.makedirs(ns.log_dir, exist_ok=True)
         if ns.values_of:
-            print(tuned.reuse(os.path.join(ns.log_dir, "tuned.json"), ns.values_of, ns.cell, ns.command))
+            print(tuned.reuse(os.path.join(ns.log_dir, tuned.FILE_NAME), ns.values_of, ns.cell, ns.command))
             return 0
         storage = open_storage(ns.storage)
     except UsageError as error:

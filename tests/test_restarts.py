@@ -140,8 +140,7 @@ def test_by_hand_a_loop_around_each_process_restarts_the_job_from_its_newest_che
     # before the last however busy the machine is: at full speed the job once ended before a busy test process saw
     # its 15th round.
     worker_args = common + [*LENET_ARGS, "--slowdown", "4", "--max-iters", str(MAX_ITERS), "-e", "0", "-ld", logs,
-                            "--node-name",
-                            "node", "--train-dir", train_dir, "--save-freq", str(CHECKPOINT_EVERY),
+                            "--node-name", "node", "--train-dir", train_dir, "--save-freq", str(CHECKPOINT_EVERY),
                             "--keep-checkpoints", "2", "--resume-if-saved"]
     port = free_port()
     with ProcessGroup(str(tmp_path / "processes")) as group:
