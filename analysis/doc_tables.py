@@ -11,7 +11,8 @@ FOLDER (relative to the repository) holds one study's results: tuned.json of `la
 `launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
 search), `verdict` (per cell and target, the leader, the schemes tied with it, one fast device and whether the
 cluster pays, with the tests), `repeats` (each scheme's repeats), `beside-paper` (ESync against SSGD, ASGD and one
-device beside the paper's figures) or `validation` (the same cells in real time and on the virtual clock).
+device beside the paper's figures), `validation` (the same cells in real time and on the virtual clock) or `table1`
+(a folder of `launch.py paper`: its Table 1 and the command that ran it).
 `launch.py docs` rewrites every block of README.md and docs/*.md; `launch.py docs --check` changes nothing and
 exits 1 naming each block that differs.
 """
@@ -23,7 +24,7 @@ import re
 import statistics
 import sys
 
-from analysis import paper, paper_text, regime_map, significance, tuned
+from analysis import paper, paper_text, regime_map, significance, timing, tuned
 from analysis.tables import markdown_table
 from training import modes, runlog
 from training.files import read_json, write_text
@@ -202,7 +203,7 @@ def repeats_block(folder):
                          ["scheme", "seconds to the target, seed by seed", "mean, misses at the budget", "× leader",
                           "Holm-adjusted p against the leader"], rows) + "\n")
     if result.get("command"):
-        took = f" ({result['wall_seconds'] / 60:.0f} minutes)" if result.get("wall_seconds") else ""
+        took = f" ({timing.describe(result['wall_seconds'])})" if result.get("wall_seconds") else ""
         parts.append(f"Run by{took}:\n\n    {with_committed_values(result['command'], folder)}\n")
     return "\n".join(parts)
 
@@ -216,6 +217,16 @@ def with_committed_values(command, folder):
     inside = os.path.relpath(committed, ROOT)
     shown = committed if inside.startswith(os.pardir) else inside
     return re.sub(r"--tuned \S+", lambda _: f"--tuned {shown}", command)
+
+
+def table1_block(folder):
+    """Table 1 as `launch.py paper` wrote it (paper.json), its headings below the page's, and the command that ran
+    it with the values committed beside the results."""
+    report = read_json(os.path.join(folder, paper.RESULTS_FILE))
+    if report.get("command"):
+        report = {**report, "command": with_committed_values(report["command"], folder)}
+    return re.sub(r"^(#+) ", lambda heading: f"###{heading.group(1)} ", paper_text.format_report(report),
+                  flags=re.MULTILINE) + "\n"
 
 
 def beside_paper_block(*folders):
@@ -364,7 +375,7 @@ def median_text(median, numbers):
 
 
 KINDS = {"search": search_block, "verdict": verdict_block, "repeats": repeats_block, "validation": validation_block,
-         "beside-paper": beside_paper_block}
+         "beside-paper": beside_paper_block, "table1": table1_block}
 MANY_FOLDERS = ("verdict", "beside-paper")  # kinds whose block may name several folders, a comma list: one table
 
 

@@ -1,6 +1,6 @@
 """Table 1 as text: each split's table, ESync's claims in words with the test behind each, ESync beside the paper's
 own figures, and each mode's time to several accuracies."""
-from analysis import metrics, significance
+from analysis import metrics, significance, timing
 from analysis.paper import (
     COLUMNS,
     LATER_RIVALS,
@@ -118,7 +118,15 @@ def format_report(report):
         if report.get("thresholds"):
             lines += [f"Time to each accuracy (s), {SPLIT_NAMES[split]}:", "",
                       thresholds_table(report["thresholds"][split], policy), ""]
-    return "\n".join(lines)
+    return "\n".join(lines + run_by(report))
+
+
+def run_by(report):
+    """The command that ran the runs and the wall time of every command that did, where the folder recorded them."""
+    if not report.get("command"):
+        return []
+    took = f" ({timing.describe(report['wall_seconds'])})" if report.get("wall_seconds") else ""
+    return [f"Run by{took}:", "", f"    {report['command']}", ""]
 
 
 def thresholds_table(times, esync_policy=None):

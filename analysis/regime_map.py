@@ -19,7 +19,7 @@ import statistics
 
 from analysis import summary as summaries
 from analysis import significance
-from analysis import paper
+from analysis import paper, timing
 from analysis.paper import format_statistic, rounds_to_target, statistics_of, time_to_target
 from analysis.tables import markdown_table
 from training import esync_variants, modes, runlog
@@ -29,7 +29,6 @@ PLAN_FILE = "regimes-plan.json"     # the grid, written before the first run: --
 LIMITS_FILE = "limits.json"         # {profile: [each worker's concurrent standalone samples/s]}
 STATUS_FILE = "status.json"         # in each run's folder: {"exit_code": the launcher's}
 RESULTS_FILE = "regimes.json"
-TIMING_FILE = "timing.json"         # {"command": the last that ran runs, "wall_seconds": all of theirs}
 TABLE_FILE = "regimes.md"
 LOOPBACK = "loopback"
 SPLIT_NAMES = {"iid": "i.i.d.", "niid": "non-i.i.d."}
@@ -231,9 +230,7 @@ def build(log_dir):
                               **cell_at(runs, limit, first, plan["max_time"]),
                               "at_higher_targets": {f"{t:g}": cell_at(runs, limit, t, plan["max_time"])
                                                     for t in higher}})
-    timing_path = os.path.join(log_dir, TIMING_FILE)
-    timing = (runlog.read_json(timing_path, "map timing") or {}) if os.path.exists(timing_path) else {}
-    return {**plan, **timing, "cells": cells}
+    return {**plan, **timing.read(log_dir), "cells": cells}
 
 
 def targets_of(plan):

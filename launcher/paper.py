@@ -26,9 +26,10 @@ import json
 import logging
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass
 
-from analysis import paper, regime_map, tuned
+from analysis import paper, regime_map, timing, tuned
 from coordination.rules import apply as paper_rule
 from launcher import checks, experiment, parallel, runner, workers
 from launcher.dmlc import split_at_double_dash
@@ -250,18 +251,25 @@ def main(argv):
     except UsageError as error:
         print(f"launch.py paper: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    kept = {index for index, run in enumerate(runs) if ns.resume and finished_before(run)}
+    if runs:
+        started = time.time()
+        code = run_all(runs, ns.jobs, {index for index, run in enumerate(runs) if ns.resume and finished_before(run)})
+        timing.record(ns.log_dir, "paper", argv, time.time() - started, ns.resume)
+        if code:
+            return code
+    return report(ns, networks, rows)
 
+
+def run_all(runs, jobs, kept):
+    """Every run not `kept`, `jobs` at once; each finished one leaves its record. The first failure's exit code."""
     def finished(index):
         write_json(runs[index].record, {"experiment": record_of(runs[index].experiment)})
 
-    if ns.jobs > 1:
+    if jobs > 1:
         labelled = [(index, run.label, run.experiment) for index, run in enumerate(runs) if index not in kept]
-        code = parallel.run_at_once(labelled, ns.jobs, "paper", lambda index, code: code or finished(index),
+        return parallel.run_at_once(labelled, jobs, "paper", lambda index, code: code or finished(index),
                                     total=len(runs))
-        return code or report(ns, networks, rows)
-    labelled = [(run.label, run.experiment) for run in runs]
-    return runner.run_in_turn(labelled, "paper", kept, finished) or report(ns, networks, rows)
+    return runner.run_in_turn([(run.label, run.experiment) for run in runs], "paper", kept, finished)
 
 
 def report(ns, networks, cluster_modes):
@@ -273,7 +281,7 @@ def report(ns, networks, cluster_modes):
         return EXIT_USAGE
     description = {"dataset": ns.dataset, "seeds": [ns.seed + r - 1 for r in repeats], "max_time": ns.max_time,
                    "slowdown": ns.slowdown, "devices": ns.devices, "modes": list(cluster_modes),
-                   "esync_policy": ns.esync_policy}
+                   "esync_policy": ns.esync_policy, **timing.read(ns.log_dir)}
     for network in networks:
         try:
             result, grid = paper.build_report(ns.log_dir, network, cluster_modes, repeats, ns.target, description,

@@ -23,12 +23,11 @@ import argparse
 import logging
 import json
 import os
-import shlex
 import shutil
 import sys
 import time
 
-from analysis import paper, regime_map, tuned
+from analysis import paper, regime_map, timing, tuned
 from launcher import checks, comm_ratio, experiment, parallel, runner, workers
 from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes, runlog
@@ -409,23 +408,11 @@ def main(argv):
             return EXIT_FAILURE
         started = time.time()
         code = run_all(runs, ns.resume, ns.jobs)
-        record_time(ns.log_dir, argv, time.time() - started, ns.resume)
+        timing.record(ns.log_dir, "regimes", argv, time.time() - started, ns.resume)
         if code == EXIT_INTERRUPTED:
             return code
         return report(ns) or code
     return report(ns)
-
-
-def record_time(log_dir, argv, seconds, resumed):
-    """The map's wall time, over every command that ran its runs (--resume adds to it), and the last command
-    (regime_map.TIMING_FILE)."""
-    path = os.path.join(log_dir, regime_map.TIMING_FILE)
-    try:
-        earlier = read_json(path) if resumed else {}
-    except (FileNotFoundError, ValueError):
-        earlier = {}
-    write_json(path, {"command": "python launch.py regimes " + shlex.join(argv),
-                      "wall_seconds": round(earlier.get("wall_seconds", 0) + seconds)}, indent=1)
 
 
 def report(ns):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from analysis import doc_tables, regime_map, tuned
+from analysis import doc_tables, paper, regime_map, timing, tuned
 from tests.test_regimes_map import curve_reaching, write_repeats
 from training.files import write_json
 
@@ -124,3 +124,21 @@ def test_a_command_shown_reads_the_values_committed_beside_its_results(tmp_path)
 
     assert without == ran
     assert shown == f"python launch.py regimes --tuned {folder / 'tuned.json'} --links 12 --repeats 10"
+
+
+def test_a_table1_block_is_the_papers_table_with_the_commands_wall_time_and_committed_values(tmp_path):
+    folder = tmp_path / "results" / "table1"
+    folder.mkdir(parents=True)
+    argv = ["--tuned", "/where/the/search/ran/tuned.json", "--repeats", "10"]
+    timing.record(str(folder), "paper", argv, 1500.4, resumed=False)
+    timing.record(str(folder), "paper", argv + ["--resume"], 899.8, resumed=True)  # a resumed command adds its own
+    (folder / tuned.FILE_NAME).write_text("{}")
+    report = {"network": "lenet", "dataset": "fashion-mnist", "repeats": [1, 2], "seeds": [0, 1], "links": [],
+              "target": 0.8, "splits": [], **timing.read(str(folder))}
+    write_json(str(folder / paper.RESULTS_FILE), report)
+
+    fresh = doc_tables.regenerate("<!-- generated: table1 results/table1 -->\n<!-- end generated -->\n", str(tmp_path))
+
+    assert fresh.startswith("<!-- generated: table1 results/table1 -->\n#### Table 1: lenet on fashion-mnist, 2 repeats")
+    assert (f"Run by (40 minutes):\n\n    python launch.py paper --tuned {folder / tuned.FILE_NAME} --repeats 10 "
+            "--resume\n") in fresh

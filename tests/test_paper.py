@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from analysis import paper, paper_figures, paper_text, tuned
+from analysis import paper, paper_figures, paper_text, timing, tuned
 from analysis import summary as summaries
 from launcher import paper as paper_command
 from launcher.cluster import ROOT
@@ -378,6 +378,8 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
     table = open(os.path.join(logs, "lenet", paper.TABLE_FILE)).read()
     assert table.count("| Sync |") == table.count("| Standalone |") == 4  # Table 1 and the thresholds, per split
     assert table in output + "\n"
+    assert report["command"].startswith(f"python launch.py paper --logs {logs} --repeats 2") and report["wall_seconds"] > 0
+    assert table.endswith(f"Run by ({timing.describe(report['wall_seconds'])}):\n\n    {report['command']}\n\n")
 
 
 @pytest.mark.slow
