@@ -109,6 +109,8 @@ def test_the_headline_pairs_esync_with_ssgd_asgd_and_sequential_sgd_repeat_by_re
     assert claims["traffic_vs_asgd"]["values"] == [0.1, 0.1]
     assert claims["accuracy_compared"] == {"levelled": 0, "of": 2}  # one evaluation: no curve to judge by
     assert claims["async_later"]["later"] == 0
+    assert (claims["local_later"]["later"], claims["local_later"]["of"]) == (0, 2)  # one device as soon or sooner
+    assert "| one fast device | 0 of 2 | neither: a tie within the spread |" in paper_text.rivals_table(claims, TARGET)
 
 
 def test_accuracy_against_ssgd_is_paired_by_repeat_and_names_a_lead_only_beyond_the_spread():
@@ -137,7 +139,8 @@ def test_claims_that_no_run_measured_say_so():
 
     text = paper_text.describe_headline(claims, TARGET)
 
-    assert "no speedup to 0.8 against SSGD" in text and "neither it nor ASGD reached 0.8" in text
+    assert "no speedup to 0.8 against SSGD" in text
+    assert "| ASGD | neither reached it |" in paper_text.rivals_table(claims, TARGET)
 
 
 def test_a_missing_run_names_its_folder(tmp_path):
