@@ -15,7 +15,8 @@ the standalone baseline (sequential SGD on the fastest device); then Table 1 and
 Repeat r trains every mode on i.i.d. data, then on non-i.i.d. data (the launcher's --non-iid; --splits chooses), with seed S+r-1,
 one launch.py run each, logging under <log-dir>/repeat-<r>/<network>/; each of --esync-variants is a launch.py run
 of its own per repeat and split, under <log-dir>/repeat-<r>/esync-<variant>/<network>/. Table 1 (table1.md, paper.json) and the
-figures go to <log-dir>/<network>/. The launcher's host and aggregation options (--hosts netns, --bandwidth,
+figures go to <log-dir>/<network>/; <log-dir>/timing.json keeps the last command that ran runs and the wall time of all
+that did. The launcher's host and aggregation options (--hosts netns, --bandwidth,
 --comm-ratio, --ps-bandwidth, -s, --collective) go to every run, and the table and figures name the links. Every
 mode trains --max-time seconds; every --snapshot-seconds of training rank 0 hands a copy of the model to the
 launcher's evaluator process, which tests it off the training path (launch.py --help), the same for every mode.
