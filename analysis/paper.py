@@ -33,9 +33,9 @@ REPEAT_FOLDER = "repeat-{}"
 BASELINE = "sync"           # speedups are against SSGD, as in the paper
 TRAFFIC_BASELINE = "async"  # the paper compares ESync's traffic with ASGD's
 FAST_ONLY = "fast-only"     # the row of SSGD on the profile's fastest devices alone: the stragglers dropped
-# The rows ESync's time to the target is tested against: the paper's claim (ASGD and DC-ASGD reach it later), and
-# whether the cluster pays at all (one fast device, the fast devices alone).
-LATER_RIVALS = {"async": "ASGD", "dcasgd": "DC-ASGD", modes.STANDALONE: "one fast device",
+# The rows ESync's time to the target is tested against: the paper's claims (SSGD, ASGD and DC-ASGD reach it later),
+# and whether the cluster pays at all (one fast device, the fast devices alone).
+LATER_RIVALS = {BASELINE: "SSGD", TRAFFIC_BASELINE: "ASGD", "dcasgd": "DC-ASGD", modes.STANDALONE: "one fast device",
                 FAST_ONLY: "SSGD on the fast devices alone"}
 # The paper's own figures (i.i.d. Fashion-MNIST, 4 GTX 1080Ti and 2 E5-2650v4 CPUs): Table 1's speedup over SSGD to
 # 0.8 per network, and Figure 4's samples/s and traffic, which it gives for its cluster as a whole.
