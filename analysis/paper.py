@@ -8,7 +8,7 @@ them), ESync's further configurations (`esync-<variant>` rows, training/esync_va
 i.i.d. data, and serves both splits. A ratio between two
 modes (a speedup, a throughput or traffic ratio) is taken within each repeat, whose runs share a seed, and then
 averaged over the repeats. A repeat whose run never reached the target counts with a lower bound (its training
-time; for a speedup, SSGD's training time over the mode's time), and a mean over such repeats is shown as a lower
+time, or its budget where it stopped as diverged; for a speedup, that bound of SSGD's over the mode's time), and a mean over such repeats is shown as a lower
 bound ("≥"). Final accuracies are compared with sequential SGD's only in the repeats where both curves had levelled
 off (metrics.plateau); with SSGD's (the paper's claim on non-i.i.d. data) after the same training time, in every
 repeat. Whether ESync's lead over a rival holds beyond the repeats' spread is an exact permutation test, of the
@@ -112,9 +112,13 @@ def display(row, esync_policy=None):
 # Reading the repeats
 
 
-def load_grid(log_dir, network, cluster_modes, repeats, splits=SPLITS):
-    """{split: {row: [summary of each repeat]}}, the standalone mode (which runs with the first split) under every
-    split; `cluster_modes` may hold ESync variants' rows; PaperError when a run's summary is missing."""
+def load_grid(log_dir, network, cluster_modes, repeats, splits=SPLITS, budget=None):
+    """{split: {row: [summary of each repeat, with the runs' `budget`, their --max-time]}}, the standalone mode (which
+    runs with the first split) under every split; `cluster_modes` may hold ESync variants' rows; PaperError when a
+    run's summary is missing."""
+    def read(network_dir, folder):
+        return {**read_summary(network_dir, folder), "budget": budget}
+
     baseline = modes.STANDALONE
     grid = {split: {mode: [] for mode in cluster_modes + (baseline,)} for split in splits}
     for repeat in repeats:
@@ -123,14 +127,14 @@ def load_grid(log_dir, network, cluster_modes, repeats, splits=SPLITS):
             for mode in cluster_modes:
                 variant = variant_of(mode)
                 if mode == FAST_ONLY:
-                    grid[split][mode].append(read_summary(os.path.join(fast_only_dir(log_dir, repeat), network),
-                                                          folder_of("sync", split)))
+                    grid[split][mode].append(read(os.path.join(fast_only_dir(log_dir, repeat), network),
+                                                  folder_of("sync", split)))
                 elif variant is None:
-                    grid[split][mode].append(read_summary(network_dir, folder_of(mode, split)))
+                    grid[split][mode].append(read(network_dir, folder_of(mode, split)))
                 else:
-                    grid[split][mode].append(read_summary(os.path.join(variant_dir(log_dir, repeat, variant),
-                                                                       network), folder_of("esync", split)))
-        standalone = read_summary(network_dir, folder_of(baseline, splits[0]))
+                    grid[split][mode].append(read(os.path.join(variant_dir(log_dir, repeat, variant), network),
+                                                  folder_of("esync", split)))
+        standalone = read(network_dir, folder_of(baseline, splits[0]))
         for split in splits:
             grid[split][baseline].append(standalone)
     return grid
@@ -164,7 +168,7 @@ def per_repeat(runs_by_mode, mode, target):
     times = [time_to_target(run, target) for run in runs]
     values = {
         "time_to_target": times,
-        "time_to_target_bound": [run.get("elapsed_time") if t is None else None for run, t in zip(runs, times)],
+        "time_to_target_bound": [miss_bound(run) if t is None else None for run, t in zip(runs, times)],
         "samples_per_s": [run.get("cluster_throughput") for run in runs],
         # what reached the model: a backup worker's dropped steps and Zeno's rejected updates left out
         "applied_samples_per_s": [run.get("applied_throughput") for run in runs],
@@ -176,9 +180,18 @@ def per_repeat(runs_by_mode, mode, target):
         baselines = runs_by_mode[BASELINE]
         baseline_times = [time_to_target(run, target) for run in baselines]
         values["speedup"] = [ratio(base, own) for base, own in zip(baseline_times, times)]
-        values["speedup_bound"] = [ratio(run.get("elapsed_time"), own) if base is None else None
+        values["speedup_bound"] = [ratio(miss_bound(run), own) if base is None else None
                                    for run, base, own in zip(baselines, baseline_times, times)]
     return values
+
+
+def miss_bound(run):
+    """A lower bound of the time to a target the run never reached: its training time; where it stopped as diverged
+    (training on would not have reached it), its budget."""
+    elapsed = run.get("elapsed_time")
+    if run.get("diverged") and run.get("budget") is not None:
+        return max(elapsed or 0.0, run["budget"])
+    return elapsed
 
 
 def with_lower_bounds(values, bounds):
@@ -225,7 +238,8 @@ def cells(runs_by_mode, target):
         table[mode] = {key: statistics_of(values[key])
                        for key in ("samples_per_s", "applied_samples_per_s", "traffic_mb_per_s", "final_accuracy")}
         table[mode]["time_to_target"] = {**with_lower_bounds(values["time_to_target"], values["time_to_target_bound"]),
-                                          "reached": sum(t is not None for t in values["time_to_target"])}
+                                          "reached": sum(t is not None for t in values["time_to_target"]),
+                                          "diverged": sum(1 for run in runs_by_mode[mode] if run.get("diverged"))}
         table[mode]["levelled"] = levelled_count(values["plateau"])
         if "speedup" in values:
             table[mode]["speedup"] = with_lower_bounds(values["speedup"], values["speedup_bound"])
@@ -325,7 +339,8 @@ def format_statistic(stat, spec, unit=""):
     missing = len(stat["values"]) - stat["n"]
     text += unit + (f" ({stat['n']} of {len(stat['values'])} repeats)" if missing else "")
     if "reached" in stat and stat["reached"] < len(stat["values"]):
-        text += f" ({stat['reached']} of {len(stat['values'])} reached)"
+        diverged = f", {stat['diverged']} diverged" if stat.get("diverged") else ""
+        text += f" ({stat['reached']} of {len(stat['values'])} reached{diverged})"
     return text
 
 
@@ -346,7 +361,7 @@ def links_of(grid, cluster_modes, key="links"):
 def build_report(log_dir, network, cluster_modes, repeats, target, description, thresholds=(), splits=SPLITS):
     """Table 1's numbers for one network as a dict (written to paper.json), and the time to each of `thresholds`;
     `description` names the job."""
-    grid = load_grid(log_dir, network, tuple(cluster_modes), repeats, tuple(splits))
+    grid = load_grid(log_dir, network, tuple(cluster_modes), repeats, tuple(splits), description.get("max_time"))
     return {
         **description,
         "splits": list(splits),

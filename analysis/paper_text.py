@@ -109,8 +109,9 @@ def format_report(report):
              f"Links: {'; '.join(report['links']) or 'not recorded'}.", "",
              f"Devices: {'; '.join(report.get('devices') or []) or 'not recorded'}.", "",
              f"A time or speedup marked ≥ is a lower bound: in some repeats the run (or SSGD's) never reached "
-             f"{target:g}, and counts with its training time. Levelled off: the curves whose last quarter's mean "
-             f"accuracy was within {metrics.PLATEAU_BAND:g} of the quarter's before.", ""]
+             f"{target:g}, and counts with its training time (a run stopped as diverged, with its budget). Levelled "
+             f"off: the curves whose last quarter's mean accuracy was within {metrics.PLATEAU_BAND:g} of the quarter's "
+             "before.", ""]
     for split in report["splits"]:
         policy = report.get("esync_policy")
         lines += [f"## {SPLIT_NAMES[split]} data", "", split_table(report["cells"][split], target, policy), ""]

@@ -8,7 +8,7 @@ import pytest
 
 from tests.test_launch import launcher, read_output
 from training.faults import divergence
-from training.loop import StopCondition
+from training.loop import StopCondition, divergence_of
 
 
 def evaluations(accuracies, losses):
@@ -47,6 +47,9 @@ def test_a_divergence_stops_training_before_any_other_condition():
     assert stop.reason(5, 1.0, 0.1, diverged="the test loss is nan at step 5") == \
         "diverged: the test loss is nan at step 5"
     assert stop.reason(5, 1.0, 0.1) is None
+    # the round's record keeps why from the reason, whatever the evaluation at the stop says
+    assert divergence_of(stop.reason(5, 1.0, 0.1, diverged="the test loss is nan")) == "the test loss is nan"
+    assert divergence_of(stop.reason(5, 31.0, 0.1)) is None and divergence_of(None) is None
 
 
 @pytest.mark.slow

@@ -55,6 +55,12 @@ class StopCondition:
         return None
 
 
+def divergence_of(reason):
+    """Why the run stopped as diverged, from its StopCondition.reason; None for any other reason."""
+    prefix = f"{runlog.DIVERGED}: "
+    return reason[len(prefix):] if reason and reason.startswith(prefix) else None
+
+
 class Timer:
     """Adds the seconds `clock` advanced during a `with` block to record[key]."""
 
@@ -231,8 +237,8 @@ class Rounds:
         extra = {runlog.WEIGHTS_DIGEST: self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
         if sitting_out:
             extra[runlog.SAT_OUT] = True
-        if self.diverged and reason and reason.startswith(runlog.DIVERGED):
-            extra[runlog.DIVERGED] = self.diverged
+        if divergence_of(reason):  # the reason, not the last evaluation's verdict: one at the stop may not repeat it
+            extra[runlog.DIVERGED] = divergence_of(reason)
         if not scheme.schedule.constant:
             extra[runlog.LR_FACTOR] = scheme.lr_factor
         if scheme.transport:
