@@ -201,6 +201,12 @@ def plot_curves(ax, run, curve, smooth, every, label):
                     color=colour_for(run["mode"], run["algorithm"]), label=label + suffix)
 
 
+def time_axis(runs, unit):
+    """The label of a time axis: virtual seconds where the runs ran on a virtual clock, else the wall clock's."""
+    virtual = any((run.get("clock") or {}).get("kind") == runlog.VIRTUAL_CLOCK for run in runs)
+    return f"{'virtual' if virtual else 'wall-clock'} time ({unit})"
+
+
 def draw_accuracy(runs, network, non_iid, standalone, smooth=1, every=1):
     """Accuracy against wall-clock time for the distributed runs of one data split, or None if none evaluated."""
     curves = [r for r in runs if bool(r.get("non_iid")) == non_iid and not is_standalone(r)
@@ -208,7 +214,7 @@ def draw_accuracy(runs, network, non_iid, standalone, smooth=1, every=1):
     if not curves:
         return None
     split = "non-i.i.d." if non_iid else "i.i.d."
-    fig, ax = new_axes(f"{network}: test accuracy vs. time ({split} data)", "wall-clock time (minutes)",
+    fig, ax = new_axes(f"{network}: test accuracy vs. time ({split} data)", time_axis(curves, "minutes"),
                        "test accuracy")
     for run in curves:
         plot_curves(ax, run, accuracy_curve, smooth, every, curve_label(run))

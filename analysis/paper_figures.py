@@ -59,7 +59,7 @@ def draw_accuracy_panel(ax, runs_by_mode, split, target, grid, names):
             ax.fill_between(grid, low, high, color=colour(mode), alpha=0.15, linewidth=0)
     ax.axhline(target, color="gray", linestyle="--", linewidth=0.8)
     ax.set_title(f"{paper.SPLIT_NAMES[split]} data")
-    ax.set_xlabel("wall-clock time (s)")
+    ax.set_xlabel(figures.time_axis([run for runs in runs_by_mode.values() for run in runs], "s"))
     ax.set_ylabel("test accuracy")
     ax.set_ylim(0, 1)
     ax.grid(True, alpha=0.3)

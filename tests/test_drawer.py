@@ -16,6 +16,7 @@ from analysis import figures as drawer  # noqa: E402
 from analysis import paper_figures, summary  # noqa: E402
 from tests import logfactory  # noqa: E402
 from tests.logfactory import MODES, NETWORK  # noqa: E402
+from training import runlog  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRAWER_SCRIPT = os.path.join(ROOT, "drawer.py")
@@ -191,3 +192,8 @@ def test_standalone_accuracy_falls_back_to_the_local_run():
     runs = [{"mode": "sync", "best_accuracy": 0.8}, {"mode": "local", "best_accuracy": 0.9}]
 
     assert drawer.standalone_accuracy(runs) == 0.9
+
+
+def test_a_time_axis_says_virtual_seconds_for_runs_on_a_virtual_clock():
+    assert drawer.time_axis([{"clock": {"kind": runlog.VIRTUAL_CLOCK}}, {}], "s") == "virtual time (s)"
+    assert drawer.time_axis([{"clock": {"kind": runlog.REAL_CLOCK}}, {}], "minutes") == "wall-clock time (minutes)"
