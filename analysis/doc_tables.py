@@ -203,8 +203,8 @@ def repeats_block(folder):
                          ["scheme", "seconds to the target, seed by seed", "mean, misses at the budget", "× leader",
                           "Holm-adjusted p against the leader"], rows) + "\n")
     if result.get("command"):
-        took = f" ({timing.describe(result['wall_seconds'])})" if result.get("wall_seconds") else ""
-        parts.append(f"Run by{took}:\n\n    {with_committed_values(result['command'], folder)}\n")
+        parts.append("\n".join(timing.run_by(with_committed_values(result["command"], folder),
+                                              result.get("wall_seconds"))))
     return "\n".join(parts)
 
 

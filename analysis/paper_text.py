@@ -129,15 +129,11 @@ def format_report(report):
         if report.get("thresholds"):
             lines += [f"Time to each accuracy (s), {SPLIT_NAMES[split]}:", "",
                       thresholds_table(report["thresholds"][split], policy), ""]
-    return "\n".join(lines + run_by(report))
+    if report.get("command"):
+        lines += timing.run_by(report["command"], report.get("wall_seconds"))
+    return "\n".join(lines)
 
 
-def run_by(report):
-    """The command that ran the runs and the wall time of every command that did, where the folder recorded them."""
-    if not report.get("command"):
-        return []
-    took = f" ({timing.describe(report['wall_seconds'])})" if report.get("wall_seconds") else ""
-    return [f"Run by{took}:", "", f"    {report['command']}", ""]
 
 
 def thresholds_table(times, esync_policy=None):

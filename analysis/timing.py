@@ -29,3 +29,9 @@ def read(log_dir):
 def describe(seconds):
     """'40 s' or '12 minutes'."""
     return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.0f} minutes"
+
+
+def run_by(command, seconds):
+    """A result's closing lines: the command that ran its runs, after the wall time of all that did where known."""
+    took = f" ({describe(seconds)})" if seconds else ""
+    return [f"Run by{took}:", "", f"    {command}", ""]

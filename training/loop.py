@@ -237,8 +237,9 @@ class Rounds:
         extra = {runlog.WEIGHTS_DIGEST: self.model.digest(scheme.global_arrays())} if self.args.digest_weights else {}
         if sitting_out:
             extra[runlog.SAT_OUT] = True
-        if divergence_of(reason):  # the reason, not the last evaluation's verdict: one at the stop may not repeat it
-            extra[runlog.DIVERGED] = divergence_of(reason)
+        diverged = divergence_of(reason)  # the reason, not the last evaluation's verdict: one at the stop may differ
+        if diverged:
+            extra[runlog.DIVERGED] = diverged
         if not scheme.schedule.constant:
             extra[runlog.LR_FACTOR] = scheme.lr_factor
         if scheme.transport:
