@@ -48,7 +48,7 @@ def search_block(folder):
     cells = tuned.read(os.path.join(folder, tuned.FILE_NAME))
     parts = []
     for cell, entry in cells.items():
-        commands = "".join(f"\n    {command}" for command in entry.get("commands", []))
+        commands = "".join(f"\n    {with_committed_values(ran, folder)}" for ran in entry.get("commands", []))
         took = entry.get("wall_seconds")
         said = (f"\nRun by{f' ({took / 60:.0f} minutes in all)' if took else ''}:\n{commands}\n" if commands else "")
         parts.append(tuned.markdown(cell, entry) + said)
@@ -209,14 +209,24 @@ def repeats_block(folder):
 
 
 def with_committed_values(command, folder):
-    """The command as it ran, its --tuned file the copy committed beside the results: the same values, in a line that
-    runs in any clone (the search's own file stays on the machine that ran it)."""
+    """The command as it ran, in a line that runs in any clone: its --tuned file the copy committed beside the results
+    (the same values; the search's own file stays on the machine that ran it), a log folder outside the repository
+    relative to the repository (outside it, the same name under logs/)."""
+    command = re.sub(r"(?<!\S)(-ld|--log-dir|--logs) (/\S+)", lambda flag: in_logs(*flag.groups()), command)
     committed = os.path.join(folder, tuned.FILE_NAME)
     if not os.path.exists(committed):
         return command
     inside = os.path.relpath(committed, ROOT)
     shown = committed if inside.startswith(os.pardir) else inside
     return re.sub(r"--tuned \S+", lambda _: f"--tuned {shown}", command)
+
+
+def in_logs(flag, path):
+    """`flag path` with an absolute path relative to the repository, or, outside it, as logs/<its last name>."""
+    inside = os.path.relpath(path, ROOT)
+    if not inside.startswith(os.pardir):
+        return f"{flag} {inside}"
+    return f"{flag} logs/{os.path.basename(path.rstrip('/'))}"
 
 
 def table1_block(folder):

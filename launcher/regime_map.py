@@ -221,7 +221,7 @@ def planned_runs(ns, plan, worker_args):
             for profile in plan["profiles"]:
                 for split in plan["splits"]:
                     for scheme in plan["schemes"]:
-                        label = (f"{scheme}, {regime_map.describe_link(link)}, workers {profile}, "
+                        label = (f"{scheme}, {regime_map.describe_link(link)}, workers {regime_map.compact(profile)}, "
                                  f"{regime_map.SPLIT_NAMES[split]}, repeat {repeat}")
                         mode, own_options, own_flags = scheme_parts(scheme)
                         devices = profile
@@ -313,11 +313,12 @@ def measure_limits(ns, plan, worker_args):
     job_args = ["-n", plan["network"], "--dataset", plan["dataset"], "-dd", ns.data_dir, *worker_args]
     limits = earlier_limits(ns.log_dir) if ns.resume else {}
     for profile in plan["profiles"]:
+        name = regime_map.compact(profile)
         if profile in limits:
-            print(f"[regimes] workers {profile}: {sum(limits[profile]):.0f} samples/s together (measured before)",
+            print(f"[regimes] workers {name}: {sum(limits[profile]):.0f} samples/s together (measured before)",
                   flush=True)
             continue
-        print(f"[regimes] the concurrent standalone limit of workers {profile} ({ns.limit_seconds:g} s)", flush=True)
+        print(f"[regimes] the concurrent standalone limit of workers {name} ({ns.limit_seconds:g} s)", flush=True)
         workdir = os.path.join(ns.log_dir, "limits", regime_map.profile_folder(profile))
         slowdowns = [float(f) for f in profile.split(",")]
         if ns.clock == runlog.VIRTUAL_CLOCK:  # what the devices are charged: each a batch every step x slowdown
@@ -327,7 +328,7 @@ def measure_limits(ns, plan, worker_args):
             share, _ = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown)
             limits[profile] = workers.concurrent_standalone(slowdowns, ns.limit_seconds, workdir,
                                                            config.flags_for_mode(job_args, modes.STANDALONE), share)
-        print(f"[regimes] workers {profile}: {sum(limits[profile]):.0f} samples/s together", flush=True)
+        print(f"[regimes] workers {name}: {sum(limits[profile]):.0f} samples/s together", flush=True)
     write_json(os.path.join(ns.log_dir, regime_map.LIMITS_FILE), limits, indent=1)
 
 

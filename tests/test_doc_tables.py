@@ -117,6 +117,7 @@ def test_a_command_shown_reads_the_values_committed_beside_its_results(tmp_path)
     folder = tmp_path / "cell"
     folder.mkdir()
     ran = "python launch.py regimes --tuned /where/the/search/ran/tuned.json --links 12 --repeats 10"
+    kept_elsewhere = ran + " -ld /where/the/runs/ran/map-64/ --resume"
 
     without = doc_tables.with_committed_values(ran, str(folder))
     (folder / "tuned.json").write_text("{}")
@@ -124,6 +125,10 @@ def test_a_command_shown_reads_the_values_committed_beside_its_results(tmp_path)
 
     assert without == ran
     assert shown == f"python launch.py regimes --tuned {folder / 'tuned.json'} --links 12 --repeats 10"
+    assert doc_tables.with_committed_values(kept_elsewhere, str(folder)) == shown + " -ld logs/map-64 --resume"
+    assert doc_tables.with_committed_values(ran + " -ld logs/map", str(folder)) == shown + " -ld logs/map"
+    in_the_clone = ran + f" --log-dir {doc_tables.ROOT}/logs/map"
+    assert doc_tables.with_committed_values(in_the_clone, str(folder)) == shown + " --log-dir logs/map"
 
 
 def test_a_table1_block_is_the_papers_table_with_the_commands_wall_time_and_committed_values(tmp_path):

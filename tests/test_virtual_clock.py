@@ -421,3 +421,15 @@ def test_runs_at_once_are_numbered_among_all_the_commands_runs(monkeypatch, caps
     assert {line.split(" (output")[0] for line in lines} == {
         "[regimes 4/5] the fourth", "[regimes 5/5] the fifth", "[regimes 4/5] the fourth: done",
         "[regimes 5/5] the fifth: done"}
+
+
+def test_the_maps_progress_names_a_profile_of_many_devices_as_its_tables_do(tmp_path, capsys):
+    from launcher import regime_map as regimes_command
+
+    ns, plan, runs = regimes_command.parse([
+        "--clock", "virtual", "--step-seconds", "0.01", "--links", "loopback", "--profiles", "12x1,4x4",
+        "--splits", "iid", "--schemes", "sync", "--repeats", "1", "--dataset", "mnist-5k", "-ld", str(tmp_path)])
+    regimes_command.measure_limits(ns, plan, [])
+
+    assert [label for label, _, _ in runs] == ["sync, loopback, workers 12x1,4x4, i.i.d., repeat 1"]
+    assert "[regimes] workers 12x1,4x4: " in capsys.readouterr().out
