@@ -139,8 +139,9 @@ def markdown(cell, entry):
     """The table of one cell's searches: per scheme its trials, the chosen values and their seeds' times."""
     from analysis.tables import markdown_table
 
+    cell = shown(cell)
     if entry.get("reused_from"):
-        cell = f"{cell}: not searched; the values of {entry['reused_from']}"
+        cell = f"{cell}: not searched; the values of {shown(entry['reused_from'])}"
     if entry.get("protocol") != PROTOCOL:
         rows = [[scheme, values_text(found), f"{found['complete']} / {found['pruned']} / {found['failed']}"]
                 for scheme, found in entry["schemes"].items()]
@@ -158,6 +159,14 @@ def markdown(cell, entry):
             + markdown_table(["scheme", "trials complete / pruned / failed", "chosen values",
                               f"their seeds' times to {entry['target']:g} (s)",
                               "largest rate that reached it on every seed", "runs diverged"], rows) + "\n")
+
+
+def shown(cell):
+    """A cell's key as the tables write it: a profile of many devices as runs of equal factors ("48x1,16x117")."""
+    from analysis.regime_map import compact
+
+    parts = cell.split("/")
+    return "/".join(parts[:2] + [compact(parts[2])] + parts[3:]) if len(parts) == 5 else cell
 
 
 def draw(folder, cell, target, studies):

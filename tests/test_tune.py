@@ -296,3 +296,12 @@ def test_a_report_of_some_schemes_keeps_the_others_of_the_cell(tmp_path):
     tuned.write(path, CELL, {"schemes": {"async": {"flags": {"--learning-rate": 0.002}}}})
 
     assert set(tuned.read(path)[CELL]["schemes"]) == {"sync", "esync-apply", "async"}
+
+
+def test_a_search_of_many_devices_is_headed_by_its_profiles_runs_of_equal_factors():
+    many, few = "lenet/mnist-5k/" + ",".join(["1"] * 48 + ["117"] * 16) + "/loopback/iid", CELL
+    entry = {"reused_from": few, "protocol": None, "schemes": {}}
+
+    assert tuned.markdown(many, entry).startswith(
+        f"### lenet/mnist-5k/48x1,16x117/loopback/iid: not searched; the values of {few}:")
+    assert tuned.shown(few) == few
