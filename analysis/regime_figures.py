@@ -57,8 +57,8 @@ def draw_at(result, out_dir, suffix):
             for j in range(len(columns)):
                 ax.text(j, i, texts[i][j], ha="center", va="center", fontsize=6.5,
                         fontweight="bold" if texts[i][j].startswith(("best", "tie")) else "normal")
-        ax.set_xticks(range(len(columns)), [f"{p}\n{regime_map.describe_link(link)}" for p, link in columns],
-                      fontsize=7)
+        names = [f"{regime_map.compact(profile)}\n{regime_map.describe_link(link)}" for profile, link in columns]
+        ax.set_xticks(range(len(columns)), names, fontsize=7)
         ax.set_yticks(range(len(schemes)), [regime_map.display(s) for s in schemes], fontsize=8)
         bar = fig.colorbar(image, ax=ax, ticks=[0, 1, 2, 3])
         bar.ax.set_yticklabels(["×1", "×2", "×4", "≥×8"])
