@@ -210,8 +210,7 @@ def repeats_block(folder):
 
 def with_committed_values(command, folder):
     """The command as it ran, in a line that runs in any clone: its --tuned file the copy committed beside the results
-    (the same values; the search's own file stays on the machine that ran it), a log folder outside the repository
-    relative to the repository (outside it, the same name under logs/)."""
+    (the search's own stays on the machine that ran it), its log folder relative to the repository."""
     command = re.sub(r"(?<!\S)(-ld|--log-dir|--logs) (/\S+)", lambda flag: in_logs(*flag.groups()), command)
     committed = os.path.join(folder, tuned.FILE_NAME)
     if not os.path.exists(committed):
@@ -222,11 +221,10 @@ def with_committed_values(command, folder):
 
 
 def in_logs(flag, path):
-    """`flag path` with an absolute path relative to the repository, or, outside it, as logs/<its last name>."""
+    """`flag path`, the path relative to the repository; one outside it as logs/<its last name>."""
     inside = os.path.relpath(path, ROOT)
-    if not inside.startswith(os.pardir):
-        return f"{flag} {inside}"
-    return f"{flag} logs/{os.path.basename(path.rstrip('/'))}"
+    shown = f"logs/{os.path.basename(path.rstrip('/'))}" if inside.startswith(os.pardir) else inside
+    return f"{flag} {shown}"
 
 
 def table1_block(folder):
