@@ -9,10 +9,11 @@ i.i.d. data, and serves both splits. A ratio between two
 modes (a speedup, a throughput or traffic ratio) is taken within each repeat, whose runs share a seed, and then
 averaged over the repeats. A repeat whose run never reached the target counts with a lower bound (its training
 time, or its budget where it stopped as diverged; for a speedup, that bound of SSGD's over the mode's time), and a
-mean over such repeats is shown as a lower bound ("≥"). Final accuracies are compared with sequential SGD's only in the repeats where both curves had levelled
-off (metrics.plateau); with SSGD's (the paper's claim on non-i.i.d. data) after the same training time, in every
-repeat. Whether ESync's lead over a rival holds beyond the repeats' spread is an exact permutation test, of the
-times (a repeat that never reached the target counted at the budget) and of the accuracies (analysis/significance.py).
+mean over such repeats is shown as a lower bound ("≥"). Final accuracies are compared with sequential SGD's only
+in the repeats where both curves had levelled off (metrics.plateau); with SSGD's (the paper's claim on non-i.i.d.
+data) after the same training time, in every repeat. Whether ESync's lead over a rival holds beyond the repeats'
+spread is an exact permutation test, of the times (a repeat that never reached the target counted at the budget) and
+of the accuracies (analysis/significance.py).
 """
 import glob
 import os

@@ -134,8 +134,6 @@ def format_report(report):
     return "\n".join(lines)
 
 
-
-
 def thresholds_table(times, esync_policy=None):
     thresholds = list(next(iter(times.values())))
     rows = [[display(mode, esync_policy)]
