@@ -9,12 +9,12 @@ MANY_FOLDERS, whose rows then make one table):
 
 FOLDER (relative to the repository) holds one study's results: tuned.json of `launch.py tune` and regimes.json of
 `launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
-search), `verdict` (per cell and target, the leader, the schemes tied with it, one fast device and whether the
-cluster pays, with the tests), `repeats` (each scheme's repeats), `beside-paper` (ESync against SSGD, ASGD and one
-device beside the paper's figures), `validation` (the same cells in real time and on the virtual clock) or `table1`
-(a folder of `launch.py paper`: its Table 1 and the command that ran it).
-`launch.py docs` rewrites every block of README.md and docs/*.md; `launch.py docs --check` changes nothing and
-exits 1 naming each block that differs.
+search; the cells that took a neighbour's values in one table), `verdict` (per cell and target, the leader, the
+schemes tied with it, one fast device and whether the cluster pays, with the tests), `repeats` (each scheme's
+repeats), `beside-paper` (ESync against SSGD, ASGD and one device beside the paper's figures), `validation` (the
+same cells in real time and on the virtual clock) or `table1` (a folder of `launch.py paper`: its Table 1 and the
+command). `launch.py docs` rewrites every block of README.md and docs/*.md; `--check` changes nothing and exits 1
+naming each block that differs.
 """
 import argparse
 import difflib
@@ -46,13 +46,19 @@ class DocsError(Exception):
 def search_block(folder):
     """Each cell's search (tuned.markdown), with the commands that ran it and their wall time."""
     cells = tuned.read(os.path.join(folder, tuned.FILE_NAME))
-    parts = []
-    for cell, entry in cells.items():
-        commands = "".join(f"\n    {with_committed_values(ran, folder)}" for ran in entry.get("commands", []))
-        took = entry.get("wall_seconds")
-        said = (f"\nRun by{f' ({took / 60:.0f} minutes in all)' if took else ''}:\n{commands}\n" if commands else "")
-        parts.append(tuned.markdown(cell, entry) + said)
+    reused = {cell: entry for cell, entry in cells.items() if entry.get("reused_from")}
+    parts = [tuned.markdown(cell, entry) + ran_by([entry], folder)
+             for cell, entry in cells.items() if cell not in reused]
+    if reused:  # their values are their neighbour's table: one row a cell
+        parts.append(tuned.reused_markdown(reused) + ran_by(reused.values(), folder))
     return "\n".join(parts)
+
+
+def ran_by(entries, folder):
+    """'Run by (N minutes in all):' and the commands that wrote these cells of tuned.json."""
+    commands = "".join(f"\n    {with_committed_values(ran, folder)}" for e in entries for ran in e.get("commands", []))
+    took = sum(e.get("wall_seconds") or 0 for e in entries)
+    return f"\nRun by{f' ({took / 60:.0f} minutes in all)' if took else ''}:\n{commands}\n" if commands else ""
 
 
 def cell_name(result, cell, clock=True):
@@ -293,93 +299,9 @@ def paired_ratio_text(schemes, scheme, rival, measure, unit="×"):
 
 
 def validation_block(folder):
-    """The same cells taken in real time (FOLDER/real/regimes.json) and on the virtual clock (FOLDER/virtual/): per
-    cell and scheme, each one's median time to the target and whether it lies inside the real runs' spread, and
-    whether the schemes' order agrees; then each device's samples/s both ways and the asynchronous schemes'
-    staleness."""
-    real, simulated = (read_json(os.path.join(folder, kind, regime_map.RESULTS_FILE)) for kind in ("real", "virtual"))
-    rows = []
-    for (target, cell), (_, twin) in zip(cells_at_targets(real), cells_at_targets(simulated)):
-        medians = {}
-        for kind, of in (("real", cell), ("virtual", twin)):
-            horizon = horizon_of(of)
-            medians[kind] = {s: statistics.median(t if reached else horizon for t, reached in n["censored_times"])
-                             for s, n in of["schemes"].items() if n["censored_times"]}
-        same = same_order(medians["real"], medians["virtual"])
-        for scheme in cell["schemes"]:
-            numbers, twins = cell["schemes"][scheme], twin["schemes"][scheme]
-            rows.append([cell_name(real, cell, clock=False), f"{target:g}", regime_map.display(scheme),
-                         median_text(medians["real"].get(scheme), numbers),
-                         median_text(medians["virtual"].get(scheme), twins),
-                         inside_text(medians["virtual"].get(scheme), numbers, twins, horizon_of(cell)),
-                         "yes" if same else "**no**"])
-    walls = [f"{kind} {result['wall_seconds']:.0f} s" for kind, result in (("real", real), ("virtual", simulated))
-             if result.get("wall_seconds")]
-    return (markdown_table(["cell", "target", "scheme", "median time, real", "median time, virtual",
-                            "virtual median inside the real times' range", "same order of the schemes"], rows) + "\n"
-            + "\n" + markdown_table(["cell", "scheme", "device", "samples/s, real", "samples/s, virtual",
-                                     "virtual / real"], device_rows(real, simulated)) + "\n"
-            + staleness_text(real, simulated)
-            + (f"\nWall time of the two maps: {', '.join(walls)}.\n" if walls else ""))
+    from analysis import validation_table  # it uses this module's names of cells and targets
 
-
-def same_order(real, simulated):
-    """Whether no two schemes that the real medians order come in the other order on the virtual clock (equal
-    medians, as two misses at the budget, order nothing)."""
-    return not any(real[a] < real[b] and simulated[a] > simulated[b]
-                   for a in real for b in real if a in simulated and b in simulated)
-
-
-def inside_text(median, numbers, twins, horizon):
-    """Whether a virtual median lies within the real repeats' times (a miss counted at the budget); where most
-    virtual repeats missed the target, whether a real one missed it too."""
-    times = [t if reached else horizon for t, reached in numbers["censored_times"]]
-    if median is None or not times:
-        return "-"
-    if 2 * twins["reached"] < len(twins["censored_times"]):
-        return "yes (a miss)" if numbers["reached"] < len(times) else "**no** (a miss)"
-    return "yes" if min(times) <= median <= max(times) else "**no**"
-
-
-def device_rows(real, simulated):
-    """Per cell, scheme and device: its mean samples/s in real time and on the virtual clock, and their ratio."""
-    rows = []
-    for cell, twin in zip(real["cells"], simulated["cells"]):
-        for scheme, numbers in cell["schemes"].items():
-            twins = twin["schemes"].get(scheme, {})
-            for device, rate in numbers.get("device_samples_per_s", {}).items():
-                other = twins.get("device_samples_per_s", {}).get(device, {})
-                ratio = other["mean"] / rate["mean"] if other.get("mean") and rate.get("mean") else None
-                rows.append([cell_name(real, cell, clock=False), regime_map.display(scheme), device,
-                             statistic_text(rate, ".0f"), statistic_text(other, ".0f"),
-                             "-" if ratio is None else f"{ratio:.2f}"])
-    return rows
-
-
-def statistic_text(stat, spec):
-    return paper.format_statistic(stat, spec) if stat else "-"
-
-
-def staleness_text(real, simulated):
-    """The asynchronous schemes' staleness, median and 90th percentile of the rounds, real against virtual."""
-    rows = []
-    for cell, twin in zip(real["cells"], simulated["cells"]):
-        for scheme, numbers in cell["schemes"].items():
-            twins = twin["schemes"].get(scheme, {})
-            if (numbers.get("staleness_median") or {}).get("n"):
-                rows.append([cell_name(real, cell, clock=False), regime_map.display(scheme),
-                             *(statistic_text(of.get(key), ".1f") for of in (numbers, twins)
-                               for key in ("staleness_median", "staleness_p90"))])
-    if not rows:
-        return ""
-    return "\n" + markdown_table(["cell", "scheme", "staleness median, real", "p90, real", "median, virtual",
-                                  "p90, virtual"], rows) + "\n"
-
-
-def median_text(median, numbers):
-    if median is None:
-        return "not run"
-    return f"{median:.1f} s ({numbers['reached']} of {len(numbers['censored_times'])} reached)"
+    return validation_table.block(folder)
 
 
 KINDS = {"search": search_block, "verdict": verdict_block, "repeats": repeats_block, "validation": validation_block,

@@ -161,6 +161,14 @@ def markdown(cell, entry):
                               "largest rate that reached it on every seed", "runs diverged"], rows) + "\n")
 
 
+def reused_markdown(cells):
+    """The cells that took a neighbour's values (`launch.py tune --values-of`), one row each."""
+    from analysis.tables import markdown_table
+
+    rows = [[shown(cell), shown(entry["reused_from"]), ", ".join(entry["schemes"])] for cell, entry in cells.items()]
+    return markdown_table(["cell, not searched", "takes the values chosen in", "schemes"], rows) + "\n"
+
+
 def shown(cell):
     """A cell's key as the tables write it: a profile of many devices as runs of equal factors ("48x1,16x117")."""
     from analysis.regime_map import compact

@@ -66,6 +66,20 @@ def test_the_search_and_repeats_blocks_say_the_chosen_values_and_each_seeds_time
     assert "| ESync | 3.0, 4.0, 5.0, 3.0, 4.0 | 3.8 s (5 of 5 reached) | 1.00 | leader |" in fresh
 
 
+def test_cells_that_took_a_neighbours_values_are_one_row_each_not_their_neighbours_table_again(tmp_path):
+    folder = a_study(str(tmp_path))
+    path = os.path.join(folder, tuned.FILE_NAME)
+    for link in ("12", "100"):
+        tuned.reuse(path, "lenet/mnist-5k/1,4/loopback/iid", f"lenet/mnist-5k/1,4/{link}/iid", f"tune --link {link}")
+    page = "<!-- generated: search results/cell -->\n<!-- end generated -->\n"
+
+    fresh = doc_tables.regenerate(page, str(tmp_path))
+
+    assert fresh.count("| esync | 8 / 0 / 0 |") == 1
+    assert "| lenet/mnist-5k/1,4/100/iid | lenet/mnist-5k/1,4/loopback/iid | esync |" in fresh
+    assert "Run by:\n\n    tune --link 12\n    tune --link 100\n" in fresh
+
+
 def test_esync_beside_the_paper_gives_its_speedups_with_their_tests_and_several_folders_make_one_table(tmp_path):
     a_study(str(tmp_path))
     os.symlink(os.path.join(tmp_path, "results", "cell"), os.path.join(tmp_path, "results", "twin"))
