@@ -10,11 +10,11 @@ MANY_FOLDERS, whose rows then make one table):
 FOLDER (relative to the repository) holds one study's results: tuned.json of `launch.py tune` and regimes.json of
 `launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
 search; the cells that took a neighbour's values in one table), `verdict` (per cell and target, the leader, the
-schemes tied with it, one fast device and whether the cluster pays, with the tests), `repeats` (each scheme's
-repeats), `beside-paper` (ESync against SSGD, ASGD and one device beside the paper's figures), `validation` (the
-same cells in real time and on the virtual clock) or `table1` (a folder of `launch.py paper`: its Table 1 and the
-command). `launch.py docs` rewrites every block of README.md and docs/*.md; `--check` changes nothing and exits 1
-naming each block that differs.
+schemes tied with it, one fast device and whether the cluster pays, with the tests), `brief` (the verdict in short:
+the leader, whether the cluster pays and by how much), `repeats` (each scheme's repeats), `beside-paper` (ESync
+against SSGD, ASGD and one device beside the paper's figures), `validation` (the same cells in real time and on the
+virtual clock) or `table1` (a folder of `launch.py paper`: its Table 1 and the command). `launch.py docs` rewrites
+every block of README.md and docs/*.md; `--check` changes nothing and exits 1 naming each block that differs.
 """
 import argparse
 import difflib
@@ -87,6 +87,32 @@ def verdict_block(*folders):
                            "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
                            "one device's median time / the best cluster scheme's (95 % interval)",
                            "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
+
+
+def brief_block(*folders):
+    """The verdict in short, one row per cell and target: the leader (in bold where it wins) and the schemes tied
+    with it, whether the cluster pays, and by how much."""
+    rows = []
+    for folder in folders:
+        result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
+        for target, cell in cells_at_targets(result):
+            test = cell.get("test") or regime_map.power_of(cell["schemes"])
+            rows.append([cell_name(result, cell), f"{target:g}", str(test["repeats"]), brief_leader(cell),
+                         BRIEF_ANSWERS.get(cell.get("cluster_pays"), "–"), ratio_text(cell)])
+    return markdown_table(["cell", "target", "repeats", "leader (tied with it)", "does the cluster pay?",
+                           "one device's median time / the best cluster scheme's (95 % interval)"], rows) + "\n"
+
+
+BRIEF_ANSWERS = {"yes": "**yes**", "no": "**no**", "cannot be told": "cannot be told"}
+
+
+def brief_leader(cell):
+    if cell["leader"] is None:
+        return "none reached the target"
+    if cell["winner"]:
+        return f"**{regime_map.display(cell['leader'])}**"
+    tied = ", ".join(regime_map.display(s) for s in cell["tied"][1:])
+    return regime_map.display(cell["leader"]) + (f" ({tied})" if tied else "")
 
 
 def verdict_rows(folder):
@@ -304,9 +330,9 @@ def validation_block(folder):
     return validation_table.block(folder)
 
 
-KINDS = {"search": search_block, "verdict": verdict_block, "repeats": repeats_block, "validation": validation_block,
+KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "repeats": repeats_block, "validation": validation_block,
          "beside-paper": beside_paper_block, "table1": table1_block}
-MANY_FOLDERS = ("verdict", "beside-paper")  # kinds whose block may name several folders, a comma list: one table
+MANY_FOLDERS = ("verdict", "brief", "beside-paper")  # kinds whose block may name several folders, a comma list: one table
 
 
 # ----------------------------------------------------------------------------------------------

@@ -80,6 +80,16 @@ def test_cells_that_took_a_neighbours_values_are_one_row_each_not_their_neighbou
     assert "Run by:\n\n    tune --link 12\n    tune --link 100\n" in fresh
 
 
+def test_the_brief_verdict_names_the_leader_the_answer_and_the_ratio_in_a_row_a_cell_and_target(tmp_path):
+    a_study(str(tmp_path))
+    page = "<!-- generated: brief results/cell,results/cell -->\n<!-- end generated -->\n"
+
+    fresh = doc_tables.regenerate(page, str(tmp_path))
+
+    row = "| lenet, mnist-5k, 1,4, loopback, i.i.d., real time | 0.85 | 5 | **ESync** | **yes** | 2.25 ("
+    assert fresh.count(row) == 2 and fresh.count("\n|---|") == 1
+
+
 def test_esync_beside_the_paper_gives_its_speedups_with_their_tests_and_several_folders_make_one_table(tmp_path):
     a_study(str(tmp_path))
     os.symlink(os.path.join(tmp_path, "results", "cell"), os.path.join(tmp_path, "results", "twin"))
