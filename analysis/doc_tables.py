@@ -11,7 +11,7 @@ FOLDER (relative to the repository) holds one study's results: tuned.json of `la
 `launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
 search; the cells that took a neighbour's values in one table), `verdict` (per cell and target, the leader, the
 schemes tied with it, one fast device and whether the cluster pays, with the tests), `brief` (the verdict in short:
-the leader, whether the cluster pays and by how much), `repeats` (each scheme's repeats), `beside-paper` (ESync
+the leader, whether the cluster pays and by how much), `answers` (whether it pays, a column a link), `repeats` (each scheme's repeats), `beside-paper` (ESync
 against SSGD, ASGD and one device beside the paper's figures), `validation` (the same cells in real time and on the
 virtual clock) or `table1` (a folder of `launch.py paper`: its Table 1 and the command). `launch.py docs` rewrites
 every block of README.md and docs/*.md; `--check` changes nothing and exits 1 naming each block that differs.
@@ -87,6 +87,32 @@ def verdict_block(*folders):
                            "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
                            "one device's median time / the best cluster scheme's (95 % interval)",
                            "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
+
+
+def answers_block(*folders):
+    """Does the cluster pay? One row per network, devices, split, clock and target, one column per link (free first,
+    then R rising): the answer, the ratio of one device's median time to the best cluster scheme's with its interval,
+    and that scheme."""
+    answers, links = {}, set()
+    for folder in folders:
+        result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
+        clock = "virtual clock" if result.get("clock") == runlog.VIRTUAL_CLOCK else "real time"
+        for target, cell in cells_at_targets(result):
+            devices = len(cell["profile"].split(","))
+            row = (f"{result['network']}, {result['dataset']}, {devices} devices {regime_map.compact(cell['profile'])}, "
+                   f"{SPLIT_NAMES[cell['split']]}, {clock}", f"{target:g}")
+            answers.setdefault(row, {})[cell["link"]] = answer_text(cell)
+            links.add(cell["link"])
+    links = sorted(links, key=lambda link: -1 if link == regime_map.LOOPBACK else link)
+    rows = [[*row, *(found.get(link, "not run") for link in links)] for row, found in answers.items()]
+    names = ["free links" if link == regime_map.LOOPBACK else regime_map.describe_link(link) for link in links]
+    return markdown_table(["devices, data, clock", "target", *names], rows) + "\n"
+
+
+def answer_text(cell):
+    found = cell.get("one_device_over_best") or regime_map.one_device_over_best(cell["schemes"])
+    answer = BRIEF_ANSWERS.get(cell.get("cluster_pays"), "–")
+    return f"{answer}: {ratio_text(cell)}" if found else answer
 
 
 def brief_block(*folders):
@@ -330,9 +356,9 @@ def validation_block(folder):
     return validation_table.block(folder)
 
 
-KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "repeats": repeats_block, "validation": validation_block,
+KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "answers": answers_block, "repeats": repeats_block, "validation": validation_block,
          "beside-paper": beside_paper_block, "table1": table1_block}
-MANY_FOLDERS = ("verdict", "brief", "beside-paper")  # kinds whose block may name several folders, a comma list: one table
+MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper")  # kinds whose block may name several folders, a comma list: one table
 
 
 # ----------------------------------------------------------------------------------------------

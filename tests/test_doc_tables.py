@@ -8,7 +8,7 @@ import pytest
 
 from analysis import doc_tables, paper, regime_map, timing, tuned
 from tests.test_regimes_map import curve_reaching, write_repeats
-from training.files import write_json
+from training.files import read_json, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,6 +88,23 @@ def test_the_brief_verdict_names_the_leader_the_answer_and_the_ratio_in_a_row_a_
 
     row = "| lenet, mnist-5k, 1,4, loopback, i.i.d., real time | 0.85 | 5 | **ESync** | **yes** | 2.25 ("
     assert fresh.count(row) == 2 and fresh.count("\n|---|") == 1
+
+
+def test_the_answers_set_each_link_in_a_column_of_its_own_free_links_first(tmp_path):
+    folder = a_study(str(tmp_path))
+    twin = os.path.join(tmp_path, "results", "twin")
+    os.makedirs(twin)
+    result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
+    for cell in result["cells"]:
+        cell["link"] = 12.0
+    write_json(os.path.join(twin, regime_map.RESULTS_FILE), result)
+    page = "<!-- generated: answers results/twin,results/cell -->\n<!-- end generated -->\n"
+
+    fresh = doc_tables.regenerate(page, str(tmp_path))
+
+    assert "| devices, data, clock | target | free links | R = 12 |" in fresh
+    row = "| lenet, mnist-5k, 2 devices 1,4, i.i.d., real time | 0.85 | **yes**: 2.25 ("
+    assert fresh.count(row) == 1 and fresh.count("against ESync |") == 2
 
 
 def test_esync_beside_the_paper_gives_its_speedups_with_their_tests_and_several_folders_make_one_table(tmp_path):
