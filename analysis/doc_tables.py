@@ -104,7 +104,9 @@ def answers_block(*folders):
             answers.setdefault(row, {})[cell["link"]] = answer_text(cell)
             links.add(cell["link"])
     links = sorted(links, key=lambda link: -1 if link == regime_map.LOOPBACK else link)
-    rows = [[*row, *(found.get(link, "not run") for link in links)] for row, found in answers.items()]
+    clusters = list(dict.fromkeys(cluster for cluster, _ in answers))  # in the order met, each one's targets rising
+    rows = [[*row, *(answers[row].get(link, "not run") for link in links)]
+            for row in sorted(answers, key=lambda row: (clusters.index(row[0]), float(row[1])))]
     names = ["free links" if link == regime_map.LOOPBACK else regime_map.describe_link(link) for link in links]
     return markdown_table(["devices, data, clock", "target", *names], rows) + "\n"
 
