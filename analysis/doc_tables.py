@@ -24,14 +24,14 @@ import re
 import statistics
 import sys
 
-from analysis import paper, paper_text, regime_map, significance, timing, tuned
+from analysis import paper, paper_text, regime_map, timing, tuned
 from analysis.tables import markdown_table
-from training import modes, runlog
+from training import runlog
 from training.files import read_json, write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BLOCK = re.compile(r"(<!-- generated: (?P<kind>[\w-]+) (?P<folder>\S+) -->\n)(?P<body>.*?)(<!-- end generated -->)",
-                   re.DOTALL)
+BLOCK = re.compile(r"(?P<start><!-- generated: (?P<kind>[\w-]+) (?P<folder>\S+)(?: (?P<figure>\S+\.png))? -->\n)"
+                   r"(?P<body>.*?)(?P<end><!-- end generated -->)", re.DOTALL)
 SPLIT_NAMES = regime_map.SPLIT_NAMES
 
 
@@ -93,6 +93,15 @@ def answers_block(*folders):
     """Does the cluster pay? One row per network, devices, split, clock and target, one column per link (free first,
     then R rising): the answer, the ratio of one device's median time to the best cluster scheme's with its interval,
     and that scheme."""
+    answers, links = answers_of(folders)
+    rows = [[*row, *(answer_text(found[link]) if link in found else "not run" for link in links)]
+            for row, found in answers.items()]
+    names = ["free links" if link == regime_map.LOOPBACK else regime_map.describe_link(link) for link in links]
+    return markdown_table(["devices, data, clock", "target", *names], rows) + "\n"
+
+
+def answers_of(folders):
+    """({(cluster, target): {link: cell}} in the order met, each cluster's targets rising; the links, free first)."""
     answers, links = {}, set()
     for folder in folders:
         result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
@@ -101,14 +110,27 @@ def answers_block(*folders):
             devices = len(cell["profile"].split(","))
             row = (f"{result['network']}, {result['dataset']}, {devices} devices {regime_map.compact(cell['profile'])}, "
                    f"{SPLIT_NAMES[cell['split']]}, {clock}", f"{target:g}")
-            answers.setdefault(row, {})[cell["link"]] = answer_text(cell)
+            answers.setdefault(row, {})[cell["link"]] = cell
             links.add(cell["link"])
-    links = sorted(links, key=lambda link: -1 if link == regime_map.LOOPBACK else link)
-    clusters = list(dict.fromkeys(cluster for cluster, _ in answers))  # in the order met, each one's targets rising
-    rows = [[*row, *(answers[row].get(link, "not run") for link in links)]
-            for row in sorted(answers, key=lambda row: (clusters.index(row[0]), float(row[1])))]
-    names = ["free links" if link == regime_map.LOOPBACK else regime_map.describe_link(link) for link in links]
-    return markdown_table(["devices, data, clock", "target", *names], rows) + "\n"
+    clusters = list(dict.fromkeys(cluster for cluster, _ in answers))
+    ordered = sorted(answers, key=lambda row: (clusters.index(row[0]), float(row[1])))
+    return {row: answers[row] for row in ordered}, sorted(links, key=lambda link: -1 if link == regime_map.LOOPBACK
+                                                          else link)
+
+
+def answers_figure(path, *folders):
+    """The answers as a figure: per cluster, link and target, the ratio and its interval (analysis/regime_figures.py),
+    each cluster named without the network and data set where every row shares them (the title says them)."""
+    from analysis import regime_figures
+
+    answers, links = answers_of(folders)
+    shared = os.path.commonprefix([cluster for cluster, _ in answers])
+    shared = shared[:shared.rfind(", ") + 2] if shared.count(", ") >= 2 else ""
+    points = [(f"{cluster[len(shared):]}, {regime_map.describe_link(link)}, to {target}", cell.get("cluster_pays"),
+               cell.get("one_device_over_best") or regime_map.one_device_over_best(cell["schemes"]))
+              for (cluster, target), found in answers.items() for link in links if link in found
+              for cell in [found[link]]]
+    regime_figures.draw_answers(points, path, shared.rstrip(", "))
 
 
 def answer_text(cell):
@@ -298,58 +320,9 @@ def table1_block(folder):
 
 
 def beside_paper_block(*folders):
-    """Per folder's cell, target and ESync configuration: its speedup over SSGD and over one fast device (the ratio
-    of their median times with its paired 95 % interval, and the exact test's p), samples/s against SSGD's and
-    ASGD's and traffic against ASGD's (means of the repeats' paired ratios), the paper's own figures first."""
-    results = [read_json(os.path.join(folder, regime_map.RESULTS_FILE)) for folder in folders]
-    networks = sorted({result["network"] for result in results})
-    rows = [["the paper", "0.8", "–", ", ".join(f"{n}: {paper.PAPER_SPEEDUPS[n]}×" if n in paper.PAPER_SPEEDUPS
-                                                 else f"{n} not in its Table 1" for n in networks), "–", *paper_text.paper_figure_4()]]
-    for result, (target, cell) in ((r, found) for r in results for found in cells_at_targets(r)):
-        schemes = cell["schemes"]
-        for scheme in (s for s in schemes if regime_map.mode_of(s)[0] == modes.ESYNC):
-            rows.append([cell_name(result, cell), f"{target:g}", regime_map.display(scheme),
-                         speedup_text(schemes, paper.BASELINE, scheme), speedup_text(schemes, modes.STANDALONE, scheme),
-                         paired_ratio_text(schemes, scheme, paper.BASELINE, samples_per_s),
-                         paired_ratio_text(schemes, scheme, paper.TRAFFIC_BASELINE, samples_per_s),
-                         paired_ratio_text(schemes, scheme, paper.TRAFFIC_BASELINE, traffic, unit="")])
-    return markdown_table(["cell", "target", "ESync", "speedup over SSGD (95 % interval), p",
-                           "over one fast device (95 % interval), p", "samples/s / SSGD's", "samples/s / ASGD's",
-                           "traffic / ASGD's"], rows) + "\n"
+    from analysis import paper_tables  # it uses this module's names of cells and targets
 
-
-def speedup_text(schemes, rival, scheme):
-    """The rival's median time over the scheme's, its interval (a bound where a miss makes it one) and the test's
-    p-value; – where either did not run."""
-    theirs, ours = schemes.get(rival, {}).get("censored_times"), schemes[scheme]["censored_times"]
-    found = significance.ratio_interval(theirs, ours) if theirs and ours else None
-    if found is None:
-        return "–"
-    if not any(reached for _, reached in ours):
-        return "never reached"
-    p = significance.p_value(ours, theirs)
-    bound = {"lower": "≥ ", "upper": "≤ "}.get(found["bound"], "")
-    both = all(any(not reached for _, reached in times) for times in (theirs, ours))
-    return (f"{bound}{found['ratio']:.2f}× ({found['low']:.2f}–{found['high']:.2f}), p = {p:.2g}"
-            + (", misses on both sides" if both else ""))
-
-
-def samples_per_s(numbers):
-    return numbers["samples_per_s"]["values"]
-
-
-def traffic(numbers):
-    """Bytes a second through the workers' links, repeat by repeat."""
-    return [None if b is None or s is None else b * s
-            for b, s in zip(numbers["bytes_per_sample"]["values"], numbers["samples_per_s"]["values"])]
-
-
-def paired_ratio_text(schemes, scheme, rival, measure, unit="×"):
-    """The mean over the repeats of the scheme's measure over the rival's on the same seed."""
-    if rival not in schemes:
-        return "–"
-    ratios = [a / b for a, b in zip(measure(schemes[scheme]), measure(schemes[rival])) if a is not None and b]
-    return f"{statistics.fmean(ratios):.2f}{unit}" if ratios else "–"
+    return paper_tables.beside_paper_block(*folders)
 
 
 def validation_block(folder):
@@ -360,7 +333,9 @@ def validation_block(folder):
 
 KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "answers": answers_block, "repeats": repeats_block, "validation": validation_block,
          "beside-paper": beside_paper_block, "table1": table1_block}
-MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper")  # kinds whose block may name several folders, a comma list: one table
+MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper")
+FIGURES = {"answers": (answers_figure, "one fast device's median time over the best cluster scheme's, with its 95 % "
+                                       "interval, per cluster, link and target")}  # kinds whose block may name several folders, a comma list: one table
 
 
 # ----------------------------------------------------------------------------------------------
@@ -372,10 +347,12 @@ def documents(root=ROOT):
                                                                 recursive=True))
 
 
-def regenerate(text, root=ROOT):
-    """`text` with every generated block written again from its folder."""
+def regenerate(text, root=ROOT, at=None, draw=False):
+    """`text` with every generated block written again from its folder; a block naming a figure (FIGURES' kinds) links
+    it below the table, and with `draw` the figure is drawn again (its path relative to the document's folder `at`,
+    the repository's by default)."""
     def block(match):
-        kind, folder = match.group("kind"), match.group("folder")
+        kind, folder, figure = match.group("kind"), match.group("folder"), match.group("figure")
         if kind not in KINDS:
             raise DocsError(f"a block of unknown kind {kind!r} (known: {', '.join(KINDS)})")
         paths = [os.path.join(root, name) for name in folder.split(",")]
@@ -384,22 +361,37 @@ def regenerate(text, root=ROOT):
                 raise DocsError(f"a {kind} block names {name}, which is not a folder of the repository")
         if len(paths) > 1 and kind not in MANY_FOLDERS:
             raise DocsError(f"a {kind} block names {len(paths)} folders; only {', '.join(MANY_FOLDERS)} take several")
-        return match.group(1) + KINDS[kind](*paths) + match.group(5)
+        body = KINDS[kind](*paths)
+        if figure:
+            if kind not in FIGURES:
+                raise DocsError(f"a {kind} block names a figure; only {', '.join(FIGURES)} draw one")
+            body += f"\n![{FIGURES[kind][1]}]({figure})\n"
+            if draw:
+                FIGURES[kind][0](os.path.join(at or root, figure), *paths)
+        return match.group("start") + body + match.group("end")
 
     return BLOCK.sub(block, text)
 
 
-def stale(root=ROOT):
-    """{path: (committed text, generated text)} of the documents whose blocks differ from their results."""
+def figures_missing(text, at):
+    """The figures `text`'s blocks name that are not there."""
+    return [m.group("figure") for m in BLOCK.finditer(text)
+            if m.group("figure") and not os.path.exists(os.path.join(at, m.group("figure")))]
+
+
+def stale(root=ROOT, draw=False):
+    """{path: (committed text, generated text)} of the documents whose blocks differ from their results or lack a
+    figure they name; with `draw`, their figures drawn again."""
     found = {}
     for path in documents(root):
         with open(path, encoding="utf-8") as f:
             text = f.read()
+        at = os.path.dirname(path)
         try:
-            fresh = regenerate(text, root)
+            fresh = regenerate(text, root, at, draw)
         except DocsError as error:
             raise DocsError(f"{os.path.relpath(path, root)}: {error}") from None
-        if fresh != text:
+        if fresh != text or figures_missing(fresh, at):
             found[path] = (text, fresh)
     return found
 
@@ -409,7 +401,7 @@ def run(argv):
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 where a table differs")
     ns = p.parse_args(argv)
     try:
-        differing = stale()
+        differing = stale(draw=not ns.check)
     except DocsError as error:
         print(f"launch.py docs: error: {error}", file=sys.stderr)
         return 2
@@ -418,7 +410,9 @@ def run(argv):
         if ns.check:
             changed = sum(1 for line in difflib.unified_diff(text.splitlines(), fresh.splitlines(), n=0)
                           if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
-            print(f"{name}: {changed} line(s) of its generated tables differ from the results", file=sys.stderr)
+            missing = figures_missing(fresh, os.path.dirname(path))
+            print(f"{name}: {changed} line(s) of its generated tables differ from the results"
+                  + (f"; {', '.join(missing)} not drawn" if missing else ""), file=sys.stderr)
         else:
             write_text(path, fresh)
             print(f"wrote {name}")

@@ -74,3 +74,39 @@ def draw_at(result, out_dir, suffix):
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+ANSWER_STYLES = {"yes": ("tab:green", "the cluster pays"), "no": ("tab:red", "one device is sooner"),
+                 "cannot be told": ("grey", "cannot be told")}
+BOUND_MARKERS = {"lower": ">", "upper": "<", None: "o"}
+
+
+def draw_answers(points, path, shared=""):
+    """One row per (label, answer, one_device_over_best) of `points`, top to bottom: one fast device's median time over
+    the best cluster scheme's with its interval, on a log scale, coloured by the answer; `>` and `<` mark a bound."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    shown = [(label, answer, found) for label, answer, found in points if found]
+    fig, ax = plt.subplots(figsize=(9, 0.2 * len(shown) + 1.5), dpi=120)
+    for y, (label, answer, found) in enumerate(reversed(shown)):
+        colour = ANSWER_STYLES.get(answer, ANSWER_STYLES["cannot be told"])[0]
+        ax.plot([found["low"], found["high"]], [y, y], color=colour, linewidth=1.5)
+        ax.plot(found["ratio"], y, BOUND_MARKERS.get(found.get("bound")), color=colour, markersize=5)
+    ax.axvline(1, color="black", linestyle="--", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(shown)), [label for label, _, _ in reversed(shown)], fontsize=6.5)
+    ax.set_ylim(-0.7, len(shown) - 0.3)
+    ax.grid(axis="x", which="both", linewidth=0.3)
+    ax.set_xlabel("one fast device's median time / the best cluster scheme's\n(95 % interval; > and <: a bound)",
+                  fontsize=8)
+    ax.set_title(f"Does the cluster pay?{f' {shared}' if shared else ''}", fontsize=9)
+    handles = [Line2D([], [], color=colour, marker="o", label=name) for colour, name in ANSWER_STYLES.values()]
+    ax.legend(handles=handles, fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

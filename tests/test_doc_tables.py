@@ -90,7 +90,7 @@ def test_the_brief_verdict_names_the_leader_the_answer_and_the_ratio_in_a_row_a_
     assert fresh.count(row) == 2 and fresh.count("\n|---|") == 1
 
 
-def test_the_answers_set_each_link_in_a_column_of_its_own_free_links_first(tmp_path):
+def test_the_answers_set_each_link_in_a_column_of_its_own_free_links_first_and_draw_their_figure(tmp_path):
     folder = a_study(str(tmp_path))
     twin = os.path.join(tmp_path, "results", "twin")
     os.makedirs(twin)
@@ -98,13 +98,18 @@ def test_the_answers_set_each_link_in_a_column_of_its_own_free_links_first(tmp_p
     for cell in result["cells"]:
         cell["link"] = 12.0
     write_json(os.path.join(twin, regime_map.RESULTS_FILE), result)
-    page = "<!-- generated: answers results/twin,results/cell -->\n<!-- end generated -->\n"
+    page = "<!-- generated: answers results/twin,results/cell pays.png -->\n<!-- end generated -->\n"
 
-    fresh = doc_tables.regenerate(page, str(tmp_path))
+    assert doc_tables.figures_missing(doc_tables.regenerate(page, str(tmp_path)), str(tmp_path)) == ["pays.png"]
+    fresh = doc_tables.regenerate(page, str(tmp_path), draw=True)
 
     assert "| devices, data, clock | target | free links | R = 12 |" in fresh
     row = "| lenet, mnist-5k, 2 devices 1,4, i.i.d., real time | 0.85 | **yes**: 2.25 ("
     assert fresh.count(row) == 1 and fresh.count("against ESync |") == 2
+    assert "](pays.png)\n<!-- end generated -->" in fresh and os.path.getsize(tmp_path / "pays.png") > 0
+    assert doc_tables.figures_missing(fresh, str(tmp_path)) == []
+    with pytest.raises(doc_tables.DocsError, match="a verdict block names a figure"):
+        doc_tables.regenerate(page.replace("answers", "verdict"), str(tmp_path))
 
 
 def test_esync_beside_the_paper_gives_its_speedups_with_their_tests_and_several_folders_make_one_table(tmp_path):
