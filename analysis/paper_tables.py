@@ -35,11 +35,11 @@ def speedup_text(schemes, rival, scheme):
     """The rival's median time over the scheme's, its interval (a bound where a miss makes it one) and the test's
     p-value; – where either did not run."""
     theirs, ours = schemes.get(rival, {}).get("censored_times"), schemes[scheme]["censored_times"]
+    if theirs and ours and not any(reached for _, reached in ours):
+        return "never reached"
     found = significance.ratio_interval(theirs, ours) if theirs and ours else None
     if found is None:
         return "–"
-    if not any(reached for _, reached in ours):
-        return "never reached"
     p = significance.p_value(ours, theirs)
     bound = {"lower": "≥ ", "upper": "≤ "}.get(found["bound"], "")
     both = all(any(not reached for _, reached in times) for times in (theirs, ours))

@@ -185,10 +185,13 @@ def ratio_interval(numerator, denominator, draws=BOOTSTRAP_DRAWS, level=0.95):
     its percentile bootstrap interval at `level`, the repeats resampled in pairs (repeat i of both samples ran on
     the same seed) where the samples are of one size, else each on its own; `bound` says which way a miss makes the
     ratio only a bound ("lower" where the numerator missed, "upper" where the denominator did, None where neither
-    or both). None below MIN_REPEATS values a side."""
+    or both). None below MIN_REPEATS values a side, and where no repeat of either reached the target (two misses
+    have no ratio)."""
     import numpy as np
 
     if len(numerator) < MIN_REPEATS or len(denominator) < MIN_REPEATS:
+        return None
+    if all(is_censored_sample(v) and not any(reached for _, reached in v) for v in (numerator, denominator)):
         return None
     top, bottom = (np.asarray(v, dtype=float) for v in compared_values(numerator, denominator))
     rng = np.random.default_rng(0)

@@ -134,3 +134,6 @@ def test_the_ratio_of_medians_comes_with_a_bootstrap_interval_and_says_where_a_m
     assert missed["bound"] == "lower"
     assert significance.ratio_interval(fast, [[30.0, False]] + slow[1:])["bound"] == "upper"
     assert significance.ratio_interval(slow[:1], fast) is None
+    never = [[30.0, False]] * 5
+    assert significance.ratio_interval(never, never) is None  # two misses have no ratio
+    assert significance.ratio_interval(never, fast)["bound"] == "lower"
