@@ -3,9 +3,12 @@
 A generated table sits between two markers in a markdown file (FOLDER a comma list of folders for the kinds of
 MANY_FOLDERS, whose rows then make one table):
 
-    <!-- generated: KIND FOLDER -->
+    <!-- generated: KIND FOLDER [FIGURE.png] -->
     ...
     <!-- end generated -->
+
+A block of FIGURES' kinds may name a figure (relative to its document): linked below the table, drawn again by
+`launch.py docs`.
 
 FOLDER (relative to the repository) holds one study's results: tuned.json of `launch.py tune` and regimes.json of
 `launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
@@ -398,7 +401,8 @@ def stale(root=ROOT, draw=False):
 
 def run(argv):
     p = argparse.ArgumentParser(prog="launch.py docs", description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="change nothing; exit 1 where a table differs")
+    p.add_argument("--check", action="store_true",
+                   help="change nothing, draw nothing; exit 1 where a table differs or a figure it names is missing")
     ns = p.parse_args(argv)
     try:
         differing = stale(draw=not ns.check)
