@@ -14,10 +14,11 @@ FOLDER (relative to the repository) holds one study's results: tuned.json of `la
 `launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
 search; the cells that took a neighbour's values in one table), `verdict` (per cell and target, the leader, the
 schemes tied with it, one fast device and whether the cluster pays, with the tests), `brief` (the verdict in short:
-the leader, whether the cluster pays and by how much), `answers` (whether it pays, a column a link), `repeats` (each scheme's repeats), `beside-paper` (ESync
-against SSGD, ASGD and one device beside the paper's figures), `validation` (the same cells in real time and on the
-virtual clock) or `table1` (a folder of `launch.py paper`: its Table 1 and the command). `launch.py docs` rewrites
-every block of README.md and docs/*.md; `--check` changes nothing and exits 1 naming each block that differs.
+the leader, whether the cluster pays and by how much), `answers` (whether it pays, a column a link), `repeats` (each
+scheme's repeats), `beside-paper` (ESync against SSGD, ASGD and one device beside the paper's figures), `validation`
+(the same cells in real time and on the virtual clock) or `table1` (a folder of `launch.py paper`: its Table 1 and
+the command). `launch.py docs` rewrites every block of README.md and docs/*.md; `--check` changes nothing and exits
+1 naming each block that differs.
 """
 import argparse
 import difflib
@@ -111,7 +112,8 @@ def answers_of(folders):
         clock = "virtual clock" if result.get("clock") == runlog.VIRTUAL_CLOCK else "real time"
         for target, cell in cells_at_targets(result):
             devices = len(cell["profile"].split(","))
-            row = (f"{result['network']}, {result['dataset']}, {devices} devices {regime_map.compact(cell['profile'])}, "
+            profile = regime_map.compact(cell["profile"])
+            row = (f"{result['network']}, {result['dataset']}, {devices} devices {profile}, "
                    f"{SPLIT_NAMES[cell['split']]}, {clock}", f"{target:g}")
             answers.setdefault(row, {})[cell["link"]] = cell
             links.add(cell["link"])
@@ -334,11 +336,12 @@ def validation_block(folder):
     return validation_table.block(folder)
 
 
-KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "answers": answers_block, "repeats": repeats_block, "validation": validation_block,
-         "beside-paper": beside_paper_block, "table1": table1_block}
-MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper")
+KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "answers": answers_block,
+         "repeats": repeats_block, "validation": validation_block, "beside-paper": beside_paper_block,
+         "table1": table1_block}
+MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper")  # kinds whose block may name several folders: one table
 FIGURES = {"answers": (answers_figure, "one fast device's median time over the best cluster scheme's, with its 95 % "
-                                       "interval, per cluster, link and target")}  # kinds whose block may name several folders, a comma list: one table
+                                       "interval, per cluster, link and target")}  # kinds that may draw a figure
 
 
 # ----------------------------------------------------------------------------------------------
