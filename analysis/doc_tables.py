@@ -98,24 +98,23 @@ def answers_block(*folders):
     then R rising): the answer, the ratio of one device's median time to the best cluster scheme's with its interval,
     and that scheme."""
     answers, links = answers_of(folders)
-    rows = [[*row, *(answer_text(found[link]) if link in found else "not run" for link in links)]
-            for row, found in answers.items()]
+    rows = [[", ".join(cluster), target, *(answer_text(found[link]) if link in found else "not run" for link in links)]
+            for (cluster, target), found in answers.items()]
     names = ["free links" if link == regime_map.LOOPBACK else regime_map.describe_link(link) for link in links]
     return markdown_table(["devices, data, clock", "target", *names], rows) + "\n"
 
 
 def answers_of(folders):
-    """({(cluster, target): {link: cell}} in the order met, each cluster's targets rising; the links, free first)."""
+    """({((network and data set, devices, split and clock), target): {link: cell}} in the order met, each cluster's
+    targets rising; the links, free first)."""
     answers, links = {}, set()
     for folder in folders:
         result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
         clock = "virtual clock" if result.get("clock") == runlog.VIRTUAL_CLOCK else "real time"
         for target, cell in cells_at_targets(result):
-            devices = len(cell["profile"].split(","))
-            profile = regime_map.compact(cell["profile"])
-            row = (f"{result['network']}, {result['dataset']}, {devices} devices {profile}, "
-                   f"{SPLIT_NAMES[cell['split']]}, {clock}", f"{target:g}")
-            answers.setdefault(row, {})[cell["link"]] = cell
+            devices = f"{len(cell['profile'].split(','))} devices {regime_map.compact(cell['profile'])}"
+            cluster = (f"{result['network']}, {result['dataset']}", devices, f"{SPLIT_NAMES[cell['split']]}, {clock}")
+            answers.setdefault((cluster, f"{target:g}"), {})[cell["link"]] = cell
             links.add(cell["link"])
     clusters = list(dict.fromkeys(cluster for cluster, _ in answers))
     ordered = sorted(answers, key=lambda row: (clusters.index(row[0]), float(row[1])))
@@ -124,24 +123,25 @@ def answers_of(folders):
 
 
 def answers_figure(path, *folders):
-    """The answers as a figure: per cluster, link and target, the ratio and its interval (analysis/regime_figures.py),
-    each cluster named without the network and data set where every row shares them (the title says them)."""
+    """The answers as a figure: per cluster, link and target, the ratio and its interval (analysis/regime_figures.py);
+    the network and data set in the title where every row shares them."""
     from analysis import regime_figures
 
     answers, links = answers_of(folders)
-    shared = os.path.commonprefix([cluster for cluster, _ in answers])
-    shared = shared[:shared.rfind(", ") + 2] if shared.count(", ") >= 2 else ""
-    points = [(f"{cluster[len(shared):]}, {regime_map.describe_link(link)}, to {target}", cell.get("cluster_pays"),
-               cell.get("one_device_over_best") or regime_map.one_device_over_best(cell["schemes"]))
-              for (cluster, target), found in answers.items() for link in links if link in found
-              for cell in [found[link]]]
-    regime_figures.draw_answers(points, path, shared.rstrip(", "))
+    trained = {cluster[0] for cluster, _ in answers}
+    shared = trained.pop() if len(trained) == 1 else ""
+    points = [(", ".join(cluster[1 if shared else 0:] + (regime_map.describe_link(link), f"to {target}")),
+               found[link].get("cluster_pays"), ratio_of(found[link]))
+              for (cluster, target), found in answers.items() for link in links if link in found]
+    regime_figures.draw_answers(points, path, shared)
 
 
 def answer_text(cell):
-    found = cell.get("one_device_over_best") or regime_map.one_device_over_best(cell["schemes"])
-    answer = BRIEF_ANSWERS.get(cell.get("cluster_pays"), "–")
-    return f"{answer}: {ratio_text(cell)}" if found else answer
+    return f"{answer_word(cell)}: {ratio_text(cell)}" if ratio_of(cell) else answer_word(cell)
+
+
+def answer_word(cell):
+    return {"yes": "**yes**", "no": "**no**"}.get(cell.get("cluster_pays"), cell.get("cluster_pays") or "–")
 
 
 def brief_block(*folders):
@@ -151,14 +151,10 @@ def brief_block(*folders):
     for folder in folders:
         result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
         for target, cell in cells_at_targets(result):
-            test = cell.get("test") or regime_map.power_of(cell["schemes"])
-            rows.append([cell_name(result, cell), f"{target:g}", str(test["repeats"]), brief_leader(cell),
-                         BRIEF_ANSWERS.get(cell.get("cluster_pays"), "–"), ratio_text(cell)])
+            rows.append([cell_name(result, cell), f"{target:g}", str(test_of(cell)["repeats"]), brief_leader(cell),
+                         answer_word(cell), ratio_text(cell)])
     return markdown_table(["cell", "target", "repeats", "leader (tied with it)", "does the cluster pay?",
                            "one device's median time / the best cluster scheme's (95 % interval)"], rows) + "\n"
-
-
-BRIEF_ANSWERS = {"yes": "**yes**", "no": "**no**", "cannot be told": "cannot be told"}
 
 
 def brief_leader(cell):
@@ -170,12 +166,23 @@ def brief_leader(cell):
     return regime_map.display(cell["leader"]) + (f" ({tied})" if tied else "")
 
 
+def test_of(cell):
+    """What the cell's repeats can tell (regime_map.power_of), as the map stored it or from its times."""
+    return cell.get("test") or regime_map.power_of(cell["schemes"])
+
+
+def ratio_of(cell):
+    """One device's median time over the best cluster scheme's (regime_map.one_device_over_best), as the map stored
+    it or from its times; None where there is none."""
+    return cell.get("one_device_over_best") or regime_map.one_device_over_best(cell["schemes"])
+
+
 def verdict_rows(folder):
     result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
     values = tuned_values(folder, result)
     rows = []
     for target, cell in cells_at_targets(result):
-        test = cell.get("test") or regime_map.power_of(cell["schemes"])
+        test = test_of(cell)
         rows.append([cell_name(result, cell), f"{target:g}", str(test["repeats"]), leader_text(cell, values),
                      tied_text(cell), alone_text(cell), pays_text(cell), ratio_text(cell), f"{test['floor']:.2g}",
                      "none" if test["detectable_ratio"] is None else f"{test['detectable_ratio']:.1f}×"])
@@ -263,7 +270,7 @@ def pays_text(cell):
 
 
 def ratio_text(cell):
-    found = cell.get("one_device_over_best") or regime_map.one_device_over_best(cell["schemes"])
+    found = ratio_of(cell)
     if not found:
         return "–"
     bound = {"lower": "≥ ", "upper": "≤ "}.get(found["bound"], "")
