@@ -80,9 +80,19 @@ FAST_ONLY = paper.FAST_ONLY  # SSGD on the profile's fastest devices alone: the 
 STANDALONE = modes.STANDALONE  # one fast device, no cluster
 
 
+OVER = "@"  # esync-apply@ring: a synchronous scheme summing over an MPI collective, not the parameter server
+
+
+def collective_of(scheme):
+    """'esync-apply@ring' -> ('esync-apply', 'ring'); a scheme over the parameter server -> (scheme, None)."""
+    base, _, collective = scheme.partition(OVER)
+    return base, collective or None
+
+
 def mode_of(scheme):
     """(mode, ESync variant or None) of a scheme: a mode of the catalog, esync-<variant>
-    (training/esync_variants.py), or fast-only (sync on the fastest devices)."""
+    (training/esync_variants.py), or fast-only (sync on the fastest devices); either may end in @<collective>."""
+    scheme = collective_of(scheme)[0]
     if scheme == FAST_ONLY:
         return "sync", None
     if scheme.startswith(esync_variants.PREFIX) and scheme not in modes.MODES:
@@ -106,8 +116,10 @@ def display(scheme):
     if scheme == FAST_ONLY:
         return "SSGD on the fast devices alone"
     mode, variant = mode_of(scheme)
+    collective = collective_of(scheme)[1]
     name = modes.MODES[mode].display
-    return f"{name} ({esync_variants.describe(variant)})" if variant else name
+    return (f"{name} ({esync_variants.describe(variant)})" if variant else name) + (
+        f" over {collective} allreduce" if collective else "")
 
 
 # ----------------------------------------------------------------------------------------------

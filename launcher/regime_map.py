@@ -11,7 +11,9 @@ Links: `loopback`, or a communication ratio R (launcher/comm_ratio.py): every li
 the model over a worker's link lasts R steps of the fastest worker, measured once before the first shaped run.
 Profiles: the workers' slowdowns, profiles separated by `/`. Schemes: cluster modes, and ESync's variants
 (training/esync_variants.py): `esync-<policy>` under a policy other than its default, `esync-<policy>-overlap` and
-`esync-overlap` with --overlap, `esync-<policy>-drift` with the drift correction for non-i.i.d. data. Each scheme
+`esync-overlap` with --overlap, `esync-<policy>-drift` with the drift correction for non-i.i.d. data; a synchronous
+scheme ending in `@ring`, `@butterfly` or `@binary-blocks` sums over that MPI collective (--collective) instead of
+the parameter server, at the scheme's tuned values. Each scheme
 runs alone in one launcher run per cell and repeat (a failing run is recorded and the map goes on); before them,
 each profile's concurrent standalone limit is measured once, for the efficiencies. The plan, the limits, every
 run's logs and exit code, regimes.json, regimes.md and regimes-<split>.png go under --log-dir. `--resume` keeps
@@ -33,6 +35,7 @@ from launcher.dmlc import split_at_double_dash
 from training import config, esync_variants, modes, runlog
 from training.schemes import esync
 from training.checks import UsageError
+from training.transport import collectives
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
 
@@ -59,7 +62,8 @@ def build_parser():
     p.add_argument("--splits", default="iid,niid", help="iid, niid or both (default iid,niid)")
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
                    help=f"cluster modes, esync-<policy>[-overlap][-drift], local (one fast device) and fast-only (SSGD "
-                        f"on the fastest devices alone) (default {DEFAULT_SCHEMES})")
+                        f"on the fastest devices alone); a synchronous one may end in @ring, @butterfly or "
+                        f"@binary-blocks: summed over that MPI collective (default {DEFAULT_SCHEMES})")
     p.add_argument("--repeats", type=int, default=5,
                    help="runs of every scheme in every cell, on seeds --seed, --seed + 1, ... (default 5: the "
                         "smallest p-value 5 against 5 allows is 0.0079; a winner is named only where the spread "
@@ -139,13 +143,21 @@ def parse_schemes(text):
         if mode not in modes.MODES or not modes.MODES[mode].cluster:
             raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}), "
                              f"{regime_map.STANDALONE}, {regime_map.FAST_ONLY} "
-                             f"or esync-<policy>[-overlap][-drift] ({', '.join(esync.POLICIES)})")
-        if variant is not None:
-            try:
-                esync_variants.composition(variant)
-            except ValueError as error:
-                raise UsageError(f"--schemes {scheme}: {error}") from None
+                             f"or esync-<policy>[-overlap][-drift] ({', '.join(esync.POLICIES)}), "
+                             "each synchronous one optionally @<collective>")
+        check_collective(scheme, mode)
+        scheme_parts(scheme)
     return unique(schemes, "--schemes", text)
+
+
+def check_collective(scheme, mode):
+    base, collective = regime_map.collective_of(scheme)
+    if collective is not None and collective not in collectives.MPI_ALGORITHMS:
+        raise UsageError(f"--schemes {scheme}: no collective {collective!r} (give one of "
+                         f"{', '.join(collectives.MPI_ALGORITHMS)})")
+    if collective and (base == regime_map.FAST_ONLY or not modes.MODES[mode].synchronous):
+        raise UsageError(f"--schemes {scheme}: only a synchronous mode sums over a collective "
+                         f"({', '.join(modes.synchronous_names())}, ESync's variants)")
 
 
 def unique(values, flag, text):
@@ -182,10 +194,15 @@ NETNS_OPTIONS = ("ps_bandwidth", "netns_prefix", "netns_subnet")  # handed on to
 def scheme_parts(scheme):
     """(mode, the launcher's options, the workers' flags) of one of the map's schemes."""
     mode, variant = regime_map.mode_of(scheme)
+    collective = regime_map.collective_of(scheme)[1]
+    over = {"collective": collective} if collective else {}
     if not variant:
-        return mode, {}, []
-    configuration = esync_variants.composition(variant)
-    return mode, configuration.launcher_options(), configuration.worker_flags()
+        return mode, over, []
+    try:
+        configuration = esync_variants.composition(variant)
+    except ValueError as error:
+        raise UsageError(f"--schemes {scheme}: {error}") from None
+    return mode, {**configuration.launcher_options(), **over}, configuration.worker_flags()
 
 
 def fast_only_flags(ns, plan, link, profile, split):

@@ -35,6 +35,7 @@ import time
 
 from analysis import regime_map as map_analysis, tuned
 from launcher import checks, experiment, parallel, runner, workers
+from launcher import regime_map as regimes_command
 from training import config, modes, runlog
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
@@ -130,16 +131,7 @@ def scheme_run(scheme, profile):
     """(mode, the launcher's options, the workers' flags, the profile) of one scheme of the search."""
     if scheme == FAST_ONLY:
         return "sync", {}, [], map_analysis.fastest_profile(profile)
-    mode, variant = map_analysis.mode_of(scheme)
-    if not variant:
-        return mode, {}, [], profile
-    from training import esync_variants
-
-    try:
-        configuration = esync_variants.composition(variant)
-    except ValueError as error:
-        raise UsageError(str(error))
-    return mode, configuration.launcher_options(), configuration.worker_flags(), profile
+    return (*regimes_command.scheme_parts(scheme), profile)
 
 
 def run_of(ns, scheme, number, seed, values):
@@ -164,6 +156,8 @@ def run_of(ns, scheme, number, seed, values):
 
 def first_run(ns, scheme):
     """A run of the scheme at its defaults: the launcher's checks of its options, before any study starts."""
+    if map_analysis.collective_of(scheme)[1]:  # the map runs esync-apply@ring at esync-apply's values
+        raise UsageError(f"--schemes {scheme}: a collective changes a sum's time, not its values: tune the scheme")
     if scheme != FAST_ONLY and map_analysis.mode_of(scheme)[0] not in modes.MODES:
         raise UsageError(f"--schemes: unknown scheme {scheme}")
     return run_of(ns, scheme, 0, ns.seeds[0], {})

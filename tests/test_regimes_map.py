@@ -79,6 +79,9 @@ def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers
     (["--splits", "both"], "give iid, niid or both"),
     (["--schemes", "hogwild"], "not a cluster mode"),
     (["--schemes", "esync-greedy"], "has no configuration 'greedy'"),
+    (["--schemes", "esync-apply@mesh"], "no collective 'mesh'"),
+    (["--schemes", "async@ring"], "only a synchronous mode sums over a collective"),
+    (["--schemes", "fast-only@ring"], "only a synchronous mode sums over a collective"),
     (["--repeats", "0"], "must be positive"),
     (["--target", "85"], "not an accuracy"),
     (["--higher-targets", "0.75"], "must be above --target 0.8"),
@@ -344,3 +347,21 @@ def test_the_map_runs_one_device_alone_and_ssgd_on_the_fast_devices_beside_the_s
     planned = {os.path.basename(folder): (run.modes, run.slowdowns) for _, folder, run in runs}
     assert planned == {"esync": (("esync",), ("1", "1", "4")), "local": (("local",), ("1", "1", "4")),
                        "fast-only": (("sync",), ("1", "1"))}
+
+
+def test_a_scheme_at_collective_sums_over_mpi_at_the_schemes_own_tuned_values(tmp_path):
+    from analysis import tuned
+
+    path = str(tmp_path / "tuned.json")
+    tuned.write(path, "lenet/fashion-mnist/1,4/12/iid",
+                {"schemes": {"esync-apply": {"flags": {"--local-lr": 0.004}}}})
+    ns, _, runs = parse_regimes("--links", "12", "--profiles", "1,4", "--splits", "iid", "--schemes",
+                                "esync-apply,esync-apply@ring", "--repeats", "1", "--tuned", path)
+
+    (_, _, over_servers), (_, folder, over_ring) = runs
+    assert (over_servers.collective, over_ring.collective) == ("ps", "ring")
+    assert over_ring.esync_policy == "apply" and over_ring.tuned_flags == over_servers.tuned_flags == {
+        "esync": ("--local-lr=0.004",)}
+    assert folder == os.path.join(ns.log_dir, "R12", "1-4", "iid", "repeat-1", "esync-apply@ring")
+    assert regime_map.mode_of("esync-apply@ring") == ("esync", "apply")
+    assert regime_map.display("sync@butterfly") == "Sync over butterfly allreduce"

@@ -198,3 +198,28 @@ def test_an_interrupted_regime_map_leaves_no_namespace_or_process(tmp_path, pref
         assert proc.returncode == 130, read_output(proc)
         assert still_running(recorded_pids(logs)) == []
         assert leftovers(prefix) == []
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_a_scheme_at_a_collective_sums_over_it_and_aggregates_sooner_than_over_one_servers_link(tmp_path):
+    logs = str(tmp_path / "logs")
+    schemes = ("esync-apply", "esync-apply@ring")
+    done = subprocess.run([sys.executable, LAUNCH_PY, "regimes", "--clock", "virtual", "--step-seconds", "0.05",
+                           "--links", "12", "--profiles", "1,4", "--splits", "iid", "--schemes", ",".join(schemes),
+                           "--repeats", "1", "--max-time", "2", "--snapshot-seconds", "0.5", "--higher-targets", "",
+                           *DATA, "--no-figures", "-ld", logs], cwd=ROOT, env=launcher_env(), capture_output=True,
+                          text=True, timeout=300)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    rounds = {}
+    for scheme in schemes:
+        workers = os.path.join(regime_map.run_dir(logs, 12.0, "1,4", "iid", 1, scheme), "lenet", "esync", "*",
+                               "cpu-worker*")
+        metas = [json.load(open(os.path.join(folder, "meta.json"))) for folder in sorted(glob.glob(workers))]
+        assert [meta["config"]["collective"] for meta in metas] == [regime_map.collective_of(scheme)[1] or "ps"] * 2
+        rounds[scheme] = len(glob.glob(os.path.join(sorted(glob.glob(workers))[0], "iter-*.txt")))
+    # two workers each move half the model each way over their own links; over one server's link, both models queue
+    assert rounds["esync-apply@ring"] > rounds["esync-apply"] >= 1
+    table = open(os.path.join(logs, regime_map.TABLE_FILE)).read()
+    assert "| ESync (apply) over ring allreduce |" in table
