@@ -88,6 +88,23 @@ def test_the_plan_rule_asks_once_a_round_and_logs_the_steps_it_was_given():
     assert record == {runlog.PLANNED_STEPS: 3}
 
 
+@pytest.mark.parametrize("policy", ["plan", "adaptive"])
+def test_a_planning_rules_first_round_sends_its_step_time_before_its_aggregation(policy):
+    """Sent with the second round's request, it would come after the plans of the workers asking before it."""
+    client = Client()
+    esync = ESyncWorker(client)
+    esync.step_seconds = None  # nothing measured before the first round
+    rule = RULES[policy].worker(esync)
+
+    rule.begin_round(completed=0)
+    assert client.asked == []
+    esync.step_seconds = 0.01  # the first step's time, which ends the round
+    assert rule.round_done(1, esync.opened()) and client.asked == [("plan", 1, 0.01, None)]
+    rule.begin_round(completed=1)
+    esync.opened()
+    assert client.asked[1:] == [("plan", 1, 0.01, 0.5 if policy == "adaptive" else None)]
+
+
 def test_the_adaptive_rule_reports_its_aggregation_and_keeps_the_rounds_time_on_its_own_clock():
     client = Client(plan={"k": 40, "seconds": 0.05, "slowest_steps": 2, "aggregation": 0.2, "reason": "aggregation"})
     esync = ESyncWorker(client)

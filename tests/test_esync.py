@@ -198,6 +198,7 @@ def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_it
     for rank, records in runs.items():
         assert [r["weights_digest"] for r in records] == [r["weights_digest"] for r in runs[slow]]
         assert runlog.local_steps(records[0]) == 1  # nothing is measured before the first round
+        assert records[1][runlog.PLAN_REASON] != "first round"  # every step time was in before it was planned
         assert {r[runlog.PLAN_REASON] for r in records[3:]} <= {"aggregation", "cap"}
         for r in records[3:]:  # steps while the next would end within the planned time: past it by under a step
             durations = [sum(step.get(p, 0.0) for p in runlog.OWN_STEP_PHASES + (runlog.CHECK_READY,))

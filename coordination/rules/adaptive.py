@@ -85,9 +85,7 @@ class PlanningToTheAggregation(Planning):
     reports_aggregation = True
     sized_by = ("aggregation_share", "max_slowest_steps")
 
-    def round_done(self, steps, opened):
-        if opened is not None:
-            self.plan = opened
+    def ends(self, steps):
         if self.plan.get("seconds") is None:  # the first round: one step
             return steps >= self.plan["k"]
         esync = self.esync
