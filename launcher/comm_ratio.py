@@ -26,6 +26,7 @@ import tempfile
 
 from launcher import commands
 from training import config, modes, runlog
+from training.clocks import network
 from training.devices import threads
 
 log = logging.getLogger("launch")
@@ -113,7 +114,7 @@ def resolve(experiment, measured=None):
     regime = {"comm_ratio": experiment.comm_ratio, "fast_step_seconds": step, "fast_compute_seconds": compute,
               "model_bytes": model_bytes,
               "rate_bps": rate, "transfer_seconds": 8 * model_bytes / rate}
-    ps_rate = experiment.ps_rate or rate
+    ps_rate = experiment.ps_rate or network.server_bits(experiment.ps_link, rate)
     resolved = dataclasses.replace(
         experiment, worker_rate=rate, ps_rate=ps_rate, bandwidth=describe_rate(rate),
         ps_bandwidth=experiment.ps_bandwidth if experiment.ps_rate else describe_rate(ps_rate), regime=regime)

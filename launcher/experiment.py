@@ -17,7 +17,7 @@ from training import config, modes, runlog
 from training.transport import collectives
 from training.attacks import ATTACKS
 from training.checks import UsageError
-from training.clocks import virtual
+from training.clocks import network, virtual
 from training.schemes import esync
 
 # A mode's folder holds the workers' node folders and PROCESSES_FOLDER, with each process's output, PID_FILE and
@@ -71,7 +71,7 @@ class Experiment:
     host_ip: str                    # this machine's address as the job's processes reach it
     hosts: str                      # local or netns
     bandwidth: str                  # --hosts netns: the links as given ("100mbit"), for messages
-    ps_bandwidth: str
+    ps_bandwidth: str               # the servers' links, for messages
     worker_rate: int | None         # --hosts netns: bits per second of each worker's link, else None
     ps_rate: int | None             # --hosts netns: of each parameter-server link, else None
     netns_prefix: str | None        # --hosts netns: name prefix of the namespaces, else None
@@ -89,6 +89,7 @@ class Experiment:
     step_overhead: float = 0.0      # --clock virtual: seconds each step is charged beside its computing
     latency: float = 0.0            # --clock virtual: seconds each transfer is charged beside its bytes
     round_trip: float = 0.0         # --clock virtual: seconds each request to the state server's rules is charged
+    ps_link: str | None = None      # --ps-bandwidth as given (a rate, or a multiple of the workers'); None: theirs
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
     @property
@@ -101,8 +102,12 @@ class Experiment:
         if self.tracker:
             return f"the hosts of dmlc_tracker's {self.tracker} launcher (links not shaped here)"
         if self.clock != runlog.REAL_CLOCK:
-            return (f"charged on a virtual clock: a transfer of the model lasts {self.comm_ratio:g} fast steps"
+            text = (f"charged on a virtual clock: a transfer of the model lasts {self.comm_ratio:g} fast steps"
                     if self.comm_ratio else f"{LOOPBACK_LINKS}, on a virtual clock")
+            if self.num_servers != 1 or self.ps_link:
+                servers_link = self.ps_link or "the workers' rate"
+                text += f"; {self.num_servers} parameter server(s) on links of {servers_link}"
+            return text
         if self.hosts == "local":
             return LOOPBACK_LINKS
         text = f"network namespaces, workers' links {self.bandwidth}, parameter servers' {self.ps_bandwidth}"
@@ -285,7 +290,8 @@ def add_host_options(p, rates=True):
                        help="--hosts netns: instead of --bandwidth, the rate at which one transfer of the model over "
                             "a worker's link lasts this many steps of the fastest worker, both measured before the "
                             "runs (the ESync paper's cluster: about 12; see launcher/comm_ratio.py)")
-    p.add_argument("--ps-bandwidth", help="--hosts netns: each parameter-server link's rate (default: the workers')")
+    p.add_argument("--ps-bandwidth", help="--hosts netns or --clock virtual: each parameter-server link's rate, e.g. "
+                   "100mbit, or a multiple of the workers' rate, e.g. 6x (default: the workers')")
     p.add_argument("--netns-prefix", help="--hosts netns: name prefix of the namespaces (default esync-<random>-)")
     p.add_argument("--netns-subnet", default=netns.DEFAULT_SUBNET,
                    help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
@@ -369,6 +375,7 @@ def build(ns, worker_args=()):
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
         checkpoint_every=ns.checkpoint_every, clock=ns.clock, step_seconds=ns.step_seconds,
         step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
+        ps_link=ns.ps_bandwidth,
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})
@@ -396,19 +403,25 @@ def parse_modes(text):
 
 def link_rates(ns, num_hosts):
     """(worker link, parameter-server link) in bits per second with --hosts netns, else (None, None); with
-    --comm-ratio the workers' rate is None until measured, and so is the servers' unless --ps-bandwidth gives it."""
+    --comm-ratio the workers' rate is None until measured, and so is the servers' unless --ps-bandwidth gives a rate
+    rather than a multiple of the workers'."""
     checks.check_comm_ratio(ns)
+    if ns.ps_bandwidth:
+        try:
+            network.parse_server_rate(ns.ps_bandwidth)
+        except ValueError as error:
+            raise UsageError(f"--ps-bandwidth: {error}") from None
+        if ns.hosts == "local" and ns.clock == runlog.REAL_CLOCK:
+            raise UsageError(f"--ps-bandwidth {ns.ps_bandwidth}: the servers' links are shaped with --hosts netns "
+                             "and charged with --clock virtual; on loopback they carry what they can")
     if ns.hosts == "local":
         return None, None
     try:
         netns.parse_subnet(ns.netns_subnet, num_hosts)
-        ps_rate = netns.parse_rate(ns.ps_bandwidth) if ns.ps_bandwidth else None
-        if ns.comm_ratio is not None:
-            return None, ps_rate
-        worker_rate = netns.parse_rate(bandwidth(ns))
+        worker_rate = None if ns.comm_ratio is not None else network.parse_rate(bandwidth(ns))
     except ValueError as error:
-        raise UsageError(f"--hosts netns: {error}")
-    return worker_rate, ps_rate or worker_rate
+        raise UsageError(f"--hosts netns: {error}") from None
+    return worker_rate, network.server_bits(ns.ps_bandwidth, worker_rate)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` and `tc` commands of i
 import ipaddress
 import json
 import logging
-import re
 import secrets
 import shutil
 import subprocess
@@ -36,8 +35,6 @@ QUEUE_LATENCY = "100ms"
 RATE_SLACK = 1.02           # the kernel's byte counters include the 14-byte Ethernet header tbf may not count
 MIN_CARRIED_BYTES = 32 * 1024  # a worker link of a cluster job carries at least this much each way
 DIRECTIONS = {"rx": "received", "tx": "sent"}
-RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
-RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
 class NetnsUnavailable(Exception):
@@ -46,14 +43,6 @@ class NetnsUnavailable(Exception):
 
 class NetnsError(Exception):
     """An ip or tc command failed."""
-
-
-def parse_rate(text):
-    """Bits per second of a tc-style rate: 1gbit, 100mbit, 500kbit."""
-    match = RATE.match(text.strip().lower())
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"rate {text!r} is not like 1gbit, 100mbit or 500kbit")
-    return int(float(match.group(1)) * RATE_UNITS[match.group(2)])
 
 
 def parse_subnet(text, num_hosts):

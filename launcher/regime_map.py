@@ -188,7 +188,8 @@ def parse_higher_targets(text, target):
     return higher
 
 
-NETNS_OPTIONS = ("ps_bandwidth", "netns_prefix", "netns_subnet")  # handed on to the runs on shaped links only
+NETNS_OPTIONS = ("netns_prefix", "netns_subnet")  # handed on to the runs on shaped links only
+SERVER_LINKS = "ps_bandwidth"  # handed on to the runs on shaped links and on the virtual clock
 
 
 def scheme_parts(scheme):
@@ -219,7 +220,8 @@ def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_option
     links = experiment.handed_on(ns)
     virtual = ns.clock == runlog.VIRTUAL_CLOCK  # the links charged, not shaped
     if link == regime_map.LOOPBACK or virtual:
-        links = {name: value for name, value in links.items() if name not in NETNS_OPTIONS}
+        dropped = NETNS_OPTIONS if virtual else (*NETNS_OPTIONS, SERVER_LINKS)
+        links = {name: value for name, value in links.items() if name not in dropped}
         links.update(hosts="local", comm_ratio=None if link == regime_map.LOOPBACK else float(link))
     else:
         links.update(hosts="netns", comm_ratio=float(link))

@@ -21,6 +21,7 @@ import pytest
 from launcher import hosts, netns
 from launcher.cluster import ROOT, is_running
 from training import runlog
+from training.clocks.network import parse_rate
 from tests.test_launch import (LAUNCH_PY, LENET, kill_once_training, launcher, launcher_env, pid_of, read_output,
                                recorded_pids, still_running, training_started, wait_for)
 
@@ -64,10 +65,10 @@ def network_report(logs, mode):
 
 
 def test_rates_read_like_tc():
-    assert netns.parse_rate("1gbit") == 10 ** 9
-    assert netns.parse_rate("100mbit") == 10 ** 8
+    assert parse_rate("1gbit") == 10 ** 9
+    assert parse_rate("100mbit") == 10 ** 8
     with pytest.raises(ValueError):
-        netns.parse_rate("100MB")
+        parse_rate("100MB")
 
 
 def bulk_transfer(receiver, sender, seconds):
@@ -102,8 +103,8 @@ def bulk_transfer(receiver, sender, seconds):
 @pytest.mark.slow
 def test_a_link_carries_at_most_its_rate_both_ways(prefix):
     with netns.VirtualNetwork(prefix, "10.213.92.0/24") as network:
-        ps = network.add_host("ps", netns.parse_rate("50mbit"))
-        worker = network.add_host("w0", netns.parse_rate("1gbit"))
+        ps = network.add_host("ps", parse_rate("50mbit"))
+        worker = network.add_host("w0", parse_rate("1gbit"))
 
         upload = bulk_transfer(ps, worker, seconds=2)    # shaped on the ps link's bridge side
         download = bulk_transfer(worker, ps, seconds=2)  # shaped on the ps host's eth0
@@ -115,7 +116,7 @@ def test_a_link_carries_at_most_its_rate_both_ways(prefix):
 
 def test_a_process_started_in_a_namespace_keeps_its_pid_and_dies_with_its_group(prefix, processes):
     with netns.VirtualNetwork(prefix, "10.213.93.0/24") as network:
-        host = network.add_host("w0", netns.parse_rate("1gbit"))
+        host = network.add_host("w0", parse_rate("1gbit"))
         proc = processes.start_python("sleeper", ["-c", "import time; time.sleep(60)"],
                                       command_prefix=host.command_prefix)
         wait_for(lambda: "python" in open(f"/proc/{proc.pid}/cmdline").read(), 10, "python exec'd in place")

@@ -16,7 +16,7 @@ from launcher import experiment
 from tests.test_launch import launcher, launcher_env, read_output
 from training import modes, runlog
 from training.checks import UsageError
-from training.clocks import job, virtual
+from training.clocks import job, network, virtual
 from training.clocks.scheduler import Scheduler, VirtualJobFailed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,14 +89,6 @@ def test_a_step_is_charged_its_devices_seconds_and_the_jitter_has_mean_one():
     assert sum(draws) / len(draws) == pytest.approx(1.0, abs=0.01) and min(draws) != max(draws)
 
 
-def test_a_sum_on_links_queues_the_uploads_then_the_downloads_on_the_servers_link():
-    links = virtual.Links.from_ratio(2.0, fast_step_seconds=0.5, model_bytes=100)  # a transfer of 100 bytes: 1 s
-
-    assert links.finishes({0: 0.0, 1: 0.0}, 100) == {0: 3.0, 1: 4.0}  # uploads end at 1 and 2, downloads 3 and 4
-    assert links.finishes({0: 5.0, 1: 0.0}, 100) == {0: 7.0, 1: 8.0}  # the late one's upload starts when it comes
-    assert virtual.Links().finishes({0: 1.0, 1: 2.5}, 100) == {0: 2.5, 1: 2.5}  # loopback: the last arrival
-
-
 def test_the_servers_apply_a_push_when_it_lands_and_a_pull_reads_what_landed_before_it():
     import mxnet as mx
 
@@ -104,7 +96,8 @@ def test_the_servers_apply_a_push_when_it_lands_and_a_pull_reads_what_landed_bef
     from training.transport.virtual_servers import VirtualKVStore, VirtualServers
 
     scheduler = Scheduler(2)
-    servers = VirtualServers(scheduler, virtual.Links(seconds_per_byte=0.001))  # one float32: 4 ms a transfer
+    one_float = network.Link(seconds_per_byte=0.001)  # one float32: 4 ms a transfer
+    servers = VirtualServers(scheduler, network.Network.uniform(2, one_float))
     seen = {}
 
     def worker(rank):
@@ -277,6 +270,23 @@ def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tm
 
 @pytest.mark.slow
 @pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_esyncs_fast_workers_take_as_many_local_steps_a_round_wherever_the_profile_lists_them(tmp_path):
+    logs = str(tmp_path / "logs")
+    code, output = virtual_run(logs, "esync", "117,1,1,117,1,1", "--esync-policy", "apply", "--comm-ratio", "12",
+                               "--step-seconds", "0.03", "--step-jitter", "0", "--max-time", "10")
+
+    assert code == 0, output
+    steps = {}
+    for folder in glob.glob(os.path.join(logs, "lenet", "esync", "*", "cpu-worker*")):
+        records = runlog.DeviceLog(folder).ordered()
+        steps[os.path.basename(folder)] = statistics.mean(runlog.local_steps(r) for r in records)
+    fast = [steps[f"cpu-worker{rank}"] for rank in (1, 2, 4, 5)]
+    # the sum comes back to every worker at once: no position starts its next round first
+    assert min(fast) >= 20 and max(fast) <= 1.05 * min(fast), steps
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_sixty_four_workers_on_the_virtual_clock_complete_a_job_of_one_virtual_second(tmp_path):
     logs = str(tmp_path / "logs")
     code, output = virtual_run(logs, "sync", ",".join(["1"] * 48 + ["4"] * 16), "--max-time", "1", "--step-seconds",
@@ -345,16 +355,6 @@ def logged_runs(logs):
     """{path under logs: bytes} of every iteration log of a map's runs."""
     return {os.path.relpath(path, os.path.dirname(logs)): open(path, "rb").read()
             for path in sorted(glob.glob(os.path.join(logs, "**", "iter-*.txt"), recursive=True))}
-
-
-def test_an_allreduce_over_mpi_is_charged_its_slowest_ranks_exchanges_on_the_workers_links():
-    from training.transport.virtual import allreduce_seconds
-
-    links = virtual.Links(seconds_per_byte=1e-6, latency=0.001)
-    count = 3000  # float32: 12,000 bytes
-    # ring over 3 ranks: 2 x 2 exchanges of a third each; butterfly over 4: 2 exchanges of the whole buffer
-    assert allreduce_seconds("ring", 3, count, links) == pytest.approx(4 * (4000e-6 + 0.001))
-    assert allreduce_seconds("butterfly", 4, count, links) == pytest.approx(2 * (12000e-6 + 0.001))
 
 
 def test_jobs_on_the_real_clock_are_refused_in_one_line():

@@ -4,9 +4,11 @@
 
 JOB.json (the launcher writes it with --clock virtual): {"workers": [each worker's main.py arguments, in the order
 of their positions], "step_seconds": the seconds a step of one batch takes on a device of slowdown 1, "overhead":
-seconds each step besides, "jitter": σ (clocks/virtual.py), "ratio": R (a transfer of the model lasts R fast steps) or null for loopback, "latency": seconds
-a transfer, "round_trip": seconds a request to the state server's rules (clocks/coordination.py), "seed": the
-jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
+seconds each step besides, "jitter": σ (clocks/virtual.py), "ratio": R (a transfer of the model lasts R fast steps
+over a worker's link) or null for loopback, "latency": seconds a transfer, "num_servers": the parameter servers
+(default 1), "ps_bandwidth": their links' rate ("100mbit") or a multiple of the workers' ("6x"), null: the
+workers' (clocks/network.py), "round_trip": seconds a request to the state server's rules (clocks/coordination.py),
+"seed": the jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
 training loop and scheme), on one clock of its own; the test set is evaluated in the loop every --eval-seconds of
 virtual time, at no virtual cost. Exit codes: 0, 1 a worker failed, 2 bad input.
 """
@@ -17,9 +19,10 @@ import sys
 
 from training import config, modes
 from training.checks import UsageError
-from training.clocks import virtual
+from training.clocks import network, virtual
 from training.clocks.scheduler import Scheduler
 from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
+from training.transport.collectives import SPLIT_ABOVE, SPLIT_VARIABLE
 
 log = logging.getLogger("virtual")
 
@@ -48,7 +51,7 @@ def read_job(path):
     return job, workers
 
 
-def build(job, workers, links):
+def build(job, workers, network):
     """(scheduler, each worker's (args, clock, transport))."""
     from training.clocks.coordination import VirtualCoordination
     from training.transport.virtual import VirtualTransport
@@ -57,19 +60,20 @@ def build(job, workers, links):
     scheduler = Scheduler(len(workers))
     coordination = VirtualCoordination(scheduler, float(job.get("round_trip") or 0.0))
     mode = modes.MODES[workers[0].mode]
-    servers = VirtualServers(scheduler, links) if mode.cluster and not mode.synchronous else None
+    servers = VirtualServers(scheduler, network) if mode.cluster and not mode.synchronous else None
     ratio = job.get("ratio")
     parts = []
     for rank, args in enumerate(workers):
         device = virtual.Device(float(job["step_seconds"]), args.slowdown, args.batch_size,
                                 float(job.get("jitter") or 0.0), float(job.get("overhead") or 0.0))
         clock = virtual.VirtualClock(scheduler, rank, device, job.get("seed", args.seed))
-        transport = (VirtualTransport(scheduler, rank, links, coordination, servers, args.collective)
+        transport = (VirtualTransport(scheduler, rank, network, coordination, servers, args.collective)
                      if mode.cluster else None)
         args.clock = {"kind": "virtual", "step_seconds": device.step_seconds, "overhead": device.overhead,
                       "slowdown": device.slowdown,
                       "batch_size": device.batch_size, "jitter": device.jitter, "ratio": ratio,
-                      "latency": links.latency, "round_trip": coordination.round_trip}
+                      "latency": network.workers[rank].latency, "num_servers": network.num_servers,
+                      "ps_bandwidth": job.get("ps_bandwidth"), "round_trip": coordination.round_trip}
         parts.append((args, clock, transport))
     return scheduler, parts
 
@@ -81,8 +85,7 @@ def run(path):
     job, workers = read_job(path)
     data, resume = check_worker(workers[0], len(workers), virtual=True)  # one copy of the data, every worker's share taken from it
     ratio = job.get("ratio")
-    links = links_for(job, workers[0], data, ratio) if ratio else virtual.Links(latency=float(job.get("latency") or 0))
-    scheduler, parts = build(job, workers, links)
+    scheduler, parts = build(job, workers, network_for(job, workers, data))
     log.info("a job of %d worker(s) on a virtual clock: %s s a step at slowdown 1, links %s", len(workers),
              job["step_seconds"], f"R = {ratio:g}" if ratio else "free (loopback)")
     scheme = modes.scheme_class(workers[0].mode)
@@ -90,16 +93,28 @@ def run(path):
     log.info("the virtual job ended after %d events, at %.3f virtual seconds", scheduler.events, max(scheduler.times))
 
 
-def links_for(job, args, data, ratio):
-    """Links on which a transfer of the model lasts `ratio` fast steps."""
+def network_for(job, workers, data):
+    """The job's links: each worker's on which a transfer of the model lasts `ratio` fast steps (free without one),
+    each server's at --ps-bandwidth, the keys placed as ps-lite places them."""
+    worker = network.Link(latency=float(job.get("latency") or 0.0))
+    if job.get("ratio"):
+        worker = network.Link.from_ratio(job["ratio"], float(job["step_seconds"]), model_bytes(workers[0], data),
+                                         worker.latency)
+    try:
+        server = network.server_link(job.get("ps_bandwidth"), worker)
+    except ValueError as error:
+        raise UsageError(f"ps_bandwidth: {error}") from None
+    split_above = int(os.environ.get(SPLIT_VARIABLE, SPLIT_ABOVE))
+    return network.Network.uniform(len(workers), worker, int(job.get("num_servers") or 1), server, split_above)
+
+
+def model_bytes(args, data):
     from data import normalisation
     from training.devices import contexts
     from training.model import Model
 
-    model = Model(args.network, contexts(args.gpu, args.cpu), data.train_images.shape[1:], args.seed,
-                  normalisation(args.dataset), args.eval_batch_size)
-    return virtual.Links.from_ratio(ratio, float(job["step_seconds"]), model.param_bytes,
-                                    float(job.get("latency") or 0.0))
+    return Model(args.network, contexts(args.gpu, args.cpu), data.train_images.shape[1:], args.seed,
+                 normalisation(args.dataset), args.eval_batch_size).param_bytes
 
 
 def main(argv=None):

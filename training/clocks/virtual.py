@@ -26,33 +26,6 @@ class Device:
         return seconds
 
 
-@dataclass(frozen=True)
-class Links:
-    """What a synchronous sum is charged: each worker's upload then download of its bytes over the servers' link,
-    which carries one transfer at a time (the uploads in the order they arrive, ties by rank; the downloads once
-    the last upload is in, by rank), each `seconds_per_byte` a byte plus `latency`; zero on loopback."""
-    seconds_per_byte: float = 0.0
-    latency: float = 0.0
-
-    @classmethod
-    def from_ratio(cls, ratio, fast_step_seconds, model_bytes, latency=0.0):
-        """Links on which one transfer of the model lasts `ratio` fast steps (the paper's R)."""
-        return cls(ratio * fast_step_seconds / model_bytes if ratio else 0.0, latency)
-
-    def finishes(self, arrivals, nbytes):
-        """{rank: when its sum is back} for a sum of `nbytes` a worker that each rank joined at arrivals[rank]."""
-        transfer = nbytes * self.seconds_per_byte + self.latency
-        free = 0.0
-        for rank, arrival in sorted(arrivals.items(), key=lambda item: (item[1], item[0])):
-            free = max(free, arrival) + transfer
-        ready = max([free, *arrivals.values()])
-        finishes = {}
-        for rank in sorted(arrivals):
-            ready += transfer
-            finishes[rank] = ready
-        return finishes
-
-
 class VirtualClock:
     """Worker `rank`'s clock: its time is the scheduler's for it; charge_step() moves it on by its device's step."""
     virtual = True

@@ -108,6 +108,13 @@ class DeltaAveraging(LocallyUpdating):
     reports_aggregation = False  # time every aggregation (aggregation_seconds; ESync's adaptive policy reads it)
     round_steps = 0              # local steps since the last delta was sent
 
+    @classmethod
+    def virtual_refusal(cls, args):
+        if getattr(args, "overlap", False):
+            return (f"{cls.name} --overlap computes while its sum travels; the virtual clock charges a sum as "
+                    "blocking")
+        return super().virtual_refusal(args)
+
     def __init__(self, options, model, transport):
         super().__init__(options, model, transport)
         self.weighting = weighting(options)  # how a delta is weighted in the sum (training/schemes/averaging/)

@@ -3,29 +3,30 @@
 The same four operations as the parameter server and MPI (collectives.py), among worker threads of one process:
 each is a collective of the scheduler, which every worker joins in the same order. declare and broadcast hand rank
 0's values to everyone and cost nothing (they happen before the training clock starts); sum adds the workers'
-arrays in rank order, so that the sums are the same in every run, and charges each worker the links' transfers
-(clocks/virtual.py Links); barrier waits for the last worker. Over the parameter server a sum's bytes are one array
-a key pushed and one pulled, its transfers queued on the servers' link; over MPI (`collective`: ring, butterfly,
-binary-blocks) they are what MPICH's algorithm moves for each rank (traffic.py), each exchange on the two workers'
-own links, and every worker has the sum once the exchanges of the slowest rank's part are done. A job whose scheme
+arrays in rank order, so that the sums are the same in every run, and charges each worker the network's transfers
+(clocks/network.py); barrier waits for the last worker. Over the parameter server each worker pushes to each server
+the part of the keys ps-lite places there and pulls it back once that server has every worker's part, all transfers
+sharing the links fairly; over MPI (`collective`: ring, butterfly, binary-blocks) they are what MPICH's algorithm
+moves for each rank (traffic.py), each exchange on the workers' own links, and every worker has the sum once the
+exchanges of the slowest rank's part are done. A job whose scheme
 pushes to the kvstore itself gets the job's in-process servers (virtual_servers.py) as `kv`; what is declared is
 their keys' first values.
 """
 import concurrent.futures
-import functools
 
 import numpy as np
 
+from training.clocks.network import allreduce_seconds
 from training.transport import traffic
-from training.transport.collectives import PS, ByteCounter, PendingSum, local_sum, pack, unpack
+from training.transport.collectives import PS, ByteCounter, PendingSum, copies_of, local_sum, pack, unpack
 from training.transport.virtual_servers import VirtualKVStore
 
 
 class VirtualTransport:
     sums_in_engine = False  # every sum is taken when the worker asks for it: no scheme queues its round in MXNet
 
-    def __init__(self, scheduler, rank, links, coordination=None, servers=None, collective=PS):
-        self.scheduler, self.rank, self.links, self.collective = scheduler, rank, links, collective
+    def __init__(self, scheduler, rank, network, coordination=None, servers=None, collective=PS):
+        self.scheduler, self.rank, self.network, self.collective = scheduler, rank, network, collective
         self.coordination = coordination  # the job's state server, in-process (clocks/coordination.py)
         self.servers = servers            # the job's kvstore servers, in-process, where its scheme uses them
         self.num_workers = scheduler.num_workers
@@ -56,7 +57,9 @@ class VirtualTransport:
 
     def sum(self, keys, arrays):
         flat = pack([local_sum(entry) for entry in arrays])
-        total = self.scheduler.meet(self.rank, flat, self._summed)
+        sizes = [copies_of(entry)[0].size for entry in arrays]
+        total = self.scheduler.meet(self.rank, flat, lambda contributions, arrivals: self._summed(
+            contributions, arrivals, keys, sizes))
         unpack(total, arrays)
         if self.collective == PS:
             self.traffic.add(flat.nbytes, flat.nbytes)
@@ -79,24 +82,13 @@ class VirtualTransport:
         last = max(arrivals.values())
         return contributions.get(0), {rank: last for rank in arrivals}
 
-    def _summed(self, contributions, arrivals):
+    def _summed(self, contributions, arrivals, keys, sizes):
         total = contributions[0].copy()
         for rank in range(1, len(contributions)):
             total += contributions[rank]
         if self.collective == PS:
-            return total, self.links.finishes(arrivals, total.nbytes)
+            return total, self.network.sum_finishes(arrivals, self.network.shards(keys, sizes))
         done = max(arrivals.values()) + allreduce_seconds(self.collective, self.num_workers, total.size,
-                                                          self.links)
+                                                          self.network.workers)
         return total, {rank: done for rank in arrivals}
 
-
-@functools.lru_cache(maxsize=64)
-def allreduce_seconds(collective, size, count, links):
-    """The slowest rank's exchanges in one allreduce of `count` float32 elements over `size` ranks: each as long as
-    the larger of its two halves over the link, plus the link's latency."""
-    def seconds(step):
-        _, sent, _, received = step
-        return max(sent, received) * 4 * links.seconds_per_byte + links.latency
-
-    return max(sum(seconds(step) for step in traffic.allreduce_steps(collective, rank, size, count))
-               for rank in range(size))

@@ -6,9 +6,9 @@ A worker's kvstore (VirtualKVStore) offers the calls those schemes make: init, s
 The servers keep one array a key; the update rule handed over by set_optimizer runs on each push alone, as
 MXNet's servers run it (updater(key, pushed, stored)), on an unpickled copy of the rule, as theirs do.
 
-Time. The servers' link carries one transfer at a time in each direction, in the order the transfers are asked
-for (ties by rank): a transfer of b bytes lasts b x seconds_per_byte + latency (clocks/virtual.py Links). A push
-returns at once and lands when its upload ends; a pull reads the store when its request arrives (after the worker's
+Time. Each key lives on the server ps-lite places it on (clocks/network.py); each server's link carries one transfer
+at a time in each direction, in the order the transfers are asked for (ties by rank), and a worker's own link its
+whole push or pull (Network.reserve). A push returns at once and lands when its last part is in; a pull reads the store when its request arrives (after the worker's
 own pushes that landed by then) and returns once its download ends. Landed pushes are applied in the order they
 land (ties by the order they were asked for) before any read at a later or equal time, so each read sees exactly
 the pushes that landed before it, whatever order the threads ran in.
@@ -17,6 +17,7 @@ import heapq
 import itertools
 import pickle
 
+from training.clocks.network import DOWN, UP
 from training.clocks.scheduler import VirtualJobFailed
 from training.transport.collectives import copies_of, local_sum
 
@@ -24,22 +25,22 @@ from training.transport.collectives import copies_of, local_sum
 class VirtualServers:
     """The job's servers: the store, the rule, the pushes in flight and their link's two directions."""
 
-    def __init__(self, scheduler, links):
-        self.scheduler, self.links = scheduler, links
+    def __init__(self, scheduler, network):
+        self.scheduler, self.network = scheduler, network
         self.store = {}
         self.updater = None
         self.in_flight = []           # (lands at, order asked, key, value) of the pushes not yet applied
         self.order = itertools.count()
-        self.upload_free = self.download_free = 0.0
+        self.free = {}                # (server, direction): when its link is free that way
         self.applied = 0              # pushes applied so far (the rule's update count on every key)
 
-    def transfer(self, start, nbytes, direction):
-        """When a transfer of `nbytes` asked for at `start` ends on the link's `direction` (upload, download)."""
-        free = getattr(self, f"{direction}_free")
-        end = max(start, free) + nbytes * self.links.seconds_per_byte + self.links.latency
+    def transfer(self, rank, start, keys, arrays, direction):
+        """When a transfer of `arrays` under `keys` that worker `rank` asks for at `start` ends (direction: DOWN at
+        the servers for a push, UP for a pull's answer)."""
+        held = self.network.shards(keys, [array.size for array in arrays])
+        end = self.network.reserve(self.free, rank, held, start, direction)
         if end < start:
             raise VirtualJobFailed(f"a transfer asked for at {start} s would end at {end} s, before it started")
-        setattr(self, f"{direction}_free", end)
         return end
 
     def send(self, lands, key, value):
@@ -110,7 +111,7 @@ class VirtualKVStore:
         keys, values = _listed(keys, values)
         arrays = [local_sum(v) for v in values]
         nbytes = sum(a.nbytes for a in arrays)
-        lands = self.servers.transfer(self.scheduler.now(self.rank), nbytes, "upload")
+        lands = self.servers.transfer(self.rank, self.scheduler.now(self.rank), keys, arrays, DOWN)
         for key, array in zip(keys, arrays):
             self.servers.send(lands, key, array)
         self.landed = lands
@@ -120,12 +121,12 @@ class VirtualKVStore:
         """Read the keys once the request is at the servers, after this worker's last push; return once the values
         are back."""
         keys, out = _listed(keys, out)
-        reads = max(self.scheduler.now(self.rank) + self.servers.links.latency, self.landed)
+        reads = max(self.scheduler.now(self.rank) + self.servers.network.workers[self.rank].latency, self.landed)
         self._wait_until(reads)
         self.servers.apply_landed(reads)
         values = [self.servers.store[key].asnumpy() for key in keys]
         nbytes = sum(v.nbytes for v in values)
-        self._wait_until(self.servers.transfer(reads, nbytes, "download"))
+        self._wait_until(self.servers.transfer(self.rank, reads, keys, values, UP))
         for entry, value in zip(out, values):
             for copy in copies_of(entry):
                 copy[:] = value

@@ -1,0 +1,99 @@
+"""The links of a job on a virtual clock (training/clocks/network.py): a sum over the parameter server as ps-lite
+deploys it (its keys placed over the servers, every link full duplex and shared fairly), the asynchronous servers'
+queues, MPI's allreduce, and the rates a user gives."""
+import itertools
+
+import pytest
+
+from training.clocks import network
+from training.clocks.network import Link, Network
+
+SECOND_A_TRANSFER = Link(seconds_per_byte=0.01)  # 100 bytes: 1 s
+
+
+def test_concurrent_uploads_share_the_servers_link_and_no_rank_gets_its_sum_first():
+    net = Network.uniform(2, SECOND_A_TRANSFER)
+
+    # both pushes share the server's inbound link (2 s), both pulls its outbound link (2 s more)
+    assert net.sum_finishes({0: 0.0, 1: 0.0}, [100]) == pytest.approx({0: 4.0, 1: 4.0})
+
+
+def test_a_late_push_has_the_link_to_itself_and_the_pulls_start_when_the_last_push_is_in():
+    net = Network.uniform(2, SECOND_A_TRANSFER)
+
+    assert net.sum_finishes({0: 5.0, 1: 0.0}, [100]) == pytest.approx({0: 8.0, 1: 8.0})
+
+
+def test_on_free_links_a_sum_ends_at_the_last_arrival():
+    assert Network.uniform(2, Link()).sum_finishes({0: 1.0, 1: 2.5}, [400]) == {0: 2.5, 1: 2.5}
+
+
+def test_a_workers_finish_depends_on_its_arrival_not_on_its_position():
+    net = Network.uniform(4, SECOND_A_TRANSFER)
+    arrivals = [0.0, 0.0, 0.3, 7.0]
+
+    for order in itertools.permutations(range(4)):
+        finishes = net.sum_finishes({rank: arrivals[i] for rank, i in enumerate(order)}, [100])
+        assert len({round(finish, 9) for finish in finishes.values()}) == 1  # everyone's sum back at once
+
+
+def test_ps_lite_keeps_a_small_array_whole_on_one_server_and_splits_a_big_one_over_all():
+    net = Network.uniform(2, SECOND_A_TRANSFER, num_servers=3)
+
+    held = net.shards([0, 1, 2], [10, 999, 3000])  # float32 elements; the bound is 1,000
+    # key 0 -> server 0, key 1 -> 9973 mod 3 = 1, key 2 split in thirds
+    assert held == pytest.approx([40 + 4000, 3996 + 4000, 4000])
+
+
+def test_as_many_servers_as_workers_carry_a_sum_as_fast_as_each_workers_own_link():
+    one, six = (Network.uniform(6, SECOND_A_TRANSFER, num_servers=s) for s in (1, 6))
+    arrivals = dict.fromkeys(range(6), 0.0)
+    model = ([0], [1500])  # 6,000 bytes, split over the servers: 60 s over one link
+
+    # one server: 6 pushes through its link, then 6 pulls; six: each link carries one model's bytes each way
+    assert one.sum_finishes(arrivals, one.shards(*model)) == pytest.approx(dict.fromkeys(range(6), 720.0))
+    assert six.sum_finishes(arrivals, six.shards(*model)) == pytest.approx(dict.fromkeys(range(6), 120.0))
+
+
+def test_a_faster_server_link_takes_as_many_pushes_at_once_as_it_is_times_faster():
+    arrivals = dict.fromkeys(range(6), 0.0)
+    worker = SECOND_A_TRANSFER
+    net = Network.uniform(6, worker, server=network.server_link("6x", worker))
+
+    assert net.sum_finishes(arrivals, [100])[3] == pytest.approx(2.0)
+
+
+def test_a_link_left_idle_by_a_slow_flow_goes_to_the_others():
+    # two flows into one resource of 4 bytes/s; one is held to 1 byte/s by its other resource
+    rates = network.max_min_rates([("slow", "server"), ("fast", "server")], {"slow": 1, "fast": 10, "server": 4})
+
+    assert rates == [1, 3]
+
+
+def test_the_asynchronous_servers_serve_one_transfer_at_a_time_each_way_in_the_order_asked():
+    net = Network.uniform(2, SECOND_A_TRANSFER, num_servers=2)
+    free = {}
+
+    assert net.reserve(free, 0, [100, 0], 0.0, network.DOWN) == pytest.approx(1.0)
+    assert net.reserve(free, 1, [100, 0], 0.5, network.DOWN) == pytest.approx(2.0)   # behind rank 0's push
+    assert net.reserve(free, 1, [0, 100], 0.5, network.DOWN) == pytest.approx(1.5)   # the other server is free
+    assert net.reserve(free, 0, [100, 0], 0.5, network.UP) == pytest.approx(1.5)     # the other direction too
+
+
+def test_an_allreduce_over_mpi_is_charged_its_slowest_ranks_exchanges_on_the_workers_links():
+    link = Link(seconds_per_byte=1e-6, latency=0.001)
+    count = 3000  # float32: 12,000 bytes
+    # ring over 3 ranks: 2 x 2 exchanges of a third each; butterfly over 4: 2 exchanges of the whole buffer
+    assert network.allreduce_seconds("ring", 3, count, (link,) * 3) == pytest.approx(4 * (4000e-6 + 0.001))
+    assert network.allreduce_seconds("butterfly", 4, count, (link,) * 4) == pytest.approx(2 * (12000e-6 + 0.001))
+
+
+@pytest.mark.parametrize("text, bits", [("6x", 6e6), ("100mbit", 1e8), (None, 1e6)])
+def test_a_servers_rate_is_a_rate_or_a_multiple_of_the_workers(text, bits):
+    assert network.server_bits(text, 10 ** 6) == bits
+
+
+@pytest.mark.parametrize("text", ["6", "-2x", "fast", "100MB"])
+def test_a_servers_rate_that_is_neither_is_refused(text):
+    with pytest.raises(ValueError, match="6x"):
+        network.parse_server_rate(text)
