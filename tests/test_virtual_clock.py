@@ -129,10 +129,26 @@ def test_the_servers_apply_a_push_when_it_lands_and_a_pull_reads_what_landed_bef
     (["--modes", "sync", "--step-seconds", "0.01", "--", "--update-on-servers"], "sync --update-on-servers needs"),
     (["--modes", "hogwild", "--step-seconds", "0.01"], "racing in shared memory"),
     (["--modes", "sync", "--step-seconds", "0.01", "--hosts", "netns"], "leave out --hosts netns"),
+    (["--modes", "fedavg", "--step-seconds", "0.01", "--", "--overlap"],
+     "fedavg --overlap computes while its sum travels; the virtual clock charges a sum as blocking"),
+    (["--modes", "sync", "--step-seconds", "0.01", "--ps-bandwidth", "fast"], "--ps-bandwidth: rate 'fast' is not"),
 ])
 def test_what_the_virtual_clock_cannot_run_is_refused_in_one_line(argv, message):
     with pytest.raises(UsageError, match=message):
         experiment.parse(["--slowdown", "1,4", "--max-time", "5", "--clock", "virtual", *argv])
+
+
+def test_a_servers_rate_on_loopback_in_real_time_is_refused_rather_than_ignored():
+    with pytest.raises(UsageError, match="--ps-bandwidth 6x: the servers' links are shaped with --hosts netns"):
+        experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--ps-bandwidth", "6x"])
+
+
+def test_the_servers_count_and_rate_reach_the_virtual_job_and_its_links_line():
+    given = experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--clock", "virtual",
+                              "--step-seconds", "0.01", "--comm-ratio", "3", "-s", "2", "--ps-bandwidth", "2x"])
+
+    assert (given.num_servers, given.ps_link) == (2, "2x")
+    assert given.describe_links().endswith("; 2 parameter server(s) on links of 2x")
 
 
 def test_a_refusal_is_one_line_and_exit_2_before_anything_starts(tmp_path):
@@ -266,6 +282,20 @@ def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tm
                              "-m", "sync"], capture_output=True, text=True, timeout=60)
 
     assert result.returncode == 2 and "mixes runs on a virtual clock" in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_more_parameter_servers_or_faster_server_links_make_the_sums_sooner(tmp_path):
+    rounds = {}
+    for name, servers in (("one", ["-s", "1"]), ("three", ["-s", "3"]), ("faster", ["--ps-bandwidth", "3x"])):
+        logs = str(tmp_path / name)
+        code, output = virtual_run(logs, "sync", "1,1,4", "--comm-ratio", "6", *servers)
+        assert code == 0, output
+        rounds[name] = summary.summarize_mode(os.path.join(logs, "lenet"), "sync")["num_rounds"]
+
+    # a sum over one server's link: 3 pushes then 3 pulls; over three servers or a link 3x as fast: 1 each way
+    assert rounds["three"] > 1.5 * rounds["one"] and rounds["faster"] > 1.5 * rounds["one"], rounds
 
 
 @pytest.mark.slow
