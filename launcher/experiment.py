@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from analysis import summary, tuned
-from launcher import checks, comm_ratio, help, netns, workers
+from launcher import checks, cluster_file, comm_ratio, help, netns, workers
 from launcher.commands import CHECKPOINT_EVERY, KEPT_CHECKPOINTS, device_flags
 from launcher.dmlc import TRACKERS, split_at_double_dash
 from launcher.hosts import LOOPBACK
@@ -183,6 +183,9 @@ def _parser(catalog):
     p.add_argument("--slowdown",
                    help="emulated slowdown per worker, a comma list of factors >= 1 (NxF: F for N workers in a row, "
                         "e.g. 48x1,16x4) or one for all (default 1)")
+    p.add_argument("--cluster", metavar="FILE", help="the cluster declared in a TOML or JSON file: its devices, links, "
+                   "parameter servers and state server, each field one of these flags (launcher/cluster_file.py); "
+                   "a flag that sets the same thing beside it is refused")
     add_aggregation_options(p)
     p.add_argument("--max-time", type=float, help="each mode trains this many seconds")
     p.add_argument("--max-iters", type=int, help="each mode trains this many global iterations")
@@ -331,6 +334,7 @@ def build(ns, worker_args=()):
     """The Experiment of the launcher's options (parsed, or made by options()) and the arguments every worker gets
     after them; UsageError (one line) for bad input."""
     worker_args = list(worker_args)
+    cluster_file.apply(ns, build_parser().parse_args([]))
     devices = workers.parse_devices(ns.devices, ns.slowdown)
     slowdowns = workers.parse_slowdowns(ns.slowdown or "1", len(devices))
     chosen = parse_modes(ns.modes)
