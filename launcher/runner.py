@@ -242,7 +242,7 @@ def run_job(experiment, mode, label, log_dir, hosts, restarts, final, port_retry
             start = start_virtual if virtual else start_tracker if experiment.tracker else start_processes
             finishers = start(experiment, mode, group, log_dir, state_server, hosts, label)
             progress = Progress(label, log_dir, experiment.progress_every,
-                                experiment.snapshot_folder(mode) if evaluator else None)
+                                experiment.snapshot_folder(mode) if evaluator else None, virtual)
             supervise(group, finishers, progress, experiment.wall_limit)
             print(progress.finished_line(), flush=True)
             if evaluator:

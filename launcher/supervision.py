@@ -53,10 +53,11 @@ def write_pid_file(group, mode):
 
 class Progress:
     """One line every `every` seconds: global iteration, elapsed time, the latest test accuracy (rank 0's, or the
-    evaluator's of the snapshots in `snapshot_folder`), cluster samples/s."""
+    evaluator's of the snapshots in `snapshot_folder`), cluster samples/s. A job on a `virtual` clock is timed in
+    its own seconds, as far as its workers have logged, with the wall time beside them."""
 
-    def __init__(self, label, mode_dir, every, snapshot_folder=None):
-        self.label = label
+    def __init__(self, label, mode_dir, every, snapshot_folder=None, virtual=False):
+        self.label, self.virtual = label, virtual
         self.reader = runlog.RunFollower(mode_dir)
         self.every = every
         self.snapshot_folder = snapshot_folder
@@ -82,13 +83,14 @@ class Progress:
         if not r.rounds:
             return f"[{self.label}] {elapsed:6.1f} s  starting (no iteration logged yet)"
         accuracy = "-" if self.accuracy is None else f"{self.accuracy:.4f}"
-        return (f"[{self.label}] {elapsed:6.1f} s  iteration {r.rounds}  test accuracy {accuracy}  "
-                f"{r.throughput:.0f} samples/s")
+        when = f"{r.training_time:6.1f} virtual s ({elapsed:.0f} s wall)" if self.virtual else f"{elapsed:6.1f} s"
+        return f"[{self.label}] {when}  iteration {r.rounds}  test accuracy {accuracy}  {r.throughput:.0f} samples/s"
 
     def finished_line(self):
         r = self.reader.update()
         accuracy = "" if self.snapshot_folder or r.accuracy is None else f", test accuracy {r.accuracy:.4f}"
-        return (f"[{self.label}] finished: {r.rounds} global iterations in {r.training_time:.1f} s of training"
+        unit = "virtual s" if self.virtual else "s"
+        return (f"[{self.label}] finished: {r.rounds} global iterations in {r.training_time:.1f} {unit} of training"
                 f"{accuracy}, {r.throughput:.0f} samples/s")
 
     def evaluation_line(self):

@@ -317,6 +317,19 @@ def test_esyncs_fast_workers_take_as_many_local_steps_a_round_wherever_the_profi
 
 @pytest.mark.slow
 @pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_a_virtual_runs_progress_is_told_in_virtual_seconds(virtual_jobs):
+    from launcher.supervision import Progress
+
+    mode_dir = os.path.join(virtual_jobs[0], "lenet", "sync")
+    progress = Progress("sync 1/1", mode_dir, every=1.0, virtual=True)
+    logged_time = runlog.RunFollower(mode_dir).update().training_time
+
+    assert progress.line().startswith(f"[sync 1/1] {logged_time:6.1f} virtual s (")
+    assert f"in {logged_time:.1f} virtual s of training" in progress.finished_line()
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_sixty_four_workers_on_the_virtual_clock_complete_a_job_of_one_virtual_second(tmp_path):
     logs = str(tmp_path / "logs")
     code, output = virtual_run(logs, "sync", ",".join(["1"] * 48 + ["4"] * 16), "--max-time", "1", "--step-seconds",
