@@ -5,10 +5,10 @@ draw the comparison.
     python launch.py --modes esync,sync --devices gpu0,gpu1,gpu0+gpu1 -n resnet18-v1 --max-iters 2000 -- -b 32 -e 10
     python launch.py --tracker ssh -H hosts --host-ip 10.0.0.1 --modes sync --devices gpu0,gpu0 --max-time 600
     python launch.py clean-netns [PREFIX]    # network namespaces a killed `--hosts netns` run left behind
-    python launch.py paper [--repeats R]     # the ESync paper's experiment: Table 1, Figures 3-5 (launcher/paper.py)
+    python launch.py paper [--repeats R]     # the ESync paper's experiment: Table 1, Figures 3-5 (launcher/studies/paper.py)
     python launch.py sweep --rho 0.2,0.6,1 --modes zeno ...   # one run per value, final accuracy against it
     python launch.py regimes [--repeats R]   # every scheme over links x heterogeneity x data split: who wins where
-    python launch.py tune --trials 8         # each scheme's values searched in one cell (launcher/tune.py)
+    python launch.py tune --trials 8         # each scheme's values searched in one cell (launcher/studies/tune.py)
     python launch.py docs [--check]          # the docs' result tables again from the committed results
     python launch.py calibrate -n lenet --slowdown 1,4 --out devices.json   # the fast step, for --clock virtual
 
@@ -24,7 +24,8 @@ import logging
 import sys
 
 from analysis import doc_tables
-from launcher import checks, comm_ratio, dmlc, netns, paper, regime_map, runner, sweep, tune
+from launcher import checks, comm_ratio, dmlc, netns, runner
+from launcher.studies import paper, regime_map, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE

@@ -29,6 +29,7 @@ import statistics
 import sys
 
 from analysis import paper, paper_text, regime_map, timing, tuned
+from analysis import scheme_names
 from analysis.tables import markdown_table
 from training import runlog
 from training.files import read_json, write_text
@@ -161,9 +162,9 @@ def brief_leader(cell):
     if cell["leader"] is None:
         return "none reached the target"
     if cell["winner"]:
-        return f"**{regime_map.display(cell['leader'])}**"
-    tied = ", ".join(regime_map.display(s) for s in cell["tied"][1:])
-    return regime_map.display(cell["leader"]) + (f" ({tied})" if tied else "")
+        return f"**{scheme_names.display(cell['leader'])}**"
+    tied = ", ".join(scheme_names.display(s) for s in cell["tied"][1:])
+    return scheme_names.display(cell["leader"]) + (f" ({tied})" if tied else "")
 
 
 def test_of(cell):
@@ -223,7 +224,7 @@ def leader_text(cell, values):
     if leader is None:
         return "none reached the target"
     shown = values.get((cell["split"], cell["profile"], cell["link"], leader))
-    name = f"**{regime_map.display(leader)}**" if cell["winner"] else regime_map.display(leader)
+    name = f"**{scheme_names.display(leader)}**" if cell["winner"] else scheme_names.display(leader)
     return f"{name}{f' ({shown})' if shown else ''}: {mean_time(cell['schemes'][leader], horizon_of(cell))}"
 
 
@@ -231,7 +232,7 @@ def tied_text(cell):
     if cell["leader"] is None:
         return "–"
     adjusted = cell.get("adjusted_p_values", {})
-    tied = [f"{regime_map.display(s)} ({adjusted[s]:.2g})" for s in cell["tied"][1:] if s in adjusted]
+    tied = [f"{scheme_names.display(s)} ({adjusted[s]:.2g})" for s in cell["tied"][1:] if s in adjusted]
     if tied:
         return ", ".join(tied)
     return f"none: it wins (largest p {max(adjusted.values()):.2g})" if adjusted else "–"
@@ -239,7 +240,7 @@ def tied_text(cell):
 
 def alone_text(cell):
     """One fast device's mean time and, where the map counted them, the median of the steps it took to the target."""
-    alone = cell["schemes"].get(regime_map.STANDALONE)
+    alone = cell["schemes"].get(scheme_names.STANDALONE)
     if not alone:
         return "not run"
     steps = [v for v in (alone.get("rounds_to_target") or {}).get("values", []) if v is not None]
@@ -252,19 +253,19 @@ def pays_text(cell):
         return "–"
     adjusted = test["adjusted_p_values"]
     if answer == "yes":
-        return "**yes**: " + ", ".join(f"{regime_map.display(s)} (p = {adjusted[s]:.2g})" for s in test["faster"])
+        return "**yes**: " + ", ".join(f"{scheme_names.display(s)} (p = {adjusted[s]:.2g})" for s in test["faster"])
     if answer == "no":
         return f"**no**: one device leads every cluster scheme (p ≤ {max(adjusted.values()):.2g})"
     means = regime_map.restricted_means(cell["schemes"])
-    ahead = [s for s in adjusted if means[s] < means[regime_map.STANDALONE]]
+    ahead = [s for s in adjusted if means[s] < means[scheme_names.STANDALONE]]
     if ahead:
         closest = min(ahead, key=adjusted.get)
-        said = (f"cannot be told: {regime_map.display(closest)} is sooner in the mean, within the spread "
+        said = (f"cannot be told: {scheme_names.display(closest)} is sooner in the mean, within the spread "
                 f"(p = {adjusted[closest]:.2g})")
     else:
         said = "cannot be told: no cluster scheme is sooner than one device in the mean"
     if test["slower"]:
-        said += "; one device leads " + ", ".join(f"{regime_map.display(s)} (p = {adjusted[s]:.2g})"
+        said += "; one device leads " + ", ".join(f"{scheme_names.display(s)} (p = {adjusted[s]:.2g})"
                                                   for s in test["slower"])
     return said
 
@@ -275,7 +276,7 @@ def ratio_text(cell):
         return "–"
     bound = {"lower": "≥ ", "upper": "≤ "}.get(found["bound"], "")
     return (f"{bound}{found['ratio']:.2f} ({found['low']:.2f}–{found['high']:.2f}) against "
-            f"{regime_map.display(found['scheme'])}")
+            f"{scheme_names.display(found['scheme'])}")
 
 
 def repeats_block(folder):
@@ -288,7 +289,7 @@ def repeats_block(folder):
         for scheme, numbers in regime_map.by_relative_time(cell):
             times = ", ".join(f"{t:.1f}" if reached else "–" for t, reached in numbers["censored_times"])
             p = cell.get("adjusted_p_values", {}).get(scheme)
-            rows.append([regime_map.display(scheme), times or "–", mean_time(numbers, horizon),
+            rows.append([scheme_names.display(scheme), times or "–", mean_time(numbers, horizon),
                          regime_map.relative_text(numbers), "leader" if scheme == cell["leader"] else
                          ("–" if p is None else f"{p:.2g}")])
         seeds = f"seeds {result['seed']} to {result['seed'] + result['repeats'] - 1}"

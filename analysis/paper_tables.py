@@ -4,6 +4,7 @@ import os
 import statistics
 
 from analysis import paper, paper_text, regime_map, significance
+from analysis import scheme_names
 from analysis.doc_tables import cell_name, cells_at_targets
 from analysis.tables import markdown_table
 from training import modes
@@ -21,8 +22,8 @@ def beside_paper_block(*folders):
     rows = [["the paper", "0.8", "–", speedups, "–", *paper_text.paper_figure_4()]]
     for result, (target, cell) in ((r, found) for r in results for found in cells_at_targets(r)):
         schemes = cell["schemes"]
-        for scheme in (s for s in schemes if regime_map.mode_of(s)[0] == modes.ESYNC):
-            rows.append([cell_name(result, cell), f"{target:g}", regime_map.display(scheme),
+        for scheme in (s for s in schemes if scheme_names.mode_of(s)[0] == modes.ESYNC):
+            rows.append([cell_name(result, cell), f"{target:g}", scheme_names.display(scheme),
                          speedup_text(schemes, paper.BASELINE, scheme), speedup_text(schemes, modes.STANDALONE, scheme),
                          paired_ratio_text(schemes, scheme, paper.BASELINE, samples_per_s),
                          paired_ratio_text(schemes, scheme, paper.TRAFFIC_BASELINE, samples_per_s),

@@ -8,7 +8,7 @@ import argparse
 import glob
 import os
 
-from analysis import regime_map
+from analysis import scheme_names
 from analysis.tables import markdown_table
 from training import runlog
 from training.evaluator import EVALUATOR_LOG, read_evaluations
@@ -40,7 +40,7 @@ def trial_at_target(trial_dir, mode, target):
 
 def best_trials(cell_dir, scheme, target, count=1):
     """The `count` trials of a scheme that reached `target` soonest: [(trial, seconds, round, steps)]."""
-    mode, _ = regime_map.mode_of(scheme)
+    mode, _ = scheme_names.mode_of(scheme)
     reached = []
     for trial in glob.glob(os.path.join(cell_dir, scheme, "trial-*")):
         at = trial_at_target(trial, mode, target) if os.path.isdir(trial) else None

@@ -5,6 +5,7 @@ import os
 import textwrap
 
 from analysis import regime_map, significance
+from analysis import scheme_names
 
 
 def heatmap_text(cell, scheme):
@@ -59,7 +60,7 @@ def draw_at(result, out_dir, suffix):
                         fontweight="bold" if texts[i][j].startswith(("best", "tie")) else "normal")
         names = [f"{regime_map.compact(profile)}\n{regime_map.describe_link(link)}" for profile, link in columns]
         ax.set_xticks(range(len(columns)), names, fontsize=7)
-        ax.set_yticks(range(len(schemes)), [regime_map.display(s) for s in schemes], fontsize=8)
+        ax.set_yticks(range(len(schemes)), [scheme_names.display(s) for s in schemes], fontsize=8)
         bar = fig.colorbar(image, ax=ax, ticks=[0, 1, 2, 3])
         bar.ax.set_yticklabels(["×1", "×2", "×4", "≥×8"])
         bar.set_label("time to the target / the leader's")

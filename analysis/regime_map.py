@@ -19,10 +19,11 @@ import statistics
 
 from analysis import summary as summaries
 from analysis import significance
-from analysis import paper, timing
+from analysis import timing
 from analysis.paper import format_statistic, rounds_to_target, statistics_of, time_to_target
+from analysis.scheme_names import STANDALONE, display, mode_of
 from analysis.tables import markdown_table
-from training import esync_variants, modes, runlog
+from training import runlog
 from training.files import write_json, write_text
 
 PLAN_FILE = "regimes-plan.json"     # the grid, written before the first run: --report-only reads it
@@ -74,52 +75,6 @@ def profile_folder(profile):
 
 def run_dir(log_dir, link, profile, split, repeat, scheme):
     return os.path.join(log_dir, link_folder(link), profile_folder(profile), split, f"repeat-{repeat}", scheme)
-
-
-FAST_ONLY = paper.FAST_ONLY  # SSGD on the profile's fastest devices alone: the stragglers dropped
-STANDALONE = modes.STANDALONE  # one fast device, no cluster
-
-
-OVER = "@"  # esync-apply@ring: a synchronous scheme summing over an MPI collective, not the parameter server
-
-
-def collective_of(scheme):
-    """'esync-apply@ring' -> ('esync-apply', 'ring'); a scheme over the parameter server -> (scheme, None)."""
-    base, _, collective = scheme.partition(OVER)
-    return base, collective or None
-
-
-def mode_of(scheme):
-    """(mode, ESync variant or None) of a scheme: a mode of the catalog, esync-<variant>
-    (training/esync_variants.py), or fast-only (sync on the fastest devices); either may end in @<collective>."""
-    scheme = collective_of(scheme)[0]
-    if scheme == FAST_ONLY:
-        return "sync", None
-    if scheme.startswith(esync_variants.PREFIX) and scheme not in modes.MODES:
-        return "esync", scheme[len(esync_variants.PREFIX):]
-    return scheme, None
-
-
-def fastest_positions(profile):
-    """'1,20,1' -> [0, 2]: the positions of the profile's fastest devices."""
-    factors = [float(f) for f in profile.split(",")]
-    return [i for i, factor in enumerate(factors) if factor == min(factors)]
-
-
-def fastest_profile(profile):
-    """'1,1,20' -> '1,1': the profile's fastest devices alone."""
-    factors = [float(f) for f in profile.split(",")]
-    return ",".join(f"{factors[i]:g}" for i in fastest_positions(profile))
-
-
-def display(scheme):
-    if scheme == FAST_ONLY:
-        return "SSGD on the fast devices alone"
-    mode, variant = mode_of(scheme)
-    collective = collective_of(scheme)[1]
-    name = modes.MODES[mode].display
-    return (f"{name} ({esync_variants.describe(variant)})" if variant else name) + (
-        f" over {collective} allreduce" if collective else "")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ import os
 import statistics
 
 from analysis import paper, regime_map
+from analysis import scheme_names
 from analysis.doc_tables import cell_name, cells_at_targets, horizon_of
 from analysis.tables import markdown_table
 from training.files import read_json
@@ -25,7 +26,7 @@ def block(folder):
         same = same_order(medians["real"], medians["virtual"])
         for scheme in cell["schemes"]:
             numbers, twins = cell["schemes"][scheme], twin["schemes"][scheme]
-            rows.append([cell_name(real, cell, clock=False), f"{target:g}", regime_map.display(scheme),
+            rows.append([cell_name(real, cell, clock=False), f"{target:g}", scheme_names.display(scheme),
                          median_text(medians["real"].get(scheme), numbers),
                          median_text(medians["virtual"].get(scheme), twins),
                          inside_text(medians["virtual"].get(scheme), numbers, twins, horizon_of(cell)),
@@ -67,7 +68,7 @@ def device_rows(real, simulated):
             for device, rate in numbers.get("device_samples_per_s", {}).items():
                 other = twins.get("device_samples_per_s", {}).get(device, {})
                 ratio = other["mean"] / rate["mean"] if other.get("mean") and rate.get("mean") else None
-                rows.append([cell_name(real, cell, clock=False), regime_map.display(scheme), device,
+                rows.append([cell_name(real, cell, clock=False), scheme_names.display(scheme), device,
                              statistic_text(rate, ".0f"), statistic_text(other, ".0f"),
                              "-" if ratio is None else f"{ratio:.2f}"])
     return rows
@@ -84,7 +85,7 @@ def staleness_text(real, simulated):
         for scheme, numbers in cell["schemes"].items():
             twins = twin["schemes"].get(scheme, {})
             if (numbers.get("staleness_median") or {}).get("n"):
-                rows.append([cell_name(real, cell, clock=False), regime_map.display(scheme),
+                rows.append([cell_name(real, cell, clock=False), scheme_names.display(scheme),
                              *(statistic_text(of.get(key), ".1f") for of in (numbers, twins)
                                for key in ("staleness_median", "staleness_p90"))])
     if not rows:

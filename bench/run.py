@@ -60,7 +60,7 @@ from bench.sections import (
     sync_overhead,
     virtual_clock,
 )
-from launcher import experiment, netns
+from launcher import experiment, links, netns
 from launcher.cluster import ROOT
 from training import modes
 from training.checks import UsageError
@@ -167,7 +167,7 @@ def main(argv=None):
     p.add_argument("--only", choices=list(SECTIONS), help="run one section; writes results-<section>.json/md")
     link_options = p.add_argument_group("the heterogeneity section's links and aggregation (launch.py's options)")
     experiment.add_aggregation_options(link_options)
-    experiment.add_host_options(link_options)
+    links.add_host_options(link_options)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     cfg = dict(QUICK if args.quick else FULL, links=experiment.handed_on(args))

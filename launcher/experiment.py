@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from analysis import summary, tuned
-from launcher import checks, cluster_file, comm_ratio, help, netns, workers
+from launcher import checks, cluster_file, comm_ratio, help, links, netns, workers
 from launcher.commands import CHECKPOINT_EVERY, KEPT_CHECKPOINTS, device_flags
 from launcher.dmlc import TRACKERS, split_at_double_dash
 from launcher.hosts import LOOPBACK
@@ -17,7 +17,7 @@ from training import config, modes, runlog
 from training.transport import collectives
 from training.attacks import ATTACKS
 from training.checks import UsageError
-from training.clocks import network, virtual
+from training.clocks import virtual
 from training.schemes import esync
 
 # A mode's folder holds the workers' node folders and PROCESSES_FOLDER, with each process's output, PID_FILE and
@@ -28,8 +28,6 @@ NETWORK_FILE = runlog.NETWORK_FILE
 WALL_LIMIT_WITHOUT_MAX_TIME = 6 * 3600.0
 SNAPSHOT_FOLDER = runlog.SNAPSHOT_FOLDER
 DEFAULT_SNAPSHOT_SECONDS = 0.5
-DEFAULT_BANDWIDTH = "1gbit"
-LOOPBACK_LINKS = "loopback (no link limit)"
 
 STANDALONE_HELP = ("a mode without a cluster (local) trains one process alone on the fastest worker's device "
                    "and slowdown: the sequential baseline")
@@ -99,23 +97,7 @@ class Experiment:
 
     def describe_links(self):
         """One line naming the links the experiment runs on, for tables and figures."""
-        if self.tracker:
-            return f"the hosts of dmlc_tracker's {self.tracker} launcher (links not shaped here)"
-        if self.clock != runlog.REAL_CLOCK:
-            text = (f"charged on a virtual clock: a transfer of the model lasts {self.comm_ratio:g} fast steps"
-                    if self.comm_ratio else f"{LOOPBACK_LINKS}, on a virtual clock")
-            if self.num_servers != 1 or self.ps_link:
-                servers_link = self.ps_link or "the workers' rate"
-                text += f"; {self.num_servers} parameter server(s) on links of {servers_link}"
-            return text
-        if self.hosts == "local":
-            return LOOPBACK_LINKS
-        text = f"network namespaces, workers' links {self.bandwidth}, parameter servers' {self.ps_bandwidth}"
-        if self.regime:
-            text += (f" (--comm-ratio {self.comm_ratio:g}: a model transfer of {self.regime['model_bytes']} bytes "
-                     f"over a worker link lasts {self.comm_ratio:g} x the fast step of "
-                     f"{1e3 * self.regime['fast_step_seconds']:.2f} ms)")
-        return text
+        return links.describe(self)
 
     @property
     def num_workers(self):
@@ -212,7 +194,7 @@ def _parser(catalog):
                    help="seconds after which a mode is stopped as hung, plus two of its mean global iterations "
                         "(default: 2 x --max-time + 120 s, "
                         f"or {WALL_LIMIT_WITHOUT_MAX_TIME / 3600:g} h without --max-time or on the virtual clock)")
-    add_host_options(p)
+    links.add_host_options(p)
     add_clock_options(p)
     p.add_argument("--progress-every", type=float, default=2.0, help="seconds between progress lines (default 2)")
     p.add_argument("--no-figures", dest="figures", action="store_false",
@@ -282,24 +264,6 @@ def add_aggregation_options(p):
                         "binary-blocks (MPI's allreduce among the workers, started by mpiexec; see below)")
 
 
-def add_host_options(p, rates=True):
-    """The hosts and their links; `rates` False where the command sets the rates itself (launch.py regimes)."""
-    if rates:
-        p.add_argument("--hosts", choices=("local", "netns"), default="local",
-                       help="local: every process on 127.0.0.1 (default); netns: one network namespace per host "
-                            "with rate-limited links (see below)")
-        p.add_argument("--bandwidth", help=f"--hosts netns: each worker link's rate (default {DEFAULT_BANDWIDTH})")
-        p.add_argument("--comm-ratio", type=float,
-                       help="--hosts netns: instead of --bandwidth, the rate at which one transfer of the model over "
-                            "a worker's link lasts this many steps of the fastest worker, both measured before the "
-                            "runs (the ESync paper's cluster: about 12; see launcher/comm_ratio.py)")
-    p.add_argument("--ps-bandwidth", help="--hosts netns or --clock virtual: each parameter-server link's rate, e.g. "
-                   "100mbit, or a multiple of the workers' rate, e.g. 6x (default: the workers')")
-    p.add_argument("--netns-prefix", help="--hosts netns: name prefix of the namespaces (default esync-<random>-)")
-    p.add_argument("--netns-subnet", default=netns.DEFAULT_SUBNET,
-                   help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
-
-
 # The aggregation, host and device options that the experiment commands (paper, regimes, the benchmark) hand on to
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
@@ -359,7 +323,7 @@ def build(ns, worker_args=()):
         share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
     if ns.validators < 1 or ns.validators > len(devices):
         raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
-    worker_rate, ps_rate = link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))
+    worker_rate, ps_rate = links.link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))
     netns_on = ns.hosts == "netns"
     return Experiment(
         modes=chosen, network=ns.network, dataset=ns.dataset, data_dir=data_dir(ns),
@@ -373,7 +337,7 @@ def build(ns, worker_args=()):
         snapshot_seconds=ns.snapshot_seconds, device_share=share, devices_described=devices_described,
         worker_args=tuple(worker_args),
         tracker=ns.tracker, hostfile=ns.hostfile and os.path.abspath(ns.hostfile), host_ip=host_ip(ns),
-        hosts=ns.hosts, bandwidth=bandwidth(ns), ps_bandwidth=ns.ps_bandwidth or bandwidth(ns),
+        hosts=ns.hosts, bandwidth=links.bandwidth(ns), ps_bandwidth=ns.ps_bandwidth or links.bandwidth(ns),
         worker_rate=worker_rate, ps_rate=ps_rate,
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
@@ -381,13 +345,8 @@ def build(ns, worker_args=()):
         step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
         ps_link=ns.ps_bandwidth,
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
-            ns.network, ns.dataset, ",".join(slowdowns), link_of(ns), ns.non_iid), chosen, ns.esync_policy)
+            ns.network, ns.dataset, ",".join(slowdowns), links.link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})
-
-
-def link_of(ns):
-    """The links as tuned.json names a cell's: None on loopback, the ratio, or the rate."""
-    return ns.comm_ratio if ns.comm_ratio is not None else bandwidth(ns) if ns.hosts == "netns" else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -405,29 +364,6 @@ def parse_modes(text):
     return chosen
 
 
-def link_rates(ns, num_hosts):
-    """(worker link, parameter-server link) in bits per second with --hosts netns, else (None, None); with
-    --comm-ratio the workers' rate is None until measured, and so is the servers' unless --ps-bandwidth gives a rate
-    rather than a multiple of the workers'."""
-    checks.check_comm_ratio(ns)
-    if ns.ps_bandwidth:
-        try:
-            network.parse_server_rate(ns.ps_bandwidth)
-        except ValueError as error:
-            raise UsageError(f"--ps-bandwidth: {error}") from None
-        if ns.hosts == "local" and ns.clock == runlog.REAL_CLOCK:
-            raise UsageError(f"--ps-bandwidth {ns.ps_bandwidth}: the servers' links are shaped with --hosts netns "
-                             "and charged with --clock virtual; on loopback they carry what they can")
-    if ns.hosts == "local":
-        return None, None
-    try:
-        netns.parse_subnet(ns.netns_subnet, num_hosts)
-        worker_rate = None if ns.comm_ratio is not None else network.parse_rate(bandwidth(ns))
-    except ValueError as error:
-        raise UsageError(f"--hosts netns: {error}") from None
-    return worker_rate, network.server_bits(ns.ps_bandwidth, worker_rate)
-
-
 # ----------------------------------------------------------------------------------------------
 # Values derived from the command line
 
@@ -441,13 +377,6 @@ def data_dir(ns):
         return os.path.abspath(resolve_data_dir(ns.data_dir, ns.dataset))
     except DataError:
         return os.path.abspath((data_dirs() or ("data",))[0])
-
-
-def bandwidth(ns):
-    """The workers' link rate as given, for messages; with --comm-ratio a placeholder until the rate is measured."""
-    if ns.comm_ratio is not None:
-        return "(set by --comm-ratio)"
-    return ns.bandwidth or DEFAULT_BANDWIDTH
 
 
 def host_ip(ns):

@@ -177,7 +177,8 @@ def placeholder(argv):
 
 
 def parse_launch(argv, monkeypatch):
-    from launcher import dmlc, experiment, paper, regime_map, sweep, tune
+    from launcher import dmlc, experiment
+    from launcher.studies import paper, regime_map, sweep, tune
 
     if argv[:1] == ["paper"]:
         return paper.parse(argv[1:])

@@ -1,10 +1,18 @@
 """The links of a job on a virtual clock (training/clocks/network.py): a sum over the parameter server as ps-lite
 deploys it (its keys placed over the servers, every link full duplex and shared fairly), the asynchronous servers'
 queues, MPI's allreduce, and the rates a user gives."""
+import glob
 import itertools
+import os
+import statistics
 
 import pytest
 
+from analysis import summary
+from launcher import experiment
+from tests.test_virtual_clock import virtual_run
+from training import runlog
+from training.checks import UsageError
 from training.clocks import network
 from training.clocks.network import Link, Network
 
@@ -97,3 +105,51 @@ def test_a_servers_rate_is_a_rate_or_a_multiple_of_the_workers(text, bits):
 def test_a_servers_rate_that_is_neither_is_refused(text):
     with pytest.raises(ValueError, match="6x"):
         network.parse_server_rate(text)
+
+
+# ----------------------------------------------------------------------------------------------
+# The launcher's servers and links, and real jobs on the virtual clock
+
+
+def test_a_servers_rate_on_loopback_in_real_time_is_refused_rather_than_ignored():
+    with pytest.raises(UsageError, match="--ps-bandwidth 6x: the servers' links are shaped with --hosts netns"):
+        experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--ps-bandwidth", "6x"])
+
+
+def test_the_servers_count_and_rate_reach_the_virtual_job_and_its_links_line():
+    given = experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--clock", "virtual",
+                              "--step-seconds", "0.01", "--comm-ratio", "3", "-s", "2", "--ps-bandwidth", "2x"])
+
+    assert (given.num_servers, given.ps_link) == (2, "2x")
+    assert given.describe_links().endswith("; 2 parameter server(s) on links of 2x")
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_more_parameter_servers_or_faster_server_links_make_the_sums_sooner(tmp_path):
+    rounds = {}
+    for name, servers in (("one", ["-s", "1"]), ("three", ["-s", "3"]), ("faster", ["--ps-bandwidth", "3x"])):
+        logs = str(tmp_path / name)
+        code, output = virtual_run(logs, "sync", "1,1,4", "--comm-ratio", "6", *servers)
+        assert code == 0, output
+        rounds[name] = summary.summarize_mode(os.path.join(logs, "lenet"), "sync")["num_rounds"]
+
+    # a sum over one server's link: 3 pushes then 3 pulls; over three servers or a link 3x as fast: 1 each way
+    assert rounds["three"] > 1.5 * rounds["one"] and rounds["faster"] > 1.5 * rounds["one"], rounds
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_esyncs_fast_workers_take_as_many_local_steps_a_round_wherever_the_profile_lists_them(tmp_path):
+    logs = str(tmp_path / "logs")
+    code, output = virtual_run(logs, "esync", "117,1,1,117,1,1", "--esync-policy", "apply", "--comm-ratio", "12",
+                               "--step-seconds", "0.03", "--step-jitter", "0", "--max-time", "10")
+
+    assert code == 0, output
+    steps = {}
+    for folder in glob.glob(os.path.join(logs, "lenet", "esync", "*", "cpu-worker*")):
+        records = runlog.DeviceLog(folder).ordered()
+        steps[os.path.basename(folder)] = statistics.mean(runlog.local_steps(r) for r in records)
+    fast = [steps[f"cpu-worker{rank}"] for rank in (1, 2, 4, 5)]
+    # the sum comes back to every worker at once: no position starts its next round first
+    assert min(fast) >= 20 and max(fast) <= 1.05 * min(fast), steps

@@ -9,7 +9,7 @@ import pytest
 
 from analysis import paper, paper_figures, paper_text, timing, tuned
 from analysis import summary as summaries
-from launcher import paper as paper_command
+from launcher.studies import paper as paper_command
 from launcher.cluster import ROOT
 from tests.test_launch import PNG_SIGNATURE, launcher, recorded_pids, still_running
 from training import config, esync_variants, runlog

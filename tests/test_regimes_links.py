@@ -6,7 +6,7 @@ import pytest
 
 from analysis import paper
 from launcher import comm_ratio, experiment, netns, runner
-from launcher import paper as paper_command
+from launcher.studies import paper as paper_command
 from training.checks import UsageError
 
 # Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).

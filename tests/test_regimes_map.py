@@ -5,8 +5,9 @@ import os
 import pytest
 
 from analysis import paper, regime_figures, regime_map
+from analysis import scheme_names
 from analysis import summary as summaries
-from launcher import regime_map as regimes_command
+from launcher.studies import regime_map as regimes_command
 from training import runlog
 from training.checks import UsageError
 from training.files import write_json
@@ -152,7 +153,7 @@ def write_run(log_dir, plan, link, profile, split, repeat, scheme, code, accurac
     write_json(os.path.join(folder, regime_map.STATUS_FILE), {"exit_code": code})
     if accuracies is None:
         return
-    mode, _ = regime_map.mode_of(scheme)
+    mode, _ = scheme_names.mode_of(scheme)
     mode_dir = os.path.join(folder, plan["network"], runlog.run_folder(mode, non_iid=split == "niid"))
     os.makedirs(mode_dir)
     points = [[i + 1, float(i + 1), a] for i, a in enumerate(accuracies)]
@@ -335,8 +336,8 @@ def test_each_cell_says_whether_the_cluster_pays_against_one_device_alone(alone,
 
 
 def test_fast_only_is_sync_on_the_profiles_fastest_devices():
-    assert regime_map.mode_of("fast-only") == ("sync", None)
-    assert regime_map.fastest_profile("1,1,1,1,20,20") == "1,1,1,1"
+    assert scheme_names.mode_of("fast-only") == ("sync", None)
+    assert scheme_names.fastest_profile("1,1,1,1,20,20") == "1,1,1,1"
 
 
 def test_the_map_runs_one_device_alone_and_ssgd_on_the_fast_devices_beside_the_schemes(tmp_path):
@@ -347,6 +348,17 @@ def test_the_map_runs_one_device_alone_and_ssgd_on_the_fast_devices_beside_the_s
     planned = {os.path.basename(folder): (run.modes, run.slowdowns) for _, folder, run in runs}
     assert planned == {"esync": (("esync",), ("1", "1", "4")), "local": (("local",), ("1", "1", "4")),
                        "fast-only": (("sync",), ("1", "1"))}
+
+
+def test_a_scheme_at_sharded_runs_over_a_parameter_server_per_worker_on_the_virtual_clock(tmp_path):
+    _, _, runs = parse_regimes("--clock", "virtual", "--step-seconds", "0.03", "--links", "12", "--profiles",
+                               "1,1,4", "--splits", "iid", "--schemes", "sync,sync@sharded,async@sharded,fast-only",
+                               "--repeats", "1", "--ps-bandwidth", "2x")
+
+    servers = {os.path.basename(folder): (run.num_servers, run.collective, run.ps_link) for _, folder, run in runs}
+    assert servers == {"sync": (1, "ps", "2x"), "sync@sharded": (3, "ps", "2x"), "async@sharded": (3, "ps", "2x"),
+                       "fast-only": (1, "ps", "2x")}
+    assert scheme_names.display("esync-apply@sharded") == "ESync (apply) over a parameter server per worker"
 
 
 def test_a_scheme_at_collective_sums_over_mpi_at_the_schemes_own_tuned_values(tmp_path):
@@ -363,5 +375,5 @@ def test_a_scheme_at_collective_sums_over_mpi_at_the_schemes_own_tuned_values(tm
     assert over_ring.esync_policy == "apply" and over_ring.tuned_flags == over_servers.tuned_flags == {
         "esync": ("--local-lr=0.004",)}
     assert folder == os.path.join(ns.log_dir, "R12", "1-4", "iid", "repeat-1", "esync-apply@ring")
-    assert regime_map.mode_of("esync-apply@ring") == ("esync", "apply")
-    assert regime_map.display("sync@butterfly") == "Sync over butterfly allreduce"
+    assert scheme_names.mode_of("esync-apply@ring") == ("esync", "apply")
+    assert scheme_names.display("sync@butterfly") == "Sync over butterfly allreduce"

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from analysis import paper, regime_map
+from analysis import scheme_names
 from launcher import comm_ratio, netns
 from launcher.cluster import ROOT
 from tests.test_launch import (LAUNCH_PY, PNG_SIGNATURE, launcher, launcher_env, read_output, recorded_pids,
@@ -143,7 +144,7 @@ def test_the_regime_map_fills_every_cell_from_real_runs_and_redraws_from_the_log
             assert n["fast_compute_over_probe"]["n"] == (cell["link"] != "loopback"), (cell["link"], scheme)
     for scheme in ("sync", "esync-plan"):
         shaped = os.path.join(regime_map.run_dir(logs, 4.0, "1,2", "iid", 1, scheme), "lenet",
-                              regime_map.mode_of(scheme)[0], "processes", "network.json")
+                              scheme_names.mode_of(scheme)[0], "processes", "network.json")
         assert_links_follow_the_ratio(shaped, 4.0)
     table = open(os.path.join(logs, regime_map.TABLE_FILE)).read()
     # each cell's two schemes in the detail table and in the higher target's (0.85) table
@@ -217,7 +218,7 @@ def test_a_scheme_at_a_collective_sums_over_it_and_aggregates_sooner_than_over_o
         workers = os.path.join(regime_map.run_dir(logs, 12.0, "1,4", "iid", 1, scheme), "lenet", "esync", "*",
                                "cpu-worker*")
         metas = [json.load(open(os.path.join(folder, "meta.json"))) for folder in sorted(glob.glob(workers))]
-        assert [meta["config"]["collective"] for meta in metas] == [regime_map.collective_of(scheme)[1] or "ps"] * 2
+        assert [meta["config"]["collective"] for meta in metas] == [scheme_names.collective_of(scheme)[1] or "ps"] * 2
         rounds[scheme] = len(glob.glob(os.path.join(sorted(glob.glob(workers))[0], "iter-*.txt")))
     # two workers each move half the model each way over their own links; over one server's link, both models queue
     assert rounds["esync-apply@ring"] > rounds["esync-apply"] >= 1

@@ -398,7 +398,7 @@ def glob_meta(folder):
     (["--rho", "0.5"], "at least two distinct values"),
 ])
 def test_a_sweep_of_a_flag_the_launcher_sets_or_of_one_value_is_refused(argv, message):
-    from launcher import sweep
+    from launcher.studies import sweep
     from training.checks import UsageError
 
     with pytest.raises(UsageError, match=message):

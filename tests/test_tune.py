@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from analysis import tuned
-from launcher import experiment, tune
+from launcher import experiment
+from launcher.studies import tune
 from launcher.cluster import ROOT
 from tests.test_launch import launcher, launcher_env, read_output
 from training import config, modes

@@ -138,19 +138,6 @@ def test_what_the_virtual_clock_cannot_run_is_refused_in_one_line(argv, message)
         experiment.parse(["--slowdown", "1,4", "--max-time", "5", "--clock", "virtual", *argv])
 
 
-def test_a_servers_rate_on_loopback_in_real_time_is_refused_rather_than_ignored():
-    with pytest.raises(UsageError, match="--ps-bandwidth 6x: the servers' links are shaped with --hosts netns"):
-        experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--ps-bandwidth", "6x"])
-
-
-def test_the_servers_count_and_rate_reach_the_virtual_job_and_its_links_line():
-    given = experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--clock", "virtual",
-                              "--step-seconds", "0.01", "--comm-ratio", "3", "-s", "2", "--ps-bandwidth", "2x"])
-
-    assert (given.num_servers, given.ps_link) == (2, "2x")
-    assert given.describe_links().endswith("; 2 parameter server(s) on links of 2x")
-
-
 def test_a_refusal_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     result = subprocess.run([sys.executable, LAUNCH_PY, "--modes", "sync", "--slowdown", "1,4", "--max-time", "5",
                              "--clock", "virtual", "-ld", str(tmp_path)], capture_output=True, text=True,
@@ -286,37 +273,6 @@ def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tm
 
 @pytest.mark.slow
 @pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
-def test_more_parameter_servers_or_faster_server_links_make_the_sums_sooner(tmp_path):
-    rounds = {}
-    for name, servers in (("one", ["-s", "1"]), ("three", ["-s", "3"]), ("faster", ["--ps-bandwidth", "3x"])):
-        logs = str(tmp_path / name)
-        code, output = virtual_run(logs, "sync", "1,1,4", "--comm-ratio", "6", *servers)
-        assert code == 0, output
-        rounds[name] = summary.summarize_mode(os.path.join(logs, "lenet"), "sync")["num_rounds"]
-
-    # a sum over one server's link: 3 pushes then 3 pulls; over three servers or a link 3x as fast: 1 each way
-    assert rounds["three"] > 1.5 * rounds["one"] and rounds["faster"] > 1.5 * rounds["one"], rounds
-
-
-@pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
-def test_esyncs_fast_workers_take_as_many_local_steps_a_round_wherever_the_profile_lists_them(tmp_path):
-    logs = str(tmp_path / "logs")
-    code, output = virtual_run(logs, "esync", "117,1,1,117,1,1", "--esync-policy", "apply", "--comm-ratio", "12",
-                               "--step-seconds", "0.03", "--step-jitter", "0", "--max-time", "10")
-
-    assert code == 0, output
-    steps = {}
-    for folder in glob.glob(os.path.join(logs, "lenet", "esync", "*", "cpu-worker*")):
-        records = runlog.DeviceLog(folder).ordered()
-        steps[os.path.basename(folder)] = statistics.mean(runlog.local_steps(r) for r in records)
-    fast = [steps[f"cpu-worker{rank}"] for rank in (1, 2, 4, 5)]
-    # the sum comes back to every worker at once: no position starts its next round first
-    assert min(fast) >= 20 and max(fast) <= 1.05 * min(fast), steps
-
-
-@pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_a_virtual_runs_progress_is_told_in_virtual_seconds(virtual_jobs):
     from launcher.supervision import Progress
 
@@ -401,14 +357,14 @@ def logged_runs(logs):
 
 
 def test_jobs_on_the_real_clock_are_refused_in_one_line():
-    from launcher import parallel
+    from launcher.studies import parallel
 
     with pytest.raises(UsageError, match="--jobs 2 runs several runs at once.*give --clock virtual"):
         parallel.check_jobs(2, runlog.REAL_CLOCK)
 
 
 def test_the_regime_map_charges_its_links_on_the_virtual_clock_and_takes_its_limits_from_the_devices(tmp_path):
-    from launcher import regime_map as regimes_command
+    from launcher.studies import regime_map as regimes_command
 
     devices = tmp_path / "devices.json"
     devices.write_text(json.dumps({"network": "lenet", "dataset": "mnist-5k", "batch_size": 32, "step_seconds": 0.01}))
@@ -452,7 +408,7 @@ def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_pa
 def test_runs_at_once_are_numbered_among_all_the_commands_runs(monkeypatch, capsys, tmp_path):
     """A resumed command runs what is left: its progress lines number each run among all of the command's, as the
     lines of the runs kept from before do (not "9/8")."""
-    from launcher import parallel
+    from launcher.studies import parallel
 
     monkeypatch.setattr(parallel, "start", lambda experiment: subprocess.Popen(["true"]))
     left = SimpleNamespace(log_dir=str(tmp_path), run_id="left")
@@ -467,7 +423,7 @@ def test_runs_at_once_are_numbered_among_all_the_commands_runs(monkeypatch, caps
 
 
 def test_the_maps_progress_names_a_profile_of_many_devices_as_its_tables_do(tmp_path, capsys):
-    from launcher import regime_map as regimes_command
+    from launcher.studies import regime_map as regimes_command
 
     ns, plan, runs = regimes_command.parse([
         "--clock", "virtual", "--step-seconds", "0.01", "--links", "loopback", "--profiles", "12x1,4x4",

@@ -30,11 +30,13 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from analysis import paper, regime_map, timing, tuned
+from analysis import paper, timing, tuned
+from analysis import scheme_names
 from coordination.rules import apply as paper_rule
-from launcher import checks, experiment, parallel, runner, workers
+from launcher import checks, experiment, links, runner, workers
+from launcher.studies import parallel
 from launcher.dmlc import split_at_double_dash
-from launcher.regime_map import parse_splits
+from launcher.studies.regime_map import parse_splits
 from training import config, esync_variants, modes
 from training.schemes import esync
 from training.checks import UsageError
@@ -60,7 +62,7 @@ def build_parser():
     p.add_argument("--devices", help="one entry per worker, as launch.py's (default: one cpu per --slowdown factor)")
     p.add_argument("--slowdown", default=PAPER_SLOWDOWN, help=f"as launch.py's (default {PAPER_SLOWDOWN})")
     experiment.add_aggregation_options(p)
-    experiment.add_host_options(p)
+    links.add_host_options(p)
     experiment.add_device_options(p)
     experiment.add_run_options(p)
     experiment.add_clock_options(p, jobs=True)
@@ -184,9 +186,9 @@ def planned_runs(ns, networks, cluster_modes, worker_args):
 
 def fastest_devices(ns):
     """(--slowdown, --devices) of the profile's fastest devices alone; devices None where --devices is not given."""
-    fastest = regime_map.fastest_positions(ns.slowdown)
+    fastest = scheme_names.fastest_positions(ns.slowdown)
     devices = ns.devices.split(",") if ns.devices else None
-    return (regime_map.fastest_profile(ns.slowdown),
+    return (scheme_names.fastest_profile(ns.slowdown),
             ",".join(devices[i] for i in fastest) if devices and len(devices) == len(ns.slowdown.split(","))
             else ns.devices)
 
@@ -196,7 +198,7 @@ def fast_only_run(ns, network, repeat, split, worker_args):
     slowdown, devices = fastest_devices(ns)
     flags = ()
     if ns.tuned:
-        cell = tuned.cell_key(network, ns.dataset, ns.slowdown, experiment.link_of(ns), split == "niid")
+        cell = tuned.cell_key(network, ns.dataset, ns.slowdown, links.link_of(ns), split == "niid")
         flags = tuned.scheme_flags(ns.tuned, cell, paper.FAST_ONLY)
     return paper_run(ns, network, repeat, split, ("sync",), paper.fast_only_dir(ns.log_dir, repeat),
                      {"slowdown": slowdown, "devices": devices, "tuned": None}, list(worker_args) + list(flags),

@@ -33,14 +33,15 @@ import statistics
 import sys
 import time
 
-from analysis import regime_map as map_analysis, tuned
-from launcher import checks, experiment, parallel, runner, workers
-from launcher import regime_map as regimes_command
+from analysis import tuned
+from analysis import scheme_names
+from launcher import checks, experiment, runner, workers
+from launcher.studies import map_schemes, parallel
 from training import config, modes, runlog
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
-FAST_ONLY = map_analysis.FAST_ONLY
+FAST_ONLY = scheme_names.FAST_ONLY
 DEFAULT_SCHEMES = "sync,async,esync,esync-apply,local,fast-only"
 PENALTY = 10.0          # a missed seed scores the budget x (1 + PENALTY x the accuracy it lacked)
 QUASI_RANDOM_TRIALS = 8  # a power of two: the Sobol points before TPE models the objective
@@ -130,8 +131,8 @@ def check_cell(ns):
 def scheme_run(scheme, profile):
     """(mode, the launcher's options, the workers' flags, the profile) of one scheme of the search."""
     if scheme == FAST_ONLY:
-        return "sync", {}, [], map_analysis.fastest_profile(profile)
-    return (*regimes_command.scheme_parts(scheme), profile)
+        return "sync", {}, [], scheme_names.fastest_profile(profile)
+    return (*map_schemes.parts(scheme), profile)
 
 
 def run_of(ns, scheme, number, seed, values):
@@ -156,9 +157,9 @@ def run_of(ns, scheme, number, seed, values):
 
 def first_run(ns, scheme):
     """A run of the scheme at its defaults: the launcher's checks of its options, before any study starts."""
-    if map_analysis.collective_of(scheme)[1]:  # the map runs esync-apply@ring at esync-apply's values
+    if scheme_names.collective_of(scheme)[1]:  # the map runs esync-apply@ring at esync-apply's values
         raise UsageError(f"--schemes {scheme}: a collective changes a sum's time, not its values: tune the scheme")
-    if scheme != FAST_ONLY and map_analysis.mode_of(scheme)[0] not in modes.MODES:
+    if scheme != FAST_ONLY and scheme_names.mode_of(scheme)[0] not in modes.MODES:
         raise UsageError(f"--schemes: unknown scheme {scheme}")
     return run_of(ns, scheme, 0, ns.seeds[0], {})
 

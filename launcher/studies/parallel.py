@@ -1,7 +1,7 @@
 """The runs of a map, a table or a search several at once (`--jobs N`), where their results do not depend on the
 machine's load: on a virtual clock (training/clocks/), a run's logs are the same whatever else runs beside it.
 
-Each run is an Experiment that `python -m launcher.parallel RUN.pickle` runs (runner.run) in a process of its own,
+Each run is an Experiment that `python -m launcher.studies.parallel RUN.pickle` runs (runner.run) in a process of its own,
 at most N at a time, its output in launch-<run id>.txt in its log folder (runs may share one); a line says when
 each starts and how it ended.
 Interrupted (Ctrl-C, SIGTERM), every run in flight is handed SIGINT, stops the processes it started and is waited
@@ -13,10 +13,10 @@ import signal
 import subprocess
 import sys
 
+from launcher.cluster import ROOT
 from training.checks import UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def check_jobs(jobs, clock):
@@ -41,7 +41,7 @@ def start(experiment):
     with open(path, "wb") as f:
         pickle.dump(experiment, f)
     with open(output_path(experiment), "w") as out:
-        return subprocess.Popen([sys.executable, "-m", "launcher.parallel", path], cwd=ROOT, stdout=out,
+        return subprocess.Popen([sys.executable, "-m", "launcher.studies.parallel", path], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT)
 
 

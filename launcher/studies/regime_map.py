@@ -30,12 +30,11 @@ import sys
 import time
 
 from analysis import paper, regime_map, timing, tuned
-from launcher import checks, comm_ratio, experiment, parallel, runner, workers
+from launcher import checks, comm_ratio, experiment, links, runner, workers
+from launcher.studies import map_schemes, parallel
 from launcher.dmlc import split_at_double_dash
-from training import config, esync_variants, modes, runlog
-from training.schemes import esync
+from training import config, modes, runlog
 from training.checks import UsageError
-from training.transport import collectives
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
 
@@ -63,7 +62,8 @@ def build_parser():
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
                    help=f"cluster modes, esync-<policy>[-overlap][-drift], local (one fast device) and fast-only (SSGD "
                         f"on the fastest devices alone); a synchronous one may end in @ring, @butterfly or "
-                        f"@binary-blocks: summed over that MPI collective (default {DEFAULT_SCHEMES})")
+                        f"@binary-blocks: summed over that MPI collective; any may end in @sharded: over as many "
+                        f"parameter servers as workers, the keys split over them (default {DEFAULT_SCHEMES})")
     p.add_argument("--repeats", type=int, default=5,
                    help="runs of every scheme in every cell, on seeds --seed, --seed + 1, ... (default 5: the "
                         "smallest p-value 5 against 5 allows is 0.0079; a winner is named only where the spread "
@@ -84,7 +84,7 @@ def build_parser():
                    help=f"(default {paper.PAPER_DATASET})")
     p.add_argument("-dd", "--data-dir", help="(default: the first of data, /usr/share/datasets that holds it)")
     experiment.add_aggregation_options(p)
-    experiment.add_host_options(p, rates=False)
+    links.add_host_options(p, rates=False)
     experiment.add_device_options(p)
     experiment.add_clock_options(p, jobs=True)
     experiment.add_run_options(p)
@@ -137,27 +137,8 @@ def parse_splits(text):
 def parse_schemes(text):
     schemes = [s.strip() for s in text.split(",") if s.strip()]
     for scheme in schemes:
-        mode, variant = regime_map.mode_of(scheme)
-        if scheme == regime_map.STANDALONE:
-            continue
-        if mode not in modes.MODES or not modes.MODES[mode].cluster:
-            raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}), "
-                             f"{regime_map.STANDALONE}, {regime_map.FAST_ONLY} "
-                             f"or esync-<policy>[-overlap][-drift] ({', '.join(esync.POLICIES)}), "
-                             "each synchronous one optionally @<collective>")
-        check_collective(scheme, mode)
-        scheme_parts(scheme)
+        map_schemes.check(scheme)
     return unique(schemes, "--schemes", text)
-
-
-def check_collective(scheme, mode):
-    base, collective = regime_map.collective_of(scheme)
-    if collective is not None and collective not in collectives.MPI_ALGORITHMS:
-        raise UsageError(f"--schemes {scheme}: no collective {collective!r} (give one of "
-                         f"{', '.join(collectives.MPI_ALGORITHMS)})")
-    if collective and (base == regime_map.FAST_ONLY or not modes.MODES[mode].synchronous):
-        raise UsageError(f"--schemes {scheme}: only a synchronous mode sums over a collective "
-                         f"({', '.join(modes.synchronous_names())}, ESync's variants)")
 
 
 def unique(values, flag, text):
@@ -175,7 +156,14 @@ def plan_of(ns):
             "target": ns.target, "targets": [ns.target] + parse_higher_targets(ns.higher_targets, ns.target),
             "snapshot_seconds": ns.snapshot_seconds, "clock": ns.clock, "step_seconds": ns.step_seconds,
             "step_jitter": ns.step_jitter, "step_overhead": ns.step_overhead, "latency": ns.latency,
-            "round_trip": ns.round_trip}
+            "round_trip": ns.round_trip, **servers_of(ns)}
+
+
+def servers_of(ns):
+    """The parameter servers every scheme but those @sharded or @<collective> sums over, where not one server on a
+    worker's link: a map's plan without them is one of a single server."""
+    given = {"num_servers": ns.num_servers} if ns.num_servers != 1 else {}
+    return {**given, "ps_bandwidth": ns.ps_bandwidth} if ns.ps_bandwidth else given
 
 
 def parse_higher_targets(text, target):
@@ -190,28 +178,6 @@ def parse_higher_targets(text, target):
 
 NETNS_OPTIONS = ("netns_prefix", "netns_subnet")  # handed on to the runs on shaped links only
 SERVER_LINKS = "ps_bandwidth"  # handed on to the runs on shaped links and on the virtual clock
-
-
-def scheme_parts(scheme):
-    """(mode, the launcher's options, the workers' flags) of one of the map's schemes."""
-    mode, variant = regime_map.mode_of(scheme)
-    collective = regime_map.collective_of(scheme)[1]
-    over = {"collective": collective} if collective else {}
-    if not variant:
-        return mode, over, []
-    try:
-        configuration = esync_variants.composition(variant)
-    except ValueError as error:
-        raise UsageError(f"--schemes {scheme}: {error}") from None
-    return mode, {**configuration.launcher_options(), **over}, configuration.worker_flags()
-
-
-def fast_only_flags(ns, plan, link, profile, split):
-    """fast-only's tuned flags in the cell of the whole profile (--tuned), else none."""
-    if not ns.tuned:
-        return ()
-    cell = tuned.cell_key(plan["network"], plan["dataset"], profile, link, split == "niid")
-    return tuned.scheme_flags(ns.tuned, cell, regime_map.FAST_ONLY)
 
 
 def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options, devices=None):
@@ -242,12 +208,9 @@ def planned_runs(ns, plan, worker_args):
                     for scheme in plan["schemes"]:
                         label = (f"{scheme}, {regime_map.describe_link(link)}, workers {regime_map.compact(profile)}, "
                                  f"{regime_map.SPLIT_NAMES[split]}, repeat {repeat}")
-                        mode, own_options, own_flags = scheme_parts(scheme)
-                        devices = profile
-                        if scheme == regime_map.FAST_ONLY:  # its own cell is the fast devices': tuned in this one
-                            devices = regime_map.fastest_profile(profile)
-                            own_options = {**own_options, "tuned": None}
-                            own_flags = own_flags + list(fast_only_flags(ns, plan, link, profile, split))
+                        mode, own_options, own_flags, devices = map_schemes.in_cell(
+                            scheme, ns.tuned, tuned.cell_key(plan["network"], plan["dataset"], profile, link,
+                                                             split == "niid"), profile)
                         options = run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options,
                                               devices)
                         run = experiment.build(options, own_flags + list(worker_args))
@@ -388,7 +351,7 @@ def run_all(runs, resume=False, jobs=1):
 
 
 def run_at_once(runs, resume, jobs):
-    """run_all's runs `jobs` at a time (launcher/parallel.py)."""
+    """run_all's runs `jobs` at a time (launcher/studies/parallel.py)."""
     labelled = []
     for index, (label, folder, run) in enumerate(runs):
         if resume and done_before(folder):

@@ -1,0 +1,86 @@
+"""The links an experiment runs on, as the launcher's options give them: the workers' (--bandwidth, or --comm-ratio's
+rate, measured before the first run: launcher/comm_ratio.py) and the parameter servers' (--ps-bandwidth: a rate, or
+a multiple of the workers'), shaped in network namespaces (--hosts netns) or charged on the virtual clock
+(training/clocks/network.py), and the line that names them in tables and figures.
+"""
+from launcher import checks, netns
+from training import runlog
+from training.checks import UsageError
+from training.clocks import network
+
+DEFAULT_BANDWIDTH = "1gbit"
+LOOPBACK_LINKS = "loopback (no link limit)"
+
+
+def add_host_options(p, rates=True):
+    """The hosts and their links; `rates` False where the command sets the rates itself (launch.py regimes)."""
+    if rates:
+        p.add_argument("--hosts", choices=("local", "netns"), default="local",
+                       help="local: every process on 127.0.0.1 (default); netns: one network namespace per host "
+                            "with rate-limited links (see below)")
+        p.add_argument("--bandwidth", help=f"--hosts netns: each worker link's rate (default {DEFAULT_BANDWIDTH})")
+        p.add_argument("--comm-ratio", type=float,
+                       help="--hosts netns: instead of --bandwidth, the rate at which one transfer of the model over "
+                            "a worker's link lasts this many steps of the fastest worker, both measured before the "
+                            "runs (the ESync paper's cluster: about 12; see launcher/comm_ratio.py)")
+    p.add_argument("--ps-bandwidth", help="--hosts netns or --clock virtual: each parameter-server link's rate, e.g. "
+                   "100mbit, or a multiple of the workers' rate, e.g. 6x (default: the workers')")
+    p.add_argument("--netns-prefix", help="--hosts netns: name prefix of the namespaces (default esync-<random>-)")
+    p.add_argument("--netns-subnet", default=netns.DEFAULT_SUBNET,
+                   help=f"--hosts netns: the hosts' addresses (default {netns.DEFAULT_SUBNET})")
+
+
+def link_rates(ns, num_hosts):
+    """(worker link, parameter-server link) in bits per second with --hosts netns, else (None, None); with
+    --comm-ratio the workers' rate is None until measured, and so is the servers' unless --ps-bandwidth gives a rate
+    rather than a multiple of the workers'."""
+    checks.check_comm_ratio(ns)
+    if ns.ps_bandwidth:
+        try:
+            network.parse_server_rate(ns.ps_bandwidth)
+        except ValueError as error:
+            raise UsageError(f"--ps-bandwidth: {error}") from None
+        if ns.hosts == "local" and ns.clock == runlog.REAL_CLOCK:
+            raise UsageError(f"--ps-bandwidth {ns.ps_bandwidth}: the servers' links are shaped with --hosts netns "
+                             "and charged with --clock virtual; on loopback they carry what they can")
+    if ns.hosts == "local":
+        return None, None
+    try:
+        netns.parse_subnet(ns.netns_subnet, num_hosts)
+        worker_rate = None if ns.comm_ratio is not None else network.parse_rate(bandwidth(ns))
+    except ValueError as error:
+        raise UsageError(f"--hosts netns: {error}") from None
+    return worker_rate, network.server_bits(ns.ps_bandwidth, worker_rate)
+
+
+def link_of(ns):
+    """The links as tuned.json names a cell's: None on loopback, the ratio, or the rate."""
+    return ns.comm_ratio if ns.comm_ratio is not None else bandwidth(ns) if ns.hosts == "netns" else None
+
+
+def bandwidth(ns):
+    """The workers' link rate as given, for messages; with --comm-ratio a placeholder until the rate is measured."""
+    if ns.comm_ratio is not None:
+        return "(set by --comm-ratio)"
+    return ns.bandwidth or DEFAULT_BANDWIDTH
+
+
+def describe(experiment):
+    """One line naming the links `experiment` runs on, for tables and figures."""
+    if experiment.tracker:
+        return f"the hosts of dmlc_tracker's {experiment.tracker} launcher (links not shaped here)"
+    if experiment.clock != runlog.REAL_CLOCK:
+        text = (f"charged on a virtual clock: a transfer of the model lasts {experiment.comm_ratio:g} fast steps"
+                if experiment.comm_ratio else f"{LOOPBACK_LINKS}, on a virtual clock")
+        if experiment.num_servers != 1 or experiment.ps_link:
+            servers_link = experiment.ps_link or "the workers' rate"
+            text += f"; {experiment.num_servers} parameter server(s) on links of {servers_link}"
+        return text
+    if experiment.hosts == "local":
+        return LOOPBACK_LINKS
+    text = f"network namespaces, workers' links {experiment.bandwidth}, parameter servers' {experiment.ps_bandwidth}"
+    if experiment.regime:
+        text += (f" (--comm-ratio {experiment.comm_ratio:g}: a model transfer of {experiment.regime['model_bytes']} bytes "
+                 f"over a worker link lasts {experiment.comm_ratio:g} x the fast step of "
+                 f"{1e3 * experiment.regime['fast_step_seconds']:.2f} ms)")
+    return text
