@@ -24,7 +24,7 @@ import logging
 import sys
 
 from analysis import doc_tables
-from launcher import checks, comm_ratio, dmlc, netns, runner
+from launcher import calibration, checks, dmlc, netns, runner
 from launcher.studies import paper, regime_map, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
@@ -32,7 +32,7 @@ from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
                "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run,
-               "docs": doc_tables.run, "calibrate": comm_ratio.calibrate}
+               "docs": doc_tables.run, "calibrate": calibration.calibrate}
 
 
 def main(argv=None):

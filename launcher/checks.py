@@ -112,15 +112,17 @@ def check_clock(ns, chosen, worker_args=()):
     from training.clocks import job
 
     if ns.clock == runlog.REAL_CLOCK:
-        if ns.step_seconds is not None or ns.step_jitter or ns.step_overhead or ns.latency or ns.round_trip:
-            raise UsageError("--step-seconds, --step-jitter, --step-overhead, --latency and --round-trip are charged "
-                             "on a virtual clock: give --clock virtual")
+        if (ns.step_seconds is not None or ns.step_jitter or ns.step_overhead or ns.latency or ns.round_trip
+                or ns.server_apply):
+            raise UsageError("--step-seconds, --step-jitter, --step-overhead, --latency, --round-trip and "
+                             "--server-apply are charged on a virtual clock: give --clock virtual")
         return
     if ns.step_seconds is None or not 0 < ns.step_seconds < float("inf"):
         raise UsageError("--clock virtual: give the devices' step time, --step-seconds S (a step of one batch on a "
                          "device of --slowdown 1, in seconds)")
     for flag, value in (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead),
-                        ("--latency", ns.latency), ("--round-trip", ns.round_trip)):
+                        ("--latency", ns.latency), ("--round-trip", ns.round_trip),
+                        ("--server-apply", ns.server_apply)):
         if not 0 <= value < float("inf"):
             raise UsageError(f"{flag} {value:g}: give 0 or more")
     for flag, given in (("--hosts netns", ns.hosts == "netns"), ("--tracker", ns.tracker),

@@ -16,6 +16,7 @@ shorthand: each field is one flag (FIELDS), and a flag given beside the file tha
     [servers]                  # ps-lite's parameter servers
     count = 6
     bandwidth = "6x"           # each server's link: a rate, or a multiple of the workers'
+    apply = 0.001              # --clock virtual: seconds a server adds a pushed megabyte
 
     [state_server]
     round_trip = 0.002         # --clock virtual: seconds a request to the state server
@@ -42,11 +43,12 @@ FIELDS = {
     ("links", "latency"): ("latency", "--latency", "non-negative"),
     ("servers", "count"): ("num_servers", "-s", "count"),
     ("servers", "bandwidth"): ("ps_bandwidth", "--ps-bandwidth", "server rate"),
+    ("servers", "apply"): ("server_apply", "--server-apply", "non-negative"),
     ("state_server", "round_trip"): ("round_trip", "--round-trip", "non-negative"),
 }
 CHECKED_ONLY = {("devices", "count")}  # read to check the file against itself
 SECTIONS = sorted({section for section, _ in (*FIELDS, *CHECKED_ONLY)})
-CHARGED_ONLY = ("step_seconds", "step_jitter", "step_overhead", "latency", "round_trip")  # what a real run measures
+CHARGED_ONLY = ("step_seconds", "step_jitter", "step_overhead", "latency", "round_trip", "server_apply")  # measured in real time
 
 
 def read(path):

@@ -19,7 +19,9 @@ over 10 Gbit/s R = 1.2. The paper's Figure 5 (its GPUs computing a small share o
 """
 import dataclasses
 import logging
+import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,9 +78,30 @@ def fast_step_of(records):
     return runlog.median_step_seconds(records, runlog.OWN_STEP_PHASES, PROBE_WARMUP)
 
 
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """What one short standalone run on the fastest worker's device measured."""
+    step: float          # seconds of a step's own phases (median)
+    compute: float       # of its forward and backward pass
+    model_bytes: int
+    period: float        # seconds from one step's start to the next's (mean)
+    jitter: float        # the spread of log step seconds, from their interquartile range (a log-normal's sigma)
+
+
+def jitter_of(records):
+    """The log-normal spread of a step's own seconds after warm-up: the interquartile range of their logarithms /
+    1.349, which a few slow outliers (a collection, a page fault) do not move."""
+    steps = [sum(step.get(phase, 0.0) for phase in runlog.OWN_STEP_PHASES) for record in records
+             for step in record["time"].values()][PROBE_WARMUP:]
+    logs = sorted(math.log(seconds) for seconds in steps if seconds > 0)
+    if len(logs) < 4:
+        return 0.0
+    quartiles = statistics.quantiles(logs, n=4)
+    return (quartiles[2] - quartiles[0]) / 1.349
+
+
 def measure(experiment):
-    """(fast step, its forward and backward pass, in seconds; model bytes; the step's period, in seconds) measured
-    by one short standalone run; MeasurementFailed otherwise."""
+    """The Probe of one short standalone run of the experiment's fastest worker; MeasurementFailed otherwise."""
     with tempfile.TemporaryDirectory(prefix="esync-probe-") as log_dir:
         argv = [sys.executable] + probe_argv(experiment, log_dir)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
@@ -96,7 +119,8 @@ def measure(experiment):
         device_log = runlog.DeviceLog(folders[0])
         records = device_log.ordered()
         compute = runlog.median_step_seconds(records, (runlog.FORWARD_BACKWARD,), PROBE_WARMUP)
-        return fast_step_of(records), compute, device_log.meta["param_bytes"], period_of(records)
+        return Probe(fast_step_of(records), compute, device_log.meta["param_bytes"], period_of(records),
+                     jitter_of(records))
 
 
 def resolve(experiment, measured=None):
@@ -109,7 +133,8 @@ def resolve(experiment, measured=None):
     first = key not in measured
     if first:
         measured[key] = measure(experiment)
-    step, compute, model_bytes, _ = measured[key]
+    probe = measured[key]
+    step, compute, model_bytes = probe.step, probe.compute, probe.model_bytes
     rate = rate_for(experiment.comm_ratio, step, model_bytes)
     regime = {"comm_ratio": experiment.comm_ratio, "fast_step_seconds": step, "fast_compute_seconds": compute,
               "model_bytes": model_bytes,
@@ -127,96 +152,3 @@ def resolve(experiment, measured=None):
           f"{rate / 1e6:.3f} Mbit/s (a transfer of the model: {8e3 * model_bytes / rate:.1f} ms), the parameter "
           f"servers' at {ps_rate / 1e6:.3f} Mbit/s", flush=True)
     return resolved
-
-
-# ----------------------------------------------------------------------------------------------
-# A device calibrated for the virtual clock: `launch.py calibrate`
-
-
-def calibrate(argv):
-    """`launch.py calibrate [--out FILE] LAUNCHER-OPTIONS`: the fast step of the launcher's options (network, data,
-    batch size after --, the fastest worker's device and CPU quota), measured as for --comm-ratio and written to FILE
-    for `--clock virtual --step-seconds FILE`. Exit 0, 1 where the measurement failed, 2 for bad input."""
-    import json
-    import shlex
-    import socket
-
-    from training.checks import UsageError
-    from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
-    from training.files import write_json
-
-    try:
-        out, run = parse_calibration(argv)
-        step, compute, model_bytes, period = measure(run)
-    except UsageError as error:
-        print(f"launch.py calibrate: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except MeasurementFailed as error:
-        print(f"launch.py calibrate: {str(error).replace('--comm-ratio: ', '')}", file=sys.stderr)
-        return EXIT_FAILURE
-    record = {"network": run.network, "dataset": run.dataset, "batch_size": batch_size_of(run.worker_args),
-              "step_seconds": step, "overhead_seconds": max(0.0, period - step), "period_seconds": period,
-              "compute_seconds": compute, "model_bytes": model_bytes, "steps": PROBE_STEPS,
-              "device": run.devices[run.fastest_worker], "device_share": run.device_share,
-              "devices_described": run.devices_described, "measured_on": socket.gethostname(),
-              "command": "python launch.py calibrate " + shlex.join(argv)}
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    write_json(out, record, indent=1)
-    print(json.dumps(record, indent=1))
-    print(f"a step of {run.network} at batch {record['batch_size']}: {step * 1e3:.2f} ms; written to {out}")
-    return 0
-
-
-def parse_calibration(argv):
-    """(the file to write, the Experiment whose fast step is measured) of `launch.py calibrate`'s arguments."""
-    import argparse
-
-    from launcher import experiment as launcher_options
-
-    p = argparse.ArgumentParser(prog="launch.py calibrate", description=calibrate.__doc__.splitlines()[0])
-    p.add_argument("--out", default="devices.json", help="the file to write (default devices.json)")
-    ns, rest = p.parse_known_args(argv)
-    return ns.out, launcher_options.parse(["--modes", modes.STANDALONE, "--max-iters", str(PROBE_STEPS), *rest])
-
-
-def batch_size_of(worker_args):
-    """The batch size the workers' arguments give (main.py's default without -b)."""
-    import argparse
-
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("-b", "--batch-size", type=int, default=config.default("batch_size"))
-    return p.parse_known_args(list(worker_args))[0].batch_size
-
-
-def device_charges(given, network, dataset, worker_args):
-    """(step seconds, overhead seconds) of --step-seconds: a number and no overhead, or what a calibration file
-    gives for this run; (None, 0) without it."""
-    if given is None or isinstance(given, float):
-        return given, 0.0
-    try:
-        return float(given), 0.0
-    except ValueError:
-        record = calibrated_record(given, network, dataset, worker_args)
-        return float(record["step_seconds"]), float(record.get("overhead_seconds") or 0.0)
-
-
-def calibrated_record(path, network, dataset, worker_args):
-    """The record of a calibration file for a run of `network` on `dataset` at its batch size; ValueError (one
-    line) where the file is not one, or was measured for another network, data set or batch size."""
-    from training.files import read_json
-
-    try:
-        record = read_json(path)
-        step = float(record["step_seconds"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path} is neither a number of seconds nor a file of launch.py calibrate ({error})") from None
-    wanted = {"network": network, "dataset": dataset, "batch_size": batch_size_of(worker_args)}
-    differing = {key: record.get(key) for key, value in wanted.items() if record.get(key) != value}
-    if differing:
-        said = ", ".join(f"{key} {value}" for key, value in differing.items())
-        raise ValueError(f"{path} was calibrated for {said}, not for this run's "
-                         + ", ".join(f"{key} {wanted[key]}" for key in differing))
-    if not step > 0:
-        raise ValueError(f"{path}: a step of {step} s")
-    return record
-

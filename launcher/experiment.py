@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from analysis import summary, tuned
-from launcher import checks, cluster_file, comm_ratio, help, links, netns, workers
+from launcher import calibration, checks, cluster_file, help, links, netns, workers
 from launcher.commands import CHECKPOINT_EVERY, KEPT_CHECKPOINTS, device_flags
 from launcher.dmlc import TRACKERS, split_at_double_dash
 from launcher.hosts import LOOPBACK
@@ -87,6 +87,7 @@ class Experiment:
     step_overhead: float = 0.0      # --clock virtual: seconds each step is charged beside its computing
     latency: float = 0.0            # --clock virtual: seconds each transfer is charged beside its bytes
     round_trip: float = 0.0         # --clock virtual: seconds each request to the state server's rules is charged
+    server_apply: float = 0.0       # --clock virtual: seconds a parameter server adds a pushed megabyte into its sum
     ps_link: str | None = None      # --ps-bandwidth as given (a rate, or a multiple of the workers'); None: theirs
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
@@ -237,12 +238,15 @@ def add_clock_options(p, jobs=False):  # jobs: --jobs, for the commands of many 
                         "its links' (--comm-ratio), the same whatever the machine's load (docs/virtual-clock.md)")
     p.add_argument("--step-seconds", help=f"{virtual} a step of one batch takes on a device of --slowdown 1 (the "
                    "paper's GPUs: about 0.03), or a file of launch.py calibrate for this network and batch size")
-    p.add_argument("--step-jitter", type=float, default=0.0, help="--clock virtual: each step's charge x a "
-                   "log-normal factor of mean 1 and this log-spread, seeded per device (default 0)")
+    p.add_argument("--step-jitter", type=float, help="--clock virtual: each step's charge x a log-normal factor of "
+                   "mean 1 and this log-spread, seeded per device (default: a calibration file's, else 0)")
     p.add_argument("--step-overhead", type=float, help=f"{virtual} each step is charged beside its computing, "
                    "whatever the slowdown (default: a calibration file's, else 0)")
     p.add_argument("--latency", type=float, default=0.0, help=f"{virtual} each transfer is charged beside its bytes")
-    p.add_argument("--round-trip", type=float, default=0.0, help=f"{virtual} each state-server request is charged")
+    p.add_argument("--round-trip", type=float, help=f"{virtual} each state-server request is charged (default: a "
+                   "calibration file's, else 0)")
+    p.add_argument("--server-apply", type=float, help=f"{virtual} a parameter server takes to add a pushed megabyte "
+                   "into its sum or apply its rule to it (default: a calibration file's, else 0)")
     if jobs:
         p.add_argument("--jobs", type=int, default=1, metavar="N", help="--clock virtual: N runs at once, each in a "
                        "process of its own (default 1); a run's logs are the same whatever runs beside it")
@@ -268,7 +272,7 @@ def add_aggregation_options(p):
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
              "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts", "checkpoint_every", "clock",
-             "step_seconds", "step_jitter", "step_overhead", "latency", "round_trip")
+             "step_seconds", "step_jitter", "step_overhead", "latency", "round_trip", "server_apply")
 
 
 def handed_on(ns):
@@ -310,15 +314,11 @@ def build(ns, worker_args=()):
     checks.check_collective(ns, chosen)
     checks.check_worker_args(worker_args)
     checks.check_snapshot_seconds(ns.snapshot_seconds)
-    try:
-        ns.step_seconds, overhead = comm_ratio.device_charges(ns.step_seconds, ns.network, ns.dataset, worker_args)
-    except ValueError as error:
-        raise UsageError(f"--step-seconds {error}") from None
-    ns.step_overhead = overhead if ns.step_overhead is None else ns.step_overhead
+    calibration.resolve_charges(ns, worker_args)
     checks.check_clock(ns, chosen, worker_args)
     if ns.clock == runlog.VIRTUAL_CLOCK:
         share, devices_described = None, virtual.describe(ns.step_seconds, ns.step_jitter, ns.comm_ratio, ns.latency,
-                                                           ns.round_trip, ns.step_overhead)
+                                                           ns.round_trip, ns.step_overhead, ns.server_apply)
     else:
         share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
     if ns.validators < 1 or ns.validators > len(devices):
@@ -343,7 +343,7 @@ def build(ns, worker_args=()):
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
         checkpoint_every=ns.checkpoint_every, clock=ns.clock, step_seconds=ns.step_seconds,
         step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
-        ps_link=ns.ps_bandwidth,
+        server_apply=ns.server_apply, ps_link=ns.ps_bandwidth,
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), links.link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})

@@ -335,7 +335,7 @@ def start_virtual(experiment, mode, group, log_dir, state_server, hosts, label):
                       "jitter": experiment.step_jitter, "ratio": experiment.comm_ratio, "seed": experiment.seed,
                       "overhead": experiment.step_overhead, "latency": experiment.latency,
                       "num_servers": experiment.num_servers, "ps_bandwidth": experiment.ps_link,
-                      "round_trip": experiment.round_trip},
+                      "round_trip": experiment.round_trip, "server_apply": experiment.server_apply},
                indent=1)
     proc = group.start_python("virtual-job", ["-m", "training.clocks.job", path], threads.ONE_THREAD,
                               role="worker", host="localhost")

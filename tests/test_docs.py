@@ -191,9 +191,9 @@ def parse_launch(argv, monkeypatch):
     if argv[:1] == ["tune"]:
         return tune.parse(argv[1:])
     if argv[:1] == ["calibrate"]:
-        from launcher import comm_ratio
+        from launcher import calibration
 
-        return comm_ratio.parse_calibration(argv[1:])
+        return calibration.parse_calibration(argv[1:])
     if argv[:1] == ["submit"]:
         from dmlc_tracker import opts
         return opts.get_opts(argv[1:])

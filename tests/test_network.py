@@ -71,6 +71,12 @@ def test_a_faster_server_link_takes_as_many_pushes_at_once_as_it_is_times_faster
     assert net.sum_finishes(arrivals, [100])[3] == pytest.approx(2.0)
 
 
+def test_a_server_adds_the_last_push_before_it_hands_the_sum_back():
+    adding = Network.uniform(2, SECOND_A_TRANSFER, apply=0.005)  # 0.5 s for 100 bytes
+
+    assert adding.sum_finishes({0: 0.0, 1: 0.0}, [100]) == pytest.approx({0: 4.5, 1: 4.5})
+
+
 def test_a_link_left_idle_by_a_slow_flow_goes_to_the_others():
     # two flows into one resource of 4 bytes/s; one is held to 1 byte/s by its other resource
     rates = network.max_min_rates([("slow", "server"), ("fast", "server")], {"slow": 1, "fast": 10, "server": 4})

@@ -1,48 +1,17 @@
 """4. State server cost: /apply/ latency with N concurrent clients, and its share of a worker's step time."""
-import multiprocessing
 import os
 import statistics
-import time
 
 from bench.sections.common import policy_row, runs_with_policies
-from launcher.cluster import STATE_TOKEN_VARIABLE, ProcessGroup, start_state_server
+from launcher import calibration
 from training import config
-from training.transport.state_client import StateClient
-
-
-TOKEN, JOB = "a-benchmark-token-of-24-characters", "bench"  # as a launcher job's requests carry them
 
 
 def apply_latencies(num_workers, calls, workdir):
-    """/apply/ round trips of `num_workers` client processes calling at once, as workers do (threads of one process
-    would wait for each other's interpreter lock), each request with the job's token and id."""
-    with ProcessGroup(os.path.join(workdir, "state-server"), {STATE_TOKEN_VARIABLE: TOKEN}) as group:
-        port = start_state_server(group)
-        with StateClient("127.0.0.1", port, token=TOKEN, job=JOB) as admin:
-            admin.init(num_workers)
-        context = multiprocessing.get_context("fork")
-        start, results = context.Barrier(num_workers), context.Queue()
-        clients = [context.Process(target=_timed_applies, args=(port, rank, calls, start, results))
-                   for rank in range(num_workers)]
-        for client in clients:
-            client.start()
-        latencies = [results.get(timeout=60 + calls) for _ in clients]
-        for client in clients:
-            client.join()
-    flat = sorted(x for per_worker in latencies for x in per_worker)
+    """/apply/ round trips of `num_workers` client processes calling at once, as workers do: the median and the
+    99th percentile, in milliseconds (launcher/calibration.py measures them as `launch.py calibrate` does)."""
+    flat = calibration.apply_latencies(num_workers, calls, workdir)
     return {"p50_ms": 1000 * flat[len(flat) // 2], "p99_ms": 1000 * flat[int(len(flat) * 0.99) - 1]}
-
-
-def _timed_applies(port, rank, calls, start, results):
-    latencies = []
-    with StateClient("127.0.0.1", port, token=TOKEN, job=JOB) as client:
-        client.state()  # connected before the clock starts
-        start.wait()
-        for k in range(1, calls + 1):
-            begun = time.perf_counter()
-            client.apply(rank, k, 0.01 * (rank + 1), time.time())
-            latencies.append(time.perf_counter() - begun)
-    results.put(latencies)
 
 
 def check_ready_shares(cfg, workdir, earlier):

@@ -58,8 +58,8 @@ def calibrated(profile, folder):
     quota, as launch.py calibrate measures them."""
     run = experiment.build(experiment.options(modes="local", network="lenet", slowdown=profile,
                                               max_iters=comm_ratio.PROBE_STEPS, log_dir=folder, **DATA))
-    step, _, _, period = comm_ratio.measure(run)
-    return step, max(0.0, period - step)
+    probe = comm_ratio.measure(run)
+    return probe.step, max(0.0, probe.period - probe.step)
 
 
 def markdown(results):

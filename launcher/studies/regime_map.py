@@ -30,7 +30,7 @@ import sys
 import time
 
 from analysis import paper, regime_map, timing, tuned
-from launcher import checks, comm_ratio, experiment, links, runner, workers
+from launcher import calibration, checks, experiment, links, runner, workers
 from launcher.studies import map_schemes, parallel
 from launcher.dmlc import split_at_double_dash
 from training import config, modes, runlog
@@ -156,7 +156,8 @@ def plan_of(ns):
             "target": ns.target, "targets": [ns.target] + parse_higher_targets(ns.higher_targets, ns.target),
             "snapshot_seconds": ns.snapshot_seconds, "clock": ns.clock, "step_seconds": ns.step_seconds,
             "step_jitter": ns.step_jitter, "step_overhead": ns.step_overhead, "latency": ns.latency,
-            "round_trip": ns.round_trip, **servers_of(ns)}
+            "round_trip": ns.round_trip, **servers_of(ns),
+            **({"server_apply": ns.server_apply} if ns.server_apply else {})}
 
 
 def servers_of(ns):
@@ -231,11 +232,7 @@ def parse(argv):
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
     ns.data_dir = experiment.data_dir(ns)
     parallel.check_jobs(ns.jobs, ns.clock)
-    try:  # a calibration file read once: the plan and the limits take its seconds
-        ns.step_seconds, overhead = comm_ratio.device_charges(ns.step_seconds, ns.network, ns.dataset, worker_args)
-    except ValueError as error:
-        raise UsageError(f"--step-seconds {error}") from None
-    ns.step_overhead = overhead if ns.step_overhead is None else ns.step_overhead
+    calibration.resolve_charges(ns, worker_args)  # a calibration file read once: the plan and the limits take it
     plan = plan_of(ns)
     if ns.resume:
         check_resumable(ns.log_dir, plan)

@@ -143,7 +143,7 @@ def run_of(ns, scheme, number, seed, values):
     links = {} if ns.link == tuned.LOOPBACK else {"comm_ratio": float(ns.link)}
     if ns.clock == runlog.VIRTUAL_CLOCK:  # the links charged, not shaped
         links.update({name: getattr(ns, name) for name in ("clock", "step_seconds", "step_jitter", "step_overhead",
-                                                            "latency", "round_trip")})
+                                                            "latency", "round_trip", "server_apply")})
     elif links:
         links["hosts"] = "netns"
     options = experiment.options(

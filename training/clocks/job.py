@@ -8,7 +8,7 @@ seconds each step besides, "jitter": σ (clocks/virtual.py), "ratio": R (a trans
 over a worker's link) or null for loopback, "latency": seconds a transfer, "num_servers": the parameter servers
 (default 1), "ps_bandwidth": their links' rate ("100mbit") or a multiple of the workers' ("6x"), null: the
 workers' (clocks/network.py), "round_trip": seconds a request to the state server's rules (clocks/coordination.py),
-"seed": the jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
+"server_apply": seconds a server adds a pushed megabyte, "seed": the jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
 training loop and scheme), on one clock of its own; the test set is evaluated in the loop every --eval-seconds of
 virtual time, at no virtual cost. Exit codes: 0, 1 a worker failed, 2 bad input.
 """
@@ -73,7 +73,8 @@ def build(job, workers, network):
                       "slowdown": device.slowdown,
                       "batch_size": device.batch_size, "jitter": device.jitter, "ratio": ratio,
                       "latency": network.workers[rank].latency, "num_servers": network.num_servers,
-                      "ps_bandwidth": job.get("ps_bandwidth"), "round_trip": coordination.round_trip}
+                      "ps_bandwidth": job.get("ps_bandwidth"), "round_trip": coordination.round_trip,
+                      "server_apply": network.apply_seconds_per_byte * 1e6}
         parts.append((args, clock, transport))
     return scheduler, parts
 
@@ -105,7 +106,8 @@ def network_for(job, workers, data):
     except ValueError as error:
         raise UsageError(f"ps_bandwidth: {error}") from None
     split_above = int(os.environ.get(SPLIT_VARIABLE, SPLIT_ABOVE))
-    return network.Network.uniform(len(workers), worker, int(job.get("num_servers") or 1), server, split_above)
+    return network.Network.uniform(len(workers), worker, int(job.get("num_servers") or 1), server, split_above,
+                                   float(job.get("server_apply") or 0.0) / 1e6)
 
 
 def model_bytes(args, data):

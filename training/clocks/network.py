@@ -95,11 +95,13 @@ class Network:
     workers: tuple
     servers: tuple = (Link(),)
     split_above: int = SPLIT_ABOVE
+    apply_seconds_per_byte: float = 0.0  # a server's own work on a pushed byte: adding it to the sum, its rule
 
     @classmethod
-    def uniform(cls, num_workers, worker, num_servers=1, server=None, split_above=SPLIT_ABOVE):
-        """Every worker on `worker`'s link, each of `num_servers` servers on `server`'s (default: the workers')."""
-        return cls((worker,) * num_workers, (server or worker,) * num_servers, split_above)
+    def uniform(cls, num_workers, worker, num_servers=1, server=None, split_above=SPLIT_ABOVE, apply=0.0):
+        """Every worker on `worker`'s link, each of `num_servers` servers on `server`'s (default: the workers'), each
+        server adding a pushed byte in `apply` seconds."""
+        return cls((worker,) * num_workers, (server or worker,) * num_servers, split_above, apply)
 
     @property
     def num_servers(self):
@@ -124,7 +126,8 @@ class Network:
         pushes = [(arrivals[rank], held[s], (("worker", rank, UP), ("server", s, DOWN)), self._latency(rank, s))
                   for rank in sorted(arrivals) for s in busy]
         pushed = self._ends(pushes)
-        summed = {s: max([end for (_, _, path, _), end in zip(pushes, pushed) if path[1][1] == s]) for s in busy}
+        summed = {s: max([end for (_, _, path, _), end in zip(pushes, pushed) if path[1][1] == s])
+                  + held[s] * self.apply_seconds_per_byte for s in busy}  # the last push added
         pulls = [(summed[s], held[s], (("server", s, UP), ("worker", rank, DOWN)), self._latency(rank, s))
                  for rank in sorted(arrivals) for s in busy]
         pulled = self._ends(pulls)
@@ -145,7 +148,8 @@ class Network:
             if nbytes:
                 begins = max(start, free.get((s, direction), 0.0))
                 free[(s, direction)] = begins + nbytes * self.servers[s].seconds_per_byte
-                end = max(end, free[(s, direction)] + self._latency(rank, s))
+                applied = nbytes * self.apply_seconds_per_byte if direction == DOWN else 0.0  # the rule on a push
+                end = max(end, free[(s, direction)] + self._latency(rank, s) + applied)
         return end
 
     def _latency(self, rank, server):

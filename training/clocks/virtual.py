@@ -41,12 +41,13 @@ class VirtualClock:
         self.scheduler.advance(self.rank, self.device.seconds(samples, self.rng))
 
 
-def describe(step_seconds, jitter, ratio, latency=0.0, round_trip=0.0, overhead=0.0):
+def describe(step_seconds, jitter, ratio, latency=0.0, round_trip=0.0, overhead=0.0, server_apply=0.0):
     """How a virtual clock charges the devices, the links and the state server, in one line."""
     jittered = (f" + {overhead:g} s" if overhead else "") + (f", jitter {jitter:g}" if jitter else "")
     links = f"a transfer of the model {ratio:g} fast steps" if ratio else "free links (loopback)"
     links += f" + {latency:g} s a transfer" if latency else ""
     asking = f"; a request to the state server {round_trip:g} s" if round_trip else ""
+    asking += f"; a server adds a pushed MB in {server_apply:g} s" if server_apply else ""
     return (f"a virtual clock: a step of one batch charged {step_seconds:g} s x the device's slowdown{jittered}; "
             f"{links}{asking}")
 
