@@ -94,15 +94,29 @@ def verdict_block(*folders):
                            "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
 
 
+QUEUED_NOTE = ("† charged on the virtual clock's first link model: one parameter server on one link of a worker's "
+               "rate, one transfer at a time, the sums handed back by rank. The other cells of the virtual clock share "
+               "every link fairly among its transfers over the servers each scheme names (docs/virtual-clock.md).")
+
+
 def answers_block(*folders):
     """Does the cluster pay? One row per network, devices, split, clock and target, one column per link (free first,
     then R rising): the answer, the ratio of one device's median time to the best cluster scheme's with its interval,
-    and that scheme."""
+    and that scheme; † where the cell was charged the first link model (queued)."""
     answers, links = answers_of(folders)
-    rows = [[", ".join(cluster), target, *(answer_text(found[link]) if link in found else "not run" for link in links)]
+    rows = [[", ".join(cluster), target, *(answer_text(found[link]) + (" †" if queued(found[link]) else "")
+                                           if link in found else "not run" for link in links)]
             for (cluster, target), found in answers.items()]
     names = ["free links" if link == regime_map.LOOPBACK else regime_map.describe_link(link) for link in links]
-    return markdown_table(["devices, data, clock", "target", *names], rows) + "\n"
+    marked = any(queued(found[link]) for found in answers.values() for link in found)
+    return markdown_table(["devices, data, clock", "target", *names], rows) + (f"\n{QUEUED_NOTE}\n" if marked else "")
+
+
+def queued(cell):
+    """Whether a cell's runs were charged the first link model: a virtual clock's links with a cost, and no run that
+    recorded the servers it summed over (every run under training/clocks/network.py does)."""
+    return (cell.get("virtual") and cell["link"] != regime_map.LOOPBACK
+            and not any(scheme.get("servers") for scheme in cell["schemes"].values()))
 
 
 def answers_of(folders):
@@ -115,7 +129,7 @@ def answers_of(folders):
         for target, cell in cells_at_targets(result):
             devices = f"{len(cell['profile'].split(','))} devices {regime_map.compact(cell['profile'])}"
             cluster = (f"{result['network']}, {result['dataset']}", devices, f"{SPLIT_NAMES[cell['split']]}, {clock}")
-            answers.setdefault((cluster, f"{target:g}"), {})[cell["link"]] = cell
+            answers.setdefault((cluster, f"{target:g}"), {})[cell["link"]] = {**cell, "virtual": clock != "real time"}
             links.add(cell["link"])
     clusters = list(dict.fromkeys(cluster for cluster, _ in answers))
     ordered = sorted(answers, key=lambda row: (clusters.index(row[0]), float(row[1])))

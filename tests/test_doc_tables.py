@@ -193,3 +193,13 @@ def test_a_table1_block_is_the_papers_table_with_the_commands_wall_time_and_comm
     assert fresh.startswith("<!-- generated: table1 results/table1 -->\n#### Table 1: lenet on fashion-mnist, 2 repeats")
     assert (f"Run by (40 minutes):\n\n    python launch.py paper --tuned {folder / tuned.FILE_NAME} --repeats 10 "
             "--resume\n") in fresh
+
+
+def test_a_virtual_cell_with_costly_links_whose_runs_recorded_no_servers_is_marked_as_the_first_link_model():
+    def cell(virtual, link, servers):
+        return {"virtual": virtual, "link": link, "schemes": {"sync": {"servers": servers}, "local": {}}}
+
+    assert doc_tables.queued(cell(True, 12.0, []))
+    assert not doc_tables.queued(cell(True, 12.0, [1]))         # its runs shared the links fairly
+    assert not doc_tables.queued(cell(True, "loopback", []))    # free links: both models charge nothing
+    assert not doc_tables.queued(cell(False, 12.0, []))         # real time: nothing charged
