@@ -12,6 +12,7 @@ shorthand: each field is one flag (FIELDS), and a flag given beside the file tha
     [links]                    # each worker's link
     comm_ratio = 12            # one transfer of the model lasts 12 fast steps; or bandwidth = "100mbit"
     latency = 0.0              # --clock virtual: seconds a transfer
+    slowdown = "4x1,2x4"       # optional: each worker's link this many times slower, like devices.slowdown
 
     [servers]                  # ps-lite's parameter servers
     count = 6
@@ -41,6 +42,7 @@ FIELDS = {
     ("links", "comm_ratio"): ("comm_ratio", "--comm-ratio", "positive"),
     ("links", "bandwidth"): ("bandwidth", "--bandwidth", "rate"),
     ("links", "latency"): ("latency", "--latency", "non-negative"),
+    ("links", "slowdown"): ("link_slowdown", "--link-slowdown", "slowdowns"),
     ("servers", "count"): ("num_servers", "-s", "count"),
     ("servers", "bandwidth"): ("ps_bandwidth", "--ps-bandwidth", "server rate"),
     ("servers", "apply"): ("server_apply", "--server-apply", "non-negative"),

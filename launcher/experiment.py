@@ -89,6 +89,7 @@ class Experiment:
     round_trip: float = 0.0         # --clock virtual: seconds each request to the state server's rules is charged
     server_apply: float = 0.0       # --clock virtual: seconds a parameter server adds a pushed megabyte into its sum
     ps_link: str | None = None      # --ps-bandwidth as given (a rate, or a multiple of the workers'); None: theirs
+    link_slowdowns: tuple = ()      # --link-slowdown: each worker's link this many times slower; (): none slower
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
 
     @property
@@ -270,7 +271,8 @@ def add_aggregation_options(p):
 
 # The aggregation, host and device options that the experiment commands (paper, regimes, the benchmark) hand on to
 # every run they start.
-HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "netns_prefix",
+HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "link_slowdown",
+             "netns_prefix",
              "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts", "checkpoint_every", "clock",
              "step_seconds", "step_jitter", "step_overhead", "latency", "round_trip", "server_apply")
 
@@ -343,7 +345,7 @@ def build(ns, worker_args=()):
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
         checkpoint_every=ns.checkpoint_every, clock=ns.clock, step_seconds=ns.step_seconds,
         step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
-        server_apply=ns.server_apply, ps_link=ns.ps_bandwidth,
+        server_apply=ns.server_apply, ps_link=ns.ps_bandwidth, link_slowdowns=links.link_slowdowns(ns, len(devices)),
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), links.link_of(ns), ns.non_iid), chosen, ns.esync_policy)
         if ns.tuned else {})

@@ -3,7 +3,7 @@ rate, measured before the first run: launcher/comm_ratio.py) and the parameter s
 a multiple of the workers'), shaped in network namespaces (--hosts netns) or charged on the virtual clock
 (training/clocks/network.py), and the line that names them in tables and figures.
 """
-from launcher import checks, netns
+from launcher import checks, netns, workers
 from training import runlog
 from training.checks import UsageError
 from training.clocks import network
@@ -23,6 +23,9 @@ def add_host_options(p, rates=True):
                        help="--hosts netns: instead of --bandwidth, the rate at which one transfer of the model over "
                             "a worker's link lasts this many steps of the fastest worker, both measured before the "
                             "runs (the ESync paper's cluster: about 12; see launcher/comm_ratio.py)")
+    p.add_argument("--link-slowdown", help="--hosts netns or --clock virtual: each worker's link this many times "
+                   "slower than the workers' rate, a comma list of factors >= 1 like --slowdown's (NxF: F for N "
+                   "workers in a row) or one for all (default 1)")
     p.add_argument("--ps-bandwidth", help="--hosts netns or --clock virtual: each parameter-server link's rate, e.g. "
                    "100mbit, or a multiple of the workers' rate, e.g. 6x (default: the workers')")
     p.add_argument("--netns-prefix", help="--hosts netns: name prefix of the namespaces (default esync-<random>-)")
@@ -53,6 +56,20 @@ def link_rates(ns, num_hosts):
     return worker_rate, network.server_bits(ns.ps_bandwidth, worker_rate)
 
 
+def link_slowdowns(ns, num_workers):
+    """Each worker's link slowdown, as given (text), where one is slower than the workers' rate; () where none is.
+    UsageError (one line) where no link is shaped or charged."""
+    if not ns.link_slowdown:
+        return ()
+    factors = workers.parse_slowdowns(ns.link_slowdown, num_workers, "--link-slowdown")
+    if all(float(f) == 1 for f in factors):
+        return ()
+    if ns.hosts == "local" and ns.clock == runlog.REAL_CLOCK:
+        raise UsageError(f"--link-slowdown {ns.link_slowdown}: the workers' links are shaped with --hosts netns and "
+                         "charged with --clock virtual; on loopback they carry what they can")
+    return factors
+
+
 def link_of(ns):
     """The links as tuned.json names a cell's: None on loopback, the ratio, or the rate."""
     return ns.comm_ratio if ns.comm_ratio is not None else bandwidth(ns) if ns.hosts == "netns" else None
@@ -75,12 +92,20 @@ def describe(experiment):
         if experiment.num_servers != 1 or experiment.ps_link:
             servers_link = experiment.ps_link or "the workers' rate"
             text += f"; {experiment.num_servers} parameter server(s) on links of {servers_link}"
-        return text
+        return text + slower_links(experiment)
     if experiment.hosts == "local":
         return LOOPBACK_LINKS
     text = f"network namespaces, workers' links {experiment.bandwidth}, parameter servers' {experiment.ps_bandwidth}"
     if experiment.regime:
-        text += (f" (--comm-ratio {experiment.comm_ratio:g}: a model transfer of {experiment.regime['model_bytes']} bytes "
-                 f"over a worker link lasts {experiment.comm_ratio:g} x the fast step of "
+        text += (f" (--comm-ratio {experiment.comm_ratio:g}: a model transfer of {experiment.regime['model_bytes']} "
+                 f"bytes over a worker link lasts {experiment.comm_ratio:g} x the fast step of "
                  f"{1e3 * experiment.regime['fast_step_seconds']:.2f} ms)")
-    return text
+    return text + slower_links(experiment)
+
+
+def slower_links(experiment):
+    if not experiment.link_slowdowns:
+        return ""
+    from analysis.regime_map import compact
+
+    return f"; each worker's link slower by {compact(','.join(experiment.link_slowdowns))}"

@@ -160,11 +160,13 @@ class VirtualNetwork:
         self.teardown()
 
 
-def build_cluster(network, num_servers, num_workers, worker_rate_bps, ps_rate_bps):
+def build_cluster(network, num_servers, num_workers, worker_rate_bps, ps_rate_bps, link_slowdowns=()):
     """The parameter-server host `ps` (scheduler, state server, server 0), one more host per further server
-    (`ps1`, ...) and one host per worker (`w0`, ...); returns where each role runs."""
+    (`ps1`, ...) and one host per worker (`w0`, ...), worker w's link `link_slowdowns[w]` times slower (none: 1);
+    returns where each role runs."""
     servers = [network.add_host("ps" if s == 0 else f"ps{s}", ps_rate_bps) for s in range(num_servers)]
-    workers = [network.add_host(f"w{w}", worker_rate_bps) for w in range(num_workers)]
+    factors = [float(f) for f in link_slowdowns] + [1.0] * (num_workers - len(link_slowdowns))
+    workers = [network.add_host(f"w{w}", int(worker_rate_bps / factors[w])) for w in range(num_workers)]
     return Placement(scheduler=servers[0], servers=servers, workers=workers)
 
 

@@ -159,7 +159,7 @@ def hosts_of_the_job(experiment):
         network.create()
         num_workers = experiment.num_workers + experiment.validator_hosts
         placement = netns.build_cluster(network, experiment.num_servers, num_workers, experiment.worker_rate,
-                                        experiment.ps_rate)
+                                        experiment.ps_rate, experiment.link_slowdowns)
         print(f"hosts: namespaces {experiment.netns_prefix}*, parameter servers at "
               f"{', '.join(h.address for h in placement.servers)} ({experiment.ps_bandwidth}), "
               f"workers {', '.join(h.address for h in placement.workers)} ({experiment.bandwidth})", flush=True)
@@ -335,6 +335,7 @@ def start_virtual(experiment, mode, group, log_dir, state_server, hosts, label):
                       "jitter": experiment.step_jitter, "ratio": experiment.comm_ratio, "seed": experiment.seed,
                       "overhead": experiment.step_overhead, "latency": experiment.latency,
                       "num_servers": experiment.num_servers, "ps_bandwidth": experiment.ps_link,
+                      "link_slowdowns": [float(f) for f in experiment.link_slowdowns],
                       "round_trip": experiment.round_trip, "server_apply": experiment.server_apply},
                indent=1)
     proc = group.start_python("virtual-job", ["-m", "training.clocks.job", path], threads.ONE_THREAD,

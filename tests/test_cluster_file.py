@@ -20,6 +20,7 @@ jitter = 0.1
 [links]
 comm_ratio = 12
 latency = 0.001
+slowdown = "4x1,2x4"
 
 [servers]
 count = 6
@@ -41,10 +42,10 @@ def test_a_cluster_file_gives_the_experiment_its_flags_give(tmp_path):
     from_file = experiment.parse([*VIRTUAL, "--cluster", cluster(tmp_path, PAPER)])
     from_flags = experiment.parse([*VIRTUAL, "--slowdown", "4x1,2x117", "--step-seconds", "0.03", "--step-jitter",
                                    "0.1", "--comm-ratio", "12", "--latency", "0.001", "-s", "6", "--ps-bandwidth",
-                                   "2x", "--round-trip", "0.002"])
+                                   "2x", "--round-trip", "0.002", "--link-slowdown", "4x1,2x4"])
 
     fields = ("slowdowns", "step_seconds", "step_jitter", "comm_ratio", "latency", "num_servers", "ps_link",
-              "round_trip", "devices_described")
+              "round_trip", "devices_described", "link_slowdowns")
     assert [getattr(from_file, f) for f in fields] == [getattr(from_flags, f) for f in fields]
     assert from_file.describe_links() == from_flags.describe_links()
 

@@ -159,3 +159,46 @@ def test_esyncs_fast_workers_take_as_many_local_steps_a_round_wherever_the_profi
     fast = [steps[f"cpu-worker{rank}"] for rank in (1, 2, 4, 5)]
     # the sum comes back to every worker at once: no position starts its next round first
     assert min(fast) >= 20 and max(fast) <= 1.05 * min(fast), steps
+
+
+def test_a_worker_link_slowdown_is_refused_on_loopback_and_named_where_it_is_charged():
+    with pytest.raises(UsageError, match="--link-slowdown 1,4: the workers' links are shaped with --hosts netns"):
+        experiment.parse(["--modes", "sync", "--slowdown", "1,1", "--max-time", "5", "--link-slowdown", "1,4"])
+    with pytest.raises(UsageError, match="--link-slowdown has 3 factors but --devices has 2 workers"):
+        experiment.parse(["--modes", "sync", "--slowdown", "1,1", "--max-time", "5", "--clock", "virtual",
+                          "--step-seconds", "0.01", "--link-slowdown", "1,4,4"])
+    given = experiment.parse(["--modes", "sync", "--slowdown", "1,1", "--max-time", "5", "--clock", "virtual",
+                              "--step-seconds", "0.01", "--comm-ratio", "3", "--link-slowdown", "1,4"])
+
+    assert given.link_slowdowns == ("1", "4") and given.describe_links().endswith("slower by 1,4")
+
+
+def test_the_namespaces_shape_each_workers_link_to_its_own_rate():
+    from launcher import netns
+
+    class Recording:
+        def __init__(self):
+            self.rates = {}
+
+        def add_host(self, name, rate):
+            self.rates[name] = rate
+            return name
+
+    recorded = Recording()
+    netns.build_cluster(recorded, 2, 3, 4_000_000, 8_000_000, ("1", "4", "2"))
+
+    assert recorded.rates == {"ps": 8_000_000, "ps1": 8_000_000, "w0": 4_000_000, "w1": 1_000_000, "w2": 2_000_000}
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_a_slower_worker_link_is_charged_on_the_virtual_clock(tmp_path):
+    rounds = {}
+    for name, slower in (("equal", []), ("one slower", ["--link-slowdown", "1,1,8"])):
+        logs = str(tmp_path / name.replace(" ", "-"))
+        code, output = virtual_run(logs, "sync", "1,1,1", "--comm-ratio", "2", "-s", "3", *slower)
+        assert code == 0, output
+        rounds[name] = summary.summarize_mode(os.path.join(logs, "lenet"), "sync")["num_rounds"]
+
+    # over three servers each worker's own link carries its sum; one 8x slower holds every round
+    assert rounds["one slower"] < 0.6 * rounds["equal"], rounds

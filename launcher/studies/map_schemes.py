@@ -3,6 +3,7 @@ it means), its mode, the launcher's options and the workers' flags it adds, and 
 `launch.py tune` searches a scheme through the same parts.
 """
 from analysis import scheme_names, tuned
+from launcher import workers
 from training import esync_variants, modes
 from training.checks import UsageError
 from training.schemes import esync
@@ -58,15 +59,18 @@ def fast_only_flags(ns, plan, link, profile, split):
     return tuned.scheme_flags(ns.tuned, cell, scheme_names.FAST_ONLY)
 
 
-def in_cell(scheme, tuned_file, cell, profile):
+def in_cell(scheme, tuned_file, cell, profile, link_slowdown=None):
     """(mode, the launcher's options, the workers' flags, the devices it trains on) of `scheme` in the cell of
-    `profile` (tuned.json's key `cell`): fast-only on the profile's fastest devices at the values tuned for it in
-    this cell; @sharded with a parameter server per device."""
+    `profile` (tuned.json's key `cell`): fast-only on the profile's fastest devices and their links at the values
+    tuned for it in this cell; @sharded with a parameter server per device."""
     mode, own_options, own_flags = parts(scheme)
     devices = profile
     if scheme == scheme_names.FAST_ONLY:  # its own cell is the fast devices': tuned in this one
         devices = scheme_names.fastest_profile(profile)
         own_options = {**own_options, "tuned": None}
+        if link_slowdown:
+            factors = workers.parse_slowdowns(link_slowdown, len(profile.split(",")), "--link-slowdown")
+            own_options["link_slowdown"] = ",".join(factors[i] for i in scheme_names.fastest_positions(profile))
         own_flags = own_flags + list(tuned.scheme_flags(tuned_file, cell, scheme_names.FAST_ONLY) if tuned_file
                                      else ())
     if scheme_names.collective_of(scheme)[1] == scheme_names.SHARDED:

@@ -164,7 +164,8 @@ def servers_of(ns):
     """The parameter servers every scheme but those @sharded or @<collective> sums over, where not one server on a
     worker's link: a map's plan without them is one of a single server."""
     given = {"num_servers": ns.num_servers} if ns.num_servers != 1 else {}
-    return {**given, "ps_bandwidth": ns.ps_bandwidth} if ns.ps_bandwidth else given
+    given.update({name: getattr(ns, name) for name in LINK_RATES if getattr(ns, name)})
+    return given
 
 
 def parse_higher_targets(text, target):
@@ -178,7 +179,7 @@ def parse_higher_targets(text, target):
 
 
 NETNS_OPTIONS = ("netns_prefix", "netns_subnet")  # handed on to the runs on shaped links only
-SERVER_LINKS = "ps_bandwidth"  # handed on to the runs on shaped links and on the virtual clock
+LINK_RATES = ("ps_bandwidth", "link_slowdown")  # handed on to the runs on shaped links and on the virtual clock
 
 
 def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options, devices=None):
@@ -187,7 +188,7 @@ def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_option
     links = experiment.handed_on(ns)
     virtual = ns.clock == runlog.VIRTUAL_CLOCK  # the links charged, not shaped
     if link == regime_map.LOOPBACK or virtual:
-        dropped = NETNS_OPTIONS if virtual else (*NETNS_OPTIONS, SERVER_LINKS)
+        dropped = NETNS_OPTIONS if virtual else (*NETNS_OPTIONS, *LINK_RATES)
         links = {name: value for name, value in links.items() if name not in dropped}
         links.update(hosts="local", comm_ratio=None if link == regime_map.LOOPBACK else float(link))
     else:
@@ -211,7 +212,7 @@ def planned_runs(ns, plan, worker_args):
                                  f"{regime_map.SPLIT_NAMES[split]}, repeat {repeat}")
                         mode, own_options, own_flags, devices = map_schemes.in_cell(
                             scheme, ns.tuned, tuned.cell_key(plan["network"], plan["dataset"], profile, link,
-                                                             split == "niid"), profile)
+                                                             split == "niid"), profile, ns.link_slowdown)
                         options = run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options,
                                               devices)
                         run = experiment.build(options, own_flags + list(worker_args))

@@ -8,10 +8,12 @@ seconds each step besides, "jitter": σ (clocks/virtual.py), "ratio": R (a trans
 over a worker's link) or null for loopback, "latency": seconds a transfer, "num_servers": the parameter servers
 (default 1), "ps_bandwidth": their links' rate ("100mbit") or a multiple of the workers' ("6x"), null: the
 workers' (clocks/network.py), "round_trip": seconds a request to the state server's rules (clocks/coordination.py),
-"server_apply": seconds a server adds a pushed megabyte, "seed": the jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
+"server_apply": seconds a server adds a pushed megabyte, "link_slowdowns": each worker's link this many times
+slower (default none), "seed": the jitter's seed}. Each worker trains as `main.py` would with those arguments (the same
 training loop and scheme), on one clock of its own; the test set is evaluated in the loop every --eval-seconds of
 virtual time, at no virtual cost. Exit codes: 0, 1 a worker failed, 2 bad input.
 """
+import dataclasses
 import json
 import logging
 import os
@@ -51,8 +53,8 @@ def read_job(path):
     return job, workers
 
 
-def build(job, workers, network):
-    """(scheduler, each worker's (args, clock, transport))."""
+def build(job, workers, links):
+    """(scheduler, each worker's (args, clock, transport)) of a job on `links` (clocks/network.py Network)."""
     from training.clocks.coordination import VirtualCoordination
     from training.transport.virtual import VirtualTransport
     from training.transport.virtual_servers import VirtualServers
@@ -60,21 +62,22 @@ def build(job, workers, network):
     scheduler = Scheduler(len(workers))
     coordination = VirtualCoordination(scheduler, float(job.get("round_trip") or 0.0))
     mode = modes.MODES[workers[0].mode]
-    servers = VirtualServers(scheduler, network) if mode.cluster and not mode.synchronous else None
+    servers = VirtualServers(scheduler, links) if mode.cluster and not mode.synchronous else None
     ratio = job.get("ratio")
     parts = []
     for rank, args in enumerate(workers):
         device = virtual.Device(float(job["step_seconds"]), args.slowdown, args.batch_size,
                                 float(job.get("jitter") or 0.0), float(job.get("overhead") or 0.0))
         clock = virtual.VirtualClock(scheduler, rank, device, job.get("seed", args.seed))
-        transport = (VirtualTransport(scheduler, rank, network, coordination, servers, args.collective)
+        transport = (VirtualTransport(scheduler, rank, links, coordination, servers, args.collective)
                      if mode.cluster else None)
         args.clock = {"kind": "virtual", "step_seconds": device.step_seconds, "overhead": device.overhead,
                       "slowdown": device.slowdown,
                       "batch_size": device.batch_size, "jitter": device.jitter, "ratio": ratio,
-                      "latency": network.workers[rank].latency, "num_servers": network.num_servers,
+                      "latency": links.workers[rank].latency, "num_servers": links.num_servers,
                       "ps_bandwidth": job.get("ps_bandwidth"), "round_trip": coordination.round_trip,
-                      "server_apply": network.apply_seconds_per_byte * 1e6}
+                      "server_apply": links.apply_seconds_per_byte * 1e6,
+                      "link_seconds_per_byte": links.workers[rank].seconds_per_byte}
         parts.append((args, clock, transport))
     return scheduler, parts
 
@@ -106,8 +109,15 @@ def network_for(job, workers, data):
     except ValueError as error:
         raise UsageError(f"ps_bandwidth: {error}") from None
     split_above = int(os.environ.get(SPLIT_VARIABLE, SPLIT_ABOVE))
-    return network.Network.uniform(len(workers), worker, int(job.get("num_servers") or 1), server, split_above,
-                                   float(job.get("server_apply") or 0.0) / 1e6)
+    uniform = network.Network.uniform(len(workers), worker, int(job.get("num_servers") or 1), server, split_above,
+                                      float(job.get("server_apply") or 0.0) / 1e6)
+    slower = [float(f) for f in job.get("link_slowdowns") or []]
+    if not slower:
+        return uniform
+    if len(slower) != len(workers) or not all(f >= 1 for f in slower):
+        raise UsageError(f"link_slowdowns {slower}: give one factor of 1 or more per worker")
+    return dataclasses.replace(uniform, workers=tuple(network.Link(worker.seconds_per_byte * f, worker.latency)
+                                                      for f in slower))
 
 
 def model_bytes(args, data):
