@@ -95,7 +95,8 @@ def describe(experiment):
         return text + slower_links(experiment)
     if experiment.hosts == "local":
         return LOOPBACK_LINKS
-    text = f"network namespaces, workers' links {experiment.bandwidth}, parameter servers' {experiment.ps_bandwidth}"
+    servers = f"{experiment.num_servers} parameter servers'" if experiment.num_servers != 1 else "parameter servers'"
+    text = f"network namespaces, workers' links {experiment.bandwidth}, {servers} {experiment.ps_bandwidth}"
     if experiment.regime:
         text += (f" (--comm-ratio {experiment.comm_ratio:g}: a model transfer of {experiment.regime['model_bytes']} "
                  f"bytes over a worker link lasts {experiment.comm_ratio:g} x the fast step of "
