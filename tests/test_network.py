@@ -136,7 +136,7 @@ def test_more_parameter_servers_or_faster_server_links_make_the_sums_sooner(tmp_
     rounds = {}
     for name, servers in (("one", ["-s", "1"]), ("three", ["-s", "3"]), ("faster", ["--ps-bandwidth", "3x"])):
         logs = str(tmp_path / name)
-        code, output = virtual_run(logs, "sync", "1,1,4", "--comm-ratio", "6", *servers)
+        code, output = virtual_run(logs, "sync", "1,1,4", "--comm-ratio", "6", *servers, "--", "-b", "16")
         assert code == 0, output
         rounds[name] = summary.summarize_mode(os.path.join(logs, "lenet"), "sync")["num_rounds"]
 
@@ -148,8 +148,9 @@ def test_more_parameter_servers_or_faster_server_links_make_the_sums_sooner(tmp_
 @pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_esyncs_fast_workers_take_as_many_local_steps_a_round_wherever_the_profile_lists_them(tmp_path):
     logs = str(tmp_path / "logs")
+    # batches of 16 charged as a step: the same rounds for a quarter of the computing
     code, output = virtual_run(logs, "esync", "117,1,1,117,1,1", "--esync-policy", "apply", "--comm-ratio", "12",
-                               "--step-seconds", "0.03", "--step-jitter", "0", "--max-time", "10")
+                               "--step-seconds", "0.03", "--step-jitter", "0", "--max-time", "10", "--", "-b", "16")
 
     assert code == 0, output
     steps = {}
