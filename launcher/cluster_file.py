@@ -30,6 +30,7 @@ import os
 import tomllib
 
 from launcher import workers
+from training import runlog
 from training.checks import UsageError
 from training.clocks import network
 
@@ -50,7 +51,8 @@ FIELDS = {
 }
 CHECKED_ONLY = {("devices", "count")}  # read to check the file against itself
 SECTIONS = sorted({section for section, _ in (*FIELDS, *CHECKED_ONLY)})
-CHARGED_ONLY = ("step_seconds", "step_jitter", "step_overhead", "latency", "round_trip", "server_apply")  # measured in real time
+# What a real run measures rather than charges.
+CHARGED_ONLY = ("step_seconds", "step_jitter", "step_overhead", "latency", "round_trip", "server_apply")
 
 
 def read(path):
@@ -129,9 +131,7 @@ def apply(ns, defaults):
     """Set `ns`'s options from its --cluster file; UsageError where the command line also sets one of them (an
     option that differs from its default in `defaults`). On the real clock the file's charges are left out, with
     a line saying so: a real run measures its devices' steps, the links' latency and the state server's round trip."""
-    path = getattr(ns, "cluster", None)
-    if not path:
-        return
+    path = ns.cluster
     name = os.path.basename(path)
     declared, count = read(path)
     for attribute, value in declared.items():
@@ -143,7 +143,7 @@ def apply(ns, defaults):
     if count is not None:
         check_count(ns, name, count)
     measured = [attribute for attribute in CHARGED_ONLY if attribute in declared]
-    if measured and ns.clock == "real":
+    if measured and ns.clock == runlog.REAL_CLOCK:
         for attribute in measured:
             setattr(ns, attribute, getattr(defaults, attribute))
         fields = ", ".join(f"{s}.{k}" for (s, k), (a, _, _) in FIELDS.items() if a in measured)

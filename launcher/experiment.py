@@ -272,9 +272,9 @@ def add_aggregation_options(p):
 # The aggregation, host and device options that the experiment commands (paper, regimes, the benchmark) hand on to
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "link_slowdown",
-             "netns_prefix",
-             "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts", "checkpoint_every", "clock",
-             "step_seconds", "step_jitter", "step_overhead", "latency", "round_trip", "server_apply")
+             "netns_prefix", "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts",
+             "checkpoint_every", "clock", "step_seconds", "step_jitter", "step_overhead", "latency", "round_trip",
+             "server_apply")
 
 
 def handed_on(ns):
@@ -304,7 +304,8 @@ def build(ns, worker_args=()):
     """The Experiment of the launcher's options (parsed, or made by options()) and the arguments every worker gets
     after them; UsageError (one line) for bad input."""
     worker_args = list(worker_args)
-    cluster_file.apply(ns, build_parser().parse_args([]))
+    if ns.cluster:
+        cluster_file.apply(ns, build_parser().parse_args([]))
     devices = workers.parse_devices(ns.devices, ns.slowdown)
     slowdowns = workers.parse_slowdowns(ns.slowdown or "1", len(devices))
     chosen = parse_modes(ns.modes)

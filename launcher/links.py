@@ -43,9 +43,7 @@ def link_rates(ns, num_hosts):
             network.parse_server_rate(ns.ps_bandwidth)
         except ValueError as error:
             raise UsageError(f"--ps-bandwidth: {error}") from None
-        if ns.hosts == "local" and ns.clock == runlog.REAL_CLOCK:
-            raise UsageError(f"--ps-bandwidth {ns.ps_bandwidth}: the servers' links are shaped with --hosts netns "
-                             "and charged with --clock virtual; on loopback they carry what they can")
+        check_shaped(ns, f"--ps-bandwidth {ns.ps_bandwidth}", "servers'")
     if ns.hosts == "local":
         return None, None
     try:
@@ -64,10 +62,16 @@ def link_slowdowns(ns, num_workers):
     factors = workers.parse_slowdowns(ns.link_slowdown, num_workers, "--link-slowdown")
     if all(float(f) == 1 for f in factors):
         return ()
-    if ns.hosts == "local" and ns.clock == runlog.REAL_CLOCK:
-        raise UsageError(f"--link-slowdown {ns.link_slowdown}: the workers' links are shaped with --hosts netns and "
-                         "charged with --clock virtual; on loopback they carry what they can")
+    check_shaped(ns, f"--link-slowdown {ns.link_slowdown}", "workers'")
     return factors
+
+
+def check_shaped(ns, given, whose):
+    """UsageError unless the links are shaped (--hosts netns) or charged (--clock virtual): on loopback in real time
+    a rate given for them would be ignored."""
+    if ns.hosts == "local" and ns.clock == runlog.REAL_CLOCK:
+        raise UsageError(f"{given}: the {whose} links are shaped with --hosts netns and charged with --clock virtual; "
+                         "on loopback they carry what they can")
 
 
 def link_of(ns):

@@ -13,7 +13,6 @@ slower (default none), "seed": the jitter's seed}. Each worker trains as `main.p
 training loop and scheme), on one clock of its own; the test set is evaluated in the loop every --eval-seconds of
 virtual time, at no virtual cost. Exit codes: 0, 1 a worker failed, 2 bad input.
 """
-import dataclasses
 import json
 import logging
 import os
@@ -108,16 +107,13 @@ def network_for(job, workers, data):
         server = network.server_link(job.get("ps_bandwidth"), worker)
     except ValueError as error:
         raise UsageError(f"ps_bandwidth: {error}") from None
-    split_above = int(os.environ.get(SPLIT_VARIABLE, SPLIT_ABOVE))
-    uniform = network.Network.uniform(len(workers), worker, int(job.get("num_servers") or 1), server, split_above,
-                                      float(job.get("server_apply") or 0.0) / 1e6)
-    slower = [float(f) for f in job.get("link_slowdowns") or []]
-    if not slower:
-        return uniform
+    slower = [float(f) for f in job.get("link_slowdowns") or []] or [1.0] * len(workers)
     if len(slower) != len(workers) or not all(f >= 1 for f in slower):
         raise UsageError(f"link_slowdowns {slower}: give one factor of 1 or more per worker")
-    return dataclasses.replace(uniform, workers=tuple(network.Link(worker.seconds_per_byte * f, worker.latency)
-                                                      for f in slower))
+    apply = float(job.get("server_apply") or 0.0) / 1e6  # seconds a megabyte, a byte
+    return network.Network(tuple(network.Link(worker.seconds_per_byte * f, worker.latency) for f in slower),
+                           (server,) * int(job.get("num_servers") or 1),
+                           int(os.environ.get(SPLIT_VARIABLE, SPLIT_ABOVE)), apply)
 
 
 def model_bytes(args, data):
