@@ -85,38 +85,40 @@ def cells_at_targets(result):
 def verdict_block(*folders):
     """Per cell and target of each folder's map: the leader and its values, the schemes it does not lead beyond the
     spread, one fast device, whether the cluster pays, and what the repeats can tell."""
-    rows = []
-    for folder in folders:
-        rows += verdict_rows(folder)
+    rows = [row for folder in folders for row in verdict_rows(folder)]
     return markdown_table(["cell", "target", "repeats", "leader (its tuned values): mean time, misses at the budget",
                            "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
                            "one device's median time / the best cluster scheme's (95 % interval)",
                            "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
 
 
-QUEUED_NOTE = ("† charged on the virtual clock's first link model: one parameter server on one link of a worker's "
-               "rate, one transfer at a time, the sums handed back by rank. The other cells of the virtual clock share "
-               "every link fairly among its transfers over the servers each scheme names (docs/virtual-clock.md).")
+EARLIER_MODELS = {  # the mark of a cell charged an earlier link model of the virtual clock: that model
+    "†": "† charged on the virtual clock's first link model: one parameter server on one link of a worker's rate, one "
+         "transfer at a time, the sums handed back by rank.",
+    "‡": "‡ charged on its second: the links shared fairly, but a sum over the servers pulled only once the whole model "
+         "was pushed (not pipelined per key). The other virtual cells share every link fairly among its transfers "
+         "over the servers each scheme names, the sums pipelined per key (docs/virtual-clock.md)."}
 
 
 def answers_block(*folders):
-    """Does the cluster pay? One row per network, devices, split, clock and target, one column per link (free first,
-    then R rising): the answer, the ratio of one device's median time to the best cluster scheme's with its interval,
-    and that scheme; † where the cell was charged the first link model (queued)."""
+    """Does the cluster pay? A row per network, devices, split, clock and target, a column per link (free first): the
+    answer, one device's median time / the best cluster scheme's, its interval, that scheme; EARLIER_MODELS' marks."""
     answers, links = answers_of(folders)
-    rows = [[", ".join(cluster), target, *(answer_text(found[link]) + (" †" if queued(found[link]) else "")
+    rows = [[", ".join(cluster), target, *(answer_text(found[link]) + earlier_model(found[link])
                                            if link in found else "not run" for link in links)]
             for (cluster, target), found in answers.items()]
     names = ["free links" if link == regime_map.LOOPBACK else regime_map.describe_link(link) for link in links]
-    marked = any(queued(found[link]) for found in answers.values() for link in found)
-    return markdown_table(["devices, data, clock", "target", *names], rows) + (f"\n{QUEUED_NOTE}\n" if marked else "")
+    marked = any(earlier_model(found[link]) for found in answers.values() for link in found)
+    return (markdown_table(["devices, data, clock", "target", *names], rows)
+            + (f"\n{' '.join(EARLIER_MODELS.values())}\n" if marked else ""))
 
 
-def queued(cell):
-    """Whether a cell's runs were charged the first link model: a virtual clock's links with a cost, and no run that
-    recorded the servers it summed over (every run under training/clocks/network.py does)."""
-    return (cell.get("virtual") and cell["link"] != regime_map.LOOPBACK
-            and not any(scheme.get("servers") for scheme in cell["schemes"].values()))
+def earlier_model(cell):
+    """" †" or " ‡" for a virtual cell with costly links whose runs recorded no servers, or no pipelined sums."""
+    schemes = cell["schemes"].values()
+    if not cell.get("virtual") or cell["link"] == regime_map.LOOPBACK or any(s.get("sums") for s in schemes):
+        return ""
+    return " ‡" if any(scheme.get("servers") for scheme in schemes) else " †"
 
 
 def answers_of(folders):

@@ -118,6 +118,7 @@ def cell_of_scheme(runs, limit, target, budget=None):
         "fast_compute_over_probe": statistics_of([compute_over_probe(s) for s in done]),
         "links": sorted({s["links"] for s in done if s.get("links")}),
         "servers": sorted({s["clock"]["num_servers"] for s in done if "num_servers" in (s.get("clock") or {})}),
+        "sums": sorted({s["clock"]["sums"] for s in done if "sums" in (s.get("clock") or {})}),
         "device_samples_per_s": per_device_throughput(done),
         "staleness_median": statistics_of([(s.get("staleness") or {}).get("median") for s in done]),
         "staleness_p90": statistics_of([(s.get("staleness") or {}).get("p90") for s in done]),

@@ -11,7 +11,9 @@
 
 A run given the file (`--clock virtual --step-seconds FILE`) is charged all of them; a flag given beside it
 (`--step-overhead`, `--step-jitter`, `--round-trip`, `--server-apply`) overrides its field: declared numbers over
-measured ones.
+measured ones. In real time (`--hosts netns --comm-ratio R --step-seconds FILE`, or `launch.py regimes --links R
+--step-seconds FILE`) the file's step sizes the shaped links instead of a run before the first: both clocks then
+run on the same links.
 """
 import json
 import multiprocessing
@@ -25,7 +27,7 @@ import time
 
 from launcher import comm_ratio
 from launcher.cluster import STATE_TOKEN_VARIABLE, ProcessGroup, start_state_server
-from training import config, modes
+from training import config, modes, runlog
 from training.checks import UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 from training.files import read_json, write_json
@@ -151,9 +153,13 @@ def server_apply_seconds_per_mb(model_bytes, repeats=APPLY_REPEATS):
 
 def resolve_charges(ns, worker_args):
     """Set `ns.step_seconds` from --step-seconds (a number, or a file of launch.py calibrate for this run) and each
-    charge of CHARGES left unset (None) from that file, else its default; UsageError (one line) for a file that is
-    not one, or was measured for another network, data set or batch size."""
+    charge of CHARGES left unset (None) from that file, else its default; in real time only `ns.link_probe` from it
+    (link_probe). UsageError (one line) for a file that is not one, or was measured for another network, data set or
+    batch size."""
     given, record = ns.step_seconds, {}
+    if ns.clock == runlog.REAL_CLOCK:
+        ns.link_probe, given = link_probe(given, ns, worker_args), None  # the file's charges are the clock's
+    ns.link_probe = getattr(ns, "link_probe", None)
     if given is not None and not isinstance(given, float):
         try:
             ns.step_seconds = float(given)
@@ -166,6 +172,26 @@ def resolve_charges(ns, worker_args):
     for attribute, field, default in CHARGES:
         if getattr(ns, attribute, None) is None:
             setattr(ns, attribute, float(record.get(field) or default))
+
+
+def link_probe(given, ns, worker_args):
+    """In real time, the Probe --comm-ratio sizes the links by, from a calibration file (--step-seconds FILE) rather
+    than a run before the first (the same links as a virtual run given the file); None without one."""
+    if given is None:
+        return None
+    try:
+        float(given)
+    except ValueError:
+        pass
+    else:
+        raise UsageError(f"--step-seconds {given}: a number of seconds is charged on --clock virtual; in real time "
+                         "give a file of launch.py calibrate, whose step sizes --comm-ratio's links")
+    try:
+        record = calibrated_record(given, ns.network, ns.dataset, worker_args)
+    except ValueError as error:
+        raise UsageError(f"--step-seconds {error}") from None
+    return comm_ratio.Probe(float(record["step_seconds"]), float(record["compute_seconds"]),
+                            int(record["model_bytes"]), float(record["period_seconds"]), float(record["jitter"]))
 
 
 def calibrated_record(path, network, dataset, worker_args):

@@ -112,10 +112,12 @@ def check_clock(ns, chosen, worker_args=()):
     from training.clocks import job
 
     if ns.clock == runlog.REAL_CLOCK:
-        if (ns.step_seconds is not None or ns.step_jitter or ns.step_overhead or ns.latency or ns.round_trip
-                or ns.server_apply):
-            raise UsageError("--step-seconds, --step-jitter, --step-overhead, --latency, --round-trip and "
-                             "--server-apply are charged on a virtual clock: give --clock virtual")
+        if ns.step_jitter or ns.step_overhead or ns.latency or ns.round_trip or ns.server_apply:
+            raise UsageError("--step-jitter, --step-overhead, --latency, --round-trip and --server-apply are charged "
+                             "on a virtual clock: give --clock virtual")
+        if ns.link_probe and ns.comm_ratio is None:
+            raise UsageError("--step-seconds FILE in real time sets --comm-ratio's links: give --comm-ratio and "
+                             "--hosts netns too, or --clock virtual")
         return
     if ns.step_seconds is None or not 0 < ns.step_seconds < float("inf"):
         raise UsageError("--clock virtual: give the devices' step time, --step-seconds S (a step of one batch on a "

@@ -64,6 +64,11 @@ def probe_argv(experiment, log_dir):
             + ["--max-iters", str(PROBE_STEPS), "-e", "0", "-ld", log_dir, "--node-name", "probe"])
 
 
+def probe_key(experiment):
+    """What a measurement of the fast step depends on: the probe's command line, or the calibration given instead."""
+    return (*probe_argv(experiment, ""), experiment.link_probe)
+
+
 def period_of(records):
     """The mean seconds from one step's start to the next's after warm-up: the step's own phases and the loop's
     work between steps, as a run pays them; an evaluation (the probe's last step) left out."""
@@ -129,10 +134,10 @@ def resolve(experiment, measured=None):
     if experiment.comm_ratio is None or experiment.clock != "real":  # a virtual clock charges the ratio itself
         return experiment
     measured = {} if measured is None else measured
-    key = tuple(probe_argv(experiment, ""))
+    key = probe_key(experiment)
     first = key not in measured
     if first:
-        measured[key] = measure(experiment)
+        measured[key] = experiment.link_probe or measure(experiment)
     probe = measured[key]
     step, compute, model_bytes = probe.step, probe.compute, probe.model_bytes
     rate = rate_for(experiment.comm_ratio, step, model_bytes)
@@ -148,6 +153,7 @@ def resolve(experiment, measured=None):
               f"Mbit/s (the measurement before the first run, ratio {experiment.comm_ratio:g})", flush=True)
         return resolved
     print(f"links: --comm-ratio {experiment.comm_ratio:g}: the fastest worker's step takes {1e3 * step:.2f} ms alone "
+          f"({'as calibrated' if experiment.link_probe else 'measured now'}) "
           f"and {experiment.network} has {model_bytes} bytes of weights, so each worker link runs at "
           f"{rate / 1e6:.3f} Mbit/s (a transfer of the model: {8e3 * model_bytes / rate:.1f} ms), the parameter "
           f"servers' at {ps_rate / 1e6:.3f} Mbit/s", flush=True)

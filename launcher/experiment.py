@@ -76,6 +76,7 @@ class Experiment:
     netns_subnet: str
     comm_ratio: float | None = None  # --hosts netns: the links' rate follows this ratio (launcher/comm_ratio.py)
     regime: dict | None = None      # with comm_ratio, once measured: the fast step, the model's bytes, the rate
+    link_probe: object = None       # real time, --step-seconds FILE: the Probe comm_ratio sizes the links by
     holdout: int = 0                # training samples held out, which the evaluator tests instead of the test set
     tuned_flags: dict = field(default_factory=dict)  # --tuned: {mode: the flags of its scheme's tuned values}
     max_restarts: int = 0           # times a mode's job is started again from its newest checkpoint after a failure
@@ -238,7 +239,8 @@ def add_clock_options(p, jobs=False):  # jobs: --jobs, for the commands of many 
                         "one process, each step charged --step-seconds x its device's --slowdown and each transfer "
                         "its links' (--comm-ratio), the same whatever the machine's load (docs/virtual-clock.md)")
     p.add_argument("--step-seconds", help=f"{virtual} a step of one batch takes on a device of --slowdown 1 (the "
-                   "paper's GPUs: about 0.03), or a file of launch.py calibrate for this network and batch size")
+                   "paper's GPUs: about 0.03), or a file of launch.py calibrate for this network and batch size "
+                   "(in real time the file's step sizes --comm-ratio's links instead of a run before the first)")
     p.add_argument("--step-jitter", type=float, help="--clock virtual: each step's charge x a log-normal factor of "
                    "mean 1 and this log-spread, seeded per device (default: a calibration file's, else 0)")
     p.add_argument("--step-overhead", type=float, help=f"{virtual} each step is charged beside its computing, "
@@ -344,7 +346,8 @@ def build(ns, worker_args=()):
         worker_rate=worker_rate, ps_rate=ps_rate,
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
-        checkpoint_every=ns.checkpoint_every, clock=ns.clock, step_seconds=ns.step_seconds,
+        checkpoint_every=ns.checkpoint_every, clock=ns.clock, link_probe=getattr(ns, "link_probe", None),
+        step_seconds=None if ns.clock == runlog.REAL_CLOCK else ns.step_seconds,
         step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
         server_apply=ns.server_apply, ps_link=ns.ps_bandwidth, link_slowdowns=links.link_slowdowns(ns, len(devices)),
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(

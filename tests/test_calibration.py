@@ -21,6 +21,37 @@ def test_a_charge_given_in_real_time_is_refused(flag):
         experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", flag, "0.01"])
 
 
+CALIBRATED = {"network": "lenet", "dataset": "mnist-5k", "batch_size": 64, "step_seconds": 0.012,
+              "overhead_seconds": 0.002, "period_seconds": 0.014, "compute_seconds": 0.01, "jitter": 0.1,
+              "round_trip_seconds": 0.002, "server_apply_seconds_per_mb": 0.001, "model_bytes": 177704}
+REAL_LENET = ["--modes", "sync", "--slowdown", "1,4", "-n", "lenet", "--dataset", "mnist-5k", "--max-time", "5"]
+
+
+def test_in_real_time_a_calibration_file_sizes_the_comm_ratios_links_and_nothing_is_probed(tmp_path, monkeypatch):
+    from launcher import comm_ratio
+
+    devices = tmp_path / "devices.json"
+    devices.write_text(json.dumps(CALIBRATED))
+    run = experiment.parse(REAL_LENET + ["--hosts", "netns", "--comm-ratio", "12", "--step-seconds", str(devices)])
+    monkeypatch.setattr(comm_ratio, "measure", lambda _: pytest.fail("probed despite the calibration file"))
+
+    resolved = comm_ratio.resolve(run)
+
+    assert resolved.worker_rate == comm_ratio.rate_for(12, 0.012, 177704)
+    assert resolved.regime["fast_step_seconds"] == 0.012 and resolved.step_seconds is None
+
+
+@pytest.mark.parametrize("extra, refusal", [
+    (["--step-seconds", "0.01"], "a number of seconds is charged on --clock virtual"),
+    (["--step-seconds", "FILE"], "sets --comm-ratio's links: give --comm-ratio and --hosts netns too"),
+])
+def test_in_real_time_a_step_is_refused_unless_a_calibration_file_sizes_shaped_links(tmp_path, extra, refusal):
+    devices = tmp_path / "devices.json"
+    devices.write_text(json.dumps(CALIBRATED))
+    with pytest.raises(UsageError, match=refusal):
+        experiment.parse(REAL_LENET + [str(devices) if arg == "FILE" else arg for arg in extra])
+
+
 @pytest.mark.slow
 @pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_path):

@@ -195,11 +195,13 @@ def test_a_table1_block_is_the_papers_table_with_the_commands_wall_time_and_comm
             "--resume\n") in fresh
 
 
-def test_a_virtual_cell_with_costly_links_whose_runs_recorded_no_servers_is_marked_as_the_first_link_model():
-    def cell(virtual, link, servers):
-        return {"virtual": virtual, "link": link, "schemes": {"sync": {"servers": servers}, "local": {}}}
+def test_a_virtual_cell_with_costly_links_is_marked_with_the_link_model_its_runs_recorded():
+    def cell(virtual, link, servers, sums=()):
+        return {"virtual": virtual, "link": link, "schemes": {"sync": {"servers": servers, "sums": list(sums)},
+                                                              "local": {}}}
 
-    assert doc_tables.queued(cell(True, 12.0, []))
-    assert not doc_tables.queued(cell(True, 12.0, [1]))         # its runs shared the links fairly
-    assert not doc_tables.queued(cell(True, "loopback", []))    # free links: both models charge nothing
-    assert not doc_tables.queued(cell(False, 12.0, []))         # real time: nothing charged
+    assert doc_tables.earlier_model(cell(True, 12.0, [])) == " †"           # no servers recorded: the first model
+    assert doc_tables.earlier_model(cell(True, 12.0, [1])) == " ‡"          # fair links, sums not pipelined
+    assert doc_tables.earlier_model(cell(True, 12.0, [1], ["pipelined per key"])) == ""
+    assert doc_tables.earlier_model(cell(True, "loopback", [])) == ""       # free links: every model charges nothing
+    assert doc_tables.earlier_model(cell(False, 12.0, [])) == ""            # real time: nothing charged

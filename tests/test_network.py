@@ -45,12 +45,32 @@ def test_a_workers_finish_depends_on_its_arrival_not_on_its_position():
         assert len({round(finish, 9) for finish in finishes.values()}) == 1  # everyone's sum back at once
 
 
+def test_a_keys_sum_comes_back_while_the_next_key_still_goes_up_as_the_kvstore_pipelines_them():
+    net = Network.uniform(2, Link(seconds_per_byte=0.001))  # a key of 4,000 bytes: 4 s alone on a link
+
+    # both push key 0 (8 s on the server's inbound link); key 1 goes up while key 0 comes down (8 s), then key 1
+    # comes down: 24 s, against 32 s were the pulls to wait for the whole model
+    assert net.sum_finishes({0: 0.0, 1: 0.0}, [[4000, 4000]]) == pytest.approx({0: 24.0, 1: 24.0})
+
+
+def test_a_keys_sum_waits_for_every_ranks_push_of_that_key():
+    net = Network.uniform(2, Link(seconds_per_byte=0.001))
+
+    # rank 1 pushes key 0 over 10-14 s and key 1 over 14-18 s; key 0 comes down to both over 14-22 s, key 1 after it
+    assert net.sum_finishes({0: 0.0, 1: 10.0}, [[4000, 4000]]) == pytest.approx({0: 30.0, 1: 30.0})
+
+
+def test_a_few_bytes_of_a_key_ride_with_the_next_key_to_their_server():
+    assert network.pipelined_parts([40, 4000, 24, 8000, 12]) == [4040, 8036]
+    assert network.pipelined_parts([40, 12]) == [52]
+
+
 def test_ps_lite_keeps_a_small_array_whole_on_one_server_and_splits_a_big_one_over_all():
     net = Network.uniform(2, SECOND_A_TRANSFER, num_servers=3)
 
     held = net.shards([0, 1, 2], [10, 999, 3000])  # float32 elements; the bound is 1,000
-    # key 0 -> server 0, key 1 -> 9973 mod 3 = 1, key 2 split in thirds
-    assert held == pytest.approx([40 + 4000, 3996 + 4000, 4000])
+    # key 0 -> server 0, key 1 -> 9973 mod 3 = 1, key 2 split in thirds; each server's keys in the keys' order
+    assert held == [[40, 4000], [3996, 4000], [4000]]
 
 
 def test_as_many_servers_as_workers_carry_a_sum_as_fast_as_each_workers_own_link():

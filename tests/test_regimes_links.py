@@ -50,7 +50,7 @@ def test_the_probe_runs_the_fastest_worker_alone_with_the_workers_options_and_ne
 def test_a_resolved_experiment_carries_the_rate_and_what_it_came_from(capsys):
     run = experiment.parse(["--modes", "sync", "-n", "lenet", "--slowdown", "1,4", "--max-time", "5",
                             "--hosts", "netns", "--comm-ratio", "4"])
-    measured = {tuple(comm_ratio.probe_argv(run, "")): comm_ratio.Probe(0.01, 0.008, 100_000, 0.012, 0.0)}
+    measured = {comm_ratio.probe_key(run): comm_ratio.Probe(0.01, 0.008, 100_000, 0.012, 0.0)}
 
     resolved = comm_ratio.resolve(run, measured)
 
@@ -64,7 +64,7 @@ def test_a_given_parameter_server_rate_stays_beside_the_ratio():
     run = experiment.parse(["--modes", "sync", "-n", "lenet", "--slowdown", "1,4", "--max-time", "5",
                             "--hosts", "netns", "--comm-ratio", "4", "--ps-bandwidth", "1gbit"])
 
-    resolved = comm_ratio.resolve(run, {tuple(comm_ratio.probe_argv(run, "")): comm_ratio.Probe(0.01, 0.008, 100_000, 0.012, 0.0)})
+    resolved = comm_ratio.resolve(run, {comm_ratio.probe_key(run): comm_ratio.Probe(0.01, 0.008, 100_000, 0.012, 0.0)})
 
     assert (resolved.worker_rate, resolved.ps_rate) == (20_000_000, 10 ** 9)
 

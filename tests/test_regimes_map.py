@@ -88,6 +88,7 @@ def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers
     (["--higher-targets", "0.75"], "must be above --target 0.8"),
     (["--higher-targets", "high"], "give accuracies"),
     (["--", "-m", "sync"], "set by the launcher"),
+    (["--links", "loopback", "--step-seconds", "0.01"], "a number of seconds is charged on --clock virtual"),
 ])
 def test_bad_grids_are_refused_before_anything_runs(argv, message):
     with pytest.raises(UsageError, match=message):

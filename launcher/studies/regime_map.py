@@ -188,7 +188,7 @@ def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_option
     links = experiment.handed_on(ns)
     virtual = ns.clock == runlog.VIRTUAL_CLOCK  # the links charged, not shaped
     if link == regime_map.LOOPBACK or virtual:
-        dropped = NETNS_OPTIONS if virtual else (*NETNS_OPTIONS, *LINK_RATES)
+        dropped = NETNS_OPTIONS if virtual else (*NETNS_OPTIONS, *LINK_RATES, "step_seconds")
         links = {name: value for name, value in links.items() if name not in dropped}
         links.update(hosts="local", comm_ratio=None if link == regime_map.LOOPBACK else float(link))
     else:
@@ -234,6 +234,9 @@ def parse(argv):
     ns.data_dir = experiment.data_dir(ns)
     parallel.check_jobs(ns.jobs, ns.clock)
     calibration.resolve_charges(ns, worker_args)  # a calibration file read once: the plan and the limits take it
+    if ns.link_probe and not any(link != regime_map.LOOPBACK for link in parse_links(ns.links)):
+        raise UsageError("--step-seconds FILE in real time sets the shaped links' rate: give a ratio in --links, or "
+                         "--clock virtual")
     plan = plan_of(ns)
     if ns.resume:
         check_resumable(ns.log_dir, plan)

@@ -74,6 +74,7 @@ def build(job, workers, links):
                       "slowdown": device.slowdown,
                       "batch_size": device.batch_size, "jitter": device.jitter, "ratio": ratio,
                       "latency": links.workers[rank].latency, "num_servers": links.num_servers,
+                      "sums": network.SUMS,
                       "ps_bandwidth": job.get("ps_bandwidth"), "round_trip": coordination.round_trip,
                       "server_apply": links.apply_seconds_per_byte * 1e6,
                       "link_seconds_per_byte": links.workers[rank].seconds_per_byte}

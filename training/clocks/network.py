@@ -5,17 +5,19 @@ Every host (a worker, a parameter server) has one full-duplex link to a switch: 
 `seconds_per_byte` a byte (0: free), and a transfer is charged its path's latency once (the larger of its two ends').
 A transfer from host a to host b uses a's link outward and b's link inward.
 
-- A synchronous sum over the parameter server (`sum_finishes`): each worker pushes, to each server, the part of the
-  model that server holds (`shards`: ps-lite's placement), and pulls the summed part back once the last worker's push
-  to that server is in. Transfers that overlap in time share every link max-min fairly (`fair_ends`), as network
-  simulators share a link among its flows: no transfer waits for another's turn, and no worker comes first by its
-  rank.
+- A synchronous sum over the parameter server (`sum_finishes`): each worker pushes, to each server, the parts of
+  the model's keys that server holds (`shards`: ps-lite's placement), one key after another in the keys' order over
+  its connection to that server, and pulls a key's sum back once every worker's push of that key is in and added:
+  the kvstore's per-key pipeline, so an early key comes back while later ones still go up. Transfers that overlap in
+  time share every link max-min fairly (`fair_ends`), as network simulators share a link among its flows: no
+  transfer waits for another's turn, and no worker comes first by its rank.
 - The asynchronous servers (training/transport/virtual_servers.py) answer pushes and pulls one at a time, when each
   is asked: each server's link serves one transfer at a time in each direction, first come first served
   (`Network.reserve`), since a transfer's end must be known when it starts.
 - MPI's allreduce (`allreduce_seconds`): each exchange of MPICH's algorithm (traffic.py) on the two ranks' own links.
 """
 import functools
+import heapq
 import math
 import re
 from collections import Counter
@@ -26,6 +28,8 @@ from training.transport.collectives import SPLIT_ABOVE
 
 FREE = math.inf          # bytes a second of a link that charges nothing
 HASH = 9973              # ps-lite: an array kept whole lives on server (key x 9973) mod servers
+SUMS = "pipelined per key"  # how a sum over the servers is charged, recorded in every run (the README marks others)
+PIPELINED_BYTES = 4 * SPLIT_ABOVE  # a key's part under this rides with the next on its server (pipelined_parts)
 UP, DOWN = "out", "in"   # a link's two directions, as its host sees them
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
@@ -108,34 +112,47 @@ class Network:
         return len(self.servers)
 
     def shards(self, keys, sizes):
-        """[bytes server s holds of float32 arrays of `sizes` elements under `keys`]: an array below the bound whole on
-        server (key x 9973) mod servers, a bigger one split evenly over all, as ps-lite places them."""
-        held = [0.0] * self.num_servers
+        """[[bytes of each key server s holds, in the keys' order] for each server s] of float32 arrays of `sizes`
+        elements under `keys`: an array below the bound whole on server (key x 9973) mod servers, a bigger one split
+        evenly over all, as ps-lite places them."""
+        held = [[] for _ in range(self.num_servers)]
         for key, size in zip(keys, sizes):
             if size < self.split_above:
-                held[(key * HASH) % self.num_servers] += 4 * size
+                held[(key * HASH) % self.num_servers].append(4.0 * size)
             else:
                 for server in range(self.num_servers):
-                    held[server] += 4 * size / self.num_servers
+                    held[server].append(4.0 * size / self.num_servers)
         return held
 
     def sum_finishes(self, arrivals, held):
-        """{rank: when its sum is back} for a sum that every rank joined at arrivals[rank], `held` bytes of it on each
-        server: the pushes, then each server's pulls once its last push is in, every link shared fairly."""
-        busy = [s for s, nbytes in enumerate(held) if nbytes > 0]
-        pushes = [(arrivals[rank], held[s], (("worker", rank, UP), ("server", s, DOWN)), self._latency(rank, s))
-                  for rank in sorted(arrivals) for s in busy]
-        pushed = self._ends(pushes)
-        summed = {s: max([end for (_, _, path, _), end in zip(pushes, pushed) if path[1][1] == s])
-                  + held[s] * self.apply_seconds_per_byte for s in busy}  # the last push added
-        pulls = [(summed[s], held[s], (("server", s, UP), ("worker", rank, DOWN)), self._latency(rank, s))
-                 for rank in sorted(arrivals) for s in busy]
-        pulled = self._ends(pulls)
+        """{rank: when its sum is back} for a sum that every rank joined at arrivals[rank], `held[s]` the bytes of
+        each key on server s (`shards`; a number: one key): each rank pushes a server its keys one after another,
+        and pulls a key's sum once every rank's push of that key is in and added, every link shared fairly."""
+        ranks = sorted(arrivals)
+        flows, pulls = [], []
+        for s, keys in enumerate(held):
+            keys = pipelined_parts([keys] if isinstance(keys, (int, float)) else keys)
+            pushes = {}
+            for rank in ranks:
+                up = (("worker", rank, UP), ("server", s, DOWN))
+                for k, nbytes in enumerate(keys):
+                    after = ((len(flows) - 1, 0.0),) if k else ()  # one connection: the previous key first
+                    pushes[rank, k] = len(flows)
+                    flows.append((arrivals[rank], nbytes, up, after))
+            lag = self._latency_to(s)
+            for rank in ranks:
+                down = (("server", s, UP), ("worker", rank, DOWN))
+                for k, nbytes in enumerate(keys):
+                    added = lag(rank) + nbytes * self.apply_seconds_per_byte
+                    after = tuple((pushes[other, k], added) for other in ranks)
+                    after += ((len(flows) - 1, 0.0),) if k else ()
+                    pulls.append((rank, len(flows), lag(rank)))
+                    flows.append((0.0, nbytes, down, after))
+        ends = fair_ends(flows, self._capacity())
         last = max(arrivals.values())
         finishes = {rank: last for rank in arrivals}
-        for (_, _, path, _), end in zip(pulls, pulled):
-            rank = path[1][1]
-            finishes[rank] = max(finishes[rank], end)
+        for rank, flow, latency in pulls:
+            finishes[rank] = max(finishes[rank], ends[flow] + latency)
         return finishes
 
     def reserve(self, free, rank, nbytes_by_server, start, direction):
@@ -155,38 +172,70 @@ class Network:
     def _latency(self, rank, server):
         return max(self.workers[rank].latency, self.servers[server].latency)
 
-    def _ends(self, transfers):
+    def _latency_to(self, server):
+        return lambda rank: self._latency(rank, server)
+
+    def _capacity(self):
         capacity = {}
         for rank, link in enumerate(self.workers):
             capacity[("worker", rank, UP)] = capacity[("worker", rank, DOWN)] = link.bytes_per_second
         for s, link in enumerate(self.servers):
             capacity[("server", s, UP)] = capacity[("server", s, DOWN)] = link.bytes_per_second
-        ends = fair_ends([(start, nbytes, path) for start, nbytes, path, _ in transfers], capacity)
-        return [end + latency for end, (_, _, _, latency) in zip(ends, transfers)]
+        return capacity
+
+
+def pipelined_parts(parts, least=PIPELINED_BYTES):
+    """A server's parts of the keys in order, each part under `least` bytes joined to the next (the last to the one
+    before): so few bytes go up in no time, and a part of its own would only add an event to every sum."""
+    joined, carried = [], 0.0
+    for nbytes in parts:
+        carried += nbytes
+        if carried >= least:
+            joined.append(carried)
+            carried = 0.0
+    if carried:
+        if joined:
+            joined[-1] += carried
+        else:
+            joined.append(carried)
+    return joined
 
 
 def fair_ends(flows, capacity):
-    """When each of `flows` [(start, bytes, path)] is through, where at every moment the flows under way share each
-    resource of `capacity` {resource: bytes a second} max-min fairly (progressive filling); a path of free resources
-    only is through at its start."""
-    remaining = [float(nbytes) for _, nbytes, _ in flows]
+    """When each of `flows` [(start, bytes, path, after)] is through, where at every moment the flows under way share
+    each resource of `capacity` {resource: bytes a second} max-min fairly (progressive filling). A flow starts at its
+    start and, for each (flow j, lag) in `after`, no sooner than lag after j is through; a path of free resources only
+    is through at its start."""
+    remaining = [float(flow[1]) for flow in flows]
     ends = [None] * len(flows)
-    waiting = sorted(range(len(flows)), key=lambda i: flows[i][0], reverse=True)
+    ready = [flow[0] for flow in flows]
+    blocking = [len(flow[3]) for flow in flows]
+    unblocks = [[] for _ in flows]
+    for i, (_, _, _, after) in enumerate(flows):
+        for j, lag in after:
+            unblocks[j].append((i, lag))
+    waiting = [(ready[i], i) for i in range(len(flows)) if not blocking[i]]
+    heapq.heapify(waiting)
     under_way, now = [], 0.0
     while waiting or under_way:
         if not under_way:
-            now = max(now, flows[waiting[-1]][0])
-        while waiting and flows[waiting[-1]][0] <= now:
-            under_way.append(waiting.pop())
+            now = max(now, waiting[0][0])
+        while waiting and waiting[0][0] <= now:
+            under_way.append(heapq.heappop(waiting)[1])
         rates = max_min_rates([flows[i][2] for i in under_way], capacity)
         until_next = min([remaining[i] / rate for i, rate in zip(under_way, rates)])
-        step = min(until_next, flows[waiting[-1]][0] - now if waiting else math.inf)
+        step = min(until_next, waiting[0][0] - now if waiting else math.inf)
         now += step
         going = []
         for i, rate in zip(under_way, rates):
             remaining[i] = 0.0 if rate == math.inf else remaining[i] - rate * step
             if remaining[i] <= 1e-9 * flows[i][1]:
                 ends[i] = now
+                for dependent, lag in unblocks[i]:
+                    ready[dependent] = max(ready[dependent], now + lag)
+                    blocking[dependent] -= 1
+                    if not blocking[dependent]:
+                        heapq.heappush(waiting, (ready[dependent], dependent))
             else:
                 going.append(i)
         under_way = going

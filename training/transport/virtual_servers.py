@@ -37,7 +37,7 @@ class VirtualServers:
     def transfer(self, rank, start, keys, arrays, direction):
         """When a transfer of `arrays` under `keys` that worker `rank` asks for at `start` ends (direction: DOWN at
         the servers for a push, UP for a pull's answer)."""
-        held = self.network.shards(keys, [array.size for array in arrays])
+        held = [sum(parts) for parts in self.network.shards(keys, [array.size for array in arrays])]
         end = self.network.reserve(self.free, rank, held, start, direction)
         if end < start:
             raise VirtualJobFailed(f"a transfer asked for at {start} s would end at {end} s, before it started")
