@@ -9,6 +9,7 @@ draw the comparison.
     python launch.py sweep --rho 0.2,0.6,1 --modes zeno ...   # one run per value, final accuracy against it
     python launch.py regimes [--repeats R]   # every scheme over links x heterogeneity x data split: who wins where
     python launch.py tune --trials 8         # each scheme's values searched in one cell (launcher/studies/tune.py)
+    python launch.py study [NAME]            # the declared studies, or one run as declared (launcher/studies/registry.py)
     python launch.py docs [--check]          # the docs' result tables again from the committed results
     python launch.py calibrate -n lenet --slowdown 1,4 --out devices.json   # the fast step, for --clock virtual
 
@@ -25,14 +26,14 @@ import sys
 
 from analysis import doc_tables
 from launcher import calibration, checks, dmlc, netns, runner
-from launcher.studies import paper, regime_map, sweep, tune
+from launcher.studies import paper, regime_map, registry, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
                "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run,
-               "docs": doc_tables.run, "calibrate": calibration.calibrate}
+               "docs": doc_tables.run, "calibrate": calibration.calibrate, "study": registry.run}
 
 
 def main(argv=None):

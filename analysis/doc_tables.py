@@ -28,7 +28,7 @@ import re
 import statistics
 import sys
 
-from analysis import paper, paper_text, regime_map, timing, tuned
+from analysis import paired, paper, paper_text, regime_map, timing, tuned
 from analysis import scheme_names
 from analysis.tables import markdown_table
 from training import runlog
@@ -88,7 +88,7 @@ def verdict_block(*folders):
     rows = [row for folder in folders for row in verdict_rows(folder)]
     return markdown_table(["cell", "target", "repeats", "leader (its tuned values): mean time, misses at the budget",
                            "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
-                           "one device's median time / the best cluster scheme's (95 % interval)",
+                           "one device's mean capped time / the best cluster scheme's, paired (95 % interval)",
                            "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
 
 
@@ -102,7 +102,7 @@ EARLIER_MODELS = {  # the mark of a cell charged an earlier link model of the vi
 
 def answers_block(*folders):
     """Does the cluster pay? A row per network, devices, split, clock and target, a column per link (free first): the
-    answer, one device's median time / the best cluster scheme's, its interval, that scheme; EARLIER_MODELS' marks."""
+    answer, one device's mean capped time / the best cluster scheme's, its interval, that scheme; EARLIER_MODELS' marks."""
     answers, links = answers_of(folders)
     rows = [[", ".join(cluster), target, *(answer_text(found[link]) + earlier_model(found[link])
                                            if link in found else "not run" for link in links)]
@@ -128,7 +128,7 @@ def answers_of(folders):
     for folder in folders:
         result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
         clock = "virtual clock" if result.get("clock") == runlog.VIRTUAL_CLOCK else "real time"
-        for target, cell in cells_at_targets(result):
+        for target, cell in paired.judged_cells(folder, result, cells_at_targets(result)):
             devices = f"{len(cell['profile'].split(','))} devices {regime_map.compact(cell['profile'])}"
             cluster = (f"{result['network']}, {result['dataset']}", devices, f"{SPLIT_NAMES[cell['split']]}, {clock}")
             answers.setdefault((cluster, f"{target:g}"), {})[cell["link"]] = {**cell, "virtual": clock != "real time"}
@@ -167,11 +167,11 @@ def brief_block(*folders):
     rows = []
     for folder in folders:
         result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
-        for target, cell in cells_at_targets(result):
+        for target, cell in paired.judged_cells(folder, result, cells_at_targets(result)):
             rows.append([cell_name(result, cell), f"{target:g}", str(test_of(cell)["repeats"]), brief_leader(cell),
                          answer_word(cell), ratio_text(cell)])
     return markdown_table(["cell", "target", "repeats", "leader (tied with it)", "does the cluster pay?",
-                           "one device's median time / the best cluster scheme's (95 % interval)"], rows) + "\n"
+                           "one device's mean capped time / the best cluster scheme's, paired (95 % interval)"], rows) + "\n"
 
 
 def brief_leader(cell):
@@ -189,16 +189,16 @@ def test_of(cell):
 
 
 def ratio_of(cell):
-    """One device's median time over the best cluster scheme's (regime_map.one_device_over_best), as the map stored
-    it or from its times; None where there is none."""
-    return cell.get("one_device_over_best") or regime_map.one_device_over_best(cell["schemes"])
+    """One device's time over the best cluster scheme's, as stored (paired: the test's) or from its times; or None."""
+    return cell["one_device_over_best"] if "one_device_over_best" in cell else regime_map.one_device_over_best(
+        cell["schemes"])
 
 
 def verdict_rows(folder):
     result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
     values = tuned_values(folder, result)
     rows = []
-    for target, cell in cells_at_targets(result):
+    for target, cell in paired.judged_cells(folder, result, cells_at_targets(result)):
         test = test_of(cell)
         rows.append([cell_name(result, cell), f"{target:g}", str(test["repeats"]), leader_text(cell, values),
                      tied_text(cell), alone_text(cell), pays_text(cell), ratio_text(cell), f"{test['floor']:.2g}",
@@ -265,8 +265,8 @@ def alone_text(cell):
 
 def pays_text(cell):
     answer, test = cell.get("cluster_pays"), cell.get("cluster_pays_test")
-    if answer is None or not test:
-        return "–"
+    if answer is None or not test or answer == "exploratory":
+        return f"exploratory: {test['pairs']} paired repeats, a verdict takes {paired.MIN_PAIRS}" if test else "–"
     adjusted = test["adjusted_p_values"]
     if answer == "yes":
         return "**yes**: " + ", ".join(f"{scheme_names.display(s)} (p = {adjusted[s]:.2g})" for s in test["faster"])
@@ -290,7 +290,7 @@ def ratio_text(cell):
     found = ratio_of(cell)
     if not found:
         return "–"
-    bound = {"lower": "≥ ", "upper": "≤ "}.get(found["bound"], "")
+    bound = {"lower": "≥ ", "upper": "≤ ", "both": "misses on both sides: "}.get(found["bound"], "")
     return (f"{bound}{found['ratio']:.2f} ({found['low']:.2f}–{found['high']:.2f}) against "
             f"{scheme_names.display(found['scheme'])}")
 
@@ -362,10 +362,10 @@ def validation_block(folder):
 
 KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "answers": answers_block,
          "repeats": repeats_block, "validation": validation_block, "beside-paper": beside_paper_block,
-         "table1": table1_block}
-MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper")  # kinds whose block may name several folders: one table
-FIGURES = {"answers": (answers_figure, "one fast device's median time over the best cluster scheme's, with its 95 % "
-                                       "interval, per cluster, link and target")}  # kinds that may draw a figure
+         "table1": table1_block, "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model)}
+MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text")  # kinds whose block may name several folders: one table
+FIGURES = {"answers": (answers_figure, "one fast device's mean capped time over the best cluster scheme's, paired by "
+                                       "seed, with its 95 % interval, per cluster, link and target")}  # kinds that may draw a figure
 
 
 # ----------------------------------------------------------------------------------------------

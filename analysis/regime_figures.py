@@ -79,7 +79,7 @@ def draw_at(result, out_dir, suffix):
 
 ANSWER_STYLES = {"yes": ("tab:green", "the cluster pays"), "no": ("tab:red", "one device is sooner"),
                  "cannot be told": ("grey", "cannot be told")}
-BOUND_MARKERS = {"lower": ">", "upper": "<", None: "o"}
+BOUND_MARKERS = {"lower": ">", "upper": "<", "both": "x", None: "o"}  # x: a miss on both sides, no bound either way
 
 
 def draw_answers(points, path, shared=""):
@@ -102,7 +102,8 @@ def draw_answers(points, path, shared=""):
     ax.set_yticks(range(len(shown)), [label for label, _, _ in reversed(shown)], fontsize=6.5)
     ax.set_ylim(-0.7, len(shown) - 0.3)
     ax.grid(axis="x", which="both", linewidth=0.3)
-    ax.set_xlabel("one fast device's median time / the best cluster scheme's\n(95 % interval; > and <: a bound)",
+    ax.set_xlabel("one fast device's mean capped time / the best cluster scheme's, paired by seed\n(95 % interval; "
+                  "> and <: a bound; x: misses on both sides)",
                   fontsize=8)
     ax.set_title(f"Does the cluster pay?{f' {shared}' if shared else ''}", fontsize=9)
     handles = [Line2D([], [], color=colour, marker="o", label=name) for colour, name in ANSWER_STYLES.values()]

@@ -19,17 +19,18 @@ def test_the_committed_tables_are_what_the_committed_results_give():
     assert not differing, f"run `python launch.py docs`: {', '.join(sorted(differing))} differ from their results"
 
 
-def a_study(root):
-    """results/cell/ under `root`: a map of one cell, ESync, SSGD and one device, 5 repeats, and its tuned.json."""
+def a_study(root, pairs=1):
+    """results/cell/ under `root`: a map of one cell, ESync, SSGD and one device, 5 repeats (`pairs` times over: 10
+    make a paired verdict), and its tuned.json."""
     folder = os.path.join(root, "results", "cell")
     os.makedirs(folder)
     plan = {"network": "lenet", "dataset": "mnist-5k", "links": ["loopback"], "profiles": ["1,4"], "splits": ["iid"],
-            "schemes": ["esync", "sync", "local"], "repeats": 5, "seed": 0, "max_time": 12.0, "target": 0.85,
+            "schemes": ["esync", "sync", "local"], "repeats": 5 * pairs, "seed": 0, "max_time": 12.0, "target": 0.85,
             "eval_seconds": 0.5}
     write_json(os.path.join(folder, regime_map.PLAN_FILE), plan)
-    write_repeats(folder, plan, "esync", [curve_reaching(s) for s in (3, 4, 5, 3, 4)])
-    write_repeats(folder, plan, "sync", [curve_reaching(s) for s in (9, 10, 11, 9, 10)])
-    write_repeats(folder, plan, "local", [curve_reaching(s) for s in (8, 9, 10, 8, 11)])
+    write_repeats(folder, plan, "esync", [curve_reaching(s) for s in (3, 4, 5, 3, 4) * pairs])
+    write_repeats(folder, plan, "sync", [curve_reaching(s) for s in (9, 10, 11, 9, 10) * pairs])
+    write_repeats(folder, plan, "local", [curve_reaching(s) for s in (8, 9, 10, 8, 11) * pairs])
     regime_map.write(regime_map.build(folder), folder, figures=False)
     tuned.write(os.path.join(folder, tuned.FILE_NAME), "lenet/mnist-5k/1,4/loopback/iid", {
         "protocol": tuned.PROTOCOL, "target": 0.85, "holdout": 500, "max_time": 12.0, "trial_seeds": [1000, 1001],
@@ -43,14 +44,15 @@ def a_study(root):
 
 
 def test_a_block_is_written_from_its_folder_and_check_sees_a_stale_one(tmp_path):
-    a_study(str(tmp_path))
+    a_study(str(tmp_path), pairs=2)
     page = "# Results\n\n<!-- generated: verdict results/cell -->\nold numbers\n<!-- end generated -->\n"
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
     assert "old numbers" not in fresh and fresh.startswith(page.split("old numbers")[0])
-    assert "**ESync** (--local-lr 0.004): 3.8 s (5 of 5 reached)" in fresh  # beyond the spread: a winner
-    assert "**no**: one device" not in fresh and "| 0.0079 |" in fresh  # the floor 5 repeats a side allow
+    assert "**ESync** (--local-lr 0.004): 3.8 s (10 of 10 reached)" in fresh  # beyond the spread: a winner
+    assert "**yes**: ESync (p = 0.0039)" in fresh  # 2 / 2^10, Holm over its 2 comparisons
+    assert "| 0.002 |" in fresh  # the floor 10 pairs allow
     assert doc_tables.regenerate(fresh, str(tmp_path)) == fresh
 
 
@@ -81,17 +83,17 @@ def test_cells_that_took_a_neighbours_values_are_one_row_each_not_their_neighbou
 
 
 def test_the_brief_verdict_names_the_leader_the_answer_and_the_ratio_in_a_row_a_cell_and_target(tmp_path):
-    a_study(str(tmp_path))
+    a_study(str(tmp_path), pairs=2)
     page = "<!-- generated: brief results/cell,results/cell -->\n<!-- end generated -->\n"
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
-    row = "| lenet, mnist-5k, 1,4, loopback, i.i.d., real time | 0.85 | 5 | **ESync** | **yes** | 2.25 ("
+    row = "| lenet, mnist-5k, 1,4, loopback, i.i.d., real time | 0.85 | 10 | **ESync** | **yes** | 2.42 ("
     assert fresh.count(row) == 2 and fresh.count("\n|---|") == 1
 
 
 def test_the_answers_set_each_link_in_a_column_of_its_own_free_links_first_and_draw_their_figure(tmp_path):
-    folder = a_study(str(tmp_path))
+    folder = a_study(str(tmp_path), pairs=2)
     twin = os.path.join(tmp_path, "results", "twin")
     os.makedirs(twin)
     result = read_json(os.path.join(folder, regime_map.RESULTS_FILE))
@@ -104,7 +106,7 @@ def test_the_answers_set_each_link_in_a_column_of_its_own_free_links_first_and_d
     fresh = doc_tables.regenerate(page, str(tmp_path), draw=True)
 
     assert "| devices, data, clock | target | free links | R = 12 |" in fresh
-    row = "| lenet, mnist-5k, 2 devices 1,4, i.i.d., real time | 0.85 | **yes**: 2.25 ("
+    row = "| lenet, mnist-5k, 2 devices 1,4, i.i.d., real time | 0.85 | **yes**: 2.42 ("
     assert fresh.count(row) == 1 and fresh.count("against ESync |") == 2
     assert "](pays.png)\n<!-- end generated -->" in fresh and os.path.getsize(tmp_path / "pays.png") > 0
     assert doc_tables.figures_missing(fresh, str(tmp_path)) == []
@@ -205,3 +207,13 @@ def test_a_virtual_cell_with_costly_links_is_marked_with_the_link_model_its_runs
     assert doc_tables.earlier_model(cell(True, 12.0, [1], ["pipelined per key"])) == ""
     assert doc_tables.earlier_model(cell(True, "loopback", [])) == ""       # free links: every model charges nothing
     assert doc_tables.earlier_model(cell(False, 12.0, [])) == ""            # real time: nothing charged
+
+
+def test_the_verdict_in_words_counts_the_cells_that_carry_one_and_says_what_they_read(tmp_path):
+    a_study(str(tmp_path), pairs=2)
+    page = "<!-- generated: answers-text results/cell -->\n<!-- end generated -->\n"
+
+    fresh = doc_tables.regenerate(page, str(tmp_path))
+
+    assert "1 of the 1 cells and targets above carry a verdict (10 or more paired repeats)" in fresh
+    assert "On free links the cells read yes in 1 (sooner than one device: ESync)." in fresh

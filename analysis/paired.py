@@ -1,0 +1,241 @@
+"""Does the cluster pay? The verdict's test: the schemes' runs paired by seed, each capped at the map's budget.
+
+Every scheme of a map runs on the same seeds (repeat r on seed + r - 1: the same data order and initial weights), so
+the device alone and a cluster scheme on one seed are a pair.
+
+| step | how |
+|---|---|
+| a run's time | its time to the target, capped at the budget: reached after the budget, or never, it counts as the budget |
+| the test | the mean of the paired differences against every flip of their signs (scipy.stats.permutation_test, permutation_type="samples": exact, 2^n flips), two-sided; Holm-corrected over every comparison the cell names (each cluster scheme against the device alone, at every target) |
+| the ratio | the device's mean capped time over the scheme's; its 95 % interval from the paired bootstrap (scipy.stats.bootstrap, paired=True, BCa) |
+| a bound | where one side's capped times include a miss its mean is a lower bound: the ratio is `≥` where the device's do, `≤` where the scheme's do, and bounded neither way where both do (said so); no ratio where neither side reached the target |
+| the answer | "yes" where a cluster scheme is sooner, "no" where the device is sooner than every one, only from MIN_PAIRS or more pairs, after correction and with an interval that excludes 1; "cannot be told" otherwise; "exploratory" under MIN_PAIRS pairs |
+
+A map whose runs all ended well pairs its repeats by their order; one where a run failed pairs the repeats both
+schemes finished (`times_by_repeat`, where the map recorded it).
+"""
+import os
+import warnings
+
+import numpy as np
+from scipy import stats
+
+from analysis import scheme_names, significance
+from training.files import read_json
+
+STANDALONE = "local"
+DECLARATION = "declared.json"  # launcher/studies/registry.py's: a study's declaration beside its results
+ALPHA = significance.ALPHA
+MIN_PAIRS = 10
+EXACT_UP_TO = 20            # pairs: up to 2^20 sign flips enumerated
+BOOTSTRAP_DRAWS = 9_999
+LEVEL = 0.95
+TEST_NAME = ("an exact paired permutation test of the mean capped time to target at 5 % (the runs paired by seed, a "
+             "target missed within the budget counted at the budget), Holm-corrected over the cell's comparisons")
+
+
+def by_repeat(numbers):
+    """A scheme's [[seconds, reached] or None] by repeat, or None where its repeats cannot be aligned."""
+    if numbers.get("times_by_repeat") is not None:
+        return numbers["times_by_repeat"]
+    times = numbers.get("censored_times") or []
+    return times if len(times) == numbers.get("repeats") else None
+
+
+def capped_pairs(first, second, budget):
+    """(first's, second's capped seconds, first's misses, second's) over the repeats both have."""
+    both = [(a, b) for a, b in zip(first, second) if a is not None and b is not None]
+
+    def capped(time):
+        seconds, reached = time
+        return (seconds, False) if reached and seconds <= budget else (float(budget), True)
+
+    a, missed_a = zip(*(capped(x) for x, _ in both)) if both else ((), ())
+    b, missed_b = zip(*(capped(y) for _, y in both)) if both else ((), ())
+    return np.array(a, dtype=float), np.array(b, dtype=float), any(missed_a), any(missed_b)
+
+
+def paired_p(a, b):
+    """The two-sided p-value of the mean paired difference under sign flips (1.0 under two pairs or no difference)."""
+    if len(a) < 2 or np.all(a == b):
+        return 1.0
+    exact = len(a) <= EXACT_UP_TO
+    found = stats.permutation_test((a, b), lambda x, y, axis: np.mean(x - y, axis=axis), vectorized=True,
+                                   permutation_type="samples", alternative="two-sided",
+                                   n_resamples=2 ** len(a) if exact else 100_000, rng=np.random.default_rng(0))
+    return float(found.pvalue)
+
+
+def floor(pairs):
+    """The smallest p-value `pairs` pairs allow: every difference of one sign."""
+    return 1.0 if pairs < 2 else min(1.0, 2.0 / 2 ** pairs)
+
+
+def ratio_interval(a, b):
+    """(mean a / mean b, low, high): the ratio of mean capped times and its paired bootstrap interval."""
+    ratio = float(np.mean(a) / np.mean(b))
+    if len(a) < 3 or (np.all(a == a[0]) and np.all(b == b[0])):
+        return ratio, ratio, ratio
+    for method in ("BCa", "percentile"):  # BCa is undefined where the draws barely vary
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            found = stats.bootstrap((a, b), lambda x, y, axis: np.mean(x, axis=axis) / np.mean(y, axis=axis),
+                                    paired=True, vectorized=True, confidence_level=LEVEL, n_resamples=BOOTSTRAP_DRAWS,
+                                    method=method, rng=np.random.default_rng(0))
+        low, high = found.confidence_interval
+        if np.isfinite(low) and np.isfinite(high):
+            break
+    return ratio, float(low), float(high)
+
+
+def budget_of(a, b):
+    """The budget the pairs were capped at, as far as they show it: the longest capped time."""
+    return float(max(np.max(a), np.max(b)))
+
+
+def bound_of(device_missed, scheme_missed):
+    return {(True, False): "lower", (False, True): "upper", (True, True): "both"}.get((device_missed, scheme_missed))
+
+
+def verdicts(cells_by_target, budget, primary=None):
+    """{target: {answer, scheme, ratio, low, high, bound, pairs, p_values, adjusted_p_values, ...}} of one cell timed
+    to several targets ({target: cell}), the device alone against each cluster scheme, Holm over all of them, or
+    over the `primary` target's alone where the study declared one (the others then exploratory); {} where the cell
+    has no device alone or nothing can be paired."""
+    compared = {}
+    for target, cell in cells_by_target.items():
+        alone = cell["schemes"].get(STANDALONE)
+        mine = by_repeat(alone) if alone else None
+        if mine is None:
+            continue
+        for scheme, numbers in cell["schemes"].items():
+            theirs = by_repeat(numbers) if scheme != STANDALONE else None
+            if theirs is not None:
+                compared[target, scheme] = capped_pairs(mine, theirs, budget)
+    p_values = {key: paired_p(a, b) for key, (a, b, _, _) in compared.items()}
+    family = {f"{target:g} {scheme}": p for (target, scheme), p in p_values.items()
+              if primary is None or target == primary}
+    adjusted = {**dict.fromkeys((f"{target:g} {scheme}" for target, scheme in p_values), 1.0),
+                **significance.holm(family)}
+    found = {}
+    for target in cells_by_target:
+        keys = [key for key in compared if key[0] == target and len(compared[key][0])]
+        if keys:
+            found[target] = judged(target, keys, compared, p_values, adjusted)
+            if primary is not None and target != primary:
+                found[target]["answer"] = "exploratory"  # a target the study did not name primary
+    return found
+
+
+def judged(target, keys, compared, p_values, adjusted):
+    """The answer at one target from its comparisons."""
+    best = min(keys, key=lambda key: np.mean(compared[key][1]))
+    a, b, device_missed, scheme_missed = compared[best]
+    everyone_missed = np.all(np.concatenate([a, b]) >= budget_of(a, b))  # no ratio where neither side reached
+    ratio, low, high = (None, None, None) if everyone_missed else ratio_interval(a, b)
+    pairs = min(len(compared[key][0]) for key in keys)
+    sooner = [key for key in keys if adjusted[f"{target:g} {key[1]}"] < ALPHA
+              and np.mean(compared[key][1]) < np.mean(compared[key][0])]
+    later = [key for key in keys if adjusted[f"{target:g} {key[1]}"] < ALPHA
+             and np.mean(compared[key][1]) > np.mean(compared[key][0])]
+    if pairs < MIN_PAIRS:
+        answer = "exploratory"
+    elif best in sooner and low is not None and low > 1:
+        answer = "yes"
+    elif len(later) == len(keys) and high is not None and high < 1:
+        answer = "no"
+    else:
+        answer = "cannot be told"
+    return {"answer": answer, "scheme": best[1], "ratio": ratio, "low": low, "high": high,
+            "bound": bound_of(device_missed, scheme_missed), "pairs": pairs, "floor": floor(pairs),
+            "sooner": [key[1] for key in sooner], "later": [key[1] for key in later],
+            "p_values": {key[1]: p_values[key] for key in keys},
+            "adjusted_p_values": {key[1]: adjusted[f"{target:g} {key[1]}"] for key in keys}}
+
+
+def judged_cells(folder, result, timed_cells):
+    """(target, cell) of `timed_cells` [(target, cell)] of the map in `folder`, in their order, each cell's answer,
+    ratio and test (cluster_pays, one_device_over_best, cluster_pays_test, test) those of the paired test, where it
+    applies; the primary target the study's declaration names, if it names one."""
+    timed_cells = list(timed_cells)
+    primary = declared_primary(folder)
+    groups = {}
+    for target, cell in timed_cells:
+        groups.setdefault((cell["split"], cell["profile"], cell["link"]), {})[target] = cell
+    found = {key: verdicts(group, result["max_time"], primary) for key, group in groups.items()}
+    for target, cell in timed_cells:
+        judged = found[cell["split"], cell["profile"], cell["link"]].get(target)
+        yield target, (overlaid(cell, judged) if judged else cell)
+
+
+def declared_primary(folder):
+    """The primary target of the study declared in `folder` (or the folder above it), None where none is named."""
+    for path in (os.path.join(folder, DECLARATION), os.path.join(os.path.dirname(folder), DECLARATION)):
+        if os.path.isfile(path):
+            primary = read_json(path).get("primary_target")
+            return None if primary is None else float(primary)
+    return None
+
+
+def overlaid(cell, judged):
+    adjusted = judged["adjusted_p_values"]
+    ratio = {key: judged[key] for key in ("scheme", "ratio", "low", "high", "bound")}
+    return {**cell, "cluster_pays": judged["answer"], "one_device_over_best": ratio if judged["ratio"] else None,
+            "cluster_pays_test": {"faster": judged["sooner"], "slower": judged["later"], "p_values": judged["p_values"],
+                                  "adjusted_p_values": adjusted, "pairs": judged["pairs"]},
+            "test": {**(cell.get("test") or {}), "repeats": judged["pairs"], "floor": judged["floor"],
+                     "name": TEST_NAME}}
+
+
+# ----------------------------------------------------------------------------------------------
+# The verdict in a few sentences, from the same cells as the README's verdict table (doc_tables.answers_of)
+
+VERDICTS = ("yes", "no", "cannot be told")
+PAPERS_CLUSTER = "6 devices 1,1,1,1,117,117"
+
+
+def sentences(answers, links, earlier_model):
+    """At most five sentences about `answers` ({(cluster, target): {link: cell}}); `earlier_model(cell)` marks a cell
+    charged an earlier link model."""
+    cells = [(cluster, target, link, found[link]) for (cluster, target), found in answers.items()
+             for link in links if link in found]
+    judged = [entry for entry in cells if entry[3].get("cluster_pays") in VERDICTS]
+    free = [entry for entry in judged if entry[2] == "loopback"]
+    costly = [entry for entry in judged if entry[2] != "loopback"]
+    said = [f"{len(judged)} of the {len(cells)} cells and targets above carry a verdict (10 or more paired repeats); "
+            f"the other {len(cells) - len(judged)} are exploratory."]
+    if free:
+        said.append(f"On free links {counted(free)}{sooner(free)}.")
+    if costly:
+        said.append(f"Where a transfer of the model costs fast steps (R > 0) {counted(costly)}{sooner(costly)}.")
+    papers = [entry for entry in judged if entry[0][1] == PAPERS_CLUSTER and "i.i.d." in entry[0][2].split(",")[0]
+              and entry[2] != "loopback"]
+    if papers:
+        cluster, target, link, cell = max(papers, key=lambda entry: (entry[2], float(entry[1])))
+        said.append(f"On the paper's cluster at R = {link:g}, to {target}: {cell['cluster_pays']}"
+                    f"{ratio_said(cell)}.")
+    marked = [entry for entry in judged if earlier_model(entry[3])]
+    if marked:
+        said.append(f"{len(marked)} of the verdicts were charged an earlier link model of the virtual clock (marked).")
+    return " ".join(said) + "\n"
+
+
+def counted(entries):
+    answers = [entry[3]["cluster_pays"] for entry in entries]
+    return "the cells read " + ", ".join(f"{word} in {answers.count(word)}" for word in VERDICTS
+                                         if answers.count(word))
+
+
+def sooner(entries):
+    schemes = sorted({scheme_names.display(entry[3]["one_device_over_best"]["scheme"]) for entry in entries
+                      if entry[3]["cluster_pays"] == "yes" and entry[3].get("one_device_over_best")})
+    return f" (sooner than one device: {', '.join(schemes)})" if schemes else ""
+
+
+def ratio_said(cell):
+    found = cell.get("one_device_over_best")
+    if not found:
+        return ""
+    return (f", one device's mean time over {scheme_names.display(found['scheme'])}'s {found['ratio']:.2f} "
+            f"({found['low']:.2f}–{found['high']:.2f})")

@@ -1,0 +1,202 @@
+"""The studies: each declared in results/<name>/declared.json before its first run, and run by its name as declared.
+
+    python launch.py study                        # every study: declared before its results or after, run or not
+    python launch.py study <name> [--resume]      # run it as declared, its results kept in results/<name>/
+
+A declaration is a JSON object: the question, `command` (or `commands`, run in order: launch.py's own command lines,
+`python launch.py regimes ... -ld logs/<folder>`), the seeds, the budget, the targets, the test and where the values
+come from. `launch.py study <name>` refuses, in one line and before anything runs, a declaration that is not
+committed as it stands (the commit order then shows it came before the results) and a folder that holds results of
+another command: an arm, a seed or a target added to a study that has results is a new study (results/<name>-v2/),
+the earlier one kept. After each map its plan, results, table and wall time are copied from its log folder into the
+study's folder (into <name>/<log folder's name>/ where the study runs several maps).
+"""
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from analysis import timing
+from training.checks import UsageError
+from training.faults.failures import EXIT_USAGE
+from training.files import read_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # launch.py's; and the studies'
+
+RESULTS = "results"
+DECLARATION = "declared.json"
+KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
+RESULT_FILES = ("regimes.json", "paper.json")  # a map's results, the paper's table's
+RUNNABLE = ("regimes", "calibrate")  # the launcher's commands a declaration may run
+
+
+def declaration_path(name, root=ROOT):
+    return os.path.join(root, RESULTS, name, DECLARATION)
+
+
+def declared(name, root=ROOT):
+    """The declaration of study `name`; UsageError (one line) where there is none or it is not one."""
+    path = declaration_path(name, root)
+    if not os.path.isfile(path):
+        known = ", ".join(studies(root)) or "none"
+        raise UsageError(f"no study {name!r}: no {os.path.relpath(path, root)} (declared: {known})")
+    try:
+        found = read_json(path)
+    except ValueError as error:
+        raise UsageError(f"{os.path.relpath(path, root)}: not JSON ({error})") from None
+    if not isinstance(found, dict) or not commands_of(found):
+        raise UsageError(f"{os.path.relpath(path, root)}: give the study's command, or its commands in order")
+    return found
+
+
+def studies(root=ROOT):
+    """The names of the declared studies."""
+    folder = os.path.join(root, RESULTS)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(name for name in names if os.path.isfile(declaration_path(name, root)))
+
+
+def commands_of(declaration):
+    """[the launcher's arguments] of each command the declaration runs, in order."""
+    commands = declaration.get("commands") or ([declaration["command"]] if declaration.get("command") else [])
+    return [shlex.split(command)[2:] for command in commands if isinstance(command, str)]
+
+
+def check_runnable(name, commands):
+    for argv in commands:
+        if not argv or argv[0] not in RUNNABLE:
+            raise UsageError(f"study {name}: runs {' '.join(argv[:1]) or 'nothing'}; a study runs launch.py "
+                             + " or ".join(RUNNABLE))
+
+
+def map_folder(argv):
+    """The -ld of a map's command line."""
+    for flag in ("-ld", "--log-dir", "--logs"):
+        if flag in argv[:-1]:
+            return argv[argv.index(flag) + 1]
+    raise UsageError(f"launch.py {' '.join(argv)}: a study's map names its log folder (-ld logs/<folder>)")
+
+
+def kept_in(name, argv, maps, root=ROOT):
+    """The folder a map's results are kept in: the study's, or a folder in it named as the map's logs where the study
+    runs several maps."""
+    folder = os.path.join(root, RESULTS, name)
+    return os.path.join(folder, os.path.basename(map_folder(argv).rstrip("/"))) if maps > 1 else folder
+
+
+def check_committed(name, root=ROOT):
+    """UsageError unless the declaration is committed as it stands (where the study lives in a git checkout)."""
+    path = os.path.relpath(declaration_path(name, root), root)
+
+    def git(*argv):
+        return subprocess.run(["git", "-C", root, *argv], capture_output=True, text=True).returncode
+
+    if git("rev-parse", "--is-inside-work-tree") != 0:
+        return
+    if git("ls-files", "--error-unmatch", path) != 0 or git("diff", "--quiet", "HEAD", "--", path) != 0:
+        raise UsageError(f"{path} is not committed as it stands: commit the declaration before the study runs, so "
+                         "that the history shows it came first")
+
+
+def check_same_study(name, maps, root=ROOT):
+    """UsageError where a map's kept results came from another command than the one declared."""
+    for argv in maps:
+        ran = timing.read(kept_in(name, argv, len(maps), root)).get("command")
+        wanted = f"python launch.py {shlex.join(argv)}"
+        if ran and as_declared(ran) != as_declared(wanted):
+            raise UsageError(f"results/{name} holds results of `{ran}`, not of the declared `{wanted}`: declare the "
+                             f"changed study anew (results/{name}-v2/{DECLARATION}); the earlier one stays")
+
+
+def as_declared(command):
+    """A command line's words, --resume aside (a resumed map runs the same study)."""
+    return [word for word in shlex.split(command) if word != "--resume"]
+
+
+def keep(name, argv, maps, root=ROOT):
+    """Copy a map's plan, results, table and wall time into the study's folder."""
+    source, target = os.path.join(root, map_folder(argv)), kept_in(name, argv, maps, root)
+    os.makedirs(target, exist_ok=True)
+    for file_name in KEPT:
+        if os.path.isfile(os.path.join(source, file_name)):
+            shutil.copyfile(os.path.join(source, file_name), os.path.join(target, file_name))
+    print(f"[study {name}] kept {', '.join(KEPT)} of {map_folder(argv)} in {os.path.relpath(target, root)}",
+          flush=True)
+
+
+def run_study(name, resume, root=ROOT):
+    """Run every command of study `name` in order (a map with --resume where asked); the first exit code that is not
+    0, else 0."""
+    declaration = declared(name, root)
+    commands = commands_of(declaration)
+    check_runnable(name, commands)
+    maps = [argv for argv in commands if argv[0] == "regimes"]
+    for argv in maps:
+        map_folder(argv)
+    check_committed(name, root)
+    check_same_study(name, maps, root)
+    for argv in commands:
+        resumed = argv + ["--resume"] if resume and argv[0] == "regimes" else argv
+        print(f"[study {name}] python launch.py {shlex.join(resumed)}", flush=True)
+        code = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), *resumed], cwd=root).returncode
+        if argv[0] == "regimes" and os.path.isfile(os.path.join(root, map_folder(argv), KEPT[1])):
+            keep(name, argv, len(maps), root)
+        if code != 0:
+            return code
+    return 0
+
+
+def listing(root=ROOT):
+    """One line a folder of results/: whether a study was declared there, before its results or after, and whether it
+    ran; a folder of results with no declaration is exploratory."""
+    lines = []
+    top = os.path.join(root, RESULTS)
+    for name in sorted(entry for entry in os.listdir(top) if os.path.isdir(os.path.join(top, entry))):
+        ran = bool(results_files(os.path.join(top, name)))
+        if not os.path.isfile(declaration_path(name, root)):
+            lines.append(f"{name}: {'run, never declared (exploratory)' if ran else 'no study'}")
+            continue
+        order = {True: ", declared before its results", False: ", declared after its results", None: ""}
+        lines.append(f"{name}: {'run' + order[declared_first(name, root)] if ran else 'declared, not run'}")
+    return lines
+
+
+def results_files(folder):
+    return [os.path.join(top, file_name) for top, _, files in os.walk(folder) for file_name in files
+            if file_name in RESULT_FILES]
+
+
+def declared_first(name, root=ROOT):
+    """Whether the commit that added the declaration came before (is an ancestor of, and is not) the first commit of
+    any of its results; None where git does not know."""
+    def git(*argv):
+        return subprocess.run(["git", "-C", root, *argv], capture_output=True, text=True)
+
+    def first_commit(path):
+        found = git("log", "--format=%H", "--", os.path.relpath(path, root)).stdout.split()
+        return found[-1] if found else None
+
+    declaration = first_commit(declaration_path(name, root))
+    results = {first_commit(path) for path in results_files(os.path.join(root, RESULTS, name))} - {None}
+    if declaration is None or not results:
+        return None
+    return all(commit != declaration and git("merge-base", "--is-ancestor", declaration, commit).returncode == 0
+               for commit in results)
+
+
+def run(argv):
+    p = argparse.ArgumentParser(prog="launch.py study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", help="the study to run (its folder in results/); none: list them")
+    p.add_argument("--resume", action="store_true", help="hand --resume to its maps: keep the runs already done")
+    ns = p.parse_args(argv)
+    try:
+        if ns.name is None:
+            print("\n".join(listing()) or "no study declared")
+            return 0
+        return run_study(ns.name, ns.resume)
+    except UsageError as error:
+        print(f"launch.py study: error: {error}", file=sys.stderr)
+        return EXIT_USAGE

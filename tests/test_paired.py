@@ -1,0 +1,87 @@
+"""The verdict's paired test (analysis/paired.py): runs paired by seed, capped at the budget, a verdict only from
+ten pairs, corrected over the cell's comparisons."""
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from analysis import paired
+
+BUDGET = 60.0
+
+
+def scheme(times):
+    """A scheme's numbers as a map stores them: [seconds, reached] per repeat."""
+    return {"repeats": len(times), "censored_times": [[t, True] if t is not None else [BUDGET, False] for t in times]}
+
+
+def cell(**schemes):
+    return {"split": "iid", "profile": "1,4", "link": 12.0, "schemes": {name: scheme(t) for name, t in schemes.items()}}
+
+
+def test_the_p_value_is_the_share_of_sign_flips_of_the_paired_differences_as_extreme_as_seen():
+    a, b = np.array([5.0, 7.0, 6.0, 9.0]), np.array([4.0, 4.0, 6.5, 6.0])
+    differences = a - b
+    seen = abs(differences.mean())
+    flips = [abs(np.mean(differences * signs)) for signs in itertools.product((1, -1), repeat=4)]
+
+    assert paired.paired_p(a, b) == pytest.approx(sum(f >= seen - 1e-12 for f in flips) / 16)
+
+
+def test_ten_pairs_of_one_sign_reach_the_floor_and_five_cannot_reach_five_percent():
+    a = np.arange(10, 20, dtype=float)
+
+    assert paired.paired_p(a, a - 1) == pytest.approx(paired.floor(10)) == pytest.approx(2 / 1024)
+    assert paired.paired_p(a[:5], a[:5] - 1) == pytest.approx(0.0625)  # above 5 % whatever the data
+
+
+def test_a_target_reached_after_the_budget_counts_as_a_miss_at_the_budget():
+    first, second, first_missed, second_missed = paired.capped_pairs(
+        [[10.0, True], [70.0, True], [80.0, False]], [[20.0, True], [30.0, True], None], BUDGET)
+
+    assert list(first) == [10.0, 60.0] and list(second) == [20.0, 30.0]  # the third repeat has no pair
+    assert first_missed and not second_missed
+
+
+def test_ten_pairs_where_the_cluster_is_sooner_in_every_seed_read_yes_and_five_are_exploratory():
+    device = [30.0 + i for i in range(10)]
+    found = paired.verdicts({0.8: cell(local=device, sync=[t / 2 for t in device])}, BUDGET)[0.8]
+    few = paired.verdicts({0.8: cell(local=device[:5], sync=[t / 2 for t in device[:5]])}, BUDGET)[0.8]
+
+    assert found["answer"] == "yes" and found["scheme"] == "sync" and found["ratio"] == pytest.approx(2.0)
+    assert found["low"] > 1 and found["bound"] is None
+    assert few["answer"] == "exploratory"
+
+
+def test_the_correction_covers_every_target_unless_the_study_names_a_primary_one():
+    device = [30.0 + i for i in range(10)]
+    cells = {t: cell(local=device, sync=[d - 1 for d in device], esync=[d - 2 for d in device],
+                     async_=[d + 1 for d in device]) for t in (0.8, 0.85, 0.87)}
+
+    everywhere = paired.verdicts(cells, BUDGET)
+    primary = paired.verdicts(cells, BUDGET, primary=0.87)
+
+    # 9 comparisons at p = 2/1024: Holm's first threshold 0.05/9 is above it, so they pass; named primary, 3 do
+    assert all(v["answer"] == "yes" for v in everywhere.values())
+    assert primary[0.87]["answer"] == "yes" and primary[0.8]["answer"] == primary[0.85]["answer"] == "exploratory"
+    many = {t: cell(local=device, **{f"s{i}": [d - 1 for d in device] for i in range(10)}) for t in (0.8, 0.85, 0.87)}
+    assert paired.verdicts(many, BUDGET)[0.87]["answer"] == "cannot be told"  # 30 comparisons: the floor is too high
+
+
+def test_misses_make_the_ratio_a_bound_and_misses_on_every_side_leave_no_ratio():
+    device = [30.0 + i for i in range(10)]
+    lower = paired.verdicts({0.8: cell(local=[None] + device[1:], sync=[t / 2 for t in device])}, BUDGET)[0.8]
+    none = paired.verdicts({0.8: cell(local=[None] * 10, sync=[None] * 10)}, BUDGET)[0.8]
+
+    assert lower["bound"] == "lower"
+    assert none["ratio"] is None and none["answer"] == "cannot be told"
+
+
+def test_a_studys_declaration_names_its_primary_target(tmp_path):
+    (tmp_path / paired.DECLARATION).write_text(json.dumps({"primary_target": 0.85}))
+    (tmp_path / "real").mkdir()
+
+    assert paired.declared_primary(str(tmp_path)) == 0.85
+    assert paired.declared_primary(str(tmp_path / "real")) == 0.85  # a study's map in a folder of its own
+    assert paired.declared_primary(str(tmp_path / "real" / "elsewhere")) is None

@@ -1,0 +1,73 @@
+"""The studies' registry (launcher/studies/registry.py): a study runs by its name only as committed, its results kept
+beside its declaration, and a changed study is a new one."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launcher.cluster import ROOT
+from launcher.studies import registry
+from tests.test_launch import launcher_env
+from training.checks import UsageError
+
+MAP = ("python launch.py regimes --clock virtual --step-seconds 0.01 --links 12 --profiles 1,4 --splits iid "
+       f"--schemes {{schemes}} --repeats 1 --max-time 1 --snapshot-seconds 0.5 --higher-targets '' --no-figures "
+       f"--dataset mnist-5k -dd {os.path.join(ROOT, 'data')} -ld logs/tiny -- -b 16")
+
+
+def git(root, *argv):
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *argv], check=True,
+                   capture_output=True)
+
+
+def declare(root, name, schemes="local,sync", commit=True):
+    folder = root / registry.RESULTS / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / registry.DECLARATION).write_text(json.dumps({"question": "?", "command": MAP.format(schemes=schemes)}))
+    if commit:
+        git(root, "add", "-A")
+        git(root, "commit", "-qm", f"declare {name}")
+
+
+@pytest.fixture
+def repo(tmp_path):
+    git(tmp_path, "init", "-q")
+    return tmp_path
+
+
+def test_a_study_not_committed_as_it_stands_is_refused_before_anything_runs(repo):
+    declare(repo, "tiny", commit=False)
+
+    with pytest.raises(UsageError, match="is not committed as it stands: commit the declaration"):
+        registry.run_study("tiny", resume=False, root=str(repo))
+    assert not (repo / "logs").exists()
+
+
+def test_an_unknown_study_or_one_that_runs_no_launcher_command_is_one_line(repo):
+    with pytest.raises(UsageError, match="no study 'none'"):
+        registry.declared("none", root=str(repo))
+    (repo / registry.RESULTS / "odd").mkdir(parents=True)
+    (repo / registry.RESULTS / "odd" / registry.DECLARATION).write_text(json.dumps({"command": "python launch.py x"}))
+    with pytest.raises(UsageError, match="a study runs launch.py regimes or calibrate"):
+        registry.run_study("odd", resume=False, root=str(repo))
+
+
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_is_a_new_study(repo):
+    declare(repo, "tiny")
+
+    code = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "study", "tiny"], cwd=repo,
+                          env=launcher_env(), capture_output=True, text=True, timeout=300)
+    assert code.returncode == 0, code.stdout[-2000:] + code.stderr[-2000:]
+    kept = repo / registry.RESULTS / "tiny"
+    assert all((kept / name).is_file() for name in registry.KEPT)
+    assert json.loads((kept / "regimes.json").read_text())["schemes"] == ["local", "sync"]
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "results")
+    assert "tiny: run, declared before its results" in registry.listing(str(repo))
+
+    declare(repo, "tiny", schemes="local,sync,esync")  # an arm added after the results
+    with pytest.raises(UsageError, match="holds results of .* declare the changed study anew"):
+        registry.run_study("tiny", resume=False, root=str(repo))
