@@ -190,6 +190,10 @@ def parse_launch(argv, monkeypatch):
         return sweep.parse(argv[1:])
     if argv[:1] == ["tune"]:
         return tune.parse(argv[1:])
+    if argv[:1] == ["study"]:
+        from launcher.studies import registry
+
+        return registry.parse(argv[1:])
     if argv[:1] == ["calibrate"]:
         from launcher import calibration
 

@@ -186,13 +186,21 @@ def declared_first(name, root=ROOT):
                for commit in results)
 
 
-def run(argv):
+def parse(argv):
+    """The options of `launch.py study`; the study's declaration read and checked where a name is given."""
     p = argparse.ArgumentParser(prog="launch.py study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", help="the study to run (its folder in results/); none: list them")
     p.add_argument("--resume", action="store_true", help="hand --resume to its maps: keep the runs already done")
     ns = p.parse_args(argv)
+    if ns.name is not None:
+        check_runnable(ns.name, commands_of(declared(ns.name)))
+    return ns
+
+
+def run(argv):
     try:
+        ns = parse(argv)
         if ns.name is None:
             print("\n".join(listing()) or "no study declared")
             return 0
