@@ -71,3 +71,15 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
     declare(repo, "tiny", schemes="local,sync,esync")  # an arm added after the results
     with pytest.raises(UsageError, match="holds results of .* declare the changed study anew"):
         registry.run_study("tiny", resume=False, root=str(repo))
+
+
+def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):
+    declaration = {"verdict": True, "command": MAP.format(schemes="local,sync,esync-apply@ring")}
+    maps = [argv for argv in registry.commands_of(declaration)]
+
+    missing = registry.missing_rivals(declaration, maps)
+    assert "esync-apply" not in missing and "diloco" in missing and "local" not in missing
+    with pytest.raises(UsageError, match="declared a verdict study but runs neither .*diloco"):
+        registry.check_rivals("tiny", declaration, maps)
+    registry.check_rivals("tiny", {**declaration, "left_out": dict.fromkeys(missing, "not in this cell")}, maps)
+    assert registry.size_of(maps) == (3, 3.0)  # one cell, three schemes, one repeat of 1 s

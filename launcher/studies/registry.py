@@ -135,6 +135,7 @@ def run_study(name, resume, root=ROOT):
     maps = [argv for argv in commands if argv[0] == "regimes"]
     for argv in maps:
         map_folder(argv)
+    check_rivals(name, declaration, maps)
     check_committed(name, root)
     check_same_study(name, maps, root)
     for argv in commands:
@@ -148,6 +149,42 @@ def run_study(name, resume, root=ROOT):
     return 0
 
 
+def map_options(argv):
+    """A map's parsed options (launch.py regimes' parser, its defaults where the command leaves them out)."""
+    from launcher.studies import regime_map
+
+    return regime_map.build_parser().parse_known_args(argv[1:])[0]
+
+
+def size_of(maps):
+    """(runs, seconds of training budgets in all) of a study's maps."""
+    runs = seconds = 0
+    for argv in maps:
+        ns = map_options(argv)
+        count = len(ns.links.split(",")) * len(ns.profiles.split("/")) * len(ns.splits.split(",")) * len(
+            ns.schemes.split(",")) * ns.repeats
+        runs, seconds = runs + count, seconds + count * ns.max_time
+    return runs, seconds
+
+
+def missing_rivals(declaration, maps):
+    """The project's schemes (launch.py regimes' default list) that no map of the study runs, in any topology, and
+    that the declaration does not leave out with a reason ({"left_out": {scheme: why}})."""
+    from launcher.studies import regime_map
+
+    run = {scheme.split("@")[0] for argv in maps for scheme in map_options(argv).schemes.split(",")}
+    left_out = set(declaration.get("left_out") or {})
+    return [s for s in regime_map.DEFAULT_SCHEMES.split(",") if s not in run and s not in left_out]
+
+
+def check_rivals(name, declaration, maps):
+    """UsageError where a study declared a verdict study ({"verdict": true}) leaves a rival out without a reason."""
+    missing = missing_rivals(declaration, maps)
+    if declaration.get("verdict") and missing:
+        raise UsageError(f"study {name} is declared a verdict study but runs neither {', '.join(missing)} nor gives "
+                         "a reason for leaving each out (\"left_out\": {scheme: why})")
+
+
 def listing(root=ROOT):
     """One line a folder of results/: whether a study was declared there, before its results or after, and whether it
     ran; a folder of results with no declaration is exploratory."""
@@ -159,7 +196,13 @@ def listing(root=ROOT):
             lines.append(f"{name}: {'run, never declared (exploratory)' if ran else 'no study'}")
             continue
         order = {True: ", declared before its results", False: ", declared after its results", None: ""}
-        lines.append(f"{name}: {'run' + order[declared_first(name, root)] if ran else 'declared, not run'}")
+        declaration = read_json(declaration_path(name, root))
+        maps = [argv for argv in commands_of(declaration) if argv[:1] == ["regimes"]]
+        runs, seconds = size_of(maps)
+        missing = missing_rivals(declaration, maps)
+        lines.append(f"{name}: {'run' + order[declared_first(name, root)] if ran else 'declared, not run'}; {runs} "
+                     f"runs, {seconds / 3600:.1f} h of training budgets"
+                     + (f"; rivals neither run nor left out with a reason: {', '.join(missing)}" if missing else ""))
     return lines
 
 
