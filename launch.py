@@ -12,6 +12,7 @@ draw the comparison.
     python launch.py study [NAME]            # the declared studies, or one run as declared (launcher/studies/registry.py)
     python launch.py docs [--check]          # the docs' result tables again from the committed results
     python launch.py calibrate -n lenet --slowdown 1,4 --out devices.json   # the fast step, for --clock virtual
+    python launch.py noise-scale -n lenet --devices 4    # the gradient noise scale: the most SSGD on n devices buys
 
 Without --tracker every process runs on this machine on 127.0.0.1: the state server (esync and nbsync only), the
 ps-lite scheduler, -s servers and one worker per --devices entry. Per mode, the iteration logs go to
@@ -25,7 +26,7 @@ import logging
 import sys
 
 from analysis import doc_tables
-from launcher import calibration, checks, dmlc, netns, runner
+from launcher import calibration, checks, dmlc, netns, noise_scale, runner
 from launcher.studies import paper, regime_map, registry, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
@@ -33,7 +34,8 @@ from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
                "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run,
-               "docs": doc_tables.run, "calibrate": calibration.calibrate, "study": registry.run}
+               "docs": doc_tables.run, "calibrate": calibration.calibrate, "study": registry.run,
+               "noise-scale": noise_scale.run}
 
 
 def main(argv=None):

@@ -1,0 +1,67 @@
+"""The gradient noise scale (launcher/noise_scale.py): the estimator against a problem whose noise scale is known in
+closed form, the ratio it predicts, and `launch.py noise-scale` on the shipped data."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from launcher import noise_scale
+from tests.test_launch import launcher_env
+from tests.test_virtual_clock import LAUNCH_PY
+
+
+def test_the_estimates_of_the_mean_gradient_and_the_noise_are_unbiased_on_least_squares():
+    # Least squares, y = x.w* + noise, at a point w: a sample's gradient is x (x.w - y). Over a finite population the
+    # mean gradient G and the covariance S of the per-sample gradients are computed exactly.
+    rng = np.random.RandomState(0)
+    x = rng.normal(size=(20000, 5))
+    y = x @ np.arange(1.0, 6.0) + rng.normal(scale=0.5, size=20000)
+    per_sample = x * (x @ np.full(5, 2.0) - y)[:, None]
+    true_sq = float(np.sum(per_sample.mean(axis=0) ** 2))
+    trace = float(np.trace(np.cov(per_sample.T, bias=True)))
+    small, big = 8, 32
+
+    found = []
+    for _ in range(4000):
+        batch = per_sample[rng.randint(0, len(per_sample), big)]  # drawn with replacement: i.i.d. samples
+        small_sq = np.mean([np.sum(batch[i * small:(i + 1) * small].mean(axis=0) ** 2) for i in range(big // small)])
+        found.append(noise_scale.estimates(small_sq, np.sum(batch.mean(axis=0) ** 2), small, big))
+    estimated_sq, estimated_trace = np.mean(found, axis=0)
+
+    assert estimated_sq == pytest.approx(true_sq, rel=0.05)
+    assert estimated_trace == pytest.approx(trace, rel=0.05)
+
+
+def test_the_ratio_runs_from_nothing_gained_without_noise_to_n_times_fewer_steps_where_noise_dominates():
+    assert noise_scale.predicted_ratio(0.0, 64, 4) == 1.0
+    assert noise_scale.predicted_ratio(1e9, 64, 4) == pytest.approx(4.0, rel=1e-6)
+    assert noise_scale.predicted_ratio(64.0, 64, 4) == pytest.approx(2 / 1.25)
+
+
+def test_the_ratio_at_a_target_takes_the_noise_scale_where_training_first_reaches_it():
+    points = [{"step": 10, "accuracy": 0.7, "b_simple": 10.0}, {"step": 20, "accuracy": 0.82, "b_simple": 64.0},
+              {"step": 30, "accuracy": 0.9, "b_simple": 500.0}]
+
+    found = noise_scale.ratios(points, [0.8, 0.95], 64, 4)
+
+    assert found["0.8"] == {"step": 20, "b_simple": 64.0, "ratio": pytest.approx(1.6)} and found["0.95"] is None
+
+
+def test_launch_noise_scale_writes_its_estimates_and_figure_and_refuses_bad_input_in_one_line(tmp_path):
+    out = tmp_path / "ns"
+    ran = subprocess.run([sys.executable, LAUNCH_PY, "noise-scale", "--dataset", "mnist-5k", "--devices", "2", "-b",
+                          "16", "--steps", "4", "--eval-every", "2", "--out", str(out)],
+                         capture_output=True, text=True, env=launcher_env(), timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    result = json.loads((out / noise_scale.FILE_NAME).read_text())
+    assert [p["step"] for p in result["points"]] == [2, 4] and result["devices"] == 2
+    assert all(p["b_simple"] is not None for p in result["points"]) and set(result["ratios"]) == {"0.8", "0.85"}
+    assert os.path.getsize(out / noise_scale.FIGURE_NAME) > 0
+
+    bad = subprocess.run([sys.executable, LAUNCH_PY, "noise-scale", "--devices", "1"], capture_output=True, text=True,
+                         env=launcher_env(), timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "launch.py noise-scale: error: --devices 1: give 2 or more"]
