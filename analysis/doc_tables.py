@@ -23,6 +23,7 @@ the command). `launch.py docs` rewrites every block of README.md and docs/*.md; 
 import argparse
 import difflib
 import glob
+import importlib
 import os
 import re
 import statistics
@@ -348,22 +349,17 @@ def table1_block(folder):
                   flags=re.MULTILINE) + "\n"
 
 
-def beside_paper_block(*folders):
-    from analysis import paper_tables  # it uses this module's names of cells and targets
-
-    return paper_tables.beside_paper_block(*folders)
-
-
-def validation_block(folder):
-    from analysis import validation_table  # it uses this module's names of cells and targets
-
-    return validation_table.block(folder)
+def later(module, name):
+    """A block drawn by `name` of `module`, imported when used (the modules import this one's names of cells)."""
+    return lambda *folders: getattr(importlib.import_module(module), name)(*folders)
 
 
 KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "answers": answers_block,
-         "repeats": repeats_block, "validation": validation_block, "beside-paper": beside_paper_block,
-         "table1": table1_block, "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model)}
-MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text")  # kinds whose block may name several folders: one table
+         "repeats": repeats_block, "validation": later("analysis.validation_table", "block"),
+         "beside-paper": later("analysis.paper_tables", "beside_paper_block"), "table1": table1_block,
+         "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model),
+         "noise-scale": later("launcher.noise_scale", "block")}
+MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale")  # kinds whose block may name several folders: one table
 FIGURES = {"answers": (answers_figure, "one fast device's mean capped time over the best cluster scheme's, paired by "
                                        "seed, with its 95 % interval, per cluster, link and target")}  # kinds that may draw a figure
 

@@ -197,3 +197,50 @@ def run(argv):
         print(f"[noise-scale] to {target}: {said}")
     print(f"[noise-scale] wrote {os.path.join(ns.out, FILE_NAME)} and {FIGURE_NAME}")
     return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Against the map: the ratio predicted beside the one measured (docs/scaling.md, launch.py docs)
+
+FAST = "1"  # a fast device's factor in a map's profile
+
+
+def block(folder, *maps):
+    """The noise scale `folder` measured at each target, the ratio it predicts for SSGD on the fast devices of each
+    map's cell on free links against one device, and the ratio of their median steps the map measured."""
+    from analysis import regime_map
+    from analysis.tables import markdown_table
+    from training.files import read_json
+
+    measured = read_json(os.path.join(folder, FILE_NAME))
+    rows = []
+    for path in maps:
+        result = read_json(os.path.join(path, regime_map.RESULTS_FILE))
+        for cell in result["cells"]:
+            if cell["link"] != regime_map.LOOPBACK or "fast-only" not in cell["schemes"]:
+                continue
+            fast = cell["profile"].split(",").count(FAST)
+            for target in regime_map.targets_of(result):
+                timed = cell if target == result["target"] else cell["at_higher_targets"][f"{target:g}"]
+                rows.append(row(measured, fast, target, timed["schemes"], regime_map.compact(cell["profile"])))
+    return (markdown_table(["devices (fast: SSGD's)", "target", "B_simple there (step)", "predicted",
+                            "measured: one device's median steps / SSGD's", "measured / predicted"], rows)
+            + f"\nThe noise scale: `{measured.get('command') or 'launch.py noise-scale'}`\n")
+
+
+def row(measured, fast, target, schemes, profile):
+    found = ratios(measured["points"], [target], measured["batch_size"], measured["devices"])[f"{target:g}"]
+    predicted = None if found is None else predicted_ratio(max(found["b_simple"], 0.0), measured["batch_size"], fast)
+    steps = [median_steps(schemes.get(name)) for name in ("local", "fast-only")]
+    ratio = steps[0] / steps[1] if None not in steps else None
+    return [f"{profile} ({fast})", f"{target:g}",
+            "not reached" if found is None else f"{found['b_simple']:.0f} ({found['step']})",
+            "–" if predicted is None else f"{predicted:.2f}",
+            "–" if ratio is None else f"{ratio:.2f} ({steps[0]:.0f} / {steps[1]:.0f})",
+            "–" if None in (ratio, predicted) else f"{ratio / predicted:.2f}"]
+
+
+def median_steps(numbers):
+    """The median steps (rounds) to the target of a scheme's repeats that reached it; None where none did."""
+    values = sorted(v for v in ((numbers or {}).get("rounds_to_target") or {}).get("values", []) if v is not None)
+    return float(np.median(values)) if values else None

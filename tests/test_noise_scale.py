@@ -65,3 +65,22 @@ def test_launch_noise_scale_writes_its_estimates_and_figure_and_refuses_bad_inpu
                          env=launcher_env(), timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "launch.py noise-scale: error: --devices 1: give 2 or more"]
+
+
+def test_the_docs_table_sets_the_predicted_ratio_for_a_maps_fast_devices_beside_the_measured_one(tmp_path):
+    from training.files import write_json
+
+    write_json(str(tmp_path / noise_scale.FILE_NAME), {"batch_size": 64, "devices": 4, "command": "c", "points": [
+        {"step": 10, "accuracy": 0.85, "b_simple": 64.0}]})
+    (tmp_path / "map").mkdir()
+    write_json(str(tmp_path / "map" / "regimes.json"), {"target": 0.8, "cells": [
+        {"link": "loopback", "profile": "1,1,4", "at_higher_targets": {}, "schemes": {
+            "local": {"rounds_to_target": {"values": [100, 120, 110]}},
+            "fast-only": {"rounds_to_target": {"values": [50, 60, 55, None]}}}},
+        {"link": 12.0, "profile": "1,1,4", "at_higher_targets": {}, "schemes": {}}]})
+
+    table = noise_scale.block(str(tmp_path), str(tmp_path / "map"))
+
+    # two fast devices of 64 at B_simple 64: (1 + 1) / (1 + 0.5); measured 110 / 55
+    assert "| 1,1,4 (2) | 0.8 | 64 (10) | 1.33 | 2.00 (110 / 55) | 1.50 |" in table
+    assert table.count("\n| 1,1,4") == 1  # the cell on costly links is left out
