@@ -94,16 +94,16 @@ def verdict_block(*folders):
 
 
 EARLIER_MODELS = {  # the mark of a cell charged an earlier link model of the virtual clock: that model
-    "†": "† charged on the virtual clock's first link model: one parameter server on one link of a worker's rate, one "
-         "transfer at a time, the sums handed back by rank.",
-    "‡": "‡ charged on its second: the links shared fairly, but a sum over the servers pulled only once the whole model "
-         "was pushed (not pipelined per key). The other virtual cells share every link fairly among its transfers "
-         "over the servers each scheme names, the sums pipelined per key (docs/virtual-clock.md)."}
+    "†": "† charged on the virtual clock's first link model: one parameter server on one link of a worker's rate, "
+         "one transfer at a time, the sums handed back by rank.",
+    "‡": "‡ charged on its second: the links shared fairly, but a sum over the servers pulled only once the whole "
+         "model was pushed (not pipelined per key). The other virtual cells share every link fairly among its "
+         "transfers over the servers each scheme names, the sums pipelined per key (docs/virtual-clock.md)."}
 
 
 def answers_block(*folders):
     """Does the cluster pay? A row per network, devices, split, clock and target, a column per link (free first): the
-    answer, one device's mean capped time / the best cluster scheme's, its interval, that scheme; EARLIER_MODELS' marks."""
+    answer, one device's time / the best cluster scheme's, its interval, that scheme; EARLIER_MODELS' marks."""
     answers, links = answers_of(folders)
     rows = [[", ".join(cluster), target, *(answer_text(found[link]) + earlier_model(found[link])
                                            if link in found else "not run" for link in links)]
@@ -132,7 +132,9 @@ def answers_of(folders):
         for target, cell in paired.judged_cells(folder, result, cells_at_targets(result)):
             devices = f"{len(cell['profile'].split(','))} devices {regime_map.compact(cell['profile'])}"
             cluster = (f"{result['network']}, {result['dataset']}", devices, f"{SPLIT_NAMES[cell['split']]}, {clock}")
-            answers.setdefault((cluster, f"{target:g}"), {})[cell["link"]] = {**cell, "virtual": clock != "real time"}
+            ceiling = later("launcher.noise_scale", "ceiling")(folder, result, cell, target)  # SSGD's most, or None
+            answers.setdefault((cluster, f"{target:g}"), {})[cell["link"]] = {**cell, "ceiling": ceiling,
+                                                                               "virtual": clock != "real time"}
             links.add(cell["link"])
     clusters = list(dict.fromkeys(cluster for cluster, _ in answers))
     ordered = sorted(answers, key=lambda row: (clusters.index(row[0]), float(row[1])))
@@ -155,7 +157,8 @@ def answers_figure(path, *folders):
 
 
 def answer_text(cell):
-    return f"{answer_word(cell)}: {ratio_text(cell)}" if ratio_of(cell) else answer_word(cell)
+    said = f"{answer_word(cell)}: {ratio_text(cell)}" if ratio_of(cell) else answer_word(cell)
+    return said + (f"; ceiling {cell['ceiling']:.2f}" if cell.get("ceiling") else "")
 
 
 def answer_word(cell):
@@ -172,7 +175,8 @@ def brief_block(*folders):
             rows.append([cell_name(result, cell), f"{target:g}", str(test_of(cell)["repeats"]), brief_leader(cell),
                          answer_word(cell), ratio_text(cell)])
     return markdown_table(["cell", "target", "repeats", "leader (tied with it)", "does the cluster pay?",
-                           "one device's mean capped time / the best cluster scheme's, paired (95 % interval)"], rows) + "\n"
+                           "one device's mean capped time / the best cluster scheme's, paired (95 % interval)"],
+                          rows) + "\n"
 
 
 def brief_leader(cell):
@@ -359,9 +363,9 @@ KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block,
          "beside-paper": later("analysis.paper_tables", "beside_paper_block"), "table1": table1_block,
          "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model),
          "noise-scale": later("launcher.noise_scale", "block")}
-MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale")  # kinds whose block may name several folders: one table
+MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale")  # blocks of many folders
 FIGURES = {"answers": (answers_figure, "one fast device's mean capped time over the best cluster scheme's, paired by "
-                                       "seed, with its 95 % interval, per cluster, link and target")}  # kinds that may draw a figure
+                                       "seed, with its 95 % interval, per cluster, link and target")}  # with a figure
 
 
 # ----------------------------------------------------------------------------------------------

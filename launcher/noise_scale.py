@@ -192,8 +192,9 @@ def run(argv):
     write_json(os.path.join(ns.out, FILE_NAME), result, indent=1)
     draw(result, os.path.join(ns.out, FIGURE_NAME))
     for target, found in result["ratios"].items():
-        said = "not reached" if found is None else (f"B_simple {found['b_simple']:.0f} at step {found['step']}: "
-                                                    f"{result['devices']} devices at most {found['ratio']:.2f}x fewer steps")
+        said = "not reached" if found is None else (
+            f"B_simple {found['b_simple']:.0f} at step {found['step']}: {result['devices']} devices at most "
+            f"{found['ratio']:.2f}x fewer steps")
         print(f"[noise-scale] to {target}: {said}")
     print(f"[noise-scale] wrote {os.path.join(ns.out, FILE_NAME)} and {FIGURE_NAME}")
     return 0
@@ -244,3 +245,20 @@ def median_steps(numbers):
     """The median steps (rounds) to the target of a scheme's repeats that reached it; None where none did."""
     values = sorted(v for v in ((numbers or {}).get("rounds_to_target") or {}).get("values", []) if v is not None)
     return float(np.median(values)) if values else None
+
+
+def ceiling(folder, result, cell, target):
+    """The most SSGD on the fast devices of a cell of the map in results/<folder> can buy at `target`, by the noise
+    scale committed for its network and data set (results/noise-scale-<network>-<dataset>/), at that file's batch
+    per device; None without one, or where its run never reached the target."""
+    from training.files import read_json
+
+    results = os.path.dirname(os.path.abspath(folder))
+    path = os.path.join(results, f"noise-scale-{result['network']}-{result['dataset']}", FILE_NAME)
+    if not os.path.isfile(path):
+        return None
+    measured = read_json(path)
+    fast = cell["profile"].split(",").count(FAST)
+    found = ratios(measured["points"], [target], measured["batch_size"], measured["devices"])[f"{target:g}"]
+    return None if found is None or fast < 1 else predicted_ratio(max(found["b_simple"], 0.0),
+                                                                  measured["batch_size"], fast)

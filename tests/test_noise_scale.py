@@ -84,3 +84,19 @@ def test_the_docs_table_sets_the_predicted_ratio_for_a_maps_fast_devices_beside_
     # two fast devices of 64 at B_simple 64: (1 + 1) / (1 + 0.5); measured 110 / 55
     assert "| 1,1,4 (2) | 0.8 | 64 (10) | 1.33 | 2.00 (110 / 55) | 1.50 |" in table
     assert table.count("\n| 1,1,4") == 1  # the cell on costly links is left out
+
+
+def test_the_verdict_table_shows_the_ceiling_the_noise_scale_sets_for_the_cells_fast_devices(tmp_path):
+    from analysis import doc_tables
+    from tests.test_doc_tables import a_study
+    from training.files import write_json
+
+    a_study(str(tmp_path), pairs=2)  # lenet on mnist-5k, devices 1,4: one fast device
+    folder = tmp_path / "results" / "noise-scale-lenet-mnist-5k"
+    folder.mkdir()
+    write_json(str(folder / noise_scale.FILE_NAME), {"batch_size": 64, "devices": 4, "points": [
+        {"step": 10, "accuracy": 0.9, "b_simple": 64.0}]})
+
+    fresh = doc_tables.regenerate("<!-- generated: answers results/cell -->\n<!-- end generated -->\n", str(tmp_path))
+
+    assert "against ESync; ceiling 1.00 |" in fresh  # one fast device: SSGD on it buys nothing
