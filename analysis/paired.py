@@ -156,17 +156,51 @@ def judged(target, keys, compared, p_values, adjusted):
 
 def judged_cells(folder, result, timed_cells):
     """(target, cell) of `timed_cells` [(target, cell)] of the map in `folder`, in their order, each cell's answer,
-    ratio and test (cluster_pays, one_device_over_best, cluster_pays_test, test) those of the paired test, where it
-    applies; the primary target the study's declaration names, if it names one."""
+    ratio and test (cluster_pays, one_device_over_best, cluster_pays_test, test) and its leader and ties (leader,
+    winner, tied, adjusted_p_values) those of the paired tests, where they apply; the primary target the study's
+    declaration names, if it names one."""
     timed_cells = list(timed_cells)
     primary = declared_primary(folder)
     groups = {}
     for target, cell in timed_cells:
         groups.setdefault((cell["split"], cell["profile"], cell["link"]), {})[target] = cell
     found = {key: verdicts(group, result["max_time"], primary) for key, group in groups.items()}
+    leaders = {key: leader_verdicts(group, result["max_time"], primary) for key, group in groups.items()}
     for target, cell in timed_cells:
-        judged = found[cell["split"], cell["profile"], cell["link"]].get(target)
-        yield target, (overlaid(cell, judged) if judged else cell)
+        key = (cell["split"], cell["profile"], cell["link"])
+        judged = found[key].get(target)
+        yield target, {**(overlaid(cell, judged) if judged else cell), **leaders[key].get(target, {})}
+
+
+def leader_verdicts(cells_by_target, budget, primary=None):
+    """{target: {leader, winner, tied, p_values, adjusted_p_values}}: the scheme of the lowest mean capped time
+    against each other one, paired, Holm over every target's comparisons (or the primary's); it wins where it leads
+    each beyond the spread from MIN_PAIRS pairs or more, else `tied` lists it with those it does not lead."""
+    compared, leaders = {}, {}
+    for target, cell in cells_by_target.items():
+        aligned = {scheme: by_repeat(numbers) for scheme, numbers in cell["schemes"].items()}
+        aligned = {scheme: times for scheme, times in aligned.items() if times}
+        if not aligned:
+            continue
+        capped = {scheme: capped_pairs(times, times, budget)[0] for scheme, times in aligned.items()}
+        leaders[target] = min(capped, key=lambda scheme: np.mean(capped[scheme]))
+        for scheme in aligned:
+            if scheme != leaders[target]:
+                compared[target, scheme] = capped_pairs(aligned[leaders[target]], aligned[scheme], budget)
+    p_values = {key: paired_p(a, b) for key, (a, b, _, _) in compared.items()}
+    family = {f"{t:g} {s}": p for (t, s), p in p_values.items() if primary is None or t == primary}
+    adjusted = {**dict.fromkeys((f"{t:g} {s}" for t, s in p_values), 1.0), **significance.holm(family)}
+    found = {}
+    for target, leader in leaders.items():
+        keys = [key for key in compared if key[0] == target]
+        beaten = [s for _, s in keys if adjusted[f"{target:g} {s}"] < ALPHA
+                  and np.mean(compared[target, s][0]) < np.mean(compared[target, s][1])]
+        pairs = min((len(compared[key][0]) for key in keys), default=0)
+        tied = [leader] + [s for _, s in keys if s not in beaten]
+        found[target] = {"leader": leader, "winner": leader if len(tied) == 1 and pairs >= MIN_PAIRS else None,
+                         "tied": tied, "p_values": {s: p_values[target, s] for _, s in keys},
+                         "adjusted_p_values": {s: adjusted[f"{target:g} {s}"] for _, s in keys}}
+    return found
 
 
 def declared_primary(folder):

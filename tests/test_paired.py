@@ -85,3 +85,17 @@ def test_a_studys_declaration_names_its_primary_target(tmp_path):
     assert paired.declared_primary(str(tmp_path)) == 0.85
     assert paired.declared_primary(str(tmp_path / "real")) == 0.85  # a study's map in a folder of its own
     assert paired.declared_primary(str(tmp_path / "real" / "elsewhere")) is None
+
+
+def test_the_leader_wins_only_where_it_leads_every_scheme_paired_beyond_the_spread_from_ten_pairs():
+    fast = [10.0 + i for i in range(10)]
+    cells = {0.8: cell(esync=fast, sync=[t + 5 for t in fast], local=[t + 1 if i % 2 else t - 1
+                                                                       for i, t in enumerate(fast)])}
+
+    found = paired.leader_verdicts(cells, BUDGET)[0.8]
+    few = paired.leader_verdicts({0.8: cell(esync=fast[:5], sync=[t + 5 for t in fast[:5]])}, BUDGET)[0.8]
+
+    # esync and local alternate: local is not beaten beyond the spread; sync is, in every pair
+    assert found["leader"] == "esync" and found["winner"] is None and found["tied"] == ["esync", "local"]
+    assert found["adjusted_p_values"]["sync"] < 0.05
+    assert few["winner"] is None and few["tied"] == ["esync", "sync"]  # 5 pairs cannot reach 5 %
