@@ -50,7 +50,7 @@ def test_an_unknown_study_or_one_that_runs_no_launcher_command_is_one_line(repo)
         registry.declared("none", root=str(repo))
     (repo / registry.RESULTS / "odd").mkdir(parents=True)
     (repo / registry.RESULTS / "odd" / registry.DECLARATION).write_text(json.dumps({"command": "python launch.py x"}))
-    with pytest.raises(UsageError, match="a study runs launch.py regimes or calibrate"):
+    with pytest.raises(UsageError, match="a study runs launch.py regimes or calibrate or noise-scale"):
         registry.run_study("odd", resume=False, root=str(repo))
 
 

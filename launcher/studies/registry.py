@@ -29,7 +29,7 @@ RESULTS = "results"
 DECLARATION = "declared.json"
 KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
 RESULT_FILES = ("regimes.json", "paper.json")  # a map's results, the paper's table's
-RUNNABLE = ("regimes", "calibrate")  # the launcher's commands a declaration may run
+RUNNABLE = ("regimes", "calibrate", "noise-scale")  # the launcher's commands a declaration may run
 
 
 def declaration_path(name, root=ROOT):
