@@ -132,3 +132,19 @@ def test_small_parameters_are_copied_at_once_and_large_ones_by_the_engine():
     small, large = mx.nd.ones((10,)), mx.nd.ones((SNAPSHOT_ENGINE_COPY,))
 
     assert isinstance(copy_of(small), np.ndarray) and isinstance(copy_of(large), mx.nd.NDArray)
+
+
+def test_a_model_keeps_the_test_set_it_tested_as_inputs_and_tests_a_new_one_afresh(monkeypatch):
+    from training import model as model_module
+
+    images, labels = load_test_set(SAMPLE_DATA, "mnist-5k")
+    tested = lenet(seed=1)
+    first = tested.test(images, labels)
+    kept = tested._kept_test[2]
+
+    assert tested.test(images, labels) == first and tested._kept_test[2] is kept  # the same arrays: kept
+    half = tested.test(images[:500], labels[:500])
+    assert tested._kept_test[0] is not images and len(tested._kept_test[2]) == 1 and half != first
+    monkeypatch.setattr(model_module, "KEPT_TEST_BYTES", 1000)  # a set too big to keep is made anew each time
+    fresh = lenet(seed=1)
+    assert fresh.test(images, labels) == first and fresh._kept_test is None

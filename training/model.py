@@ -10,6 +10,7 @@ from data import CIFAR_SIDE, to_float
 from training import mxnet_internals
 
 EVAL_BATCH = 500
+KEPT_TEST_BYTES = 256 * 2 ** 20  # a test set kept as inputs up to this size (lenet on Fashion-MNIST: 31 MB)
 EVAL_BATCH_LARGE_INPUT = 50  # networks whose input is resized up (224 px and more) hold far larger activations
 
 
@@ -42,6 +43,7 @@ class Model:
         self.use_network(self.built(network))
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         self.steps_overlap_transfers = False  # set by a scheme whose transfers run while the steps do
+        self._kept_test = None  # (images, labels, their batches as inputs): _test_batches
         self.scale_gradients(1.0)
 
     def built(self, network, widths=None):
@@ -170,15 +172,27 @@ class Model:
         """(accuracy, mean loss) over all test samples: correct predictions over the samples, not a mean of
         per-batch accuracies; the loss is nan or inf where the weights overflowed."""
         ctx = self.ctxs[0]
-        batch = self.eval_batch
         correct = mx.nd.zeros((1,), ctx=ctx)
         loss = mx.nd.zeros((1,), ctx=ctx)
-        for start in range(0, len(labels), batch):
-            out = self.net(self._prepare(images[start:start + batch], ctx))
-            y = mx.nd.array(labels[start:start + batch], ctx=ctx)
+        for x, y in self._test_batches(images, labels):
+            out = self.net(x)
             correct += (out.argmax(axis=1) == y.astype(out.dtype)).sum()
             loss += self.loss_fn(out, y).sum()
         return float(correct.asscalar()) / len(labels), float(loss.asscalar()) / len(labels)
+
+    def _test_batches(self, images, labels):
+        """The test set as the network takes it, batch by batch: made once for the arrays last tested where it fits
+        in KEPT_TEST_BYTES (each test of the same set then skips the conversion), else made anew each time."""
+        ctx, batch = self.ctxs[0], self.eval_batch
+        if self._kept_test and self._kept_test[0] is images and self._kept_test[1] is labels:
+            return self._kept_test[2]
+        made = ((self._prepare(images[start:start + batch], ctx), mx.nd.array(labels[start:start + batch], ctx=ctx))
+                for start in range(0, len(labels), batch))
+        side = self.side or images.shape[-1]
+        if len(labels) * int(np.prod(images.shape[1:-2])) * side * side * 4 > KEPT_TEST_BYTES:
+            return made
+        self._kept_test = (images, labels, list(made))
+        return self._kept_test[2]
 
     def digest(self, arrays=None):
         """A fingerprint of `arrays` (default: every parameter on the first device): equal digests, equal values."""
