@@ -58,7 +58,7 @@ def test_an_unknown_study_or_one_that_runs_no_launcher_command_is_one_line(repo)
 def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_is_a_new_study(repo):
     declare(repo, "tiny")
 
-    code = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "study", "tiny"], cwd=repo,
+    code = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "study", "tiny", "--root", str(repo)],
                           env=launcher_env(), capture_output=True, text=True, timeout=300)
     assert code.returncode == 0, code.stdout[-2000:] + code.stderr[-2000:]
     kept = repo / registry.RESULTS / "tiny"
@@ -66,7 +66,7 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
     assert json.loads((kept / "regimes.json").read_text())["schemes"] == ["local", "sync"]
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "results")
-    assert "tiny: run, declared before its results" in registry.listing(str(repo))
+    assert registry.listing(str(repo))[0].startswith("tiny: run, declared before its results; 2 runs")
 
     declare(repo, "tiny", schemes="local,sync,esync")  # an arm added after the results
     with pytest.raises(UsageError, match="holds results of .* declare the changed study anew"):

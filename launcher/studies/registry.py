@@ -235,9 +235,11 @@ def parse(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", help="the study to run (its folder in results/); none: list them")
     p.add_argument("--resume", action="store_true", help="hand --resume to its maps: keep the runs already done")
+    p.add_argument("--root", default=ROOT, help="the checkout whose results/ holds the studies (default: this one)")
     ns = p.parse_args(argv)
+    ns.root = os.path.abspath(ns.root)
     if ns.name is not None:
-        check_runnable(ns.name, commands_of(declared(ns.name)))
+        check_runnable(ns.name, commands_of(declared(ns.name, ns.root)))
     return ns
 
 
@@ -245,9 +247,9 @@ def run(argv):
     try:
         ns = parse(argv)
         if ns.name is None:
-            print("\n".join(listing()) or "no study declared")
+            print("\n".join(listing(ns.root)) or "no study declared")
             return 0
-        return run_study(ns.name, ns.resume)
+        return run_study(ns.name, ns.resume, ns.root)
     except UsageError as error:
         print(f"launch.py study: error: {error}", file=sys.stderr)
         return EXIT_USAGE
