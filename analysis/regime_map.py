@@ -116,6 +116,8 @@ def cell_of_scheme(runs, limit, target, budget=None):
         "fast_compute_ms": statistics_of([1e3 * s["fast_compute_seconds"] if s.get("fast_compute_seconds") else None
                                           for s in done]),
         "fast_compute_over_probe": statistics_of([compute_over_probe(s) for s in done]),
+        "fast_local_step_ms": statistics_of([1e3 * s["fast_local_step_seconds"] if s.get("fast_local_step_seconds")
+                                             else None for s in done]),
         "links": sorted({s["links"] for s in done if s.get("links")}),
         "servers": sorted({s["clock"]["num_servers"] for s in done if "num_servers" in (s.get("clock") or {})}),
         "sums": sorted({s["clock"]["sums"] for s in done if "sums" in (s.get("clock") or {})}),

@@ -163,14 +163,17 @@ def index_of(device, meta):
     return runlog.index_in_folder(device)
 
 
+LOCAL_STEP_PHASES = runlog.OWN_STEP_PHASES + (runlog.CHECK_READY,)  # a step's own work and its question to the rules
+
 def describe_device(device, records, meta):
     stats = summarize_device(records)
     stats["index"] = index_of(device, meta)
     stats["rank"] = meta.get("rank")
     stats["slowdown"] = meta.get("slowdown")
     stats["byzantine"] = meta.get("byzantine")
-    stats["compute_seconds"] = runlog.median_step_seconds([records[i] for i in sorted(records)],
-                                                         (runlog.FORWARD_BACKWARD,))
+    ordered = [records[i] for i in sorted(records)]
+    stats["compute_seconds"] = runlog.median_step_seconds(ordered, (runlog.FORWARD_BACKWARD,))
+    stats["local_step_seconds"] = runlog.median_step_seconds(ordered, LOCAL_STEP_PHASES)
     stats.update(validation_counts(records.values()))
     return stats
 
@@ -333,7 +336,10 @@ def fast_devices_compute(devices, mode_dir):
     fastest = min((s.get("slowdown") or 1.0 for s in stats), default=None)
     steps = [s["compute_seconds"] for s in stats if (s.get("slowdown") or 1.0) == fastest]
     regime = runlog.launcher_record(mode_dir, "regime") or {}
+    local = [s["local_step_seconds"] for s in stats
+             if (s.get("slowdown") or 1.0) == fastest and s.get("local_step_seconds") is not None]
     return {"fast_compute_seconds": statistics.median(steps) if steps else None,
+            "fast_local_step_seconds": statistics.median(local) if local else None,
             "probe_compute_seconds": regime.get("fast_compute_seconds")}
 
 

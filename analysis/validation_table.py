@@ -36,7 +36,8 @@ def block(folder):
     return (markdown_table(["cell", "target", "scheme", "median time, real", "median time, virtual",
                             "virtual median inside the real times' range", "same order of the schemes"], rows) + "\n"
             + "\n" + markdown_table(["cell", "scheme", "device", "samples/s, real", "samples/s, virtual",
-                                     "virtual / real"], device_rows(real, simulated)) + "\n"
+                                     "virtual / real", "a fast device's local step, ms: real / virtual (ratio)"],
+                                    device_rows(real, simulated)) + "\n"
             + staleness_text(real, simulated)
             + (f"\nWall time of the two maps: {', '.join(walls)}.\n" if walls else ""))
 
@@ -70,8 +71,14 @@ def device_rows(real, simulated):
                 ratio = other["mean"] / rate["mean"] if other.get("mean") and rate.get("mean") else None
                 rows.append([cell_name(real, cell, clock=False), scheme_names.display(scheme), device,
                              statistic_text(rate, ".0f"), statistic_text(other, ".0f"),
-                             "-" if ratio is None else f"{ratio:.2f}"])
+                             "-" if ratio is None else f"{ratio:.2f}", local_step_text(numbers, twins)])
     return rows
+
+
+def local_step_text(numbers, twins):
+    """A fast device's median local step (its own phases and its question to the rules), real / virtual, in ms."""
+    real, virtual = ((of.get("fast_local_step_ms") or {}).get("mean") for of in (numbers, twins))
+    return "-" if not (real and virtual) else f"{real:.1f} / {virtual:.1f} ({real / virtual:.2f})"
 
 
 def statistic_text(stat, spec):
