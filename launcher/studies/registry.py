@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RESULTS = "results"
 DECLARATION = "declared.json"
 KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
-RESULT_FILES = ("regimes.json", "paper.json")  # a map's results, the paper's table's
+RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json")  # a map's, the paper's table's, a noise scale's
 RUNNABLE = ("regimes", "calibrate", "noise-scale")  # the launcher's commands a declaration may run
 
 
@@ -170,11 +170,16 @@ def size_of(maps):
 def missing_rivals(declaration, maps):
     """The project's schemes (launch.py regimes' default list) that no map of the study runs, in any topology, and
     that the declaration does not leave out with a reason ({"left_out": {scheme: why}})."""
-    from launcher.studies import regime_map
-
     run = {scheme.split("@")[0] for argv in maps for scheme in map_options(argv).schemes.split(",")}
     left_out = set(declaration.get("left_out") or {})
-    return [s for s in regime_map.DEFAULT_SCHEMES.split(",") if s not in run and s not in left_out]
+    return [s for s in regime_map_schemes() if s not in run and s not in left_out]
+
+
+def regime_map_schemes():
+    """The project's schemes, as launch.py regimes lists them by default."""
+    from launcher.studies import regime_map
+
+    return regime_map.DEFAULT_SCHEMES.split(",")
 
 
 def check_rivals(name, declaration, maps):
@@ -199,10 +204,10 @@ def listing(root=ROOT):
         declaration = read_json(declaration_path(name, root))
         maps = [argv for argv in commands_of(declaration) if argv[:1] == ["regimes"]]
         runs, seconds = size_of(maps)
-        missing = missing_rivals(declaration, maps)
-        lines.append(f"{name}: {'run' + order[declared_first(name, root)] if ran else 'declared, not run'}; {runs} "
-                     f"runs, {seconds / 3600:.1f} h of training budgets"
-                     + (f"; rivals neither run nor left out with a reason: {', '.join(missing)}" if missing else ""))
+        schemes = len(regime_map_schemes()) - len(missing_rivals(declaration, maps))
+        size = (f"; {runs} runs, {seconds / 3600:.1f} h of training budgets, {schemes} of the project's "
+                f"{len(regime_map_schemes())} schemes run or left out with a reason") if maps else ""
+        lines.append(f"{name}: {'run' + order[declared_first(name, root)] if ran else 'declared, not run'}{size}")
     return lines
 
 
