@@ -160,16 +160,31 @@ def judged_cells(folder, result, timed_cells):
     winner, tied, adjusted_p_values) those of the paired tests, where they apply; the primary target the study's
     declaration names, if it names one."""
     timed_cells = list(timed_cells)
-    primary = declared_primary(folder)
-    groups = {}
-    for target, cell in timed_cells:
-        groups.setdefault((cell["split"], cell["profile"], cell["link"]), {})[target] = cell
-    found = {key: verdicts(group, result["max_time"], primary) for key, group in groups.items()}
-    leaders = {key: leader_verdicts(group, result["max_time"], primary) for key, group in groups.items()}
+    found, leaders = judged_groups(folder, result, timed_cells)
     for target, cell in timed_cells:
         key = (cell["split"], cell["profile"], cell["link"])
         judged = found[key].get(target)
         yield target, {**(overlaid(cell, judged) if judged else cell), **leaders[key].get(target, {})}
+
+
+JUDGED = {}  # judged_groups' results by map folder and the time its results were written
+
+
+def judged_groups(folder, result, timed_cells):
+    """({cell: verdicts}, {cell: leader_verdicts}) of a map's cells, computed once per map as committed (the docs ask
+    for a map's cells in several tables)."""
+    from analysis.regime_map import RESULTS_FILE
+
+    path = os.path.join(folder, RESULTS_FILE)
+    key = (os.path.abspath(folder), os.stat(path).st_mtime_ns if os.path.exists(path) else None)
+    if key[1] is None or key not in JUDGED:
+        primary = declared_primary(folder)
+        groups = {}
+        for target, cell in timed_cells:
+            groups.setdefault((cell["split"], cell["profile"], cell["link"]), {})[target] = cell
+        JUDGED[key] = ({cell: verdicts(group, result["max_time"], primary) for cell, group in groups.items()},
+                       {cell: leader_verdicts(group, result["max_time"], primary) for cell, group in groups.items()})
+    return JUDGED[key]
 
 
 def leader_verdicts(cells_by_target, budget, primary=None):
