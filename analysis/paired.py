@@ -42,17 +42,23 @@ def by_repeat(numbers):
     return times if len(times) == numbers.get("repeats") else None
 
 
+def capped(time, budget):
+    """(seconds, missed) of one run's [seconds, reached]: reached after the budget, or never, it counts as the budget."""
+    seconds, reached = time
+    return (seconds, False) if reached and seconds <= budget else (float(budget), True)
+
+
+def capped_seconds(times, budget):
+    """The capped seconds of a scheme's runs that ran."""
+    return np.array([capped(time, budget)[0] for time in times if time is not None], dtype=float)
+
+
 def capped_pairs(first, second, budget):
     """(first's, second's capped seconds, first's misses, second's) over the repeats both have."""
-    both = [(a, b) for a, b in zip(first, second) if a is not None and b is not None]
-
-    def capped(time):
-        seconds, reached = time
-        return (seconds, False) if reached and seconds <= budget else (float(budget), True)
-
-    a, missed_a = zip(*(capped(x) for x, _ in both)) if both else ((), ())
-    b, missed_b = zip(*(capped(y) for _, y in both)) if both else ((), ())
-    return np.array(a, dtype=float), np.array(b, dtype=float), any(missed_a), any(missed_b)
+    both = [(capped(a, budget), capped(b, budget)) for a, b in zip(first, second) if a is not None and b is not None]
+    a, b = ([pair[i] for pair in both] for i in (0, 1))
+    return (np.array([s for s, _ in a], dtype=float), np.array([s for s, _ in b], dtype=float),
+            any(m for _, m in a), any(m for _, m in b))
 
 
 def paired_p(a, b):
@@ -197,8 +203,8 @@ def leader_verdicts(cells_by_target, budget, primary=None):
         aligned = {scheme: times for scheme, times in aligned.items() if times}
         if not aligned:
             continue
-        capped = {scheme: capped_pairs(times, times, budget)[0] for scheme, times in aligned.items()}
-        leaders[target] = min(capped, key=lambda scheme: np.mean(capped[scheme]))
+        means = {scheme: np.mean(capped_seconds(times, budget)) for scheme, times in aligned.items()}
+        leaders[target] = min(means, key=means.get)
         for scheme in aligned:
             if scheme != leaders[target]:
                 compared[target, scheme] = capped_pairs(aligned[leaders[target]], aligned[scheme], budget)

@@ -86,16 +86,18 @@ def kept_in(name, argv, maps, root=ROOT):
     return os.path.join(folder, os.path.basename(map_folder(argv).rstrip("/"))) if maps > 1 else folder
 
 
+def git(root, *argv):
+    return subprocess.run(["git", "-C", root, *argv], capture_output=True, text=True)
+
+
 def check_committed(name, root=ROOT):
     """UsageError unless the declaration is committed as it stands (where the study lives in a git checkout)."""
     path = os.path.relpath(declaration_path(name, root), root)
 
-    def git(*argv):
-        return subprocess.run(["git", "-C", root, *argv], capture_output=True, text=True).returncode
-
-    if git("rev-parse", "--is-inside-work-tree") != 0:
+    if git(root, "rev-parse", "--is-inside-work-tree").returncode != 0:
         return
-    if git("ls-files", "--error-unmatch", path) != 0 or git("diff", "--quiet", "HEAD", "--", path) != 0:
+    if (git(root, "ls-files", "--error-unmatch", path).returncode != 0
+            or git(root, "diff", "--quiet", "HEAD", "--", path).returncode != 0):
         raise UsageError(f"{path} is not committed as it stands: commit the declaration before the study runs, so "
                          "that the history shows it came first")
 
@@ -219,18 +221,15 @@ def results_files(folder):
 def declared_first(name, root=ROOT):
     """Whether the commit that added the declaration came before (is an ancestor of, and is not) the first commit of
     any of its results; None where git does not know."""
-    def git(*argv):
-        return subprocess.run(["git", "-C", root, *argv], capture_output=True, text=True)
-
     def first_commit(path):
-        found = git("log", "--format=%H", "--", os.path.relpath(path, root)).stdout.split()
+        found = git(root, "log", "--format=%H", "--", os.path.relpath(path, root)).stdout.split()
         return found[-1] if found else None
 
     declaration = first_commit(declaration_path(name, root))
     results = {first_commit(path) for path in results_files(os.path.join(root, RESULTS, name))} - {None}
     if declaration is None or not results:
         return None
-    return all(commit != declaration and git("merge-base", "--is-ancestor", declaration, commit).returncode == 0
+    return all(commit != declaration and git(root, "merge-base", "--is-ancestor", declaration, commit).returncode == 0
                for commit in results)
 
 
