@@ -151,10 +151,13 @@ def test_a_refusal_is_one_line_and_exit_2_before_anything_starts(tmp_path):
 # Real jobs
 
 
-def virtual_run(logs, modes, slowdown, *more):
-    args = ["--modes", modes, "-n", "lenet", "--dataset", "mnist-5k", "--slowdown", slowdown, "--max-time", "2",
+def virtual_args(modes, slowdown, *more):
+    return ["--modes", modes, "-n", "lenet", "--dataset", "mnist-5k", "--slowdown", slowdown, "--max-time", "2",
             "--clock", "virtual", "--step-seconds", "0.007", "--step-jitter", "0.2", "--no-figures", *more]
-    with launcher(args, logs) as proc:
+
+
+def virtual_run(logs, modes, slowdown, *more):
+    with launcher(virtual_args(modes, slowdown, *more), logs) as proc:
         proc.wait(timeout=300)
         return proc.returncode, read_output(proc)
 
@@ -175,21 +178,14 @@ EVERY_MODE = ("--max-time", "2", "--step-seconds", "0.1", "--snapshot-seconds", 
 
 @pytest.fixture(scope="module")
 def virtual_jobs(tmp_path_factory):
-    """Every mode that runs on the virtual clock, 2 virtual seconds on 3 devices; then ESync and ASGD again, beside
-    two busy loops."""
-    runs = []
-    for chosen, busy in ((RUNS_VIRTUALLY, 0), (["esync", "async"], 2)):
-        logs = str(tmp_path_factory.mktemp("virtual") / "logs")
-        # at the lowest priority: they take what the tests beside this one leave, and still keep the cores busy
-        loops = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-        try:
-            code, output = virtual_run(logs, ",".join(chosen), "1,1,4", *EVERY_MODE)
-        finally:
-            for loop in loops:
-                loop.kill()
-                loop.wait()
-        assert code == 0, output
-        runs.append(logs)
+    """Every mode that runs on the virtual clock, 2 virtual seconds on 3 devices; and at the same time ESync and ASGD
+    again, each job the other's load (and the tests' beside them)."""
+    runs = [str(tmp_path_factory.mktemp("virtual") / "logs") for _ in range(2)]
+    args = [virtual_args(",".join(chosen), "1,1,4", *EVERY_MODE) for chosen in (RUNS_VIRTUALLY, ["esync", "async"])]
+    with launcher(args[0], runs[0]) as every_mode, launcher(args[1], runs[1]) as beside_it:
+        for proc in (every_mode, beside_it):
+            proc.wait(timeout=300)
+            assert proc.returncode == 0, read_output(proc)
     return runs
 
 
