@@ -1,24 +1,18 @@
 """`launch.py docs`: the result tables of the README and docs/, written again from the committed result files.
 
-A generated table sits between two markers in a markdown file (FOLDER a comma list of folders for the kinds of
-MANY_FOLDERS, whose rows then make one table):
+A generated table sits between two markers in a markdown file (STUDY a comma list of studies for the kinds of
+MANY_FOLDERS, whose rows then make one table; `map` every study that holds a map, in the map's order):
 
-    <!-- generated: KIND FOLDER [FIGURE.png] -->
+    <!-- generated: KIND STUDY [FIGURE.png] -->
     ...
     <!-- end generated -->
 
-A block of FIGURES' kinds may name a figure (relative to its document): linked below the table, drawn again by
-`launch.py docs`.
-
-FOLDER (relative to the repository) holds one study's results: tuned.json of `launch.py tune` and regimes.json of
-`launch.py regimes --tuned` on the seeds the search did not use. KIND is one of KINDS: `search` (each scheme's
-search; the cells that took a neighbour's values in one table), `verdict` (per cell and target, the leader, the
-schemes tied with it, one fast device and whether the cluster pays, with the tests), `brief` (the verdict in short:
-the leader, whether the cluster pays and by how much), `answers` (whether it pays, a column a link), `repeats` (each
-scheme's repeats), `beside-paper` (ESync against SSGD, ASGD and one device beside the paper's figures), `validation`
-(the same cells in real time and on the virtual clock) or `table1` (a folder of `launch.py paper`: its Table 1 and
-the command). `launch.py docs` rewrites every block of README.md and docs/*.md; `--check` changes nothing and exits
-1 naming each block that differs.
+A block of FIGURES' kinds may name a figure (relative to its document), drawn again by `launch.py docs`. A study's
+results are in results/<study>/. KIND is one of KINDS: `search`, `verdict` (per cell and target, the leader, the
+schemes tied with it, one fast device, whether the cluster pays), `brief`, `answers` (a column a link), `repeats`,
+`beside-paper` (ESync beside the paper's figures), `validation` (real time and the virtual clock) or `table1`.
+`launch.py docs` rewrites every block of README.md and docs/*.md; `--check` changes nothing and exits 1 naming each
+block that differs.
 """
 import argparse
 import difflib
@@ -39,10 +33,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = re.compile(r"(?P<start><!-- generated: (?P<kind>[\w-]+) (?P<folder>\S+)(?: (?P<figure>\S+\.png))? -->\n)"
                    r"(?P<body>.*?)(?P<end><!-- end generated -->)", re.DOTALL)
 SPLIT_NAMES = regime_map.SPLIT_NAMES
+RESULTS, MAP = "results", "map"  # where the studies are; the name of every study that holds a map
 
 
 class DocsError(Exception):
-    """A block names a kind or a folder that does not exist; the message is one line."""
+    """A block names a kind or a study that does not exist; the message is one line."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -336,8 +331,7 @@ def with_committed_values(command, folder):
     return re.sub(r"--tuned \S+", lambda _: f"--tuned {shown}", command)
 
 
-def in_logs(flag, path):
-    """`flag path`, the path relative to the repository; one outside it as logs/<its last name>."""
+def in_logs(flag, path):  # `flag path`, the path relative to the repository; one outside it as logs/<its name>
     inside = os.path.relpath(path, ROOT)
     shown = f"logs/{os.path.basename(path.rstrip('/'))}" if inside.startswith(os.pardir) else inside
     return f"{flag} {shown}"
@@ -385,10 +379,7 @@ def regenerate(text, root=ROOT, at=None, draw=False):
         kind, folder, figure = match.group("kind"), match.group("folder"), match.group("figure")
         if kind not in KINDS:
             raise DocsError(f"a block of unknown kind {kind!r} (known: {', '.join(KINDS)})")
-        paths = [os.path.join(root, name) for name in folder.split(",")]
-        for name, path in zip(folder.split(","), paths):
-            if not os.path.isdir(path):
-                raise DocsError(f"a {kind} block names {name}, which is not a folder of the repository")
+        paths = study_folders(folder.split(","), root, kind)
         if len(paths) > 1 and kind not in MANY_FOLDERS:
             raise DocsError(f"a {kind} block names {len(paths)} folders; only {', '.join(MANY_FOLDERS)} take several")
         body = KINDS[kind](*paths)
@@ -401,6 +392,15 @@ def regenerate(text, root=ROOT, at=None, draw=False):
         return match.group("start") + body + match.group("end")
 
     return BLOCK.sub(block, text)
+
+
+def study_folders(names, root, kind):
+    """The folders of the studies `names` name: results/<name>, or MAP for every study that holds a map."""
+    results = os.path.join(root, RESULTS)
+    for name in (name for name in names if name != MAP and not os.path.isdir(os.path.join(results, name))):
+        raise DocsError(f"a {kind} block names {name}, which is not a study of {RESULTS}/")
+    return [path for name in names
+            for path in (regime_map.map_studies(results) if name == MAP else [os.path.join(results, name)])]
 
 
 def figures_missing(text, at):

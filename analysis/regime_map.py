@@ -14,6 +14,7 @@ permutation test, Holm-corrected for choosing it (analysis/significance.py). Eve
 relative to the leader's. A run that failed shows as failed, one that never reached the target as never, not as
 zero.
 """
+import glob
 import os
 import statistics
 
@@ -24,13 +25,14 @@ from analysis.paper import format_statistic, rounds_to_target, statistics_of, ti
 from analysis.scheme_names import STANDALONE, display, mode_of
 from analysis.tables import markdown_table
 from training import runlog
-from training.files import write_json, write_text
+from training.files import read_json, write_json, write_text
 
 PLAN_FILE = "regimes-plan.json"     # the grid, written before the first run: --report-only reads it
 LIMITS_FILE = "limits.json"         # {profile: [each worker's concurrent standalone samples/s]}
 STATUS_FILE = "status.json"         # in each run's folder: {"exit_code": the launcher's}
 RESULTS_FILE = "regimes.json"
 TABLE_FILE = "regimes.md"
+DECLARATION_FILE = "declared.json"  # a study's, written before it ran (launcher/studies/registry.py)
 LOOPBACK = "loopback"
 SPLIT_NAMES = {"iid": "i.i.d.", "niid": "non-i.i.d."}
 
@@ -363,6 +365,20 @@ def by_relative_time(cell):
     """(scheme, numbers) of a cell, the leader first, those that never reached the target last."""
     return sorted(cell["schemes"].items(), key=lambda item: (item[1]["relative_time"] is None,
                                                              item[1]["relative_time"] or 0))
+
+
+def map_studies(results):
+    """The folders under `results` that hold a map (RESULTS_FILE), in the map's order: the virtual clock before real
+    time, fewer devices first, then the paper's shape (devices 117x slower) first, fewer distinct speeds, the slowest
+    device's factor, the split; last, a study declared before it ran (declared.json) after those that were not, so
+    that where both ran a cell, the declared one's comes last and stands (the tables keep a cell's last)."""
+    def order(folder):
+        result = read_json(os.path.join(folder, RESULTS_FILE))
+        factors = [float(f) for f in result["profiles"][0].split(",")]
+        return (result.get("clock") != runlog.VIRTUAL_CLOCK, len(factors), 117.0 not in factors, len(set(factors)),
+                max(factors), result["splits"][0], os.path.exists(os.path.join(folder, DECLARATION_FILE)),
+                os.path.basename(folder))
+    return sorted((os.path.dirname(path) for path in glob.glob(os.path.join(results, "*", RESULTS_FILE))), key=order)
 
 
 def find_cell(result, split, profile, link):

@@ -48,7 +48,7 @@ def a_study(root, pairs=1):
 
 def test_a_block_is_written_from_its_folder_and_check_sees_a_stale_one(tmp_path):
     a_study(str(tmp_path), pairs=2)
-    page = "# Results\n\n<!-- generated: verdict results/cell -->\nold numbers\n<!-- end generated -->\n"
+    page = "# Results\n\n<!-- generated: verdict cell -->\nold numbers\n<!-- end generated -->\n"
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
@@ -61,8 +61,8 @@ def test_a_block_is_written_from_its_folder_and_check_sees_a_stale_one(tmp_path)
 
 def test_the_search_and_repeats_blocks_say_the_chosen_values_and_each_seeds_time(tmp_path):
     a_study(str(tmp_path))
-    page = ("<!-- generated: search results/cell -->\n<!-- end generated -->\n"
-            "<!-- generated: repeats results/cell -->\n<!-- end generated -->\n")
+    page = ("<!-- generated: search cell -->\n<!-- end generated -->\n"
+            "<!-- generated: repeats cell -->\n<!-- end generated -->\n")
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
@@ -76,7 +76,7 @@ def test_cells_that_took_a_neighbours_values_are_one_row_each_not_their_neighbou
     path = os.path.join(folder, tuned.FILE_NAME)
     for link in ("12", "100"):
         tuned.reuse(path, "lenet/mnist-5k/1,4/loopback/iid", f"lenet/mnist-5k/1,4/{link}/iid", f"tune --link {link}")
-    page = "<!-- generated: search results/cell -->\n<!-- end generated -->\n"
+    page = "<!-- generated: search cell -->\n<!-- end generated -->\n"
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
@@ -87,7 +87,7 @@ def test_cells_that_took_a_neighbours_values_are_one_row_each_not_their_neighbou
 
 def test_the_brief_verdict_names_the_leader_the_answer_and_the_ratio_in_a_row_a_cell_and_target(tmp_path):
     a_study(str(tmp_path), pairs=2)
-    page = "<!-- generated: brief results/cell,results/cell -->\n<!-- end generated -->\n"
+    page = "<!-- generated: brief cell,cell -->\n<!-- end generated -->\n"
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
@@ -103,7 +103,7 @@ def test_the_answers_set_each_link_in_a_column_of_its_own_free_links_first_and_d
     for cell in result["cells"]:
         cell["link"] = 12.0
     write_json(os.path.join(twin, regime_map.RESULTS_FILE), result)
-    page = "<!-- generated: answers results/twin,results/cell pays.png -->\n<!-- end generated -->\n"
+    page = "<!-- generated: answers twin,cell pays.png -->\n<!-- end generated -->\n"
 
     assert doc_tables.figures_missing(doc_tables.regenerate(page, str(tmp_path)), str(tmp_path)) == ["pays.png"]
     fresh = doc_tables.regenerate(page, str(tmp_path), draw=True)
@@ -115,32 +115,37 @@ def test_the_answers_set_each_link_in_a_column_of_its_own_free_links_first_and_d
     assert doc_tables.figures_missing(fresh, str(tmp_path)) == []
     with pytest.raises(doc_tables.DocsError, match="a verdict block names a figure"):
         doc_tables.regenerate(page.replace("answers", "verdict"), str(tmp_path))
+    # `map`: every study holding a map, the virtual clock's before real time, a declared one after one that was not
+    assert doc_tables.regenerate(page.replace("twin,cell", "map"), str(tmp_path)) == fresh.replace("twin,cell", "map")
+    write_json(os.path.join(twin, regime_map.DECLARATION_FILE), {"question": "the same cell, declared"})
+    write_json(os.path.join(folder, regime_map.RESULTS_FILE), {**result, "cells": [], "clock": "virtual"})
+    assert regime_map.map_studies(os.path.join(tmp_path, "results")) == [folder, twin]
 
 
 def test_esync_beside_the_paper_gives_its_speedups_with_their_tests_and_several_folders_make_one_table(tmp_path):
     a_study(str(tmp_path))
     os.symlink(os.path.join(tmp_path, "results", "cell"), os.path.join(tmp_path, "results", "twin"))
-    page = ("<!-- generated: beside-paper results/cell -->\n<!-- end generated -->\n"
-            "<!-- generated: verdict results/cell,results/twin -->\n<!-- end generated -->\n")
+    page = ("<!-- generated: beside-paper cell -->\n<!-- end generated -->\n"
+            "<!-- generated: verdict cell,twin -->\n<!-- end generated -->\n")
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
     # SSGD 9-11 s, one device 8-11 s, ESync 3-5 s (medians 10, 9 and 4), five paired seeds each
     assert "| the paper | 0.8 | – | lenet not in its Table 1 | – | 33× | 13× | 0.25 |" in fresh
     assert "| ESync | 2.50× (" in fresh and "p = 0.0079 | 2.25× (" in fresh
-    verdict = fresh.split("verdict results/cell,results/twin -->")[1]
+    verdict = fresh.split("verdict cell,twin -->")[1]
     assert verdict.count("| lenet, mnist-5k, 1,4, loopback, i.i.d., real time | 0.85 |") == 2
     assert verdict.count("\n|---|") == 1
     with pytest.raises(doc_tables.DocsError, match="a repeats block names 2 folders"):
-        doc_tables.regenerate("<!-- generated: repeats results/cell,results/twin -->\n<!-- end generated -->\n",
+        doc_tables.regenerate("<!-- generated: repeats cell,twin -->\n<!-- end generated -->\n",
                               str(tmp_path))
 
 
 def test_a_block_of_an_unknown_kind_or_folder_is_one_line(tmp_path):
     with pytest.raises(doc_tables.DocsError, match="unknown kind 'tabel'"):
-        doc_tables.regenerate("<!-- generated: tabel results/x -->\n<!-- end generated -->\n", str(tmp_path))
-    with pytest.raises(doc_tables.DocsError, match="names results/x, which is not a folder"):
-        doc_tables.regenerate("<!-- generated: verdict results/x -->\n<!-- end generated -->\n", str(tmp_path))
+        doc_tables.regenerate("<!-- generated: tabel x -->\n<!-- end generated -->\n", str(tmp_path))
+    with pytest.raises(doc_tables.DocsError, match="names x, which is not a study of results/"):
+        doc_tables.regenerate("<!-- generated: verdict x -->\n<!-- end generated -->\n", str(tmp_path))
 
 
 def test_the_validation_block_sets_real_and_virtual_medians_side_by_side_and_says_if_the_order_agrees(tmp_path):
@@ -150,7 +155,7 @@ def test_the_validation_block_sets_real_and_virtual_medians_side_by_side_and_say
     folder = tmp_path / "results" / "twins"
     shutil.copytree(real, folder / "real")
     shutil.copytree(real, folder / "virtual")
-    page = "<!-- generated: validation results/twins -->\n<!-- end generated -->\n"
+    page = "<!-- generated: validation twins -->\n<!-- end generated -->\n"
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 
@@ -186,9 +191,9 @@ def test_a_table1_block_is_the_papers_table_with_the_commands_wall_time_and_comm
               "target": 0.8, "splits": [], **timing.read(str(folder))}
     write_json(str(folder / paper.RESULTS_FILE), report)
 
-    fresh = doc_tables.regenerate("<!-- generated: table1 results/table1 -->\n<!-- end generated -->\n", str(tmp_path))
+    fresh = doc_tables.regenerate("<!-- generated: table1 table1 -->\n<!-- end generated -->\n", str(tmp_path))
 
-    assert fresh.startswith("<!-- generated: table1 results/table1 -->\n#### Table 1: lenet on fashion-mnist, 2 repeats")
+    assert fresh.startswith("<!-- generated: table1 table1 -->\n#### Table 1: lenet on fashion-mnist, 2 repeats")
     assert (f"Run by (40 minutes):\n\n    python launch.py paper --tuned {folder / tuned.FILE_NAME} --repeats 10 "
             "--resume\n") in fresh
 
@@ -207,7 +212,7 @@ def test_a_virtual_cell_with_costly_links_is_marked_with_the_link_model_its_runs
 
 def test_the_verdict_in_words_counts_the_cells_that_carry_one_and_says_what_they_read(tmp_path):
     a_study(str(tmp_path), pairs=2)
-    page = "<!-- generated: answers-text results/cell -->\n<!-- end generated -->\n"
+    page = "<!-- generated: answers-text cell -->\n<!-- end generated -->\n"
 
     fresh = doc_tables.regenerate(page, str(tmp_path))
 

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 
-from analysis import timing
+from analysis import regime_map, timing
 from training.checks import UsageError
 from training.faults.failures import EXIT_USAGE
 from training.files import read_json
@@ -26,7 +26,7 @@ from training.files import read_json
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # launch.py's; and the studies'
 
 RESULTS = "results"
-DECLARATION = "declared.json"
+DECLARATION = regime_map.DECLARATION_FILE
 KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
 RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json")  # a map's, the paper's table's, a noise scale's
 RUNNABLE = ("regimes", "calibrate", "noise-scale")  # the launcher's commands a declaration may run
