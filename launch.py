@@ -26,7 +26,7 @@ import logging
 import sys
 
 from analysis import doc_tables
-from launcher import calibration, checks, dmlc, netns, noise_scale, runner
+from launcher import calibrate, checks, dmlc, netns, noise_scale, runner
 from launcher.studies import paper, regime_map, registry, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
@@ -34,7 +34,7 @@ from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
 SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
                "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run,
-               "docs": doc_tables.run, "calibrate": calibration.calibrate, "study": registry.run,
+               "docs": doc_tables.run, "calibrate": calibrate.calibrate, "study": registry.run,
                "noise-scale": noise_scale.run}
 
 

@@ -23,8 +23,9 @@ import re
 import statistics
 import sys
 
-from analysis import paired, paper, paper_text, regime_map, timing, tuned
+from analysis import paired, paper, paper_tables, paper_text, regime_map, timing, tuned, validation_table
 from analysis import scheme_names
+from analysis.regime_map import cell_name, cells_at_targets, horizon_of
 from analysis.tables import markdown_table
 from training import runlog
 from training.files import read_json, write_text
@@ -60,22 +61,6 @@ def ran_by(entries, folder):
     commands = "".join(f"\n    {with_committed_values(ran, folder)}" for e in entries for ran in e.get("commands", []))
     took = sum(e.get("wall_seconds") or 0 for e in entries)
     return f"\nRun by{f' ({took / 60:.0f} minutes in all)' if took else ''}:\n{commands}\n" if commands else ""
-
-
-def cell_name(result, cell, clock=True):
-    """The cell as the tables name it; with `clock`, whether it ran on the virtual clock or in real time."""
-    link = regime_map.describe_link(cell["link"])
-    timed = ", virtual clock" if result.get("clock") == runlog.VIRTUAL_CLOCK else ", real time"
-    return (f"{result['network']}, {result['dataset']}, {regime_map.compact(cell['profile'])}, {link}, "
-            f"{SPLIT_NAMES[cell['split']]}{timed if clock else ''}")
-
-
-def cells_at_targets(result):
-    """(target, cell) of every cell, at the map's target and at each higher one."""
-    for target in regime_map.targets_of(result):
-        timed = result if target == result["target"] else regime_map.at_target(result, target)
-        for cell in timed["cells"]:
-            yield target, cell
 
 
 def verdict_block(*folders):
@@ -231,10 +216,6 @@ def mean_time(numbers, horizon):
     return f"{statistics.fmean(times):.1f} s ({numbers['reached']} of {len(times)} reached{diverged})"
 
 
-def horizon_of(cell):
-    return max((t for n in cell["schemes"].values() for t, _ in n["censored_times"]), default=0.0)
-
-
 def leader_text(cell, values):
     leader = cell["leader"]
     if leader is None:
@@ -348,13 +329,13 @@ def table1_block(folder):
 
 
 def later(module, name):
-    """A block drawn by `name` of `module`, imported when used (the modules import this one's names of cells)."""
+    """A block drawn by `name` of `module`, imported when used (the launcher's, which the analysis does not load)."""
     return lambda *folders: getattr(importlib.import_module(module), name)(*folders)
 
 
 KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block, "answers": answers_block,
-         "repeats": repeats_block, "validation": later("analysis.validation_table", "block"),
-         "beside-paper": later("analysis.paper_tables", "beside_paper_block"), "table1": table1_block,
+         "repeats": repeats_block, "validation": validation_table.block,
+         "beside-paper": paper_tables.beside_paper_block, "table1": table1_block,
          "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model),
          "noise-scale": later("launcher.noise_scale", "block")}
 MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale")  # blocks of many folders

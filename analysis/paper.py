@@ -24,7 +24,6 @@ from analysis import metrics, significance
 from coordination.rules import apply as paper_rule
 from analysis import summary as summaries
 from training import esync_variants, modes, runlog
-from training.files import write_json, write_text
 
 PAPER_TARGET = 0.8          # the paper's speedup is the ratio of the times to reach test accuracy 0.8
 PAPER_DATASET = "fashion-mnist"  # the paper's data (Debian: apt-get install dataset-fashion-mnist)
@@ -345,13 +344,6 @@ def format_statistic(stat, spec, unit=""):
     return text
 
 
-def format_report(report):
-    """Table 1 and its claims as markdown (analysis/paper_text.py)."""
-    from analysis import paper_text
-
-    return paper_text.format_report(report)
-
-
 def links_of(grid, cluster_modes, key="links"):
     """The distinct links the cluster modes' runs recorded (one, unless runs of the grid had different ones); with
     key="device_emulation", how their devices were emulated."""
@@ -377,13 +369,3 @@ def build_report(log_dir, network, cluster_modes, repeats, target, description, 
                      for split in splits},
         "thresholds": {split: times_to_thresholds(grid[split], thresholds) for split in splits} if thresholds else {},
     }, grid
-
-
-def write_report(report, out_dir):
-    """paper.json and table1.md under out_dir; returns the table's text and the paths."""
-    os.makedirs(out_dir, exist_ok=True)
-    text = format_report(report)
-    paths = [os.path.join(out_dir, RESULTS_FILE), os.path.join(out_dir, TABLE_FILE)]
-    write_json(paths[0], report, indent=1)
-    write_text(paths[1], text + "\n")
-    return text, paths

@@ -5,7 +5,7 @@ import statistics
 
 from analysis import paper, paper_text, regime_map, significance
 from analysis import scheme_names
-from analysis.doc_tables import cell_name, cells_at_targets
+from analysis.regime_map import cell_name, cells_at_targets
 from analysis.tables import markdown_table
 from training import modes
 from training.files import read_json

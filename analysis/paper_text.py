@@ -1,16 +1,21 @@
 """Table 1 as text: each split's table, ESync's claims in words with the test behind each, ESync beside the paper's
-own figures, and each mode's time to several accuracies."""
+own figures, and each mode's time to several accuracies; paper.json and table1.md written."""
+import os
+
 from analysis import metrics, significance, timing
 from analysis.paper import (
     COLUMNS,
     LATER_RIVALS,
     PAPER_FIGURE_4,
     PAPER_SPEEDUPS,
+    RESULTS_FILE,
     SPLIT_NAMES,
+    TABLE_FILE,
     display,
     format_statistic,
 )
 from analysis.tables import markdown_table
+from training.files import write_json, write_text
 
 
 def split_table(table, target, esync_policy=None):
@@ -139,3 +144,13 @@ def thresholds_table(times, esync_policy=None):
     rows = [[display(mode, esync_policy)]
             + [format_statistic(by_threshold[t], ".1f") for t in thresholds] for mode, by_threshold in times.items()]
     return markdown_table(["mode"] + [f"to {t}" for t in thresholds], rows)
+
+
+def write_report(report, out_dir):
+    """paper.json and table1.md under out_dir; returns the table's text and the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    text = format_report(report)
+    paths = [os.path.join(out_dir, RESULTS_FILE), os.path.join(out_dir, TABLE_FILE)]
+    write_json(paths[0], report, indent=1)
+    write_text(paths[1], text + "\n")
+    return text, paths

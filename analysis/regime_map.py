@@ -367,6 +367,27 @@ def by_relative_time(cell):
                                                              item[1]["relative_time"] or 0))
 
 
+def cell_name(result, cell, clock=True):
+    """The cell as the tables name it; with `clock`, whether it ran on the virtual clock or in real time."""
+    link = describe_link(cell["link"])
+    timed = ", virtual clock" if result.get("clock") == runlog.VIRTUAL_CLOCK else ", real time"
+    return (f"{result['network']}, {result['dataset']}, {compact(cell['profile'])}, {link}, "
+            f"{SPLIT_NAMES[cell['split']]}{timed if clock else ''}")
+
+
+def cells_at_targets(result):
+    """(target, cell) of every cell, at the map's target and at each higher one."""
+    for target in targets_of(result):
+        timed = result if target == result["target"] else at_target(result, target)
+        for cell in timed["cells"]:
+            yield target, cell
+
+
+def horizon_of(cell):
+    """The latest capped time any scheme of the cell recorded."""
+    return max((t for n in cell["schemes"].values() for t, _ in n["censored_times"]), default=0.0)
+
+
 def map_studies(results):
     """The folders under `results` that hold a map (RESULTS_FILE), in the map's order: the virtual clock before real
     time, fewer devices first, then the paper's shape (devices 117x slower) first, fewer distinct speeds, the slowest
@@ -411,14 +432,10 @@ def format_report(result):
     return "\n".join(lines) + "\n"
 
 
-def write(result, out_dir, figures=True):
-    """regimes.json, regimes.md and (with `figures`) the heatmaps; returns the table's text and the paths."""
+def write(result, out_dir):
+    """regimes.json and regimes.md; returns the table's text and the paths (the heatmaps: analysis/regime_figures.py)."""
     text = format_report(result)
     paths = [os.path.join(out_dir, RESULTS_FILE), os.path.join(out_dir, TABLE_FILE)]
     write_json(paths[0], result, indent=1)
     write_text(paths[1], text)
-    if not figures:
-        return text, paths
-    from analysis import regime_figures
-
-    return text, paths + regime_figures.draw(result, out_dir)
+    return text, paths

@@ -5,7 +5,7 @@ import statistics
 
 from analysis import paper, regime_map
 from analysis import scheme_names
-from analysis.doc_tables import cell_name, cells_at_targets, horizon_of
+from analysis.regime_map import cell_name, cells_at_targets, horizon_of
 from analysis.tables import markdown_table
 from training.files import read_json
 

@@ -10,7 +10,8 @@ import shlex
 import sys
 
 from launcher.cluster import ROOT
-from training import config, evaluator, modes, runlog
+from training import config, modes, runlog
+from training.snapshots import evaluator_command
 from training.transport import collectives
 from training.checks import UsageError
 
@@ -100,7 +101,7 @@ def evaluator_argv(experiment, mode):
     """The evaluator process of a mode: it tests the snapshots in the mode's folder and logs beside its nodes. It
     waits for snapshots as long as the mode may run."""
     e = experiment
-    return evaluator.command(e.snapshot_folder(mode), e.mode_folder(mode), e.network, e.dataset, e.data_dir,
+    return evaluator_command(e.snapshot_folder(mode), e.mode_folder(mode), e.network, e.dataset, e.data_dir,
                              e.wall_limit, e.holdout)
 
 

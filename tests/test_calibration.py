@@ -1,5 +1,5 @@
-"""`launch.py calibrate` (launcher/calibration.py): what the virtual clock charges, measured on this machine, and a run
-given the file charged it, each flag beside the file standing over its field."""
+"""`launch.py calibrate` (launcher/calibrate.py): what the virtual clock charges, measured on this machine; and a run
+given the file charged it, each flag beside the file standing over its field (launcher/calibration.py)."""
 import glob
 import json
 import os

@@ -34,7 +34,7 @@ def a_study(root, pairs=1):
     write_repeats(folder, plan, "esync", [curve_reaching(s) for s in (3, 4, 5, 3, 4) * pairs])
     write_repeats(folder, plan, "sync", [curve_reaching(s) for s in (9, 10, 11, 9, 10) * pairs])
     write_repeats(folder, plan, "local", [curve_reaching(s) for s in (8, 9, 10, 8, 11) * pairs])
-    regime_map.write(regime_map.build(folder), folder, figures=False)
+    regime_map.write(regime_map.build(folder), folder)
     tuned.write(os.path.join(folder, tuned.FILE_NAME), "lenet/mnist-5k/1,4/loopback/iid", {
         "protocol": tuned.PROTOCOL, "target": 0.85, "holdout": 500, "max_time": 12.0, "trial_seeds": [1000, 1001],
         "commands": ["python launch.py tune --profile 1,4"], "wall_seconds": 600,

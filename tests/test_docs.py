@@ -195,9 +195,9 @@ def parse_launch(argv, monkeypatch):
 
         return registry.parse(argv[1:])
     if argv[:1] == ["calibrate"]:
-        from launcher import calibration
+        from launcher import calibrate
 
-        return calibration.parse_calibration(argv[1:])
+        return calibrate.parse_calibration(argv[1:])
     if argv[:1] == ["submit"]:
         from dmlc_tracker import opts
         return opts.get_opts(argv[1:])

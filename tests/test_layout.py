@@ -1,5 +1,7 @@
 """The layout's rules: a mode or a policy is compared by name only in its own module and the catalog, no folder holds
-more than 20 modules, no source file is longer than 450 lines."""
+more than 20 modules, no source file is longer than 450 lines, no module imports back from a module that imports it."""
+import ast
+import itertools
 import os
 import re
 
@@ -55,3 +57,44 @@ def test_no_folder_holds_more_than_20_modules_and_no_source_file_more_than_450_l
             if (n := sum(1 for _ in open(os.path.join(ROOT, path), encoding="utf-8"))) > 450}
 
     assert crowded == {} and long == {}
+
+
+def module_name(path):
+    """The name a source file is imported by (SimpleStateServer/ is on the path of the state server's processes)."""
+    parts = os.path.splitext(path)[0].split(os.sep)
+    parts = parts[1:] if parts[0] == "SimpleStateServer" else parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(source):
+    """Every module name `source` imports, at its top or inside a function, importlib's of a literal name too."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant)):
+            yield node.args[0].value
+
+
+def import_graph(paths):
+    names = {module_name(path): path for path in paths}
+    return {name: {imported for imported in imported_names(open(os.path.join(ROOT, path), encoding="utf-8").read())
+                   if imported in names and imported != name} for name, path in names.items()}
+
+
+def circles(graph):
+    return [(a, b) for a, b in itertools.combinations(sorted(graph), 2) if b in graph[a] and a in graph[b]]
+
+
+def test_no_module_imports_back_from_a_module_that_imports_it():
+    assert circles(import_graph(path for path in source_files() if not path.startswith("tests"))) == []
+
+
+def test_the_check_sees_a_circle_through_an_import_inside_a_function():
+    graph = {"a": set(imported_names("from b import f")),
+             "b": set(imported_names("def g():\n    import importlib\n    importlib.import_module('a')"))}
+
+    assert circles({name: imports & {"a", "b"} for name, imports in graph.items()}) == [("a", "b")]

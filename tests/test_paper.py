@@ -194,7 +194,7 @@ def test_a_table_of_one_split_reads_its_runs_alone_and_draws_its_figures(tmp_pat
     report, grid = paper.build_report(str(tmp_path), "lenet", ("sync",), [1], TARGET, description, splits=("iid",))
 
     assert report["splits"] == ["iid"] and list(grid) == ["iid"] and list(report["cells"]) == ["iid"]
-    text = paper.format_report(report)
+    text = paper_text.format_report(report)
     assert "## i.i.d. data" in text and "non-i.i.d." not in text
     drawn = paper_figures.draw_all(report, grid, ("sync",), str(tmp_path / "figures"))
     assert len(drawn) == 3 and all(open(path, "rb").read(8) == PNG_SIGNATURE for path in drawn)
@@ -217,7 +217,7 @@ def test_the_fast_devices_row_reads_its_own_runs_and_shows_computed_and_applied_
     cells = report["cells"]["iid"]
     assert cells["fast-only"]["final_accuracy"]["mean"] == 0.85 and cells["sync"]["final_accuracy"]["mean"] == 0.7
     assert [cells[row]["applied_samples_per_s"]["mean"] for row in ("sync", "fast-only", "local")] == [100, 80, 50]
-    text = paper.format_report(report)
+    text = paper_text.format_report(report)
     assert "| SSGD, fast devices alone |" in text and "applied samples/s" in text
 
 

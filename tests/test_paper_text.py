@@ -1,7 +1,7 @@
 """Table 1 as text beside the paper's own figures (analysis/paper_text.py)."""
 import os
 
-from analysis import paper
+from analysis import paper, paper_text
 from analysis import summary as summaries
 from tests.test_paper import TARGET, run
 from training.files import write_json
@@ -19,7 +19,7 @@ def test_esync_stands_beside_the_papers_own_figures_for_its_network(tmp_path):
     report, _ = paper.build_report(str(tmp_path), "resnet18-v1", ("esync", "sync", "async"), [1], TARGET,
                                    description, splits=("iid",))
 
-    text = paper.format_report(report)
+    text = paper_text.format_report(report)
     assert "| the paper | 7× | 33× | 13× | 0.25 |" in text
     assert "| 2.0× | 33.0× | 10.0× | 0.25 |" in text  # 0.8 at 1 s against SSGD's 2 s; 3300 / 100; 3300 / 330; 1 / 4
 
@@ -38,4 +38,4 @@ def test_a_run_stopped_as_diverged_counts_at_the_budget_and_the_table_says_so(tm
     cell = report["cells"]["iid"]
     assert cell["sync"]["time_to_target"]["values"] == [60.0]  # not the 2 s it trained: it would never have reached
     assert cell["esync"]["speedup"]["values"] == [6.0]  # a lower bound: the budget over ESync's 10 s
-    assert "| ≥ 60.0 (0 of 1 reached, 1 diverged) |" in paper.format_report(report)
+    assert "| ≥ 60.0 (0 of 1 reached, 1 diverged) |" in paper_text.format_report(report)

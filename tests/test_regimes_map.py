@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from analysis import paper, regime_figures, regime_map
+from analysis import regime_figures, regime_map
 from analysis import scheme_names
 from analysis import summary as summaries
 from launcher.studies import regime_map as regimes_command
@@ -23,6 +23,12 @@ pytestmark = pytest.mark.beside_others
 def parse_regimes(*argv):
     return regimes_command.parse(["-ld", "runs", *argv])
 
+
+
+def written(result, log_dir):
+    """What `launch.py regimes` writes: the map's files and its heatmaps."""
+    text, paths = regime_map.write(result, log_dir)
+    return text, paths + regime_figures.draw(result, log_dir)
 
 def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
     ns, plan, runs = parse_regimes("--links", "loopback,3", "--profiles", "1,1,4/1,2", "--splits", "iid,niid",
@@ -176,7 +182,7 @@ def test_failed_and_never_reaching_runs_show_as_such_not_as_zero(tmp_path):
     write_run(log_dir, plan, "loopback", "1,4", "iid", 1, "esync", 0, [0.8, 0.9])
 
     result = regime_map.build(log_dir)
-    text, paths = regime_map.write(result, log_dir)
+    text, paths = written(result, log_dir)
 
     cell = result["cells"][0]
     assert cell["leader"] == "esync" and cell["winner"] is None  # one repeat has no spread to name a winner by
@@ -200,7 +206,7 @@ def test_a_cell_no_scheme_finished_in_names_the_closest_by_final_accuracy(tmp_pa
     write_run(log_dir, plan, 12.0, "1,4", "iid", 1, "esync", 0, [0.6, 0.8])
     write_run(log_dir, plan, 12.0, "1,4", "iid", 1, "async", 1)
 
-    text, _ = regime_map.write(regime_map.build(log_dir), log_dir, figures=False)
+    text, _ = regime_map.write(regime_map.build(log_dir), log_dir)
 
     # one repeat has no spread: the closest ties with every scheme that has a final accuracy
     assert "| 1,4 | none reached the target; closest, a tie: ESync at 0.800, Sync at 0.500 |" in text
@@ -273,7 +279,7 @@ def test_a_cell_names_a_winner_only_where_its_lead_holds_beyond_the_repeats_spre
     write_repeats(log_dir, plan, "sync", [curve_reaching(s) for s in sync_seconds])
 
     result = regime_map.build(log_dir)
-    text, paths = regime_map.write(result, log_dir)
+    text, paths = written(result, log_dir)
 
     cell = result["cells"][0]
     assert (cell["leader"], cell["winner"], cell["tied"]) == ("esync", winner, tied)
@@ -305,7 +311,7 @@ def test_a_higher_target_has_its_own_winners_tables_and_heatmaps(tmp_path):
     write_repeats(log_dir, plan, "sync", [[0.5] * (s - 1) + [0.81] * (30 - s + 1) for s in (2, 3, 4, 2, 4)])
 
     result = regime_map.build(log_dir)
-    text, paths = regime_map.write(result, log_dir)
+    text, paths = written(result, log_dir)
 
     cell = result["cells"][0]
     assert (cell["winner"], cell["tied"]) == (None, ["esync", "sync"])

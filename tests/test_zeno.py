@@ -16,7 +16,7 @@ from training import config, runlog
 from training.attacks import Attack
 from training.model import Model
 from training.schemes.zeno import ZenoSync, zeno_steps
-from training.schemes.zeno import judges
+from training.schemes.servers.zeno_server import judges
 from training.schemes.servers.zeno_server import ZenoLayout, ZenoPlusPlus
 
 MAIN = os.path.join(ROOT, "main.py")

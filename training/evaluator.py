@@ -34,16 +34,6 @@ log = logging.getLogger("evaluator")
 
 EVALUATOR_LOG = "evaluator.jsonl"
 POLL_SECONDS = 0.5
-MAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "main.py")
-
-
-def command(snapshot_dir, log_dir, network, dataset, data_dir, timeout, holdout=0):
-    """The evaluator's main.py command line (after the interpreter): one core, the workers' -ld."""
-    from training.config import EVALUATE_MODE
-
-    return [MAIN_PY, "-m", EVALUATE_MODE, "--train-dir", snapshot_dir, "-n", network, "--dataset", dataset,
-            "-dd", data_dir, "-c", "1", "-ld", log_dir, "--eval-timeout", f"{timeout:g}"] + \
-        (["--holdout", str(holdout)] if holdout else [])
 
 
 def pending_steps(saved, evaluated):

@@ -28,6 +28,8 @@ import threading
 from training import checkpoints
 from training.files import read_json, write_json
 
+MAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "main.py")
+
 log = logging.getLogger("snapshots")
 
 EVALUATED_FILE = "evaluated.json"  # by the evaluator: {"step", "time", "accuracy", "diverged"} of its latest evaluation
@@ -83,6 +85,14 @@ def report_evaluation(folder, step, elapsed, accuracy, diverged=None):
                                                       "diverged": diverged})
 
 
+def evaluator_command(snapshot_dir, log_dir, network, dataset, data_dir, timeout, holdout=0):
+    """The evaluator's main.py command line (after the interpreter): one core, the workers' -ld."""
+    from training.config import EVALUATE_MODE
+
+    return [MAIN_PY, "-m", EVALUATE_MODE, "--train-dir", snapshot_dir, "-n", network, "--dataset", dataset,
+            "-dd", data_dir, "-c", "1", "-ld", log_dir, "--eval-timeout", f"{timeout:g}"] + \
+        (["--holdout", str(holdout)] if holdout else [])
+
 class EvaluatorBeside:
     """The evaluator process of this worker's snapshots, started by the worker on its own machine: where the
     snapshots stay on the host that takes them (a remote launch.py --tracker, or by hand). It runs at the lowest CPU
@@ -90,10 +100,8 @@ class EvaluatorBeside:
     once training has ended."""
 
     def __init__(self, args):
-        from training import evaluator
-
         inactivity = max(args.eval_timeout, 3 * args.snapshot_seconds)
-        argv = evaluator.command(args.snapshot_dir, args.log_dir, args.network, args.dataset, args.data_dir,
+        argv = evaluator_command(args.snapshot_dir, args.log_dir, args.network, args.dataset, args.data_dir,
                                  inactivity, args.holdout)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}  # not a node of the job
         self.timeout = args.eval_timeout

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from analysis import paper, timing, tuned
+from analysis import paper, paper_text, timing, tuned
 from analysis import scheme_names
 from coordination.rules import apply as paper_rule
 from launcher import checks, experiment, links, runner, workers
@@ -293,7 +293,7 @@ def report(ns, networks, cluster_modes):
             print(f"launch.py paper: error: {error}", file=sys.stderr)
             return EXIT_FAILURE
         out_dir = os.path.join(ns.log_dir, network)
-        text, paths = paper.write_report(result, out_dir)
+        text, paths = paper_text.write_report(result, out_dir)
         paths += paper_figures.draw_all(result, grid, cluster_modes, os.path.join(out_dir, "figures"))
         print("\n" + text)
         print("written:\n" + "\n".join(f"  {path}" for path in paths), flush=True)

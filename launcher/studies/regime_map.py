@@ -405,7 +405,11 @@ def report(ns):
     except regime_map.RegimeMapError as error:
         print(f"launch.py regimes: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    text, paths = regime_map.write(result, ns.log_dir, ns.figures)
+    text, paths = regime_map.write(result, ns.log_dir)
+    if ns.figures:
+        from analysis import regime_figures
+
+        paths += regime_figures.draw(result, ns.log_dir)
     print("\n" + text)
     print("written:\n" + "\n".join(f"  {path}" for path in paths), flush=True)
     return 0

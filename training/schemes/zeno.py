@@ -52,12 +52,6 @@ def split_validation(num_samples, validation_size, seed):
     return np.sort(order[:validation_size]), np.sort(order[validation_size:])
 
 
-def judges(training_ranks, validator_ranks):
-    """{training worker's rank: the rank of the validator that judges it}: worker j (0-based) goes to validator j mod V
-    (sync and async)."""
-    return {rank: validator_ranks[j % len(validator_ranks)] for j, rank in enumerate(training_ranks)}
-
-
 @declaration
 class ZenoOptions(Options):
     validator: bool = option(
@@ -196,6 +190,8 @@ class WithValidator(Scheme):
                                 f"{len(validators)} validators")
         self.validator_ranks = validators
         self.attack = None if self.is_validator else attack_for(self.options, self.worker_index)  # by training index
+        from training.schemes.servers.zeno_server import judges  # the server's rule too; it imports MXNet
+
         self.judge_of = judges(self.training_ranks, validators)
 
 

@@ -22,7 +22,12 @@ from mxnet import ndarray as nd
 from mxnet import optimizer
 
 from training.schemes.servers.server_optimizer import OwnStateRule, WorkerRanges
-from training.schemes.zeno import judges
+
+
+def judges(training_ranks, validator_ranks):
+    """{training worker's rank: the rank of the validator that judges it}: worker j (0-based) goes to validator j mod V
+    (sync and async)."""
+    return {rank: validator_ranks[j % len(validator_ranks)] for j, rank in enumerate(training_ranks)}
 
 
 class ZenoLayout(WorkerRanges):
