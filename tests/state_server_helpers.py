@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 from django.test import SimpleTestCase, override_settings
 
 from coordinator import views
-from coordinator.state import Coordinator
+from coordination.state import Coordinator
 
 FORM = "application/x-www-form-urlencoded"
 

@@ -7,7 +7,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 
 from coordinator import views
-from coordinator.state import Coordinator
+from coordination.state import Coordinator
 
 FORM = "application/x-www-form-urlencoded"
 NUM_WORKERS = 2

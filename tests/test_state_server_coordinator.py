@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from coordination.records import FieldError
-from coordinator.state import Coordinator, NotInitialised
+from coordination.state import Coordinator, NotInitialised
 from tests.state_server_helpers import FakeClock
 
 pytestmark = pytest.mark.usefixtures("quiet_coordinator_console")  # tests/conftest.py

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings as hypothesis_settings, stra
 
 from coordinator import views
 from coordinator.management.commands.runserver import NoDelayWSGIServer
-from coordinator.state import Coordinator
+from coordination.state import Coordinator
 from tests.state_server_helpers import FORM, EndpointTestCase
 
 pytestmark = pytest.mark.usefixtures("quiet_coordinator_console")  # tests/conftest.py

@@ -1,7 +1,7 @@
 """Several jobs on one state server, each by its id: every request answered under its own job's policy, a request
 for a rank its named job does not have refused with 409, a request without its job's own secret with 403, and a new
 job where every kept one is live with 503."""
-from coordinator import state
+from coordination import state
 from tests.state_server_helpers import FORM, EndpointTestCase
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from coordinator.state import Coordinator
+from coordination.state import Coordinator
 from tests.state_server_helpers import EndpointTestCase
 
 pytestmark = pytest.mark.usefixtures("quiet_coordinator_console")  # tests/conftest.py

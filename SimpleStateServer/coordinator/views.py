@@ -13,7 +13,7 @@ from coordination.records import FieldError, Settings
 from coordination.rules import RULES
 from coordinator.fields import read
 from coordinator.responses import error_response, json_response
-from coordinator.state import Coordinator, JobConflict, JobForbidden, NotInitialised, ServerFull
+from coordination.state import Coordinator, JobConflict, JobForbidden, NotInitialised, ServerFull
 
 logger = logging.getLogger(__name__)
 

@@ -1,22 +1,11 @@
 """The state server's rules on a virtual clock: every worker's requests answered in-process by one Coordinator (the
-state server's own, SimpleStateServer/coordinator/state.py) at the asking worker's virtual time, each charged a
+state server's own, coordination/state.py) at the asking worker's virtual time, each charged a
 declared round trip; what a worker sends while its step runs is sent at once (an executor with no thread: the
 scheduler runs one worker at a time)."""
 import concurrent.futures
-import os
-import sys
 
 from coordination.records import Settings
-
-
-def coordinator_class():
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    server = os.path.join(here, "SimpleStateServer")
-    if server not in sys.path:
-        sys.path.append(server)
-    from coordinator.state import Coordinator
-
-    return Coordinator
+from coordination.state import Coordinator
 
 
 class VirtualCoordination:
@@ -25,7 +14,7 @@ class VirtualCoordination:
     def __init__(self, scheduler, round_trip=0.0):
         self.scheduler, self.round_trip = scheduler, round_trip
         self.asking = 0
-        self.coordinator = coordinator_class()(clock=lambda: self.scheduler.now(self.asking))
+        self.coordinator = Coordinator(clock=lambda: self.scheduler.now(self.asking))
         self.executor = AtOnce()
 
     def client(self, rank):
