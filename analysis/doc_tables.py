@@ -11,8 +11,8 @@ A block of FIGURES' kinds may name a figure (relative to its document), drawn ag
 results are in results/<study>/. KIND is one of KINDS: `search`, `verdict` (per cell and target, the leader, the
 schemes tied with it, one fast device, whether the cluster pays), `brief`, `answers` (a column a link), `repeats`,
 `beside-paper` (ESync beside the paper's figures), `validation` (real time and the virtual clock) or `table1`.
-`launch.py docs` rewrites every block of README.md and docs/*.md; `--check` changes nothing and exits 1 naming each
-block that differs.
+`launch.py docs` rewrites every block of README.md, docs/ and results/*/README.md; `--check` changes nothing and
+exits 1 naming each block that differs.
 """
 import argparse
 import difflib
@@ -348,8 +348,9 @@ FIGURES = {"answers": (answers_figure, "one fast device's mean capped time over 
 
 
 def documents(root=ROOT):
-    return [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"),
-                                                                recursive=True))
+    """README.md, docs/ and each study's README.md (its repeats)."""
+    docs = sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True))
+    return [os.path.join(root, "README.md")] + docs + sorted(glob.glob(os.path.join(root, RESULTS, "*", "README.md")))
 
 
 def regenerate(text, root=ROOT, at=None, draw=False):
