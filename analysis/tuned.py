@@ -74,11 +74,18 @@ def scheme_of(mode, esync_policy):
     return mode
 
 
-def flags_for(path, cell, modes, esync_policy):
-    """{mode: its tuned flags} for the modes of a run in `cell`; UsageError where the file has no such cell."""
+def flags_for(path, cell, modes, esync_policy, collective=None):
+    """{mode: its tuned flags} for the modes of a run in `cell`, each at the values searched over `collective` where
+    the file has them (its scheme's name @collective), else at its scheme's; UsageError where the file has no such
+    cell."""
     schemes = cell_schemes(path, cell)
-    return {mode: flags_of(schemes[scheme_of(mode, esync_policy)])
-            for mode in modes if scheme_of(mode, esync_policy) in schemes}
+    found = {}
+    for mode in modes:
+        scheme = scheme_of(mode, esync_policy)
+        scheme = f"{scheme}@{collective}" if f"{scheme}@{collective}" in schemes else scheme
+        if scheme in schemes:
+            found[mode] = flags_of(schemes[scheme])
+    return found
 
 
 def scheme_flags(path, cell, scheme):

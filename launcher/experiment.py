@@ -351,7 +351,8 @@ def build(ns, worker_args=()):
         step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
         server_apply=ns.server_apply, ps_link=ns.ps_bandwidth, link_slowdowns=links.link_slowdowns(ns, len(devices)),
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
-            ns.network, ns.dataset, ",".join(slowdowns), links.link_of(ns), ns.non_iid), chosen, ns.esync_policy)
+            ns.network, ns.dataset, ",".join(slowdowns), links.link_of(ns), ns.non_iid), chosen, ns.esync_policy,
+            ns.collective)
         if ns.tuned else {})
 
 

@@ -50,7 +50,7 @@ def test_an_unknown_study_or_one_that_runs_no_launcher_command_is_one_line(repo)
         registry.declared("none", root=str(repo))
     (repo / registry.RESULTS / "odd").mkdir(parents=True)
     (repo / registry.RESULTS / "odd" / registry.DECLARATION).write_text(json.dumps({"command": "python launch.py x"}))
-    with pytest.raises(UsageError, match="a study runs launch.py regimes or calibrate or noise-scale"):
+    with pytest.raises(UsageError, match="a study runs launch.py regimes or tune or calibrate or noise-scale"):
         registry.run_study("odd", resume=False, root=str(repo))
 
 
@@ -71,6 +71,30 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
     declare(repo, "tiny", schemes="local,sync,esync")  # an arm added after the results
     with pytest.raises(UsageError, match="holds results of .* declare the changed study anew"):
         registry.run_study("tiny", resume=False, root=str(repo))
+
+
+SEARCH = ("python launch.py tune --clock virtual --step-seconds 0.01 --link 12 --profile 1,4 --schemes sync@ring "
+          "--until 1 --trial-seeds 1 --max-time 1 --snapshot-seconds 0.5 --target 0.5 --holdout 100 --dataset mnist-5k "
+          f"-dd {os.path.join(ROOT, 'data')} -ld logs/search")
+
+
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_lacks(repo):
+    (repo / registry.RESULTS / "search").mkdir(parents=True)
+    (repo / registry.RESULTS / "search" / registry.DECLARATION).write_text(json.dumps({"command": SEARCH}))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "declare search")
+
+    outputs = []
+    for _ in range(2):
+        ran = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "study", "search", "--root", str(repo)],
+                             env=launcher_env(), capture_output=True, text=True, timeout=300)
+        assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+        outputs.append(ran.stdout)
+
+    assert "sync@ring: 0 trials before, 1 more" in outputs[0] and "sync@ring: 1 trials before, 0 more" in outputs[1]
+    (cell,) = json.loads((repo / registry.RESULTS / "search" / "tuned.json").read_text())["cells"].values()
+    assert cell["schemes"]["sync@ring"]["trials"] == 1 and (repo / registry.RESULTS / "search" / "tuned.md").is_file()
 
 
 def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):

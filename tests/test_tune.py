@@ -10,7 +10,7 @@ import pytest
 
 from analysis import tuned
 from launcher import experiment
-from launcher.studies import tune
+from launcher.studies import search, tune
 from launcher.cluster import ROOT
 from tests.test_launch import launcher, launcher_env, read_output
 from training import config, modes
@@ -62,7 +62,7 @@ def first_values(cell, scheme, seed=1000):
     import optuna
 
     space = config.search_space(tune.scheme_run(scheme, "1,2")[0])
-    sampler = tune.quasi_random_sampler(tune.study_seed(cell, scheme, seed), list(space))
+    sampler = search.quasi_random_sampler(search.study_seed(cell, scheme, seed), list(space))
     study = optuna.create_study(sampler=sampler)
     values = []
     for _ in range(3):
@@ -85,9 +85,9 @@ def test_the_quasi_random_points_spread_over_the_range_on_its_own_scale():
     import optuna
 
     rates = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
-    assert tune.from_unit(0.5, rates) == pytest.approx(1e-3)
-    assert tune.from_unit(0.99, optuna.distributions.CategoricalDistribution(["sgd", "nag"])) == "nag"
-    assert tune.from_unit(0.5, optuna.distributions.IntDistribution(1, 32, log=True)) == 6
+    assert search.from_unit(0.5, rates) == pytest.approx(1e-3)
+    assert search.from_unit(0.99, optuna.distributions.CategoricalDistribution(["sgd", "nag"])) == "nag"
+    assert search.from_unit(0.5, optuna.distributions.IntDistribution(1, 32, log=True)) == 6
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -257,6 +257,15 @@ def test_a_run_takes_each_modes_tuned_values_for_its_cell(tmp_path):
     run = parsed("--slowdown", "1,2", "--esync-policy", "apply", "--tuned", tuned_file(tmp_path))
 
     assert run.tuned_flags == {"sync": ("--learning-rate=0.004",), "esync": ("--local-lr=0.002", "--global-lr=2.0")}
+
+
+def test_a_scheme_searched_over_a_collective_runs_there_at_those_values_and_over_the_server_at_its_own(tmp_path):
+    path = tuned_file(tmp_path)
+    tuned.write(path, CELL, {"schemes": {"sync@ring": {"flags": {"--learning-rate": 0.01}}}})
+
+    assert tuned.flags_for(path, CELL, ["sync", "esync"], "apply", "ring") == {
+        "sync": ("--learning-rate=0.01",), "esync": ("--local-lr=0.002", "--global-lr=2.0")}
+    assert tuned.flags_for(path, CELL, ["sync"], "apply", "ps") == {"sync": ("--learning-rate=0.004",)}
 
 
 def test_a_file_tuned_for_another_cell_is_refused_in_one_line(tmp_path):

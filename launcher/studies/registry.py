@@ -9,7 +9,8 @@ come from. `launch.py study <name>` refuses, in one line and before anything run
 committed as it stands (the commit order then shows it came before the results) and a folder that holds results of
 another command: an arm, a seed or a target added to a study that has results is a new study (results/<name>-v2/),
 the earlier one kept. After each map its plan, results, table and wall time are copied from its log folder into the
-study's folder (into <name>/<log folder's name>/ where the study runs several maps).
+study's folder (into <name>/<log folder's name>/ where the study runs several maps); after a search (`launch.py tune
+... --until N`), its tuned.json and tuned.md: the same search again runs only the trials its studies lack.
 """
 import argparse
 import os
@@ -29,7 +30,8 @@ RESULTS = "results"
 DECLARATION = regime_map.DECLARATION_FILE
 KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
 RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json")  # a map's, the paper's table's, a noise scale's
-RUNNABLE = ("regimes", "calibrate", "noise-scale")  # the launcher's commands a declaration may run
+SEARCH_KEPT = ("tuned.json", "tuned.md")  # what a search's study keeps
+RUNNABLE = ("regimes", "tune", "calibrate", "noise-scale")  # the launcher's commands a declaration may run
 
 
 def declaration_path(name, root=ROOT):
@@ -117,14 +119,22 @@ def as_declared(command):
     return [word for word in shlex.split(command) if word != "--resume"]
 
 
+def kept_files(argv):
+    """What a command of the study leaves to keep: a map's plan, results, table and wall time; a search's values."""
+    return {"regimes": KEPT, "tune": SEARCH_KEPT}.get(argv[0], ())
+
+
 def keep(name, argv, maps, root=ROOT):
-    """Copy a map's plan, results, table and wall time into the study's folder."""
-    source, target = os.path.join(root, map_folder(argv)), kept_in(name, argv, maps, root)
+    """Copy what a map or a search wrote into the study's folder (a map's into a folder of its own where the study
+    runs several)."""
+    source = os.path.join(root, map_folder(argv))
+    target = kept_in(name, argv, maps, root) if argv[0] == "regimes" else os.path.join(root, RESULTS, name)
     os.makedirs(target, exist_ok=True)
-    for file_name in KEPT:
+    kept = kept_files(argv)
+    for file_name in kept:
         if os.path.isfile(os.path.join(source, file_name)):
             shutil.copyfile(os.path.join(source, file_name), os.path.join(target, file_name))
-    print(f"[study {name}] kept {', '.join(KEPT)} of {map_folder(argv)} in {os.path.relpath(target, root)}",
+    print(f"[study {name}] kept {', '.join(kept)} of {map_folder(argv)} in {os.path.relpath(target, root)}",
           flush=True)
 
 
@@ -141,10 +151,14 @@ def run_study(name, resume, root=ROOT):
     check_committed(name, root)
     check_same_study(name, maps, root)
     for argv in commands:
+        if kept_files(argv):
+            map_folder(argv)  # named before anything runs
+    for argv in commands:
         resumed = argv + ["--resume"] if resume and argv[0] == "regimes" else argv
         print(f"[study {name}] python launch.py {shlex.join(resumed)}", flush=True)
         code = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), *resumed], cwd=root).returncode
-        if argv[0] == "regimes" and os.path.isfile(os.path.join(root, map_folder(argv), KEPT[1])):
+        written = {"regimes": KEPT[1], "tune": SEARCH_KEPT[0]}.get(argv[0])  # the results file, once the command wrote it
+        if written and os.path.isfile(os.path.join(root, map_folder(argv), written)):
             keep(name, argv, len(maps), root)
         if code != 0:
             return code

@@ -3,29 +3,27 @@
     python launch.py tune --schemes sync,async,esync,esync-apply,local,fast-only -n lenet --dataset fashion-mnist \\
         --profile 1,1,1,1,20,20 --trials 8 --trial-seeds 3 -ld logs/tune
 
-For one cell (network, data set, profile, links, split) and each scheme, one Optuna study over the flags the scheme
-declares a search range for (training/options.py's Range, config.search_space). Each study draws its own values:
-its sampler is seeded from the cell, the scheme and --seed; its first QUASI_RANDOM_TRIALS trials are the points of a
-scrambled Sobol sequence (trial k takes point k, so machines sharing one --storage never run the same one), TPE
-(multivariate) after them.
+For one cell (network, data set, profile, links, split) and each scheme (a synchronous one also @<collective>: its
+values for the map's runs over that collective), one Optuna study over the flags the scheme declares a search range
+for (training/options.py's Range, config.search_space). Each study's sampler is seeded from the cell, the scheme and
+--seed; its first QUASI_RANDOM_TRIALS trials are the points of a scrambled Sobol sequence (trial k takes point k, so
+machines sharing one --storage never run the same one), TPE (multivariate) after them.
 
-A trial runs its values on --trial-seeds seeds (--seed, --seed + 1, ...: the same for every trial and scheme, apart
-from the seeds the reported repeats use), training on the training set less --holdout samples, which the evaluator
-tests instead of the test set. A seed's score is the seconds of training its model took to reach --target; a seed
-that missed it (out of time, or stopped as diverged: training/faults/divergence.py) scores the budget, --max-time,
-x (1 + PENALTY x the accuracy it lacked): above any time that reached it. The trial's objective is the median of its seeds'
-scores. Between seeds, a trial that missed on a seed is stopped once the study holds a trial that reached the target
-on all of its seeds (it could not be chosen), and from four seeds up, Optuna's Wilcoxon pruner stops a trial its
-seeds so far say is behind the best. The chosen values of a study are its best trial that reached the target on
-every seed (robust); where none did, its best trial, marked so.
+A trial runs its values on --trial-seeds seeds (--seed, --seed + 1, ...: apart from the seeds the reported repeats
+use), training on the training set less --holdout samples, which the evaluator tests instead of the test set. A
+seed's score is the seconds its model took to reach --target; a seed that missed it (out of time, or diverged:
+training/faults/divergence.py) scores --max-time x (1 + PENALTY x the accuracy it lacked). The trial's objective is
+the median of its seeds' scores. Between seeds, a trial that missed on a seed is stopped once the study holds one that
+reached the target on all of its seeds, and from four seeds up Optuna's Wilcoxon pruner stops a trial its seeds so far
+say is behind the best. The chosen values of a study are its best trial that reached the target on every seed
+(robust); where none did, its best trial, marked so.
 
-The studies live in an SQLite file under the log dir (or --storage URL, any database Optuna takes): the same command
-runs --trials more trials of each study, none repeated; a trial whose process was killed is marked failed. Writes
-<log-dir>/tuned.json (tuned.py), tuned.md and a figure per scheme of the objective against each hyperparameter.
---values-of CELL searches nothing: the cell takes the values chosen in a neighbour, and tuned.json says so.
+The studies live in an SQLite file under the log dir (or --storage URL): the same command runs --trials more trials
+of each study, none repeated, or with --until N only the trials a study lacks of N; a trial whose process was killed
+is marked failed. Writes <log-dir>/tuned.json (tuned.py), tuned.md and a figure per scheme of the objective against
+each hyperparameter. --values-of CELL searches nothing: the cell takes a neighbour's values, and tuned.json says so.
 """
 import contextlib
-import hashlib
 import logging
 import os
 import shlex
@@ -37,16 +35,17 @@ from analysis import tuned
 from analysis import scheme_names
 from launcher import checks, experiment, runner, workers
 from launcher.studies import map_schemes, parallel
+from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, open_storage, quasi_random_sampler,
+                                     reached_every_seed, seeds_pruner, study_seed)
 from training import config, modes, runlog
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
+from training.files import write_text
 
 FAST_ONLY = scheme_names.FAST_ONLY
 DEFAULT_SCHEMES = "sync,async,esync,esync-apply,local,fast-only"
 PENALTY = 10.0          # a missed seed scores the budget x (1 + PENALTY x the accuracy it lacked)
-QUASI_RANDOM_TRIALS = 8  # a power of two: the Sobol points before TPE models the objective
 TRIAL_SEEDS = 3         # seeds a trial runs its values on
-WILCOXON_SEEDS = 4      # from this many seeds a trial, the Wilcoxon pruner (it cannot reach p < 0.125 on three)
 BEST_FEW = 3            # the best trials whose spread tuned.json reports
 EDGE = 0.1              # a chosen value in the outer tenth of its range is flagged
 RATE_FLAGS = ("learning_rate", "local_lr")  # the step's rate, whose largest value that reached the target is given
@@ -72,6 +71,8 @@ def build_parser():
     p.add_argument("--trials", type=int, default=QUASI_RANDOM_TRIALS,
                    help=f"trials of each scheme's study this command runs (default {QUASI_RANDOM_TRIALS}, the "
                         "quasi-random ones; TPE after them; 0: only the report of what the studies hold)")
+    p.add_argument("--until", type=int, metavar="N", help="in place of --trials: each study's trials up to N that ran "
+                   "to their end (complete or pruned); the same command again runs only what a study lacks")
     p.add_argument("--trial-seeds", type=int, default=TRIAL_SEEDS,
                    help=f"seeds each trial runs its values on; its objective is their median (default {TRIAL_SEEDS})")
     p.add_argument("--holdout", type=int, default=5000,
@@ -102,6 +103,8 @@ def parse(argv):
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if ns.trials < 0:
         raise UsageError("--trials must be 0 (report what the studies hold) or more")
+    if ns.until is not None and ns.until < 1:
+        raise UsageError(f"--until {ns.until}: give the trials each study is to hold, 1 or more")
     check_cell(ns)
     parallel.check_jobs(ns.jobs, ns.clock)
     ns.cell = tuned.cell_key(ns.network, ns.dataset, ns.profile, ns.link, ns.non_iid)
@@ -157,10 +160,13 @@ def run_of(ns, scheme, number, seed, values):
 
 def first_run(ns, scheme):
     """A run of the scheme at its defaults: the launcher's checks of its options, before any study starts."""
-    if scheme_names.collective_of(scheme)[1]:  # the map runs esync-apply@ring at esync-apply's values
-        raise UsageError(f"--schemes {scheme}: a collective changes a sum's time, not its values: tune the scheme")
+    collective = scheme_names.collective_of(scheme)[1]
+    if collective == scheme_names.SHARDED:  # the map runs it at its scheme's values
+        raise UsageError(f"--schemes {scheme}: @sharded runs at its scheme's values: tune the scheme")
     if scheme != FAST_ONLY and scheme_names.mode_of(scheme)[0] not in modes.MODES:
         raise UsageError(f"--schemes: unknown scheme {scheme}")
+    if collective:  # searched over its collective: the map runs it at these values (analysis/tuned.py, flags_for)
+        map_schemes.check_collective(scheme, scheme_names.mode_of(scheme)[0])
     return run_of(ns, scheme, 0, ns.seeds[0], {})
 
 
@@ -241,98 +247,7 @@ def run_quietly(runs, prog):
 
 
 # ----------------------------------------------------------------------------------------------
-# The studies: a sampler of each study's own, a pruner between seeds
-
-
-def study_seed(cell, scheme, seed):
-    """The seed of one study's sampler: no two studies (cell x scheme) draw the same values."""
-    return int.from_bytes(hashlib.sha256(f"{cell}|{scheme}|{seed}".encode()).digest()[:4], "big")
-
-
-def quasi_random_sampler(seed, names, trials=QUASI_RANDOM_TRIALS):
-    """An Optuna sampler that gives trial k < `trials` the k-th point of a scrambled Sobol sequence over the
-    parameters `names` (in order), and TPE (multivariate, seeded by seed + k) every later trial."""
-    import numpy as np
-    import optuna
-    from scipy.stats import qmc
-
-    points = qmc.Sobol(max(1, len(names)), scramble=True, seed=seed).random(trials) if names else np.zeros((0, 0))
-
-    class QuasiRandomThenTPE(optuna.samplers.BaseSampler):
-        def model(self, trial):
-            return optuna.samplers.TPESampler(seed=seed + trial.number, multivariate=True, n_startup_trials=0,
-                                              warn_independent_sampling=False)
-
-        def infer_relative_search_space(self, study, trial):
-            if trial.number < trials:
-                return {}
-            return self.model(trial).infer_relative_search_space(study, trial)
-
-        def sample_relative(self, study, trial, search_space):
-            if trial.number < trials or not search_space:
-                return {}
-            return self.model(trial).sample_relative(study, trial, search_space)
-
-        def sample_independent(self, study, trial, name, distribution):
-            if trial.number < trials and name in names:
-                return from_unit(points[trial.number][names.index(name)], distribution)
-            return self.model(trial).sample_independent(study, trial, name, distribution)
-
-    return QuasiRandomThenTPE()
-
-
-def from_unit(u, distribution):
-    """The value at `u` (0 to 1) of an Optuna distribution: on its log scale where it has one."""
-    import math
-
-    import optuna
-
-    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
-        choices = distribution.choices
-        return choices[min(int(u * len(choices)), len(choices) - 1)]
-    low, high = distribution.low, distribution.high
-    value = math.exp(math.log(low) + u * (math.log(high) - math.log(low))) if distribution.log else \
-        low + u * (high - low)
-    if isinstance(distribution, optuna.distributions.IntDistribution):
-        return min(high, max(low, int(round(value))))
-    return min(high, max(low, value))
-
-
-def reached_every_seed(trial):
-    return bool(results := trial.user_attrs.get("results") or []) and all(r["time"] is not None for r in results)
-
-
-def seeds_pruner(seeds):
-    """Stops a trial between seeds where a seed missed the target and the study holds a complete trial that reached
-    it on every seed; from WILCOXON_SEEDS seeds up, also where Optuna's Wilcoxon pruner finds it behind the best."""
-    import optuna
-
-    wilcoxon = optuna.pruners.WilcoxonPruner(p_threshold=0.1) if seeds >= WILCOXON_SEEDS else None
-
-    class SeedsPruner(optuna.pruners.BasePruner):
-        def prune(self, study, trial):
-            results = trial.user_attrs.get("results") or []
-            missed = any(r["time"] is None for r in results)
-            if missed and any(reached_every_seed(t) for t in study.get_trials(
-                    deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))):
-                return True
-            return bool(wilcoxon and wilcoxon.prune(study, trial))
-
-    return SeedsPruner()
-
-
-def open_storage(url):
-    """Optuna's storage at `url`; UsageError (one line) where it cannot be opened."""
-    import warnings
-
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the trials' own lines say what a study does
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat's, Wilcoxon's
-    try:
-        return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
-    except Exception as error:  # SQLAlchemy's and Optuna's many ways to refuse a URL
-        raise UsageError(f"--storage {url}: cannot open it: {str(error).splitlines()[0]}") from None
+# The studies (their sampler, pruner and storage: launcher/studies/search.py)
 
 
 def study_of(ns, storage, scheme):
@@ -349,10 +264,11 @@ def tune(ns, storage, studies):
     """Each scheme's study, --trials more trials each, into `studies` ({scheme: its study}) as it goes."""
     for scheme in ns.schemes:
         study = studies[scheme] = study_of(ns, storage, scheme)
-        print(f"[tune] {scheme}: {len(study.trials)} trials before, {ns.trials} more, each on seeds "
+        more = ns.trials if ns.until is None else max(0, ns.until - len(ended(study)))
+        print(f"[tune] {scheme}: {len(study.trials)} trials before, {more} more, each on seeds "
               f"{', '.join(map(str, ns.seeds))}", flush=True)
-        if ns.trials:
-            study.optimize(lambda trial: objective(ns, scheme, trial, sys.stdout), n_trials=ns.trials,
+        if more:
+            study.optimize(lambda trial: objective(ns, scheme, trial, sys.stdout), n_trials=more,
                            catch=(RuntimeError,))
 
 
@@ -397,7 +313,7 @@ def report(ns, studies, seconds=0.0):
     table and the figures."""
     path = os.path.join(ns.log_dir, tuned.FILE_NAME)
     earlier = tuned.read(path).get(ns.cell, {})
-    commands = earlier.get("commands", []) + ([ns.command] if ns.trials else [])
+    commands = earlier.get("commands", []) + ([ns.command] if ns.trials or ns.until else [])
     entry = {"commands": commands, "wall_seconds": round(earlier.get("wall_seconds", 0.0) + seconds),
              "network": ns.network, "dataset": ns.dataset, "profile": ns.profile, "link": ns.link,
              "split": "niid" if ns.non_iid else "iid", "target": ns.target, "max_time": ns.max_time,
@@ -409,8 +325,7 @@ def report(ns, studies, seconds=0.0):
             flag: rng.describe() for flag, rng in space.values()}}
     tuned.write(path, ns.cell, entry)
     table = tuned.markdown(ns.cell, entry)
-    with open(os.path.join(ns.log_dir, "tuned.md"), "w") as f:
-        f.write(table)
+    write_text(os.path.join(ns.log_dir, "tuned.md"), table)
     folder = os.path.join(ns.log_dir, cell_folder(ns.cell), "figures")
     figures = tuned.draw(folder, ns.cell, ns.target, [
         (scheme, study, config.search_space(scheme_run(scheme, ns.profile)[0])) for scheme, study in studies.items()])
@@ -439,7 +354,7 @@ def run(argv):
         print("launch.py tune: interrupted; the studies keep what they ran (the same command goes on)",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    path, table, figures = report(ns, studies, time.time() - started if ns.trials else 0.0)
+    path, table, figures = report(ns, studies, time.time() - started if ns.trials or ns.until else 0.0)
     print(table)
     print(f"tuned values: {path}\nfigures: {', '.join(figures) or 'none'}\ntook {time.time() - started:.0f} s")
     return 0
