@@ -156,7 +156,8 @@ def markdown(cell, entry):
                 + markdown_table(["scheme", "best values", "trials complete / pruned / failed"], rows) + "\n")
     rows = []
     for scheme, found in entry["schemes"].items():
-        chosen = values_text(found) + ("" if found.get("robust") else " (missed on a seed)")
+        chosen = (values_text(found) if found.get("robust") else
+                  f"no stable values found (the best trial, {values_text(found)}, missed on a seed)")
         rows.append([scheme, f"{found['complete']} / {found['pruned']} / {found['failed']}", chosen,
                      seeds_text(found.get("chosen_results", [])), largest_rate_text(found),
                      f"{found.get('diverged_runs', 0)} of {found.get('seed_runs', 0)}"])

@@ -315,3 +315,14 @@ def test_a_search_of_many_devices_is_headed_by_its_profiles_runs_of_equal_factor
     assert tuned.markdown(many, entry).startswith(
         f"### lenet/mnist-5k/48x1,16x117/loopback/iid: not searched; the values of {few}:")
     assert tuned.shown(few) == few
+
+
+def test_a_scheme_whose_chosen_values_missed_on_a_seed_reads_as_no_stable_values_not_as_tuned():
+    found = {"complete": 8, "pruned": 0, "failed": 0, "flags": {"--learning-rate": 0.002},
+             "values": {"learning_rate": 0.002}, "chosen_results": [{"seed": 1000, "time": None, "best": 0.8}]}
+    entry = {"protocol": tuned.PROTOCOL, "trial_seeds": [1000], "target": 0.85, "holdout": 5000, "max_time": 180.0,
+             "schemes": {"sync": {**found, "robust": False}, "async": {**found, "robust": True}}}
+
+    rows = {line.split(" | ")[0]: line for line in tuned.markdown(CELL, entry).splitlines() if line.startswith("| ")}
+    assert "no stable values found (the best trial, --learning-rate 0.002, missed on a seed)" in rows["| sync"]
+    assert "no stable values" not in rows["| async"] and "--learning-rate 0.002" in rows["| async"]
