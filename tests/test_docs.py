@@ -273,3 +273,10 @@ def test_every_tuned_file_a_command_of_the_docs_names_is_one_of_the_repository()
     outside = [(page, path) for page, path in named
                if os.path.isabs(path) or not os.path.isfile(os.path.join(ROOT, path))]
     assert outside == []
+
+
+def test_the_docs_stay_within_45_thousand_words():
+    words = sum(len(read(os.path.relpath(path, ROOT)).split())
+                for path in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+
+    assert words <= 45_000, f"docs/ holds {words} words: the numbers belong in results/<study>/, the past in git"
