@@ -1,5 +1,5 @@
 """The state server's wire protocol: every endpoint, its method and its fields, declared once. The workers' client
-(training/transport/state_client.py) builds its requests from these declarations; the server's views
+(coordination/client.py) builds its requests from these declarations; the server's views
 (SimpleStateServer/coordinator/views.py) read and check every request against them, and its URLs are their paths.
 
 A request's fields travel as a form body (or a JSON object); a switch travels as 0 or 1. Every number has a range

@@ -15,6 +15,20 @@ AUTO_MARGIN_FRACTION = 0.1
 MAX_PLANNED_STEPS = 1_000_000
 # Keeps floor(0.3 / 0.1) at 3 despite binary rounding.
 FLOOR_TOLERANCE = 1e-9
+SMOOTHING = 0.2  # a new sample's weight in the times a worker reports: one step's or round's is noisy on shared cores
+# A planned ESync round as the round's log records it (training/runlog.py): the worker's planned local steps; under
+# adaptive also the slowest worker's, the aggregation time (s) the round was sized to, which bound set the round's
+# length, and the round's computing time (a worker steps while its next step would end within it).
+PLANNED_STEPS = "planned_steps"
+PLANNED_SLOWEST_STEPS = "planned_slowest_steps"
+PLANNED_AGGREGATION = "planned_aggregation"
+PLAN_REASON = "plan_reason"
+PLANNED_SECONDS = "planned_seconds"
+
+
+def smoothed(previous, sample):
+    """An exponential moving average of measured times (the first sample alone while there is none)."""
+    return sample if previous is None else previous + SMOOTHING * (sample - previous)
 
 
 class FieldError(ValueError):

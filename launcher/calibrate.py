@@ -91,7 +91,7 @@ def round_trip_seconds(num_clients, calls, workdir):
 
 def apply_latencies(num_clients, calls, workdir):
     """Every /apply/ round trip of `num_clients` client processes, `calls` each, in seconds, sorted."""
-    from training.transport.state_client import StateClient
+    from coordination.client import StateClient
 
     with ProcessGroup(os.path.join(workdir, "state-server"), {STATE_TOKEN_VARIABLE: TOKEN}) as group:
         port = start_state_server(group)
@@ -110,7 +110,7 @@ def apply_latencies(num_clients, calls, workdir):
 
 
 def _timed_applies(port, rank, calls, start, results):
-    from training.transport.state_client import StateClient
+    from coordination.client import StateClient
 
     latencies = []
     with StateClient("127.0.0.1", port, token=TOKEN, job=JOB) as client:

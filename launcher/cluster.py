@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from launcher.hosts import LOCAL_HOST, LOOPBACK, Placement, on_host
 from training.devices import threads
-from training.transport.state_client import TOKEN_ENV as STATE_TOKEN_VARIABLE
+from coordination.client import TOKEN_ENV as STATE_TOKEN_VARIABLE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANAGE_PY = os.path.join(ROOT, "SimpleStateServer", "manage.py")
@@ -110,7 +110,7 @@ def start_state_server(group, host=LOCAL_HOST, port=None, name="state-server", t
 def wait_until_answering(proc, address, port, deadline, while_waiting, token=None):
     """True once the server at address:port answers (to `token`); False when `proc` exits or the deadline passes
     first."""
-    from training.transport.state_client import StateClient, StateServerUnavailable
+    from coordination.client import StateClient, StateServerUnavailable
 
     # Connection attempts until it listens (the state client would log each refusal), then one request.
     while not accepts_connections(address, port):

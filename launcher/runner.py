@@ -42,7 +42,7 @@ from training import modes, runlog
 from training.checkpoints import saved_steps
 from training.devices import cpu_quota, threads
 from training.transport import collectives
-from training.transport.state_client import JOB_SECRET_ENV
+from coordination.client import JOB_SECRET_ENV
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 from training.evaluator import EVALUATOR_LOG
 from training.files import write_json

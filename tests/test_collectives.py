@@ -15,20 +15,20 @@ import numpy as np
 import pytest
 
 from analysis import summary
+from coordination.records import PLANNED_SECONDS
 from launcher import mpi
 from launcher.cluster import ROOT, ProcessGroup, is_running, processes_in_group, start_state_server, tail
 from tests.jobs import LENET_ARGS, finish, iter_records, meta, run_main, start_job, worker_folders
 from training import config, modes, runlog
 from training.faults import fault_injection
-from training.transport import collectives, traffic
 from training.faults.watchdog import EXIT_SYNC_TIMEOUT
+from training.transport import collectives, traffic
 
 MAIN = os.path.join(ROOT, "main.py")
 TARGET = 0.8  # each sync job trains until rank 0's test accuracy (every 10 rounds) reaches it
 
 
 # Unit tests: no MPI process.
-
 def test_each_collective_forces_its_mpich_algorithm_and_nothing_else():
     assert collectives.NAMES == ("ps", "ring", "butterfly", "binary-blocks")
     expected = {"ring": "ring", "butterfly": "recursive_doubling", "binary-blocks": "reduce_scatter_allgather"}
@@ -285,7 +285,7 @@ def test_overlapped_adaptive_esync_over_ring_does_the_planned_steps_with_one_glo
     assert rounds >= 5 and len(runs[1]) == rounds
     assert_identical_digests_every_round(folders, rounds)
     for rank, records in runs.items():
-        assert runlog.local_steps(records[0]) == 1 and all(runlog.PLANNED_SECONDS in r for r in records[3:])
+        assert runlog.local_steps(records[0]) == 1 and all(PLANNED_SECONDS in r for r in records[3:])
         assert all(r[runlog.AVERAGE_IN_FLIGHT] > 0 for r in records[1:])
     assert statistics.mean(runlog.local_steps(r) for r in runs[0][3:]) > \
         2 * statistics.mean(runlog.local_steps(r) for r in runs[1][3:])

@@ -9,10 +9,10 @@ import types
 
 import pytest
 
+from coordination.records import PLANNED_STEPS, PLAN_REASON
 from coordination import rules
 from coordination.rules import ESYNC_POLICIES, RULES
 from launcher.cluster import ROOT
-from training import runlog
 
 
 class Client:
@@ -85,7 +85,7 @@ def test_the_plan_rule_asks_once_a_round_and_logs_the_steps_it_was_given():
     rule.record(record)
 
     assert ends == [False, False, True] and client.asked == [("plan", 1, 0.01, None)]
-    assert record == {runlog.PLANNED_STEPS: 3}
+    assert record == {PLANNED_STEPS: 3}
 
 
 @pytest.mark.parametrize("policy", ["plan", "adaptive"])
@@ -118,7 +118,7 @@ def test_the_adaptive_rule_reports_its_aggregation_and_keeps_the_rounds_time_on_
     rule.record(record)
 
     assert (before, after) == (False, True) and client.asked == [("plan", 1, 0.01, 0.5)]
-    assert rule.reports_aggregation and record[runlog.PLAN_REASON] == "aggregation"
+    assert rule.reports_aggregation and record[PLAN_REASON] == "aggregation"
 
 
 def test_the_nonblocking_rule_never_waits_for_its_answer_and_drops_the_step_ready_interrupts():

@@ -5,6 +5,7 @@ import statistics
 
 import pytest
 
+from coordination.records import PLANNED_SECONDS, PLANNED_SLOWEST_STEPS, PLANNED_STEPS, PLAN_REASON
 from coordination import rules
 from launcher.cluster import ProcessGroup, start_state_server
 from tests import example_rule
@@ -198,14 +199,14 @@ def test_adaptive_rounds_grow_until_the_aggregation_idles_the_workers_at_most_it
     for rank, records in runs.items():
         assert [r["weights_digest"] for r in records] == [r["weights_digest"] for r in runs[slow]]
         assert runlog.local_steps(records[0]) == 1  # nothing is measured before the first round
-        assert records[1][runlog.PLAN_REASON] != "first round"  # every step time was in before it was planned
-        assert {r[runlog.PLAN_REASON] for r in records[3:]} <= {"aggregation", "cap"}
+        assert records[1][PLAN_REASON] != "first round"  # every step time was in before it was planned
+        assert {r[PLAN_REASON] for r in records[3:]} <= {"aggregation", "cap"}
         for r in records[3:]:  # steps while the next would end within the planned time: past it by under a step
             durations = [sum(step.get(p, 0.0) for p in runlog.OWN_STEP_PHASES + (runlog.CHECK_READY,))
                          for step in r["time"].values()]
-            assert sum(durations) - max(durations) <= r[runlog.PLANNED_SECONDS] + 0.005, (rank, r["num_iters"])
+            assert sum(durations) - max(durations) <= r[PLANNED_SECONDS] + 0.005, (rank, r["num_iters"])
     later = runs[slow][3:]
-    assert statistics.mean(r[runlog.PLANNED_SLOWEST_STEPS] for r in later) > 1.5
+    assert statistics.mean(r[PLANNED_SLOWEST_STEPS] for r in later) > 1.5
     assert statistics.mean(runlog.local_steps(r) for r in later) > 1.5
     assert mean_steps(runs[1 - slow][3:]) > 2 * mean_steps(later)
     # How far 40 rounds get depends on how many steps fit each, which a busy machine changes (0.94-0.97 seen beside
@@ -226,7 +227,7 @@ def test_overlapped_aggregation_keeps_one_global_model_and_ends_with_identical_w
     assert [len(records) for records in runs.values()] == [61, 61]  # the stop is learnt a round late
     for rank, records in runs.items():
         assert [r["weights_digest"] for r in records] == [r["weights_digest"] for r in runs[0]]
-        assert [runlog.local_steps(r) for r in records] == [r[runlog.PLANNED_STEPS] for r in records]
+        assert [runlog.local_steps(r) for r in records] == [r[PLANNED_STEPS] for r in records]
         assert runlog.AVERAGE_IN_FLIGHT not in records[0]  # nothing was in flight before the first round
         assert all(r[runlog.AVERAGE_IN_FLIGHT] > 0 for r in records[1:])
     finals = {open(f"{folder}/{runlog.FINAL_MODEL_FILE}", "rb").read() for folder in folders.values()}
@@ -251,7 +252,7 @@ def test_an_overlapped_job_stops_together_when_only_the_slowest_worker_votes(pro
 
 
 def test_two_jobs_share_one_state_server_each_under_its_own_policy(processes, tmp_path):
-    from training.transport.state_client import StateClient
+    from coordination.client import StateClient
 
     state_port = start_state_server(processes)
     runs = {}
@@ -263,7 +264,7 @@ def test_two_jobs_share_one_state_server_each_under_its_own_policy(processes, tm
     for log_dir, workers in runs.values():
         finish(processes, workers, timeout=180)
 
-    planned = {job: [runlog.PLANNED_STEPS in r for f in worker_folders(log_dir) for r in iter_records(f)]
+    planned = {job: [PLANNED_STEPS in r for f in worker_folders(log_dir) for r in iter_records(f)]
                for job, (log_dir, _) in runs.items()}
     with StateClient("127.0.0.1", state_port, job="a") as client:
         state = client.state()

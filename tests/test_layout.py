@@ -98,3 +98,15 @@ def test_the_check_sees_a_circle_through_an_import_inside_a_function():
              "b": set(imported_names("def g():\n    import importlib\n    importlib.import_module('a')"))}
 
     assert circles({name: imports & {"a", "b"} for name, imports in graph.items()}) == [("a", "b")]
+
+
+def test_coordination_imports_nothing_from_training_and_only_the_django_entry_points_edit_the_path():
+    graph = import_graph(path for path in source_files() if not path.startswith("tests"))
+    upward = {name: sorted(i for i in imports if i.split(".")[0] == "training")
+              for name, imports in graph.items() if name.split(".")[0] == "coordination"}
+    entry_points = {os.path.join("SimpleStateServer", "manage.py"), os.path.join("SimpleStateServer", "statesite",
+                                                                                   "wsgi.py")}
+    editing = [path for path in source_files() if not path.startswith("tests") and path not in entry_points
+               and re.search(r"sys\.path\.(insert|append)|sys\.path\s*=", open(os.path.join(ROOT, path)).read())]
+
+    assert {name: imports for name, imports in upward.items() if imports} == {} and editing == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from training.transport.state_client import (
+from coordination.client import (
     TOKEN_ENV,
     StateClient,
     StateServerError,

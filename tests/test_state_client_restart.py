@@ -5,7 +5,7 @@ import time
 import pytest
 
 from tests.test_state_client import JSON, scripted_server
-from training.transport.state_client import StateClient, StateServerError, StateServerUnavailable
+from coordination.client import StateClient, StateServerError, StateServerUnavailable
 
 NO_JOB = (409, JSON, b'{"error":"no job yet: POST /init/ first"}')
 

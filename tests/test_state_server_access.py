@@ -10,7 +10,7 @@ import pytest
 
 from launcher.cluster import ROOT
 from tests.test_launch import LENET, launcher, pid_of, read_output, training_started, wait_for
-from training.transport.state_client import TOKEN_ENV, TOKEN_HEADER
+from coordination.client import TOKEN_ENV, TOKEN_HEADER
 
 MANAGE_PY = os.path.join(ROOT, "SimpleStateServer", "manage.py")
 

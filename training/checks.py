@@ -214,7 +214,7 @@ def check_ps_role(args):
 
 
 def check_state_server(args):
-    from training.transport.state_client import StateClient, StateServerUnavailable
+    from coordination.client import StateClient, StateServerUnavailable
 
     client = StateClient(args.state_server_ip, args.state_server_port,
                          retry_for=min(STATE_SERVER_STARTUP, args.sync_timeout))

@@ -13,7 +13,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
-from training import plugins
+from coordination import plugins
 
 
 @dataclass(frozen=True)

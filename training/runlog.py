@@ -56,14 +56,8 @@ RECEIVED_BYTES = "received_bytes"
 TRAFFIC_FIELDS = (SENT_BYTES, RECEIVED_BYTES)
 OWN_STEP_PHASES = (GET_BATCH, FORWARD_BACKWARD, LOCAL_UPDATE, EMULATED_SLOWDOWN)  # a worker's own work
 COMPUTE_WARMUP = 10  # the first steps of a device, which MXNet's first calls slow, left out of its median step
-# A planned ESync round (the plan and adaptive policies): the worker's planned local steps; adaptive also logs the
-# slowest worker's, the aggregation time (s) the round was sized to, which bound set the round's length, and the
-# round's computing time (a worker steps while its next step would end within it; planned_steps: by its step time).
-PLANNED_STEPS = "planned_steps"
-PLANNED_SLOWEST_STEPS = "planned_slowest_steps"
-PLANNED_AGGREGATION = "planned_aggregation"
-PLAN_REASON = "plan_reason"
-PLANNED_SECONDS = "planned_seconds"  # adaptive: the round's computing time, which the worker's own clock keeps
+# A planned ESync round's fields (the plan and adaptive policies): coordination/records.py (PLANNED_STEPS, ...),
+# whose worker sides log them.
 AVERAGE_IN_FLIGHT = "average_in_flight"  # --overlap: seconds the average applied in the round travelled
 # A round's fields under backup: the job's step its gradient was computed for, whether that step dropped it (late),
 # and how many steps the job had applied since then when it learnt so.

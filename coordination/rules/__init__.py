@@ -5,7 +5,7 @@ of the job: the state server answers by it and ESync's workers take it as an --e
 import sys
 
 from coordination.rules import adaptive, apply, backup, nbsync, nonblocking, plan
-from training import plugins
+from coordination import plugins
 
 MODULES = (apply, plan, nonblocking, adaptive, nbsync, backup)
 EXTRA_MODULES_VARIABLE = "ESYNC_RULE_MODULES"

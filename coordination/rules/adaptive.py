@@ -11,7 +11,6 @@ from coordination import records
 from coordination.records import FLOOR_TOLERANCE
 from coordination.rules.base import Rule
 from coordination.rules.plan import Planning
-from training import runlog
 
 NAME = "adaptive"
 
@@ -96,9 +95,9 @@ class PlanningToTheAggregation(Planning):
         it, and the round's computing time."""
         super().record(record)
         if "reason" in self.plan:
-            record.update({runlog.PLANNED_SLOWEST_STEPS: self.plan["slowest_steps"],
-                           runlog.PLANNED_AGGREGATION: self.plan["aggregation"],
-                           runlog.PLAN_REASON: self.plan["reason"], runlog.PLANNED_SECONDS: self.plan["seconds"]})
+            record.update({records.PLANNED_SLOWEST_STEPS: self.plan["slowest_steps"],
+                           records.PLANNED_AGGREGATION: self.plan["aggregation"],
+                           records.PLAN_REASON: self.plan["reason"], records.PLANNED_SECONDS: self.plan["seconds"]})
 
 
 RULE = Adaptive(NAME, esync=True, worker=PlanningToTheAggregation)

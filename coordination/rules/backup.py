@@ -4,7 +4,6 @@ learn that a step closed, and whose gradients it holds, by long-polling /watch/.
 the scheme (training/schemes/backup.py) asks."""
 from coordination.records import FieldError
 from coordination.rules.base import WATCH_SECONDS, LongPolling, Rule
-from training.faults.watchdog import give_up
 
 NAME = "backup"
 
@@ -45,8 +44,8 @@ class Steps(LongPolling):
     """A worker's side: whether a gradient is among its step's first `accept` (the training thread), and whose
     gradients a step holds once it has closed (the aggregator thread, on the long-polling client)."""
 
-    def __init__(self, address, rank, num_workers, accept, sync_timeout):
-        super().__init__(address, rank, num_workers, sync_timeout, policy=NAME, accept=accept)
+    def __init__(self, address, rank, num_workers, accept, sync_timeout, give_up):
+        super().__init__(address, rank, num_workers, sync_timeout, give_up, policy=NAME, accept=accept)
 
     def accepted(self, t):
         """This worker's gradient for step t is ready: whether the step takes it."""
@@ -58,5 +57,5 @@ class Steps(LongPolling):
             status = self.watch_client.watch(self.rank, step, False, WATCH_SECONDS)
             if status["finished"]:
                 return status["arrived"]
-        give_up(f"step {step} did not close within {self.sync_timeout:g} s: another worker of the job has "
+        self.give_up(f"step {step} did not close within {self.sync_timeout:g} s: another worker of the job has "
                 "probably died")

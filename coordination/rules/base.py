@@ -7,7 +7,7 @@ the state server and when, what it does with the answer, and what it logs of it.
 import threading
 
 from coordination import records
-from training.transport.state_client import StateClient
+from coordination.client import StateClient
 
 WATCH_SECONDS = 2.0  # one long-poll of /watch/; a worker asks again until the answer it waits for comes
 
@@ -41,11 +41,12 @@ class Worker:
 class LongPolling:
     """The worker side of a rule whose workers long-poll /watch/ (NBSSGD's rounds, the backup workers' steps): a
     client for their requests, one for the long-polls (another thread's), and the job's set-up, by rank 0 and again
-    by the first worker to find a restarted state server without it. `settings`: what /init/ sends besides the
-    workers."""
+    by the first worker to find a restarted state server without it. `give_up(reason)` ends the worker where a wait
+    outlasts the sync timeout (from any thread); `settings`: what /init/ sends besides the workers."""
 
-    def __init__(self, address, rank, num_workers, sync_timeout, **settings):
+    def __init__(self, address, rank, num_workers, sync_timeout, give_up, **settings):
         self.rank, self.num_workers, self.sync_timeout, self.settings = rank, num_workers, sync_timeout, settings
+        self.give_up = give_up
         self.client = StateClient(*address, retry_for=sync_timeout, on_not_initialised=self.set_up_job_again)
         self.watch_client = StateClient(*address, retry_for=sync_timeout, timeout=WATCH_SECONDS + 10,
                                         on_not_initialised=self.set_up_job_again)

@@ -9,7 +9,6 @@ import concurrent.futures
 import threading
 
 from coordination.rules.base import WATCH_SECONDS, LongPolling, Rule
-from training.faults.watchdog import give_up
 
 NAME = "nbsync"
 RULE = Rule(NAME)
@@ -31,8 +30,8 @@ class Arrivals(LongPolling):
     arrived repeat their arrival, and the job set up again counts the round in progress as gathered once anyone has
     arrived (above)."""
 
-    def __init__(self, address, rank, num_workers, sync_timeout):
-        super().__init__(address, rank, num_workers, sync_timeout, policy=NAME)
+    def __init__(self, address, rank, num_workers, sync_timeout, give_up):
+        super().__init__(address, rank, num_workers, sync_timeout, give_up, policy=NAME)
         self.watcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nbsync-watch")
         self.round = self.watching = None
 
@@ -73,7 +72,7 @@ class Arrivals(LongPolling):
         # The training thread arrives at its next part boundary. It keeps computing parts while it waits, so the
         # loop's watchdog would never fire: this thread bounds the wait.
         if not watch.arrived.wait(self.sync_timeout):
-            give_up(f"round {watch.t} finished but no local step ended within {self.sync_timeout:g} s")
+            self.give_up(f"round {watch.t} finished but no local step ended within {self.sync_timeout:g} s")
         for _ in self.watches():
             if over():
                 return
@@ -81,7 +80,7 @@ class Arrivals(LongPolling):
             if status is not None and status["gathered"]:
                 watch.gathered.set()
                 return
-        give_up(f"not every worker arrived for the aggregation of round {watch.t} within "
+        self.give_up(f"not every worker arrived for the aggregation of round {watch.t} within "
                 f"{self.sync_timeout:g} s: another worker of the job has probably died")
 
     def close(self):

@@ -6,7 +6,8 @@ import time
 
 from coordination.rules.apply import Asking, log
 from coordination.rules.base import Rule
-from training.transport.state_client import StateServerUnavailable
+from coordination.client import StateServerUnavailable
+from coordination.records import smoothed
 
 NAME = "nonblocking"
 
@@ -28,7 +29,6 @@ class AskingWithoutWaiting(Asking):
         """Whether an answer that has come says READY (False while they travel, or when they said go on). The
         questions still in flight after a READY are dropped: they ask about the same round, and the /reset/ that
         opens the next one goes after them."""
-        from training.schemes.local_sgd import smoothed
 
         while self.questions and self.questions[0][0].done():
             answer, sent = self.questions.pop(0)

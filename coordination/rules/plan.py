@@ -1,7 +1,7 @@
 """ESync's plan rule: a worker asks once per round, while the round's first step runs, how many local steps fit in
 one step of the slowest worker (records.planned_steps), and logs the count it was given."""
+from coordination import records
 from coordination.rules.base import Rule, Worker
-from training import runlog
 
 NAME = "plan"
 
@@ -40,7 +40,7 @@ class Planning(Worker):
         self.unplanned = False
 
     def record(self, record):
-        record[runlog.PLANNED_STEPS] = self.plan["k"]
+        record[records.PLANNED_STEPS] = self.plan["k"]
 
 
 RULE = Rule(NAME, esync=True, worker=Planning)

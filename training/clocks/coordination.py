@@ -32,7 +32,7 @@ class VirtualCoordination:
 
 
 class VirtualStateClient:
-    """StateClient's calls (training/transport/state_client.py) that ESync's rules make, answered in-process."""
+    """StateClient's calls (coordination/client.py) that ESync's rules make, answered in-process."""
 
     def __init__(self, coordination, rank):
         self.coordination, self.rank = coordination, rank

@@ -11,8 +11,8 @@ from coordination.rules import plan as plan_rule
 from training import argtypes
 from training.options import CoordinatedOptions, Range, check_one_server, declaration, fixed, option
 from training.schemes.fedbuff import FedBuff, FedBuffOptions
-from training.schemes.local_sgd import smoothed
-from training.transport.state_client import StateClient
+from coordination.records import smoothed
+from coordination.client import StateClient
 
 DEFAULT_OUTER_MOMENTUM = 0.9
 

@@ -17,6 +17,7 @@ import threading
 
 from coordination.rules.backup import Steps
 from training import argtypes, runlog
+from training.faults import watchdog
 from training.lazy import mx
 from training.options import CoordinatedOptions, ModeError, declaration, option
 from training.schemes.base import Scheme
@@ -52,7 +53,7 @@ class BackupSync(Scheme):
     def setup(self):
         options = self.options
         self.steps = Steps((options.state_server_ip, options.state_server_port), self.rank, self.num_workers,
-                           self.accept, options.sync_timeout)
+                           self.accept, options.sync_timeout, watchdog.give_up)
         if self.rank == 0:
             self.steps.set_up_job()
         self.control = mx.nd.zeros((2,))  # [stop votes, gradients in the sum]

@@ -15,7 +15,7 @@ import math
 from training import argtypes, runlog
 from training.lazy import mx
 from training.options import ModeError, Options, declaration, fixed, option
-from training.schemes.local_sgd import smoothed
+from coordination.records import smoothed
 from training.schemes.sync import Sync
 
 FIXED = 2  # control slots before the speeds: [stop votes, samples in the step]

@@ -28,8 +28,9 @@ from typing import Optional
 from coordination.rules import ESYNC_POLICIES, RULES
 from training import argtypes, runlog
 from training.options import CoordinatedOptions, OptionError, declaration, option
-from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions, smoothed
-from training.transport.state_client import StateClient
+from coordination.records import smoothed
+from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
+from coordination.client import StateClient
 
 
 POLICIES = ESYNC_POLICIES  # the state server's rules that ESync's workers follow (coordination/rules/)

@@ -33,20 +33,15 @@ from training.options import (
     proximal,
 )
 from training.schemes.averaging.corrections import corrections
+from coordination.records import smoothed
 from training.schemes.averaging.outer import OUTER_OPTIMIZERS, OuterOptimizer
 from training.schemes.averaging.timing import timing
 from training.schemes.averaging.weighting import weighting
 from training.schemes.base import LocallyUpdating
 
-SMOOTHING = 0.2  # a new sample's weight in the times a worker reports: one step's or round's is noisy on shared cores
 # The correction of non-i.i.d. drift chosen by measurement (docs/esync.md#non-iid-drift), --drift-correction: each
 # delta divided by the root of its steps, the global model moved by a velocity of the averages.
 DRIFT_CORRECTION = {"normalised_averaging": True, "normalisation_power": 0.5, "server_momentum": 0.8}
-
-
-def smoothed(previous, sample):
-    """An exponential moving average of measured times (the first sample alone while there is none)."""
-    return sample if previous is None else previous + SMOOTHING * (sample - previous)
 
 
 @declaration

@@ -15,6 +15,7 @@ from typing import Optional
 
 from coordination.rules.nbsync import NAME as ARRIVALS_POLICY, Arrivals
 from training import argtypes
+from training.faults import watchdog
 from training.lazy import mx
 from training.options import CoordinatedOptions, ModeError, declaration, option
 from training.schemes.base import Scheme
@@ -71,7 +72,7 @@ class NonBlockingSync(Scheme):
             self.arrivals = coordination.arrivals(self.rank, self.num_workers, ARRIVALS_POLICY)
         else:
             self.arrivals = Arrivals((options.state_server_ip, options.state_server_port), self.rank,
-                                     self.num_workers, options.sync_timeout)
+                                     self.num_workers, options.sync_timeout, watchdog.give_up)
         if self.rank == 0:
             self.arrivals.set_up_job()
         self.broadcast_initial_weights()  # ends in a barrier: /init/ precedes every worker's first request
