@@ -26,8 +26,8 @@ import logging
 import sys
 
 from analysis import doc_tables
-from launcher import calibrate, checks, dmlc, netns, noise_scale, runner
-from launcher.studies import paper, regime_map, registry, sweep, tune
+from launcher import calibrate, checks, dmlc, netns, runner
+from launcher.studies import noise_scale, paper, regime_map, registry, sweep, tune
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE

@@ -112,7 +112,7 @@ def answers_of(folders):
         for target, cell in paired.judged_cells(folder, result, cells_at_targets(result)):
             devices = f"{len(cell['profile'].split(','))} devices {regime_map.compact(cell['profile'])}"
             cluster = (f"{result['network']}, {result['dataset']}", devices, f"{SPLIT_NAMES[cell['split']]}, {clock}")
-            ceiling = later("launcher.noise_scale", "ceiling")(folder, result, cell, target)  # SSGD's most, or None
+            ceiling = later("launcher.studies.noise_scale", "ceiling")(folder, result, cell, target)  # SSGD's most, or None
             answers.setdefault((cluster, f"{target:g}"), {})[cell["link"]] = {**cell, "ceiling": ceiling,
                                                                                "virtual": clock != "real time"}
             links.add(cell["link"])
@@ -337,7 +337,7 @@ KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block,
          "repeats": repeats_block, "validation": validation_table.block,
          "beside-paper": paper_tables.beside_paper_block, "table1": table1_block,
          "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model),
-         "noise-scale": later("launcher.noise_scale", "block")}
+         "noise-scale": later("launcher.studies.noise_scale", "block")}
 MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale")  # blocks of many folders
 FIGURES = {"answers": (answers_figure, "one fast device's mean capped time over the best cluster scheme's, paired by "
                                        "seed, with its 95 % interval, per cluster, link and target")}  # with a figure

@@ -4,8 +4,8 @@
 time (`--hosts netns --comm-ratio R --step-seconds FILE`, or `launch.py regimes --links R --step-seconds FILE`) the
 file's step sizes the shaped links instead of a run before the first: both clocks then run on the same links.
 """
-from launcher import comm_ratio
-from training import config, runlog
+from launcher import backends, comm_ratio
+from training import config
 from training.checks import UsageError
 from training.files import read_json
 
@@ -19,7 +19,7 @@ def resolve_charges(ns, worker_args):
     (link_probe). UsageError (one line) for a file that is not one, or was measured for another network, data set or
     batch size."""
     given, record = ns.step_seconds, {}
-    if ns.clock == runlog.REAL_CLOCK:
+    if not backends.of(ns).charges_time:
         ns.link_probe, given = link_probe(given, ns, worker_args), None  # the file's charges are the clock's
     ns.link_probe = getattr(ns, "link_probe", None)
     if given is not None and not isinstance(given, float):

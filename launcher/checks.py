@@ -3,8 +3,9 @@ type (combinations that cannot run), and an Experiment against this machine (che
 be made with --hosts netns, and every worker passes main.py's own checks of its command line, devices and data)."""
 import os
 
+from launcher import backends
 from launcher.dmlc import TRACKERS_WITH_TASK_INDEX
-from training import modes, runlog
+from training import modes
 from training.checks import UsageError
 from training.transport import collectives
 
@@ -100,7 +101,7 @@ def check_comm_ratio(ns):
         return
     if not 0 < ns.comm_ratio < float("inf"):
         raise UsageError(f"--comm-ratio {ns.comm_ratio:g}: give a positive ratio (transfer time / fast step time)")
-    if ns.hosts != "netns" and ns.clock == runlog.REAL_CLOCK:
+    if not backends.of(ns).link_rates_apply:
         raise UsageError("--comm-ratio sets the rate of shaped links: give --hosts netns too (loopback has no rate "
                          "to set), or --clock virtual")
     if ns.bandwidth is not None:
@@ -111,27 +112,10 @@ def check_clock(ns, chosen, worker_args=()):
     """A job on a virtual clock: a step time, and nothing it does not model (one line each)."""
     from training.clocks import job
 
-    if ns.clock == runlog.REAL_CLOCK:
-        if ns.step_jitter or ns.step_overhead or ns.latency or ns.round_trip or ns.server_apply:
-            raise UsageError("--step-jitter, --step-overhead, --latency, --round-trip and --server-apply are charged "
-                             "on a virtual clock: give --clock virtual")
-        if ns.link_probe and ns.comm_ratio is None:
-            raise UsageError("--step-seconds FILE in real time sets --comm-ratio's links: give --comm-ratio and "
-                             "--hosts netns too, or --clock virtual")
+    backend = backends.of(ns)
+    backend.check(ns)
+    if not backend.charges_time:
         return
-    if ns.step_seconds is None or not 0 < ns.step_seconds < float("inf"):
-        raise UsageError("--clock virtual: give the devices' step time, --step-seconds S (a step of one batch on a "
-                         "device of --slowdown 1, in seconds)")
-    for flag, value in (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead),
-                        ("--latency", ns.latency), ("--round-trip", ns.round_trip),
-                        ("--server-apply", ns.server_apply)):
-        if not 0 <= value < float("inf"):
-            raise UsageError(f"{flag} {value:g}: give 0 or more")
-    for flag, given in (("--hosts netns", ns.hosts == "netns"), ("--tracker", ns.tracker),
-                        ("--device-share", ns.device_share),
-                        ("--max-restarts", ns.max_restarts)):
-        if given:
-            raise UsageError(f"--clock virtual runs the whole job in one process on this machine: leave out {flag}")
     for mode in chosen:
         why = job.refusal(mode, ns) or job.refusal(mode, worker_options(mode, worker_args))
         if why:

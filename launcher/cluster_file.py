@@ -29,8 +29,7 @@ import json
 import os
 import tomllib
 
-from launcher import workers
-from training import runlog
+from launcher import backends, workers
 from training.checks import UsageError
 from training.clocks import network
 
@@ -143,7 +142,7 @@ def apply(ns, defaults):
     if count is not None:
         check_count(ns, name, count)
     measured = [attribute for attribute in CHARGED_ONLY if attribute in declared]
-    if measured and ns.clock == runlog.REAL_CLOCK:
+    if measured and not backends.of(ns).charges_time:
         for attribute in measured:
             setattr(ns, attribute, getattr(defaults, attribute))
         fields = ", ".join(f"{s}.{k}" for (s, k), (a, _, _) in FIELDS.items() if a in measured)

@@ -131,7 +131,7 @@ def measure(experiment):
 def resolve(experiment, measured=None):
     """The experiment with its links' rates set from --comm-ratio (unchanged without it). `measured` caches the
     measurements of earlier calls by what they ran, so that the runs of one command share one measurement."""
-    if experiment.comm_ratio is None or experiment.clock != "real":  # a virtual clock charges the ratio itself
+    if experiment.comm_ratio is None or experiment.backend.charges_time:  # a virtual clock charges the ratio itself
         return experiment
     measured = {} if measured is None else measured
     key = probe_key(experiment)

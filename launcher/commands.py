@@ -91,7 +91,7 @@ def evaluation_args(experiment, mode):
     period = experiment.snapshot_seconds
     if not period:
         return ["-e", "0"]
-    if experiment.clock != runlog.REAL_CLOCK:  # rank 0 evaluates in its loop, at no virtual cost
+    if experiment.backend.evaluates_in_loop:
         return ["--eval-seconds", f"{period:g}"]
     snapshots = ["--snapshot-seconds", f"{period:g}", "--snapshot-dir", experiment.snapshot_folder(mode)]
     return snapshots if experiment.evaluator_runs else snapshots + ["--evaluator-beside"]

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from analysis import summary, tuned
-from launcher import calibration, checks, cluster_file, help, links, netns, workers
+from launcher import backends, calibration, checks, cluster_file, help, links, netns, workers
 from launcher.commands import CHECKPOINT_EVERY, KEPT_CHECKPOINTS, device_flags
 from launcher.dmlc import TRACKERS, split_at_double_dash
 from launcher.hosts import LOOPBACK
@@ -121,7 +121,12 @@ class Experiment:
     @property
     def evaluator_runs(self):
         """Whether an evaluator process tests rank 0's snapshots (on this machine, where they land)."""
-        return self.snapshot_seconds > 0 and self.tracker in (None, "local") and self.clock == runlog.REAL_CLOCK
+        return self.snapshot_seconds > 0 and self.backend.evaluator_here
+
+    @property
+    def backend(self):
+        """How the job runs: processes here, namespaces, a tracker's hosts or the virtual clock (launcher/backends.py)."""
+        return backends.of(self)
 
     def job_id(self, mode):
         """The id every worker of one mode's job records in its logs (summary.py refuses to mix jobs)."""
@@ -321,7 +326,7 @@ def build(ns, worker_args=()):
     checks.check_snapshot_seconds(ns.snapshot_seconds)
     calibration.resolve_charges(ns, worker_args)
     checks.check_clock(ns, chosen, worker_args)
-    if ns.clock == runlog.VIRTUAL_CLOCK:
+    if backends.of(ns).charges_time:
         share, devices_described = None, virtual.describe(ns.step_seconds, ns.step_jitter, ns.comm_ratio, ns.latency,
                                                            ns.round_trip, ns.step_overhead, ns.server_apply)
     else:
@@ -347,7 +352,7 @@ def build(ns, worker_args=()):
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
         checkpoint_every=ns.checkpoint_every, clock=ns.clock, link_probe=getattr(ns, "link_probe", None),
-        step_seconds=None if ns.clock == runlog.REAL_CLOCK else ns.step_seconds,
+        step_seconds=ns.step_seconds if backends.of(ns).charges_time else None,
         step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
         server_apply=ns.server_apply, ps_link=ns.ps_bandwidth, link_slowdowns=links.link_slowdowns(ns, len(devices)),
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
@@ -398,6 +403,6 @@ def node_name(ns):
 
 def wall_limit(ns):
     """A virtual run's --max-time is charged, not waited: its wall time follows the steps its devices compute."""
-    not_waited = not ns.max_time or ns.clock == runlog.VIRTUAL_CLOCK
+    not_waited = not ns.max_time or backends.of(ns).charges_time
     given = ns.wall_limit
     return given if given is not None else WALL_LIMIT_WITHOUT_MAX_TIME if not_waited else 2 * ns.max_time + 120

@@ -3,8 +3,7 @@ rate, measured before the first run: launcher/comm_ratio.py) and the parameter s
 a multiple of the workers'), shaped in network namespaces (--hosts netns) or charged on the virtual clock
 (training/clocks/network.py), and the line that names them in tables and figures.
 """
-from launcher import checks, netns, workers
-from training import runlog
+from launcher import backends, checks, netns, workers
 from training.checks import UsageError
 from training.clocks import network
 
@@ -69,7 +68,7 @@ def link_slowdowns(ns, num_workers):
 def check_shaped(ns, given, whose):
     """UsageError unless the links are shaped (--hosts netns) or charged (--clock virtual): on loopback in real time
     a rate given for them would be ignored."""
-    if ns.hosts == "local" and ns.clock == runlog.REAL_CLOCK:
+    if not backends.of(ns).link_rates_apply:
         raise UsageError(f"{given}: the {whose} links are shaped with --hosts netns and charged with --clock virtual; "
                          "on loopback they carry what they can")
 
@@ -90,7 +89,7 @@ def describe(experiment):
     """One line naming the links `experiment` runs on, for tables and figures."""
     if experiment.tracker:
         return f"the hosts of dmlc_tracker's {experiment.tracker} launcher (links not shaped here)"
-    if experiment.clock != runlog.REAL_CLOCK:
+    if experiment.backend.charges_time:
         text = (f"charged on a virtual clock: a transfer of the model lasts {experiment.comm_ratio:g} fast steps"
                 if experiment.comm_ratio else f"{LOOPBACK_LINKS}, on a virtual clock")
         if experiment.num_servers != 1 or experiment.ps_link:

@@ -236,13 +236,14 @@ def run_job(experiment, mode, label, log_dir, hosts, restarts, final, port_retry
               flush=True)
         meter = netns.LinkMeter(hosts.network) if hosts.network else None
         try:
-            virtual = experiment.clock != runlog.REAL_CLOCK  # its state server runs inside its job's process
-            state_server = None if virtual else start_mode_state_server(group, hosts.placement.scheduler, mode)
+            backend = experiment.backend
+            state_server = (None if backend.state_server_in_job else
+                            start_mode_state_server(group, hosts.placement.scheduler, mode))
             evaluator = start_evaluator(experiment, mode, group, label)
-            start = start_virtual if virtual else start_tracker if experiment.tracker else start_processes
+            start = start_virtual if backend.charges_time else start_tracker if experiment.tracker else start_processes
             finishers = start(experiment, mode, group, log_dir, state_server, hosts, label)
             progress = Progress(label, log_dir, experiment.progress_every,
-                                experiment.snapshot_folder(mode) if evaluator else None, virtual)
+                                experiment.snapshot_folder(mode) if evaluator else None, backend.charges_time)
             supervise(group, finishers, progress, experiment.wall_limit)
             print(progress.finished_line(), flush=True)
             if evaluator:

@@ -1,4 +1,4 @@
-"""The gradient noise scale (launcher/noise_scale.py): the estimator against a problem whose noise scale is known in
+"""The gradient noise scale (launcher/studies/noise_scale.py): the estimator against a problem whose noise scale is known in
 closed form, the ratio it predicts, and `launch.py noise-scale` on the shipped data."""
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from launcher import noise_scale
+from launcher.studies import noise_scale
 from tests.test_launch import launcher_env
 from tests.test_virtual_clock import LAUNCH_PY
 

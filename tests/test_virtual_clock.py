@@ -353,10 +353,13 @@ def logged_runs(logs):
 
 
 def test_jobs_on_the_real_clock_are_refused_in_one_line():
+    from launcher import backends
     from launcher.studies import parallel
 
-    with pytest.raises(UsageError, match="--jobs 2 runs several runs at once.*give --clock virtual"):
-        parallel.check_jobs(2, runlog.REAL_CLOCK)
+    for hosts in ("local", "netns"):
+        with pytest.raises(UsageError, match="--jobs 2 runs several runs at once.*give --clock virtual"):
+            parallel.check_jobs(2, backends.of(SimpleNamespace(clock=runlog.REAL_CLOCK, hosts=hosts, tracker=None)))
+    parallel.check_jobs(2, backends.of(SimpleNamespace(clock=runlog.VIRTUAL_CLOCK)))
 
 
 def test_the_regime_map_charges_its_links_on_the_virtual_clock_and_takes_its_limits_from_the_devices(tmp_path):

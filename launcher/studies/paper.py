@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from analysis import paper, paper_text, timing, tuned
 from analysis import scheme_names
 from coordination.rules import apply as paper_rule
-from launcher import checks, experiment, links, runner, workers
+from launcher import backends, checks, experiment, links, runner, workers
 from launcher.studies import parallel
 from launcher.dmlc import split_at_double_dash
 from launcher.studies.regime_map import parse_splits
@@ -143,7 +143,7 @@ def parse(argv):
         raise UsageError("--repeats, --max-time and --snapshot-seconds must be positive")
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
-    parallel.check_jobs(ns.jobs, ns.clock)
+    parallel.check_jobs(ns.jobs, backends.of(ns))
     ns.slowdown = ",".join(workers.parse_factors(ns.slowdown, "--slowdown"))
     ns.thresholds = parse_thresholds(ns.thresholds)
     ns.splits = parse_splits(ns.splits)

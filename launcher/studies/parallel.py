@@ -19,14 +19,12 @@ from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 
 
 
-def check_jobs(jobs, clock):
-    """UsageError unless `jobs` runs can share this machine: real-time runs would take each other's cores, and
-    their times would measure that."""
-    from training import runlog
-
+def check_jobs(jobs, backend):
+    """UsageError unless `jobs` runs can share this machine (launcher/backends.py): real-time runs would take each
+    other's cores, and their times would measure that."""
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: give 1 or more")
-    if jobs > 1 and clock != runlog.VIRTUAL_CLOCK:
+    if jobs > 1 and not backend.parallel_runs:
         raise UsageError(f"--jobs {jobs} runs several runs at once, whose real times would measure each other's load: "
                          "give --clock virtual, or leave out --jobs")
 

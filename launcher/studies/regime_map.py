@@ -30,10 +30,10 @@ import sys
 import time
 
 from analysis import paper, regime_map, timing, tuned
-from launcher import calibration, checks, experiment, links, runner, workers
+from launcher import backends, calibration, checks, experiment, links, runner, workers
 from launcher.studies import map_schemes, parallel
 from launcher.dmlc import split_at_double_dash
-from training import config, modes, runlog
+from training import config, modes
 from training.checks import UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
@@ -186,7 +186,7 @@ def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_option
     """The launcher's options of one scheme (its mode and own options) in one cell and repeat; `devices`: the
     slowdowns it trains on where they are not the cell's profile (fast-only's)."""
     links = experiment.handed_on(ns)
-    virtual = ns.clock == runlog.VIRTUAL_CLOCK  # the links charged, not shaped
+    virtual = backends.of(ns).charges_time  # the links charged, not shaped
     if link == regime_map.LOOPBACK or virtual:
         dropped = NETNS_OPTIONS if virtual else (*NETNS_OPTIONS, *LINK_RATES, "step_seconds")
         links = {name: value for name, value in links.items() if name not in dropped}
@@ -232,7 +232,7 @@ def parse(argv):
     if not 0 < ns.target <= 1:
         raise UsageError(f"--target {ns.target:g} is not an accuracy in (0, 1]")
     ns.data_dir = experiment.data_dir(ns)
-    parallel.check_jobs(ns.jobs, ns.clock)
+    parallel.check_jobs(ns.jobs, backends.of(ns))
     calibration.resolve_charges(ns, worker_args)  # a calibration file read once: the plan and the limits take it
     if ns.link_probe and not any(link != regime_map.LOOPBACK for link in parse_links(ns.links)):
         raise UsageError("--step-seconds FILE in real time sets the shaped links' rate: give a ratio in --links, or "
@@ -304,7 +304,7 @@ def measure_limits(ns, plan, worker_args):
         print(f"[regimes] the concurrent standalone limit of workers {name} ({ns.limit_seconds:g} s)", flush=True)
         workdir = os.path.join(ns.log_dir, "limits", regime_map.profile_folder(profile))
         slowdowns = [float(f) for f in profile.split(",")]
-        if ns.clock == runlog.VIRTUAL_CLOCK:  # what the devices are charged: each a batch every step x slowdown
+        if backends.of(ns).charges_time:  # what the devices are charged: each a batch every step x slowdown
             batch = config.parse_args(config.flags_for_mode(job_args, modes.STANDALONE)).batch_size
             limits[profile] = [batch / (ns.step_seconds * factor + ns.step_overhead) for factor in slowdowns]
         else:

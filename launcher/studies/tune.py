@@ -33,11 +33,11 @@ import time
 
 from analysis import tuned
 from analysis import scheme_names
-from launcher import checks, experiment, runner, workers
+from launcher import backends, checks, experiment, runner, workers
 from launcher.studies import map_schemes, parallel
 from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, open_storage, quasi_random_sampler,
                                      reached_every_seed, seeds_pruner, study_seed)
-from training import config, modes, runlog
+from training import config, modes
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import write_text
@@ -106,7 +106,7 @@ def parse(argv):
     if ns.until is not None and ns.until < 1:
         raise UsageError(f"--until {ns.until}: give the trials each study is to hold, 1 or more")
     check_cell(ns)
-    parallel.check_jobs(ns.jobs, ns.clock)
+    parallel.check_jobs(ns.jobs, backends.of(ns))
     ns.cell = tuned.cell_key(ns.network, ns.dataset, ns.profile, ns.link, ns.non_iid)
     ns.seeds = [ns.seed + i for i in range(ns.trial_seeds)]
     ns.command = "python launch.py tune " + shlex.join(argv)
@@ -144,7 +144,7 @@ def run_of(ns, scheme, number, seed, values):
     space = config.search_space(mode)
     flags = flags + [f"{space[name][0]}={space[name][1].text(value)}" for name, value in values.items()]
     links = {} if ns.link == tuned.LOOPBACK else {"comm_ratio": float(ns.link)}
-    if ns.clock == runlog.VIRTUAL_CLOCK:  # the links charged, not shaped
+    if backends.of(ns).charges_time:  # the links charged, not shaped
         links.update({name: getattr(ns, name) for name in ("clock", "step_seconds", "step_jitter", "step_overhead",
                                                             "latency", "round_trip", "server_apply")})
     elif links:

@@ -1,0 +1,81 @@
+"""How a job runs, chosen once from its options: processes on this machine, hosts in network namespaces, the hosts
+of a dmlc_tracker launcher, or the virtual clock (the whole job in one process, its time charged:
+training/clocks/). The rest of the launcher asks the backend what it needs to know, not which clock or hosts a run
+has.
+
+| | processes here | namespaces | a tracker's hosts | virtual clock |
+|---|---|---|---|---|
+| a step's and a link's time | the machine's | the machine's, links shaped | the machine's | charged |
+| the state server | a process | a process | a process | in the job's process |
+| the model tested by | the evaluator process | the evaluator process | rank 0 beside itself (an evaluator here with `local`) | rank 0 in its loop, at no charged time |
+| several runs at once (`--jobs`) | no: each would time the others' load | no | no | yes |
+| `--max-time` | waited | waited | waited | charged |
+"""
+from training import runlog
+from training.checks import UsageError
+
+
+class Backend:
+    charges_time = False       # a run's steps, transfers and requests charged on a virtual clock
+    link_rates_apply = False   # links whose rate the options set (--comm-ratio, --bandwidth): shaped or charged
+    state_server_in_job = False
+    evaluates_in_loop = False  # rank 0 tests the model in its loop: no evaluator process, no snapshots
+    evaluator_here = True      # the evaluator process runs on this machine, where the snapshots land
+    parallel_runs = False      # several runs at once keep each one's results (--jobs N)
+
+    def check(self, ns):
+        """UsageError (one line) for an option this way of running does not take."""
+        charged = [flag for flag, value in (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead),
+                                            ("--latency", ns.latency), ("--round-trip", ns.round_trip),
+                                            ("--server-apply", ns.server_apply)) if value]
+        if charged:
+            raise UsageError("--step-jitter, --step-overhead, --latency, --round-trip and --server-apply are charged "
+                             "on a virtual clock: give --clock virtual")
+        if getattr(ns, "link_probe", None) and ns.comm_ratio is None:
+            raise UsageError("--step-seconds FILE in real time sets --comm-ratio's links: give --comm-ratio and "
+                             "--hosts netns too, or --clock virtual")
+
+
+class Processes(Backend):
+    name = "processes on this machine"
+
+
+class Namespaces(Backend):
+    name = "hosts in network namespaces"
+    link_rates_apply = True
+
+
+class TrackerHosts(Backend):
+    name = "the hosts of dmlc_tracker"
+
+    def __init__(self, tracker):
+        self.evaluator_here = tracker == "local"
+
+
+class VirtualClock(Backend):
+    name = "the virtual clock"
+    charges_time = link_rates_apply = state_server_in_job = evaluates_in_loop = parallel_runs = True
+    evaluator_here = False
+
+    def check(self, ns):
+        if ns.step_seconds is None or not 0 < ns.step_seconds < float("inf"):
+            raise UsageError("--clock virtual: give the devices' step time, --step-seconds S (a step of one batch on a "
+                             "device of --slowdown 1, in seconds)")
+        for flag, value in (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead),
+                            ("--latency", ns.latency), ("--round-trip", ns.round_trip),
+                            ("--server-apply", ns.server_apply)):
+            if not 0 <= value < float("inf"):
+                raise UsageError(f"{flag} {value:g}: give 0 or more")
+        for flag, given in (("--hosts netns", ns.hosts == "netns"), ("--tracker", ns.tracker),
+                            ("--device-share", ns.device_share), ("--max-restarts", ns.max_restarts)):
+            if given:
+                raise UsageError(f"--clock virtual runs the whole job in one process on this machine: leave out {flag}")
+
+
+def of(options):
+    """The backend of an experiment or of the launcher's parsed options (its clock, hosts and tracker)."""
+    if getattr(options, "clock", runlog.REAL_CLOCK) == runlog.VIRTUAL_CLOCK:
+        return VirtualClock()
+    if getattr(options, "tracker", None):
+        return TrackerHosts(options.tracker)
+    return Namespaces() if getattr(options, "hosts", "local") == "netns" else Processes()
