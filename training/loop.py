@@ -14,6 +14,7 @@ from training import checkpoints, runlog
 from training.clocks import REAL as REAL_CLOCK
 from training.faults import divergence
 from training.faults import fault_injection
+from training.transport.state_server import RemoteCoordination
 from training.transport import collectives
 from training.devices import contexts, device_name
 from training.files import atomic_write
@@ -86,6 +87,9 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None, 
     if transport is None:
         with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
             transport = collectives.connect(args.collective, scheme_cls.kvstore, args.sync_timeout, watchdog.expire)
+        if transport:  # the job's state server, where its scheme asks one
+            transport.coordination = RemoteCoordination((args.state_server_ip, args.state_server_port),
+                                                        args.sync_timeout)
     rank = transport.rank if transport else 0
     model = Model(args.network, ctxs, data.train_images.shape[1:], args.seed, normalisation(args.dataset),
                   args.eval_batch_size)

@@ -17,8 +17,8 @@ class VirtualCoordination:
         self.coordinator = Coordinator(clock=lambda: self.scheduler.now(self.asking))
         self.executor = AtOnce()
 
-    def client(self, rank):
-        return VirtualStateClient(self, rank)
+    def client(self, rank, on_not_initialised=None):
+        return VirtualStateClient(self, rank)  # an in-process state server never restarts
 
     def arrivals(self, rank, num_workers, policy):
         return VirtualArrivals(self, rank, num_workers, policy)

@@ -12,7 +12,6 @@ from training import argtypes
 from training.options import CoordinatedOptions, Range, check_one_server, declaration, fixed, option
 from training.schemes.fedbuff import FedBuff, FedBuffOptions
 from coordination.records import smoothed
-from coordination.client import StateClient
 
 DEFAULT_OUTER_MOMENTUM = 0.9
 
@@ -37,10 +36,7 @@ class AsyncLocalSGD(FedBuff):
 
     def setup(self):
         options = self.options
-        coordination = getattr(self.transport, "coordination", None)  # a virtual clock's state server, in-process
-        self.client = coordination.client(self.rank) if coordination is not None else StateClient(
-            options.state_server_ip, options.state_server_port, retry_for=options.sync_timeout,
-            on_not_initialised=self.set_up_job_again)
+        self.client = self.transport.coordination.client(self.rank, on_not_initialised=self.set_up_job_again)
         if self.rank == 0:
             self.client.init(self.num_workers, policy=plan_rule.NAME)
         super().setup()  # ends in a barrier: /init/ precedes every worker's first plan

@@ -22,7 +22,6 @@ A state server that restarts has lost the job. In the middle of a round nobody w
 already wait in the aggregation): the round ends there. The first worker that finds the job missing sends /init/
 again; the others' requests then go through.
 """
-import concurrent.futures
 from typing import Optional
 
 from coordination.rules import ESYNC_POLICIES, RULES
@@ -30,7 +29,6 @@ from training import argtypes, runlog
 from training.options import CoordinatedOptions, OptionError, declaration, option
 from coordination.records import smoothed
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions
-from coordination.client import StateClient
 
 
 POLICIES = ESYNC_POLICIES  # the state server's rules that ESync's workers follow (coordination/rules/)
@@ -85,13 +83,9 @@ class ESync(DeltaAveraging):
 
     def setup(self):
         options = self.options
-        coordination = getattr(self.transport, "coordination", None)  # a virtual clock's state server, in-process
-        if coordination is not None:
-            self.client, self.requests = coordination.client(self.rank), coordination.executor
-        else:
-            self.client = StateClient(options.state_server_ip, options.state_server_port,
-                                      retry_for=options.sync_timeout, on_not_initialised=self.set_up_job_again)
-            self.requests = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="esync-state")
+        coordination = self.transport.coordination  # the job's state server: over HTTP, or in-process (virtual)
+        self.client = coordination.client(self.rank, on_not_initialised=self.set_up_job_again)
+        self.requests = coordination.executor
         if self.rank == 0:
             self.set_up_job()
         # Setting up the weights ends in a barrier, so /init/ above precedes every worker's first request.

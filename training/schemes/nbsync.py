@@ -13,9 +13,8 @@ What a worker asks the state server, and when, is the rule's worker side (coordi
 """
 from typing import Optional
 
-from coordination.rules.nbsync import NAME as ARRIVALS_POLICY, Arrivals
+from coordination.rules.nbsync import NAME as ARRIVALS_POLICY
 from training import argtypes
-from training.faults import watchdog
 from training.lazy import mx
 from training.options import CoordinatedOptions, ModeError, declaration, option
 from training.schemes.base import Scheme
@@ -67,12 +66,7 @@ class NonBlockingSync(Scheme):
 
     def setup(self):
         options = self.options
-        coordination = getattr(self.transport, "coordination", None)  # a virtual clock's state server, in-process
-        if coordination is not None:
-            self.arrivals = coordination.arrivals(self.rank, self.num_workers, ARRIVALS_POLICY)
-        else:
-            self.arrivals = Arrivals((options.state_server_ip, options.state_server_port), self.rank,
-                                     self.num_workers, options.sync_timeout, watchdog.give_up)
+        self.arrivals = self.transport.coordination.arrivals(self.rank, self.num_workers, ARRIVALS_POLICY)
         if self.rank == 0:
             self.arrivals.set_up_job()
         self.broadcast_initial_weights()  # ends in a barrier: /init/ precedes every worker's first request
