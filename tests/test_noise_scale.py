@@ -82,6 +82,11 @@ def test_the_docs_table_sets_the_predicted_ratio_for_a_maps_fast_devices_beside_
     # two fast devices of 64 at B_simple 64: (1 + 1) / (1 + 0.5); measured 110 / 55
     assert "| 1,1,4 (2) | 0.8 | 64 (10) | 1.33 | 2.00 (110 / 55) | 1.50 |" in table
     assert table.count("\n| 1,1,4") == 1  # the cell on costly links is left out
+    write_json(str(tmp_path / noise_scale.FILE_NAME), {"batch_size": 64, "devices": 4, "command": "c", "points": [
+        {"step": 10, "accuracy": 0.85, "b_simple": 64.0}], "ratios": {"0.85": {}}})
+    alone = noise_scale.block(str(tmp_path))  # a network no map ran: the prediction for the maps' fast devices
+    # 4 fast devices: (1 + 1) / (1 + 0.25); 12: 2 / (1 + 1 / 12); 48: 2 / (1 + 1 / 48)
+    assert [line.split(" | ")[3] for line in alone.splitlines() if line.startswith("| any")] == ["1.60", "1.85", "1.96"]
 
 
 def test_the_verdict_table_shows_the_ceiling_the_noise_scale_sets_for_the_cells_fast_devices(tmp_path):

@@ -204,17 +204,20 @@ def run(argv):
 # Against the map: the ratio predicted beside the one measured (docs/scaling.md, launch.py docs)
 
 FAST = "1"  # a fast device's factor in a map's profile
+MAPS_FAST_DEVICES = (4, 12, 48)  # the fast devices of the maps' clusters of 6, 16 and 64
 
 
 def block(folder, *maps):
     """The noise scale `folder` measured at each target, the ratio it predicts for SSGD on the fast devices of each
-    map's cell on free links against one device, and the ratio of their median steps the map measured."""
+    map's cell on free links against one device, and the ratio of their median steps the map measured; without maps,
+    the prediction for the maps' fast devices (MAPS_FAST_DEVICES)."""
     from analysis import regime_map
     from analysis.tables import markdown_table
     from training.files import read_json
 
     measured = read_json(os.path.join(folder, FILE_NAME))
-    rows = []
+    rows = [row(measured, fast, target, {}, "any") for fast in MAPS_FAST_DEVICES
+            for target in map(float, measured["ratios"])] if not maps else []  # no map of this network: the prediction
     for path in maps:
         result = read_json(os.path.join(path, regime_map.RESULTS_FILE))
         for cell in result["cells"]:
