@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class SteppingClock:
     """A clock that moves `step` seconds at every reading, whatever the machine does."""
-    virtual = False
+    charges_steps, bounds_waits = False, True
 
     @staticmethod
     def charge_step(samples):

@@ -81,8 +81,7 @@ def train(args, scheme_cls, data, resume=checkpoints.ResumePoint(), quota=None, 
     holds the worker's computing phases under its CPU quota; `clock` is what the loop reads its time from; a job on a
     virtual clock hands each worker its `transport` (training/transport/virtual.py)."""
     ctxs = contexts(args.gpu, args.cpu)
-    # On a virtual clock a worker waits in real time for the others' steps: no real-time bound applies.
-    watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore and not clock.virtual else None)
+    watchdog = Watchdog(args.sync_timeout if scheme_cls.kvstore and clock.bounds_waits else None)
     fault_injection.point("worker", "start")
     if transport is None:
         with watchdog.guard("joining the cluster (is every scheduler, server and worker started?)"):
@@ -190,7 +189,8 @@ class Rounds:
         """Train round after round; the last test accuracy (None where this worker never evaluated)."""
         # Under --device-share the CPU quota makes the device slow, on a virtual clock its charge; otherwise each step
         # is padded with sleep.
-        self.slowdown = EmulatedSlowdown(1.0 if self.args.device_share or self.clock.virtual else self.args.slowdown)
+        self.slowdown = EmulatedSlowdown(1.0 if self.args.device_share or self.clock.charges_steps else
+                                         self.args.slowdown)
         self.started = self.clock.now() - self.resume.elapsed  # a resumed job's clock continues from its checkpoint
         self.samples = 0
         self.accuracy = None

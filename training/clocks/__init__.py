@@ -11,7 +11,8 @@ import time
 
 class RealClock:
     """The machine's monotonic clock: seconds since an arbitrary start."""
-    virtual = False
+    charges_steps = False  # a slow device's step is slowed in real time (the loop's emulation), not charged
+    bounds_waits = True    # a wait on the cluster outlasting --sync-timeout ends the worker (the watchdog)
 
     @staticmethod
     def now():

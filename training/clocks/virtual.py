@@ -28,7 +28,8 @@ class Device:
 
 class VirtualClock:
     """Worker `rank`'s clock: its time is the scheduler's for it; charge_step() moves it on by its device's step."""
-    virtual = True
+    charges_steps = True  # each step charged its device's seconds x its slowdown
+    bounds_waits = False  # a worker waits in real time for the others' steps: no real-time bound applies
 
     def __init__(self, scheduler, rank, device, seed):
         self.scheduler, self.rank, self.device = scheduler, rank, device
