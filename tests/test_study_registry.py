@@ -64,6 +64,8 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
     kept = repo / registry.RESULTS / "tiny"
     assert all((kept / name).is_file() for name in registry.KEPT)
     assert json.loads((kept / "regimes.json").read_text())["schemes"] == ["local", "sync"]
+    readme = (kept / "README.md").read_text()  # the blocks launch.py docs fills
+    assert "<!-- generated: verdict tiny -->" in readme and "<!-- generated: repeats tiny -->" in readme
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "results")
     assert registry.listing(str(repo))[0].startswith("tiny: run, declared before its results; 2 runs")
@@ -95,6 +97,8 @@ def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_l
     assert "sync@ring: 0 trials before, 1 more" in outputs[0] and "sync@ring: 1 trials before, 0 more" in outputs[1]
     (cell,) = json.loads((repo / registry.RESULTS / "search" / "tuned.json").read_text())["cells"].values()
     assert cell["schemes"]["sync@ring"]["trials"] == 1 and (repo / registry.RESULTS / "search" / "tuned.md").is_file()
+    assert "<!-- generated: search search -->" in (repo / registry.RESULTS / "search" / "README.md").read_text()
+    assert "done: `python launch.py docs` writes its README" in outputs[1]
 
 
 def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):

@@ -10,7 +10,9 @@ committed as it stands (the commit order then shows it came before the results) 
 another command: an arm, a seed or a target added to a study that has results is a new study (results/<name>-v2/),
 the earlier one kept. After each map its plan, results, table and wall time are copied from its log folder into the
 study's folder (into <name>/<log folder's name>/ where the study runs several maps); after a search (`launch.py tune
-... --until N`), its tuned.json and tuned.md: the same search again runs only the trials its studies lack.
+... --until N`), its tuned.json and tuned.md: the same search again runs only the trials its studies lack. The
+study's README.md gets a generated block for each result; `launch.py docs` fills them, and the README's verdict
+table (every study that holds a map) follows.
 """
 import argparse
 import os
@@ -22,7 +24,7 @@ import sys
 from analysis import regime_map, timing
 from training.checks import UsageError
 from training.faults.failures import EXIT_USAGE
-from training.files import read_json
+from training.files import read_json, write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # launch.py's; and the studies'
 
@@ -136,6 +138,24 @@ def keep(name, argv, maps, root=ROOT):
             shutil.copyfile(os.path.join(source, file_name), os.path.join(target, file_name))
     print(f"[study {name}] kept {', '.join(kept)} of {map_folder(argv)} in {os.path.relpath(target, root)}",
           flush=True)
+    mark_readme(target, os.path.relpath(target, os.path.join(root, RESULTS)))
+
+
+README_BLOCKS = {"regimes.json": ("verdict", "repeats"), "tuned.json": ("search",)}  # what a study's README shows
+
+
+def mark_readme(folder, study):
+    """The study's README.md with a generated block (analysis/doc_tables.py) for each result it holds: `launch.py docs`
+    fills them."""
+    path = os.path.join(folder, "README.md")
+    text = open(path, encoding="utf-8").read() if os.path.exists(path) else (
+        f"# {study}\n\nGenerated from the results here by `python launch.py docs`.\n")
+    wanted = [kind for file_name, kinds in README_BLOCKS.items() if os.path.isfile(os.path.join(folder, file_name))
+              for kind in kinds]
+    missing = [kind for kind in wanted if f"<!-- generated: {kind} {study} -->" not in text]
+    if missing:
+        write_text(path, text.rstrip("\n") + "\n" + "".join(
+            f"\n<!-- generated: {kind} {study} -->\n<!-- end generated -->\n" for kind in missing))
 
 
 def run_study(name, resume, root=ROOT):
@@ -162,6 +182,7 @@ def run_study(name, resume, root=ROOT):
             keep(name, argv, len(maps), root)
         if code != 0:
             return code
+    print(f"[study {name}] done: `python launch.py docs` writes its README and the docs from its results", flush=True)
     return 0
 
 
