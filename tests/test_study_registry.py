@@ -87,6 +87,7 @@ def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_l
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "declare search")
 
+    assert registry.listing(str(repo)) == ["search: declared, not run; 1 runs, 0.0 h of training budgets"]
     outputs = []
     for _ in range(2):
         ran = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "study", "search", "--root", str(repo)],

@@ -193,9 +193,16 @@ def map_options(argv):
     return regime_map.build_parser().parse_known_args(argv[1:])[0]
 
 
-def size_of(maps):
-    """(runs, seconds of training budgets in all) of a study's maps."""
+def size_of(maps, searches=()):
+    """(runs, seconds of training budgets in all) of a study's maps and searches (a search at its most: every trial
+    on every seed, none pruned)."""
     runs = seconds = 0
+    for argv in searches:
+        from launcher.studies import tune
+
+        ns = tune.build_parser().parse_known_args(argv[1:])[0]
+        count = len(ns.schemes.split(",")) * (ns.until or ns.trials) * ns.trial_seeds
+        runs, seconds = runs + count, seconds + count * ns.max_time
     for argv in maps:
         ns = map_options(argv)
         count = len(ns.links.split(",")) * len(ns.profiles.split("/")) * len(ns.splits.split(",")) * len(
@@ -240,10 +247,12 @@ def listing(root=ROOT):
         order = {True: ", declared before its results", False: ", declared after its results", None: ""}
         declaration = read_json(declaration_path(name, root))
         maps = [argv for argv in commands_of(declaration) if argv[:1] == ["regimes"]]
-        runs, seconds = size_of(maps)
+        searches = [argv for argv in commands_of(declaration) if argv[:1] == ["tune"]]
+        runs, seconds = size_of(maps, searches)
         schemes = len(regime_map_schemes()) - len(missing_rivals(declaration, maps))
-        size = (f"; {runs} runs, {seconds / 3600:.1f} h of training budgets, {schemes} of the project's "
-                f"{len(regime_map_schemes())} schemes run or left out with a reason") if maps else ""
+        size = (f"; {runs} runs, {seconds / 3600:.1f} h of training budgets" if maps or searches else "") + (
+            f", {schemes} of the project's {len(regime_map_schemes())} schemes run or left out with a reason"
+            if maps else "")
         lines.append(f"{name}: {'run' + order[declared_first(name, root)] if ran else 'declared, not run'}{size}")
     return lines
 
