@@ -190,7 +190,7 @@ def virtual_jobs(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load (the slow tests' group)
 def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machine_runs(virtual_jobs):
     every_mode, beside_busy_loops = (logged(logs) for logs in virtual_jobs)
     alone = {name: content for name, content in every_mode.items() if name.split(os.sep)[1] in ("esync", "async")}
@@ -200,7 +200,7 @@ def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machi
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load (the slow tests' group)
 def test_every_mode_but_those_refused_runs_two_virtual_seconds_on_three_devices_and_summary_reads_it(virtual_jobs):
     assert set(modes.MODES) - set(RUNS_VIRTUALLY) == {"backup", "hogwild"}
     for mode in RUNS_VIRTUALLY:
@@ -210,7 +210,7 @@ def test_every_mode_but_those_refused_runs_two_virtual_seconds_on_three_devices_
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load (the slow tests' group)
 def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
     sync = summary.summarize_mode(os.path.join(virtual_jobs[0], "lenet"), "sync")
 
@@ -225,7 +225,7 @@ def test_its_times_are_the_charges_and_its_summary_says_the_clock(virtual_jobs):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load (the slow tests' group)
 def test_asgd_logs_its_staleness_and_the_slow_device_sees_the_most(virtual_jobs):
     run = summary.summarize_mode(os.path.join(virtual_jobs[0], "lenet"), "async")
     by_device = {name: statistics.median(stats["staleness_list"])
@@ -237,7 +237,7 @@ def test_asgd_logs_its_staleness_and_the_slow_device_sees_the_most(virtual_jobs)
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load (the slow tests' group)
 def test_esync_asks_its_rules_in_process_and_its_fast_workers_step_while_the_slow_one_computes(virtual_jobs):
     rounds = {folder: runlog.DeviceLog(folder).ordered()
               for folder in glob.glob(os.path.join(virtual_jobs[0], "lenet", "esync", "*", "cpu-worker*"))}
@@ -250,7 +250,7 @@ def test_esync_asks_its_rules_in_process_and_its_fast_workers_step_while_the_slo
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load (the slow tests' group)
 def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tmp_path):
     import shutil
 
@@ -268,7 +268,7 @@ def test_a_summary_refuses_to_mix_a_virtual_run_with_a_real_one(virtual_jobs, tm
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load (the slow tests' group)
 def test_a_virtual_runs_progress_is_told_in_virtual_seconds(virtual_jobs):
     from launcher.supervision import Progress
 
