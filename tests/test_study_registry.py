@@ -100,6 +100,11 @@ def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_l
     assert cell["schemes"]["sync@ring"]["trials"] == 1 and (repo / registry.RESULTS / "search" / "tuned.md").is_file()
     assert "<!-- generated: search search -->" in (repo / registry.RESULTS / "search" / "README.md").read_text()
     assert "done: `python launch.py docs` writes its README" in outputs[1]
+    (repo / registry.RESULTS / "search" / registry.DECLARATION).write_text(json.dumps({"command": SEARCH.replace(
+        "--until 1", "--until 2")}))  # a trial more, declared after the results
+    git(repo, "commit", "-qam", "more trials")
+    with pytest.raises(UsageError, match="holds results of .* declare the changed study anew"):
+        registry.run_study("search", resume=False, root=str(repo))
 
 
 def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 
-from analysis import regime_map, timing
+from analysis import regime_map, timing, tuned
 from training.checks import UsageError
 from training.faults.failures import EXIT_USAGE
 from training.files import read_json, write_text
@@ -106,11 +106,16 @@ def check_committed(name, root=ROOT):
                          "that the history shows it came first")
 
 
-def check_same_study(name, maps, root=ROOT):
-    """UsageError where a map's kept results came from another command than the one declared."""
-    for argv in maps:
-        ran = timing.read(kept_in(name, argv, len(maps), root)).get("command")
+def check_same_study(name, maps, root=ROOT, searches=()):
+    """UsageError where a map's or a search's kept results came from another command than the one declared."""
+    kept_search = tuned.read(os.path.join(root, RESULTS, name, SEARCH_KEPT[0]))
+    for argv in [*maps, *searches]:
         wanted = f"python launch.py {shlex.join(argv)}"
+        if argv[0] == "regimes":
+            ran = timing.read(kept_in(name, argv, len(maps), root)).get("command")
+        else:
+            commands = [command for cell in kept_search.values() for command in cell.get("commands", [])]
+            ran = next((c for c in commands if as_declared(c) != as_declared(wanted)), None)
         if ran and as_declared(ran) != as_declared(wanted):
             raise UsageError(f"results/{name} holds results of `{ran}`, not of the declared `{wanted}`: declare the "
                              f"changed study anew (results/{name}-v2/{DECLARATION}); the earlier one stays")
@@ -169,7 +174,7 @@ def run_study(name, resume, root=ROOT):
         map_folder(argv)
     check_rivals(name, declaration, maps)
     check_committed(name, root)
-    check_same_study(name, maps, root)
+    check_same_study(name, maps, root, [argv for argv in commands if argv[0] == "tune"])
     for argv in commands:
         if kept_files(argv):
             map_folder(argv)  # named before anything runs
