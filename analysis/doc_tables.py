@@ -11,7 +11,7 @@ A block of FIGURES' kinds may name a figure (relative to its document), drawn ag
 results are in results/<study>/. KIND is one of KINDS: `search`, `verdict` (per cell and target, the leader, the
 schemes tied with it, one fast device, whether the cluster pays), `brief`, `answers` (a column a link), `repeats`,
 `beside-paper` (ESync beside the paper's figures), `validation` (real time and the virtual clock) or `table1`.
-`launch.py docs` rewrites every block of README.md, docs/ and results/*/README.md; `--check` changes nothing and
+`launch.py docs` rewrites every block of README.md, docs/ and results/ (README.md files); `--check` changes nothing and
 exits 1 naming each block that differs.
 """
 import argparse
@@ -112,7 +112,7 @@ def answers_of(folders):
         for target, cell in paired.judged_cells(folder, result, cells_at_targets(result)):
             devices = f"{len(cell['profile'].split(','))} devices {regime_map.compact(cell['profile'])}"
             cluster = (f"{result['network']}, {result['dataset']}", devices, f"{SPLIT_NAMES[cell['split']]}, {clock}")
-            ceiling = later("launcher.studies.noise_scale", "ceiling")(folder, result, cell, target)  # SSGD's most, or None
+            ceiling = later("launcher.studies.noise_scale", "ceiling")(folder, result, cell, target)  # or None
             answers.setdefault((cluster, f"{target:g}"), {})[cell["link"]] = {**cell, "ceiling": ceiling,
                                                                                "virtual": clock != "real time"}
             links.add(cell["link"])
@@ -348,9 +348,10 @@ FIGURES = {"answers": (answers_figure, "one fast device's mean capped time over 
 
 
 def documents(root=ROOT):
-    """README.md, docs/ and each study's README.md (its repeats)."""
+    """README.md, docs/, results/README.md (every cell in short) and each study's README.md."""
     docs = sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True))
-    return [os.path.join(root, "README.md")] + docs + sorted(glob.glob(os.path.join(root, RESULTS, "*", "README.md")))
+    studies = sorted(glob.glob(os.path.join(root, RESULTS, "*", "README.md")))
+    return [os.path.join(root, "README.md"), *docs, *glob.glob(os.path.join(root, RESULTS, "README.md")), *studies]
 
 
 def regenerate(text, root=ROOT, at=None, draw=False):
