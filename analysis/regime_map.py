@@ -433,7 +433,8 @@ def format_report(result):
 
 
 def write(result, out_dir):
-    """regimes.json and regimes.md; returns the table's text and the paths (the heatmaps: analysis/regime_figures.py)."""
+    """regimes.json and regimes.md; returns the table's text and the paths (the heatmaps:
+    analysis/regime_figures.py)."""
     text = format_report(result)
     paths = [os.path.join(out_dir, RESULTS_FILE), os.path.join(out_dir, TABLE_FILE)]
     write_json(paths[0], result, indent=1)
