@@ -258,7 +258,10 @@ def listing(root=ROOT):
         size = (f"; {runs} runs, {seconds / 3600:.1f} h of training budgets" if maps or searches else "") + (
             f", {schemes} of the project's {len(regime_map_schemes())} schemes run or left out with a reason"
             if maps else "")
-        lines.append(f"{name}: {'run' + order[declared_first(name, root)] if ran else 'declared, not run'}{size}")
+        searched = os.path.isfile(os.path.join(top, name, SEARCH_KEPT[0]))
+        state = ("run" + order[declared_first(name, root)] if ran else
+                 "declared, in progress (its search kept so far)" if searched else "declared, not run")
+        lines.append(f"{name}: {state}{size}")
     return lines
 
 
