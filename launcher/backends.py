@@ -15,6 +15,12 @@ from training import runlog
 from training.checks import UsageError
 
 
+def charged(ns):
+    """(flag, value) of each charge only a virtual clock takes."""
+    return (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead), ("--latency", ns.latency),
+            ("--round-trip", ns.round_trip), ("--server-apply", ns.server_apply))
+
+
 class Backend:
     charges_time = False       # a run's steps, transfers and requests charged on a virtual clock
     link_rates_apply = False   # links whose rate the options set (--comm-ratio, --bandwidth): shaped or charged
@@ -25,10 +31,7 @@ class Backend:
 
     def check(self, ns):
         """UsageError (one line) for an option this way of running does not take."""
-        charged = [flag for flag, value in (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead),
-                                            ("--latency", ns.latency), ("--round-trip", ns.round_trip),
-                                            ("--server-apply", ns.server_apply)) if value]
-        if charged:
+        if any(value for _, value in charged(ns)):
             raise UsageError("--step-jitter, --step-overhead, --latency, --round-trip and --server-apply are charged "
                              "on a virtual clock: give --clock virtual")
         if getattr(ns, "link_probe", None) and ns.comm_ratio is None:
@@ -37,23 +40,23 @@ class Backend:
 
 
 class Processes(Backend):
-    name = "processes on this machine"
+    """Processes on this machine, on loopback."""
 
 
 class Namespaces(Backend):
-    name = "hosts in network namespaces"
+    """Hosts in network namespaces, their links shaped."""
     link_rates_apply = True
 
 
 class TrackerHosts(Backend):
-    name = "the hosts of dmlc_tracker"
+    """The hosts of a dmlc_tracker launcher."""
 
     def __init__(self, tracker):
         self.evaluator_here = tracker == "local"
 
 
 class VirtualClock(Backend):
-    name = "the virtual clock"
+    """The whole job in one process, its time charged."""
     charges_time = link_rates_apply = state_server_in_job = evaluates_in_loop = parallel_runs = True
     evaluator_here = False
 
@@ -61,9 +64,7 @@ class VirtualClock(Backend):
         if ns.step_seconds is None or not 0 < ns.step_seconds < float("inf"):
             raise UsageError("--clock virtual: give the devices' step time, --step-seconds S (a step of one batch on a "
                              "device of --slowdown 1, in seconds)")
-        for flag, value in (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead),
-                            ("--latency", ns.latency), ("--round-trip", ns.round_trip),
-                            ("--server-apply", ns.server_apply)):
+        for flag, value in charged(ns):
             if not 0 <= value < float("inf"):
                 raise UsageError(f"{flag} {value:g}: give 0 or more")
         for flag, given in (("--hosts netns", ns.hosts == "netns"), ("--tracker", ns.tracker),
