@@ -115,6 +115,7 @@ def run_here(argv, folder):
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # where the groups' lengths balance
 def test_the_seeds_cluster_lines_train_and_its_summary_and_drawer_lines_read_the_logs(tmp_path, processes):
     folder = seed_folder(tmp_path)
     state_port = start_state_server(processes)

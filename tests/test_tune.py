@@ -169,6 +169,7 @@ def test_a_study_writes_the_chosen_values_and_its_trial_runs_each_seed_on_held_o
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a trial complete or pruned, its checks hold either way: no timing
 def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
     logs = str(tmp_path / "logs")
     args = tune_args(train_only, logs)
