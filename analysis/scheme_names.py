@@ -1,12 +1,14 @@
 """What a scheme's name in a map says: its mode of the catalog, or esync-<variant> (training/esync_variants.py), or
-fast-only (SSGD on the fastest devices alone), or local (one fast device); and where its sums go: over the one
-parameter server, over as many as workers (@sharded), or over an MPI collective (@ring, @butterfly, @binary-blocks).
+fast-only (SSGD on the fastest devices alone), or local (one fast device); whether it trains on the fastest devices
+alone (fast:diloco); and where its sums go: over the one parameter server, over as many as workers (@sharded), or over
+an MPI collective (@ring, @butterfly, @binary-blocks).
 """
 from analysis import paper
 from training import esync_variants, modes
 
 FAST_ONLY = paper.FAST_ONLY  # SSGD on the profile's fastest devices alone: the stragglers dropped
 STANDALONE = modes.STANDALONE  # one fast device, no cluster
+FAST = "fast:"  # fast:diloco@ring: the scheme on the profile's fastest devices alone (fast-only is fast:sync)
 
 
 OVER = "@"  # esync-apply@ring: a synchronous scheme summing over an MPI collective, not the parameter server
@@ -26,9 +28,15 @@ def mode_of(scheme):
     scheme = collective_of(scheme)[0]
     if scheme == FAST_ONLY:
         return "sync", None
+    scheme = scheme.removeprefix(FAST)
     if scheme.startswith(esync_variants.PREFIX) and scheme not in modes.MODES:
         return "esync", scheme[len(esync_variants.PREFIX):]
     return scheme, None
+
+
+def on_fast_devices(scheme):
+    """Whether the scheme trains on the profile's fastest devices alone (fast-only, fast:<scheme>)."""
+    return scheme == FAST_ONLY or scheme.startswith(FAST)
 
 
 def fastest_positions(profile):
@@ -46,6 +54,8 @@ def fastest_profile(profile):
 def display(scheme):
     if scheme == FAST_ONLY:
         return "SSGD on the fast devices alone"
+    if scheme.startswith(FAST):
+        return display(scheme[len(FAST):]) + " on the fast devices alone"
     mode, variant = mode_of(scheme)
     collective = collective_of(scheme)[1]
     name = modes.MODES[mode].display

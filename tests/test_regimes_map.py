@@ -51,11 +51,14 @@ def test_fast_only_trains_on_the_fast_devices_at_its_values_tuned_in_the_whole_p
     path = str(tmp_path / "tuned.json")
     tuned.write(path, "lenet/fashion-mnist/1,1,4/loopback/iid",
                 {"schemes": {"sync": {"flags": {"--learning-rate": 0.004}},
-                             "fast-only": {"flags": {"--learning-rate": 0.008}}}})
+                             "fast-only": {"flags": {"--learning-rate": 0.008}},
+                             "fast:diloco@ring": {"flags": {"--sync-interval": 40}}}})
     ns, _, runs = parse_regimes("--links", "loopback", "--profiles", "1,1,4", "--splits", "iid", "--schemes",
-                                "sync,fast-only", "--repeats", "1", "--tuned", path, "--", "-b", "32")
+                                "sync,fast-only,fast:diloco@ring", "--repeats", "1", "--tuned", path, "--", "-b", "32")
 
-    (_, sync_folder, sync), (_, folder, fast) = runs
+    (_, sync_folder, sync), (_, folder, fast), (_, _, diloco) = runs
+    assert (diloco.modes, diloco.slowdowns, diloco.collective) == (("diloco",), ("1", "1"), "ring")
+    assert diloco.worker_args[0] == "--sync-interval=40" and diloco.tuned_flags == {}
     assert (fast.modes, fast.slowdowns) == (("sync",), ("1", "1")) and sync.slowdowns == ("1", "1", "4")
     assert folder == os.path.join(ns.log_dir, "loopback", "1-1-4", "iid", "repeat-1", "fast-only")
     assert fast.log_dir == folder  # where the map reads it back
@@ -89,6 +92,8 @@ def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers
     (["--schemes", "esync-apply@mesh"], "no collective 'mesh'"),
     (["--schemes", "async@ring"], "only a synchronous mode sums over a collective"),
     (["--schemes", "fast-only@ring"], "only a synchronous mode sums over a collective"),
+    (["--schemes", "fast:async@ring"], "only a synchronous mode sums over a collective"),
+    (["--schemes", "fast:local"], "not a cluster mode"),
     (["--repeats", "0"], "must be positive"),
     (["--target", "85"], "not an accuracy"),
     (["--higher-targets", "0.75"], "must be above --target 0.8"),
@@ -345,6 +350,8 @@ def test_each_cell_says_whether_the_cluster_pays_against_one_device_alone(alone,
 def test_fast_only_is_sync_on_the_profiles_fastest_devices():
     assert scheme_names.mode_of("fast-only") == ("sync", None)
     assert scheme_names.fastest_profile("1,1,1,1,20,20") == "1,1,1,1"
+    assert scheme_names.mode_of("fast:esync-apply@ring") == ("esync", "apply")
+    assert scheme_names.display("fast:diloco@ring") == "DiLoCo over ring allreduce on the fast devices alone"
 
 
 def test_the_map_runs_one_device_alone_and_ssgd_on_the_fast_devices_beside_the_schemes(tmp_path):

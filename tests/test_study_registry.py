@@ -73,6 +73,11 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
     declare(repo, "tiny", schemes="local,sync,esync")  # an arm added after the results
     with pytest.raises(UsageError, match="holds results of .* declare the changed study anew"):
         registry.run_study("tiny", resume=False, root=str(repo))
+    (repo / registry.RESULTS / "tiny-v2").mkdir()
+    (repo / registry.RESULTS / "tiny-v2" / registry.DECLARATION).write_text(json.dumps(
+        {"supersedes": "tiny", "command": MAP.format(schemes="local,sync,esync")}))
+    assert registry.listing(str(repo))[0].endswith("; superseded by tiny-v2")
+    assert registry.listing(str(repo))[1].startswith("tiny-v2: declared, not run")
 
 
 SEARCH = ("python launch.py tune --clock virtual --step-seconds 0.01 --link 12 --profile 1,4 --schemes sync@ring "

@@ -101,8 +101,9 @@ def test_a_bad_cell_or_seed_count_is_one_line_before_anything_runs(argv, message
         tune.parse(["--dataset", "mnist-5k", *argv])
 
 
-def test_fast_only_is_sync_on_the_fastest_devices_alone():
+def test_fast_only_is_sync_on_the_fastest_devices_alone_and_fast_colon_any_scheme_there():
     assert tune.scheme_run("fast-only", "1,1,20,1")[::3] == ("sync", "1,1,1")
+    assert tune.scheme_run("fast:diloco@ring", "1,1,20,1") == ("diloco", {"collective": "ring"}, [], "1,1,1")
     assert tune.scheme_run("esync-apply", "1,4")[:2] == ("esync", {"esync_policy": "apply"})
 
 

@@ -19,7 +19,8 @@ def check(scheme):
         raise UsageError(f"--schemes {scheme}: not a cluster mode (known: {', '.join(modes.cluster_names())}), "
                          f"{scheme_names.STANDALONE}, {scheme_names.FAST_ONLY} "
                          f"or esync-<policy>[-overlap][-drift] ({', '.join(esync.POLICIES)}), "
-                         "each synchronous one optionally @<collective>, any @sharded")
+                         f"each synchronous one optionally @<collective>, any @sharded, any on the fast devices "
+                         f"alone as {scheme_names.FAST}<scheme>")
     check_collective(scheme, mode)
     parts(scheme)
 
@@ -62,17 +63,16 @@ def fast_only_flags(ns, plan, link, profile, split):
 def in_cell(scheme, tuned_file, cell, profile, link_slowdown=None):
     """(mode, the launcher's options, the workers' flags, the devices it trains on) of `scheme` in the cell of
     `profile` (tuned.json's key `cell`): fast-only on the profile's fastest devices and their links at the values
-    tuned for it in this cell; @sharded with a parameter server per device."""
+    tuned for it in this cell (so is fast:<scheme>); @sharded with a parameter server per device."""
     mode, own_options, own_flags = parts(scheme)
     devices = profile
-    if scheme == scheme_names.FAST_ONLY:  # its own cell is the fast devices': tuned in this one
+    if scheme_names.on_fast_devices(scheme):  # its own cell is the fast devices': tuned in this one
         devices = scheme_names.fastest_profile(profile)
         own_options = {**own_options, "tuned": None}
         if link_slowdown:
             factors = workers.parse_slowdowns(link_slowdown, len(profile.split(",")), "--link-slowdown")
             own_options["link_slowdown"] = ",".join(factors[i] for i in scheme_names.fastest_positions(profile))
-        own_flags = own_flags + list(tuned.scheme_flags(tuned_file, cell, scheme_names.FAST_ONLY) if tuned_file
-                                     else ())
+        own_flags = own_flags + list(tuned.scheme_flags(tuned_file, cell, scheme) if tuned_file else ())
     if scheme_names.collective_of(scheme)[1] == scheme_names.SHARDED:
         own_options = {**own_options, "num_servers": len(devices.split(","))}
     return mode, own_options, own_flags, devices

@@ -244,6 +244,7 @@ def listing(root=ROOT):
     ran; a folder of results with no declaration is exploratory."""
     lines = []
     top = os.path.join(root, RESULTS)
+    later = superseded(root)
     for name in sorted(entry for entry in os.listdir(top) if os.path.isdir(os.path.join(top, entry))):
         ran = bool(results_files(os.path.join(top, name)))
         if not os.path.isfile(declaration_path(name, root)):
@@ -261,8 +262,14 @@ def listing(root=ROOT):
         searched = os.path.isfile(os.path.join(top, name, SEARCH_KEPT[0]))
         state = ("run" + order[declared_first(name, root)] if ran else
                  "declared, in progress (its search kept so far)" if searched else "declared, not run")
-        lines.append(f"{name}: {state}{size}")
+        lines.append(f"{name}: {state}{size}" + (f"; superseded by {later[name]}" if name in later else ""))
     return lines
+
+
+def superseded(root=ROOT):
+    """{study: the study declared as its next version ({"supersedes": study})}."""
+    found = {name: read_json(declaration_path(name, root)).get("supersedes") for name in studies(root)}
+    return {earlier: name for name, earlier in found.items() if earlier}
 
 
 def results_files(folder):

@@ -58,7 +58,8 @@ RATE_FLAGS = ("learning_rate", "local_lr")  # the step's rate, whose largest val
 def build_parser():
     p = config.OneLineErrorParser(prog="launch.py tune", description=__doc__.splitlines()[0])
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
-                   help=f"cluster modes, esync-<policy>, local and {FAST_ONLY} (default {DEFAULT_SCHEMES})")
+                   help=f"cluster modes, esync-<policy>, local, {FAST_ONLY} and {scheme_names.FAST}<scheme> "
+                        f"(default {DEFAULT_SCHEMES})")
     p.add_argument("-n", "--network", default="lenet")
     p.add_argument("--dataset", default="fashion-mnist", choices=config.DATASETS)
     p.add_argument("-dd", "--data-dir", help="folder holding the dataset (default: the first that holds it)")
@@ -133,9 +134,8 @@ def check_cell(ns):
 
 def scheme_run(scheme, profile):
     """(mode, the launcher's options, the workers' flags, the profile) of one scheme of the search."""
-    if scheme == FAST_ONLY:
-        return "sync", {}, [], scheme_names.fastest_profile(profile)
-    return (*map_schemes.parts(scheme), profile)
+    devices = scheme_names.fastest_profile(profile) if scheme_names.on_fast_devices(scheme) else profile
+    return (*map_schemes.parts(scheme), devices)
 
 
 def run_of(ns, scheme, number, seed, values):
@@ -163,7 +163,7 @@ def first_run(ns, scheme):
     collective = scheme_names.collective_of(scheme)[1]
     if collective == scheme_names.SHARDED:  # the map runs it at its scheme's values
         raise UsageError(f"--schemes {scheme}: @sharded runs at its scheme's values: tune the scheme")
-    if scheme != FAST_ONLY and scheme_names.mode_of(scheme)[0] not in modes.MODES:
+    if scheme_names.mode_of(scheme)[0] not in modes.MODES:
         raise UsageError(f"--schemes: unknown scheme {scheme}")
     if collective:  # searched over its collective: the map runs it at these values (analysis/tuned.py, flags_for)
         map_schemes.check_collective(scheme, scheme_names.mode_of(scheme)[0])
