@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = re.compile(r"(?P<start><!-- generated: (?P<kind>[\w-]+) (?P<folder>\S+)(?: (?P<figure>\S+\.png))? -->\n)"
                    r"(?P<body>.*?)(?P<end><!-- end generated -->)", re.DOTALL)
 SPLIT_NAMES = regime_map.SPLIT_NAMES
-RESULTS, MAP = "results", "map"  # where the studies are; the name of every study that holds a map
+RESULTS, MAP, EVERY = "results", "map", "all"  # where the studies are; every study that holds a map; every one
 
 
 class DocsError(Exception):
@@ -337,8 +337,9 @@ KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block,
          "repeats": repeats_block, "validation": validation_table.block,
          "beside-paper": paper_tables.beside_paper_block, "table1": table1_block,
          "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model),
-         "noise-scale": later("launcher.studies.noise_scale", "block")}
-MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale")  # blocks of many folders
+         "noise-scale": later("launcher.studies.noise_scale", "block"),
+         "studies": later("launcher.studies.registry", "studies_block")}
+MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale", "studies")  # blocks of many folders
 FIGURES = {"answers": (answers_figure, "one fast device's mean capped time over the best cluster scheme's, paired by "
                                        "seed, with its 95 % interval, per cluster, link and target")}  # with a figure
 
@@ -378,12 +379,15 @@ def regenerate(text, root=ROOT, at=None, draw=False):
 
 
 def study_folders(names, root, kind):
-    """The folders of the studies `names` name: results/<name>, or MAP for every study that holds a map."""
+    """The folders of the studies `names` name: results/<name>, MAP for every study that holds a map, EVERY for every
+    folder of results/."""
     results = os.path.join(root, RESULTS)
-    for name in (name for name in names if name != MAP and not os.path.isdir(os.path.join(results, name))):
+    unknown = [name for name in names if name not in (MAP, EVERY) and not os.path.isdir(os.path.join(results, name))]
+    for name in unknown:
         raise DocsError(f"a {kind} block names {name}, which is not a study of {RESULTS}/")
-    return [path for name in names
-            for path in (regime_map.map_studies(results) if name == MAP else [os.path.join(results, name)])]
+    every = sorted(entry.path for entry in os.scandir(results) if entry.is_dir())
+    return [path for name in names for path in (regime_map.map_studies(results) if name == MAP else every
+                                                if name == EVERY else [os.path.join(results, name)])]
 
 
 def figures_missing(text, at):

@@ -78,6 +78,9 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
         {"supersedes": "tiny", "command": MAP.format(schemes="local,sync,esync")}))
     assert registry.listing(str(repo))[0].endswith("; superseded by tiny-v2")
     assert registry.listing(str(repo))[1].startswith("tiny-v2: declared, not run")
+    table = registry.studies_block(*(str(repo / registry.RESULTS / name) for name in ("tiny", "tiny-v2")))
+    assert "| [tiny](tiny/) | run, declared before its results | 3 | 0.0 | tiny-v2 |" in table
+    assert "| [tiny-v2](tiny-v2/) | declared, not run | 3 | 0.0 | – |" in table
 
 
 SEARCH = ("python launch.py tune --clock virtual --step-seconds 0.01 --link 12 --profile 1,4 --schemes sync@ring "

@@ -243,27 +243,47 @@ def listing(root=ROOT):
     """One line a folder of results/: whether a study was declared there, before its results or after, and whether it
     ran; a folder of results with no declaration is exploratory."""
     lines = []
+    for name, state, size, later in states(root):
+        size = (f"; {size[0]} runs, {size[1]:.1f} h of training budgets" if size[0] else "") + (
+            f", {size[2]} of the project's {len(regime_map_schemes())} schemes run or left out with a reason"
+            if size[2] is not None else "")
+        lines.append(f"{name}: {state}{size}" + (f"; superseded by {later}" if later else ""))
+    return lines
+
+
+def states(root=ROOT, names=None):
+    """[(study, its state, (runs, hours of training budgets, rivals covered or None), the study superseding it or
+    None)] of each folder of results/ (of `names` where given)."""
     top = os.path.join(root, RESULTS)
     later = superseded(root)
-    for name in sorted(entry for entry in os.listdir(top) if os.path.isdir(os.path.join(top, entry))):
+    rows = []
+    for name in names or sorted(entry for entry in os.listdir(top) if os.path.isdir(os.path.join(top, entry))):
         ran = bool(results_files(os.path.join(top, name)))
         if not os.path.isfile(declaration_path(name, root)):
-            lines.append(f"{name}: {'run, never declared (exploratory)' if ran else 'no study'}")
+            rows.append((name, "run, never declared (exploratory)" if ran else "no study", (0, 0.0, None), None))
             continue
         order = {True: ", declared before its results", False: ", declared after its results", None: ""}
         declaration = read_json(declaration_path(name, root))
         maps = [argv for argv in commands_of(declaration) if argv[:1] == ["regimes"]]
         searches = [argv for argv in commands_of(declaration) if argv[:1] == ["tune"]]
         runs, seconds = size_of(maps, searches)
-        schemes = len(regime_map_schemes()) - len(missing_rivals(declaration, maps))
-        size = (f"; {runs} runs, {seconds / 3600:.1f} h of training budgets" if maps or searches else "") + (
-            f", {schemes} of the project's {len(regime_map_schemes())} schemes run or left out with a reason"
-            if maps else "")
+        rivals = len(regime_map_schemes()) - len(missing_rivals(declaration, maps)) if maps else None
         searched = os.path.isfile(os.path.join(top, name, SEARCH_KEPT[0]))
         state = ("run" + order[declared_first(name, root)] if ran else
                  "declared, in progress (its search kept so far)" if searched else "declared, not run")
-        lines.append(f"{name}: {state}{size}" + (f"; superseded by {later[name]}" if name in later else ""))
-    return lines
+        rows.append((name, state, (runs, seconds / 3600, rivals), later.get(name)))
+    return rows
+
+
+def studies_block(*folders):
+    """The studies of `folders` (results/<name>) as a table: state, size, the version that supersedes each (the
+    docs' kind `studies`)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(folders[0])))
+    lines = ["| study | state | runs | hours of training budgets | superseded by |", "|---|---|---|---|---|"]
+    for name, state, (runs, hours, _), later in states(root, [os.path.basename(f) for f in folders]):
+        link = f"[{name}]({name}/)" if os.path.isfile(declaration_path(name, root)) else name
+        lines.append(f"| {link} | {state} | {runs or '–'} | {f'{hours:.1f}' if runs else '–'} | {later or '–'} |")
+    return "\n".join(lines) + "\n"
 
 
 def superseded(root=ROOT):
