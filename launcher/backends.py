@@ -11,14 +11,52 @@ has.
 | several runs at once (`--jobs`) | no: each would time the others' load | no | no | yes |
 | `--max-time` | waited | waited | waited | charged |
 """
+from dataclasses import asdict, dataclass, fields
+
 from training import runlog
 from training.checks import UsageError
+from training.clocks import virtual
+
+
+@dataclass(frozen=True)
+class Charges:
+    """What a virtual clock charges (training/clocks/), under the launcher's option names: a step of one batch on a
+    device of slowdown 1, its log-normal spread and the seconds beside its computing; a transfer's latency; a request
+    to the state server's rules; a parameter server's adding of a pushed megabyte. Real time charges none of them."""
+    step_seconds: float | None = None
+    step_jitter: float = 0.0
+    step_overhead: float = 0.0
+    latency: float = 0.0
+    round_trip: float = 0.0
+    server_apply: float = 0.0
+
+    @classmethod
+    def names(cls):
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def of(cls, options):
+        """The charges of an experiment or of the launcher's parsed options (none in real time)."""
+        return cls(**{name: getattr(options, name) for name in cls.names()}) if of(options).charges_time else None
+
+    def options(self):
+        """{the launcher's option: its value}: the launcher's own options, for a run a command starts."""
+        return asdict(self)
+
+    def describe(self, comm_ratio):
+        return virtual.describe(self.step_seconds, self.step_jitter, comm_ratio, self.latency, self.round_trip,
+                                self.step_overhead, self.server_apply)
+
+    def job_file(self):
+        """The charges as training/clocks/job.py reads them from a virtual job's file."""
+        return {"step_seconds": self.step_seconds, "jitter": self.step_jitter, "overhead": self.step_overhead,
+                "latency": self.latency, "round_trip": self.round_trip, "server_apply": self.server_apply}
 
 
 def charged(ns):
-    """(flag, value) of each charge only a virtual clock takes."""
-    return (("--step-jitter", ns.step_jitter), ("--step-overhead", ns.step_overhead), ("--latency", ns.latency),
-            ("--round-trip", ns.round_trip), ("--server-apply", ns.server_apply))
+    """(flag, value) of each charge only a virtual clock takes (a fast step's time aside: a real-time run may measure
+    it from a file)."""
+    return tuple((f"--{name.replace('_', '-')}", getattr(ns, name)) for name in Charges.names()[1:])
 
 
 class Backend:

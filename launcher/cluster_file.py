@@ -51,7 +51,7 @@ FIELDS = {
 CHECKED_ONLY = {("devices", "count")}  # read to check the file against itself
 SECTIONS = sorted({section for section, _ in (*FIELDS, *CHECKED_ONLY)})
 # What a real run measures rather than charges.
-CHARGED_ONLY = ("step_seconds", "step_jitter", "step_overhead", "latency", "round_trip", "server_apply")
+CHARGED_ONLY = backends.Charges.names()
 
 
 def read(path):

@@ -17,7 +17,6 @@ from training import config, modes, runlog
 from training.transport import collectives
 from training.attacks import ATTACKS
 from training.checks import UsageError
-from training.clocks import virtual
 from training.schemes import esync
 
 # A mode's folder holds the workers' node folders and PROCESSES_FOLDER, with each process's output, PID_FILE and
@@ -83,12 +82,7 @@ class Experiment:
     checkpoint_every: int = CHECKPOINT_EVERY  # global iterations between a job's checkpoints (0: none)
     resuming: bool = False          # the job now started continues from the newest checkpoint
     clock: str = runlog.REAL_CLOCK  # virtual: the whole job in one process, its time charged (training/clocks/)
-    step_seconds: float | None = None  # --clock virtual: a step of one batch on a device of slowdown 1
-    step_jitter: float = 0.0        # --clock virtual: the log-normal spread of each step's charge
-    step_overhead: float = 0.0      # --clock virtual: seconds each step is charged beside its computing
-    latency: float = 0.0            # --clock virtual: seconds each transfer is charged beside its bytes
-    round_trip: float = 0.0         # --clock virtual: seconds each request to the state server's rules is charged
-    server_apply: float = 0.0       # --clock virtual: seconds a parameter server adds a pushed megabyte into its sum
+    charges: backends.Charges | None = None  # --clock virtual: what a step, a transfer, a request is charged
     ps_link: str | None = None      # --ps-bandwidth as given (a rate, or a multiple of the workers'); None: theirs
     link_slowdowns: tuple = ()      # --link-slowdown: each worker's link this many times slower; (): none slower
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
@@ -280,8 +274,7 @@ def add_aggregation_options(p):
 # every run they start.
 HANDED_ON = ("num_servers", "collective", "hosts", "bandwidth", "comm_ratio", "ps_bandwidth", "link_slowdown",
              "netns_prefix", "netns_subnet", "device_share", "sleeping_slowdown", "tuned", "max_restarts",
-             "checkpoint_every", "clock", "step_seconds", "step_jitter", "step_overhead", "latency", "round_trip",
-             "server_apply")
+             "checkpoint_every", "clock", *backends.Charges.names())
 
 
 def handed_on(ns):
@@ -326,9 +319,9 @@ def build(ns, worker_args=()):
     checks.check_snapshot_seconds(ns.snapshot_seconds)
     calibration.resolve_charges(ns, worker_args)
     checks.check_clock(ns, chosen, worker_args)
-    if backends.of(ns).charges_time:
-        share, devices_described = None, virtual.describe(ns.step_seconds, ns.step_jitter, ns.comm_ratio, ns.latency,
-                                                           ns.round_trip, ns.step_overhead, ns.server_apply)
+    charges = backends.Charges.of(ns)
+    if charges:
+        share, devices_described = None, charges.describe(ns.comm_ratio)
     else:
         share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
     if ns.validators < 1 or ns.validators > len(devices):
@@ -352,9 +345,7 @@ def build(ns, worker_args=()):
         netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
         netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
         checkpoint_every=ns.checkpoint_every, clock=ns.clock, link_probe=getattr(ns, "link_probe", None),
-        step_seconds=ns.step_seconds if backends.of(ns).charges_time else None,
-        step_jitter=ns.step_jitter, step_overhead=ns.step_overhead, latency=ns.latency, round_trip=ns.round_trip,
-        server_apply=ns.server_apply, ps_link=ns.ps_bandwidth, link_slowdowns=links.link_slowdowns(ns, len(devices)),
+        charges=charges, ps_link=ns.ps_bandwidth, link_slowdowns=links.link_slowdowns(ns, len(devices)),
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), links.link_of(ns), ns.non_iid), chosen, ns.esync_policy,
             ns.collective)

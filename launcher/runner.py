@@ -332,13 +332,10 @@ def start_virtual(experiment, mode, group, log_dir, state_server, hosts, label):
     argvs = (commands.workers_argv(experiment, mode, log_dir) if modes.MODES[mode].cluster
              else [commands.standalone_argv(experiment, mode, log_dir)])
     path = os.path.join(group.out_dir, VIRTUAL_JOB_FILE)
-    write_json(path, {"workers": [argv[1:] for argv in argvs], "step_seconds": experiment.step_seconds,
-                      "jitter": experiment.step_jitter, "ratio": experiment.comm_ratio, "seed": experiment.seed,
-                      "overhead": experiment.step_overhead, "latency": experiment.latency,
-                      "num_servers": experiment.num_servers, "ps_bandwidth": experiment.ps_link,
-                      "link_slowdowns": [float(f) for f in experiment.link_slowdowns],
-                      "round_trip": experiment.round_trip, "server_apply": experiment.server_apply},
-               indent=1)
+    write_json(path, {"workers": [argv[1:] for argv in argvs], **experiment.charges.job_file(),
+                      "ratio": experiment.comm_ratio, "seed": experiment.seed, "num_servers": experiment.num_servers,
+                      "ps_bandwidth": experiment.ps_link,
+                      "link_slowdowns": [float(f) for f in experiment.link_slowdowns]}, indent=1)
     proc = group.start_python("virtual-job", ["-m", "training.clocks.job", path], threads.ONE_THREAD,
                               role="worker", host="localhost")
     write_pid_file(group, mode)

@@ -38,7 +38,7 @@ def test_in_real_time_a_calibration_file_sizes_the_comm_ratios_links_and_nothing
     resolved = comm_ratio.resolve(run)
 
     assert resolved.worker_rate == comm_ratio.rate_for(12, 0.012, 177704)
-    assert resolved.regime["fast_step_seconds"] == 0.012 and resolved.step_seconds is None
+    assert resolved.regime["fast_step_seconds"] == 0.012 and resolved.charges is None
 
 
 @pytest.mark.parametrize("extra, refusal", [
@@ -80,8 +80,9 @@ def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_pa
     declared = experiment.parse(["--modes", "esync", "--slowdown", "1,4", "--max-time", "1", "-n", "lenet",
                                  "--dataset", "mnist-5k", "--clock", "virtual", "--step-seconds", devices,
                                  "--round-trip", "0.004"])
-    assert (declared.round_trip, declared.step_jitter) == (0.004, record["jitter"])  # declared over measured
-    assert declared.server_apply == record["server_apply_seconds_per_mb"]
+    charges = declared.charges
+    assert (charges.round_trip, charges.step_jitter) == (0.004, record["jitter"])  # declared over measured
+    assert charges.server_apply == record["server_apply_seconds_per_mb"]
     wrong = subprocess.run([sys.executable, LAUNCH_PY, "--modes", "local", "--slowdown", "1", "--max-time", "1",
                             "-n", "lenet", "--dataset", "mnist-5k", "--clock", "virtual", "--step-seconds", devices,
                             "--", "-b", "32"], capture_output=True, text=True, env=launcher_env(), timeout=60)

@@ -144,9 +144,9 @@ def run_of(ns, scheme, number, seed, values):
     space = config.search_space(mode)
     flags = flags + [f"{space[name][0]}={space[name][1].text(value)}" for name, value in values.items()]
     links = {} if ns.link == tuned.LOOPBACK else {"comm_ratio": float(ns.link)}
-    if backends.of(ns).charges_time:  # the links charged, not shaped
-        links.update({name: getattr(ns, name) for name in ("clock", "step_seconds", "step_jitter", "step_overhead",
-                                                            "latency", "round_trip", "server_apply")})
+    charges = backends.Charges.of(ns)
+    if charges:  # the links charged, not shaped
+        links.update(clock=ns.clock, **charges.options())
     elif links:
         links["hosts"] = "netns"
     options = experiment.options(
