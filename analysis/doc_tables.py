@@ -198,13 +198,8 @@ def tuned_values(folder, result):
     for key, entry in (tuned.read(path) if os.path.exists(path) else {}).items():
         for scheme, values in entry["schemes"].items():
             found[(key, scheme)] = tuned.values_text(values)
-    return {(cell["split"], cell["profile"], cell["link"], scheme): found.get((cell_key(result, cell), scheme))
+    return {(cell["split"], cell["profile"], cell["link"], scheme): found.get((tuned.cell_key_of(result, cell), scheme))
             for cell in result["cells"] for scheme in result["schemes"]}
-
-
-def cell_key(result, cell):
-    link = cell["link"] if cell["link"] == regime_map.LOOPBACK else f"{cell['link']:g}"
-    return tuned.cell_key(result["network"], result["dataset"], cell["profile"], link, cell["split"] == "niid")
 
 
 def mean_time(numbers, horizon):

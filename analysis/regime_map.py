@@ -20,7 +20,8 @@ import statistics
 
 from analysis import summary as summaries
 from analysis import significance
-from analysis import timing
+from analysis import timing, tuned
+from analysis.tuned import compact
 from analysis.paper import format_statistic, rounds_to_target, statistics_of, time_to_target
 from analysis.scheme_names import STANDALONE, display, mode_of
 from analysis.tables import markdown_table
@@ -33,7 +34,7 @@ STATUS_FILE = "status.json"         # in each run's folder: {"exit_code": the la
 RESULTS_FILE = "regimes.json"
 TABLE_FILE = "regimes.md"
 DECLARATION_FILE = "declared.json"  # a study's, written before it ran (launcher/studies/registry.py)
-LOOPBACK = "loopback"
+LOOPBACK = tuned.LOOPBACK
 SPLIT_NAMES = {"iid": "i.i.d.", "niid": "non-i.i.d."}
 
 
@@ -51,24 +52,6 @@ def link_folder(link):
 
 def describe_link(link):
     return LOOPBACK if link == LOOPBACK else f"R = {link:g}"
-
-
-COMPACT_ABOVE = 8  # profiles of more devices are written NxF, F for N devices in a row (launcher/workers.py)
-
-
-def compact(profile):
-    """A profile as tables and folders name it: as given up to COMPACT_ABOVE devices, else its runs of equal factors
-    as NxF ("48x1,16x4")."""
-    factors = profile.split(",")
-    if len(factors) <= COMPACT_ABOVE:
-        return profile
-    runs = []
-    for factor in factors:
-        if runs and runs[-1][1] == factor:
-            runs[-1][0] += 1
-        else:
-            runs.append([1, factor])
-    return ",".join(f"{n}x{factor}" if n > 1 else factor for n, factor in runs)
 
 
 def profile_folder(profile):

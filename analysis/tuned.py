@@ -3,7 +3,8 @@
 tuned.json holds, per cell (network, data set, profile, links, split: cell_key), per scheme, the best values its
 search found: their flags, the trials run and pruned, the best objective and the spread of the few best trials. A
 run started with --tuned FILE gives each of its modes the flags of its scheme in the run's own cell; a file that has
-no entry for the cell is refused in one line.
+no entry for the cell is refused in one line. A cell is named here once: its key (cell_key, of a map's cell
+cell_key_of) and its profile as tables and folders write it (compact).
 """
 import os
 
@@ -19,6 +20,31 @@ def cell_key(network, dataset, profile, link, non_iid):
     """'lenet/fashion-mnist/1,1,4/loopback/iid': the cell a search ran in; `link` is loopback or the links' ratio."""
     profile = ",".join(f"{float(factor):g}" for factor in profile.split(","))
     return "/".join([network, dataset, profile, link_name(link), "niid" if non_iid else "iid"])
+
+
+def cell_key_of(result, cell):
+    """The key of a cell of a map (analysis/regime_map.py's result and one of its cells): the cell whose values it
+    ran at."""
+    link = cell["link"] if cell["link"] == LOOPBACK else f"{cell['link']:g}"
+    return cell_key(result["network"], result["dataset"], cell["profile"], link, cell["split"] == "niid")
+
+
+COMPACT_ABOVE = 8  # profiles of more devices are written NxF, F for N devices in a row (launcher/workers.py)
+
+
+def compact(profile):
+    """A profile as tables and folders name it: as given up to COMPACT_ABOVE devices, else its runs of equal factors
+    as NxF ("48x1,16x4")."""
+    factors = profile.split(",")
+    if len(factors) <= COMPACT_ABOVE:
+        return profile
+    runs = []
+    for factor in factors:
+        if runs and runs[-1][1] == factor:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, factor])
+    return ",".join(f"{n}x{factor}" if n > 1 else factor for n, factor in runs)
 
 
 def link_name(link):
@@ -179,8 +205,6 @@ def reused_markdown(cells):
 
 def shown(cell):
     """A cell's key as the tables write it: a profile of many devices as runs of equal factors ("48x1,16x117")."""
-    from analysis.regime_map import compact
-
     parts = cell.split("/")
     return "/".join(parts[:2] + [compact(parts[2])] + parts[3:]) if len(parts) == 5 else cell
 

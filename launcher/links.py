@@ -110,6 +110,6 @@ def describe(experiment):
 def slower_links(experiment):
     if not experiment.link_slowdowns:
         return ""
-    from analysis.regime_map import compact
+    from analysis.tuned import compact
 
     return f"; each worker's link slower by {compact(','.join(experiment.link_slowdowns))}"
