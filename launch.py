@@ -22,26 +22,33 @@ processes/ folder beside them, with their PIDs in processes/pids.json.
 With --tracker, MXNet's own dmlc_tracker starts the scheduler, servers and workers (see --help). The launcher
 itself lives in launcher/.
 """
+import importlib
 import logging
 import sys
 
-from analysis import doc_tables
-from launcher import calibrate, checks, dmlc, netns, runner
-from launcher.studies import noise_scale, paper, regime_map, registry, sweep, tune
+from launcher import checks, runner
 from launcher.experiment import parse
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 
-SUBPROGRAMS = {"submit": dmlc.submit, "task": dmlc.run_task, "clean-netns": netns.clean_command, "paper": paper.run,
-               "sweep": sweep.run, "regimes": regime_map.run, "tune": tune.run,
-               "docs": doc_tables.run, "calibrate": calibrate.calibrate, "study": registry.run,
-               "noise-scale": noise_scale.run}
+# Each imported when called: SciPy's statistics alone (the docs' tables) cost half a second of every command's start.
+SUBPROGRAMS = {"submit": "launcher.dmlc:submit", "task": "launcher.dmlc:run_task",
+               "clean-netns": "launcher.netns:clean_command", "paper": "launcher.studies.paper:run",
+               "sweep": "launcher.studies.sweep:run", "regimes": "launcher.studies.regime_map:run",
+               "tune": "launcher.studies.tune:run", "docs": "analysis.doc_tables:run",
+               "calibrate": "launcher.calibrate:calibrate", "study": "launcher.studies.registry:run",
+               "noise-scale": "launcher.studies.noise_scale:run"}
+
+
+def subprogram(name):
+    module, function = SUBPROGRAMS[name].split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in SUBPROGRAMS:
-        return SUBPROGRAMS[argv[0]](argv[1:])
+        return subprogram(argv[0])(argv[1:])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     try:

@@ -261,9 +261,12 @@ def interface_bytes(namespace, interface):
 
 def clean_command(argv):
     """`launch.py clean-netns [PREFIX]`: remove the namespaces named with PREFIX (default esync-)."""
-    if len(argv) > 1 or argv[:1] in (["-h"], ["--help"]):
-        print("usage: launch.py clean-netns [PREFIX]   (removes the network namespaces named PREFIX..., "
-              f"default {DEFAULT_PREFIX})", file=sys.stderr)
+    usage = f"usage: launch.py clean-netns [PREFIX]   (removes the network namespaces named PREFIX..., default {DEFAULT_PREFIX})"
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    if len(argv) > 1:
+        print(usage, file=sys.stderr)
         return 2
     for name in remove_namespaces(argv[0] if argv else DEFAULT_PREFIX):
         print(f"removed namespace {name}")

@@ -170,3 +170,15 @@ def test_the_common_help_shows_the_flags_every_mode_reads_and_lists_the_modes():
     assert result.returncode == 0 and "--batch-size" in text and "--max-time" in text
     assert all(f"  {mode} " in text for mode in ("esync", "sync", "async", "dcasgd", "hogwild"))
     assert "--dc-lambda" not in text and "--local-lr" not in text
+
+
+@pytest.mark.parametrize("command", ["submit", "task", "clean-netns", "paper", "sweep", "regimes", "tune", "docs",
+                                     "calibrate", "study", "noise-scale"])
+def test_every_command_of_launch_py_says_its_usage_on_help_and_exits_0(command, capsys):
+    import launch
+
+    try:
+        code = launch.main([command, "--help"])
+    except SystemExit as ended:  # argparse's --help
+        code = ended.code
+    assert code in (0, None) and "usage: " in capsys.readouterr().out  # submit's is dmlc_tracker's own parser

@@ -28,7 +28,7 @@ from training.files import write_json
 def parse(argv):
     """(flag, [(value, Experiment)]); UsageError (one line) for bad input, before anything runs."""
     if len(argv) < 2 or not argv[0].startswith("-"):
-        raise UsageError("usage: launch.py sweep FLAG V1,V2,... LAUNCH-OPTIONS [-- WORKER-ARGS]")
+        raise UsageError(USAGE)
     flag, values = argv[0], [v.strip() for v in argv[1].split(",") if v.strip()]
     if flag in checks.RESERVED_WORKER_FLAGS:
         raise UsageError(f"{flag} is set by the launcher; sweep it through the launcher's own option instead")
@@ -99,7 +99,13 @@ def draw(flag, points, network, path, links=None):
     plt.close(fig)
 
 
+USAGE = "usage: launch.py sweep FLAG V1,V2,... LAUNCH-OPTIONS [-- WORKER-ARGS]"
+
+
 def main(argv):
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"{USAGE}\n\n{__doc__}")
+        return 0
     try:
         flag, runs = parse(argv)
         checks.check_machine(runs[0][1])
