@@ -34,6 +34,20 @@ def mode_of(scheme):
     return scheme, None
 
 
+def takes_local_steps(scheme):
+    """Whether the scheme's workers take a fixed number of local steps between aggregations (--sync-interval)."""
+    from training import config
+
+    mode = mode_of(scheme)[0]
+    return mode in modes.MODES and "sync_interval" in config.search_space(mode)
+
+
+def synchronous(scheme):
+    """Whether the scheme's workers aggregate together, so that its sums may go over an MPI collective."""
+    mode = mode_of(scheme)[0]
+    return mode in modes.MODES and modes.MODES[mode].synchronous
+
+
 def on_fast_devices(scheme):
     """Whether the scheme trains on the profile's fastest devices alone (fast-only, fast:<scheme>)."""
     return scheme == FAST_ONLY or scheme.startswith(FAST)

@@ -91,7 +91,6 @@ def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers
     (["--schemes", "esync-greedy"], "has no configuration 'greedy'"),
     (["--schemes", "esync-apply@mesh"], "no collective 'mesh'"),
     (["--schemes", "async@ring"], "only a synchronous mode sums over a collective"),
-    (["--schemes", "fast-only@ring"], "only a synchronous mode sums over a collective"),
     (["--schemes", "fast:async@ring"], "only a synchronous mode sums over a collective"),
     (["--schemes", "fast:local"], "not a cluster mode"),
     (["--repeats", "0"], "must be positive"),

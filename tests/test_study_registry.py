@@ -125,4 +125,8 @@ def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):
     with pytest.raises(UsageError, match="declared a verdict study but runs neither .*diloco"):
         registry.check_rivals("tiny", declaration, maps)
     registry.check_rivals("tiny", {**declaration, "left_out": dict.fromkeys(missing, "not in this cell")}, maps)
+    # where links cost, each synchronous scheme also over the ring; each of local steps also on the fast devices
+    local_steps = {"verdict": True, "command": MAP.format(schemes="local,sync,diloco,fast-only@ring")}
+    missing = registry.missing_rivals(local_steps, list(registry.commands_of(local_steps)))
+    assert {"sync@ring", "diloco@ring", "fast:diloco"} <= set(missing) and "fast-only" not in missing
     assert registry.size_of(maps) == (3, 3.0)  # one cell, three schemes, one repeat of 1 s

@@ -33,7 +33,7 @@ def check_collective(scheme, mode):
         raise UsageError(f"--schemes {scheme}: no collective {collective!r} (give one of "
                          f"{', '.join(collectives.MPI_ALGORITHMS)}, or {scheme_names.SHARDED}: a parameter server "
                          "per worker)")
-    if collective and (base == scheme_names.FAST_ONLY or not modes.MODES[mode].synchronous):
+    if collective and not modes.MODES[mode].synchronous:
         raise UsageError(f"--schemes {scheme}: only a synchronous mode sums over a collective "
                          f"({', '.join(modes.synchronous_names())}, ESync's variants)")
 

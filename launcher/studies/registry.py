@@ -217,11 +217,28 @@ def size_of(maps, searches=()):
 
 
 def missing_rivals(declaration, maps):
-    """The project's schemes (launch.py regimes' default list) that no map of the study runs, in any topology, and
-    that the declaration does not leave out with a reason ({"left_out": {scheme: why}})."""
-    run = {scheme.split("@")[0] for argv in maps for scheme in map_options(argv).schemes.split(",")}
+    """What a verdict study must run, or leave out with a reason ({"left_out": {scheme: why}}), that no map of it runs:
+    the project's schemes (launch.py regimes' default list) in any topology; where a map's links cost anything, each
+    synchronous scheme it runs also over ring allreduce (<scheme>@ring); and each scheme of local steps it runs also on
+    the fast devices alone (fast:<scheme>, over any collective)."""
+    from analysis import scheme_names
+
     left_out = set(declaration.get("left_out") or {})
-    return [s for s in regime_map_schemes() if s not in run and s not in left_out]
+    wanted = []
+    for argv in maps:
+        ns = map_options(argv)
+        schemes = ns.schemes.split(",")
+        costly = any(link != regime_map.LOOPBACK for link in ns.links.split(","))
+        for scheme in schemes:
+            base, collective = scheme_names.collective_of(scheme)
+            if costly and collective is None and scheme_names.synchronous(scheme):
+                wanted.append(f"{scheme}{scheme_names.OVER}ring")
+            if scheme_names.takes_local_steps(scheme) and not scheme_names.on_fast_devices(scheme):
+                wanted.append(scheme_names.FAST + base)  # over any collective
+    run = {scheme for argv in maps for scheme in map_options(argv).schemes.split(",")}
+    anywhere = {scheme_names.collective_of(scheme)[0] for scheme in run}
+    wanted = [s for s in regime_map_schemes() if s not in anywhere] + wanted
+    return list(dict.fromkeys(s for s in wanted if s not in run | anywhere and s not in left_out))
 
 
 def regime_map_schemes():
@@ -267,7 +284,8 @@ def states(root=ROOT, names=None):
         maps = [argv for argv in commands_of(declaration) if argv[:1] == ["regimes"]]
         searches = [argv for argv in commands_of(declaration) if argv[:1] == ["tune"]]
         runs, seconds = size_of(maps, searches)
-        rivals = len(regime_map_schemes()) - len(missing_rivals(declaration, maps)) if maps else None
+        missing = missing_rivals(declaration, maps)
+        rivals = len([s for s in regime_map_schemes() if s not in missing]) if maps else None
         searched = os.path.isfile(os.path.join(top, name, SEARCH_KEPT[0]))
         state = ("run" + order[declared_first(name, root)] if ran else
                  "declared, in progress (its search kept so far)" if searched else "declared, not run")
