@@ -1,9 +1,12 @@
 """The studies' registry (launcher/studies/registry.py): a study runs by its name only as committed, its results kept
 beside its declaration, and a changed study is a new one."""
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -11,6 +14,7 @@ from launcher.cluster import ROOT
 from launcher.studies import registry
 from tests.test_launch import launcher_env
 from training.checks import UsageError
+from training.faults.failures import EXIT_INTERRUPTED
 
 MAP = ("python launch.py regimes --clock virtual --step-seconds 0.01 --links 12 --profiles 1,4 --splits iid "
        f"--schemes {{schemes}} --repeats 1 --max-time 1 --snapshot-seconds 0.5 --higher-targets '' --no-figures "
@@ -130,3 +134,46 @@ def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):
     missing = registry.missing_rivals(local_steps, list(registry.commands_of(local_steps)))
     assert {"sync@ring", "diloco@ring", "fast:diloco"} <= set(missing) and "fast-only" not in missing
     assert registry.size_of(maps) == (3, 3.0)  # one cell, three schemes, one repeat of 1 s
+
+
+def processes_in(folder):
+    """PIDs of the processes working in `folder` or naming it on their command line."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if cwd.startswith(str(folder)) or str(folder) in cmdline:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.beside_others("in-process")  # a virtual clock's runs; the test waits on their stop
+def test_an_interrupted_study_stops_its_command_which_keeps_what_it_wrote_and_leaves_no_process(repo):
+    long_search = SEARCH.replace("--max-time 1", "--max-time 120").replace("--until 1", "--until 3")
+    (repo / registry.RESULTS / "search").mkdir(parents=True)
+    (repo / registry.RESULTS / "search" / registry.DECLARATION).write_text(json.dumps({"command": long_search}))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "declare search")
+    study = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), "study", "search", "--root", str(repo)],
+                             env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in study.stdout:  # until the first trial's run is in flight
+            lines.append(line)
+            if "[tune] sync@ring: 0 trials before" in line:
+                break
+        time.sleep(2)
+        study.send_signal(signal.SIGINT)  # to the study alone, as `kill -INT` does; a terminal's Ctrl-C reaches it too
+        rest = study.communicate(timeout=120)[0]
+    finally:
+        for pid in [study.pid, *processes_in(repo)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    assert study.returncode == EXIT_INTERRUPTED, "".join(lines) + rest
+    assert "[study] interrupted: `launch.py tune` stops its runs in flight" in rest and "Traceback" not in rest
+    assert processes_in(repo) == []

@@ -18,6 +18,7 @@ import argparse
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -181,7 +182,7 @@ def run_study(name, resume, root=ROOT):
     for argv in commands:
         resumed = argv + ["--resume"] if resume and argv[0] == "regimes" else argv
         print(f"[study {name}] python launch.py {shlex.join(resumed)}", flush=True)
-        code = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), *resumed], cwd=root).returncode
+        code = run_command(resumed, root)
         written = {"regimes": KEPT[1], "tune": SEARCH_KEPT[0]}.get(argv[0])  # the results file, once the command wrote it
         if written and os.path.isfile(os.path.join(root, map_folder(argv), written)):
             keep(name, argv, len(maps), root)
@@ -189,6 +190,31 @@ def run_study(name, resume, root=ROOT):
             return code
     print(f"[study {name}] done: `python launch.py docs` writes its README and the docs from its results", flush=True)
     return 0
+
+
+def run_command(argv, root):
+    """The exit code of `python launch.py argv`. It runs in a session of its own, so that an interrupt of the study
+    (Ctrl-C, SIGTERM) reaches it once, from here: it stops as on its own Ctrl-C (its runs in flight stopped, what it
+    has written kept) and is waited for; a second interrupt only waits on."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), *argv], cwd=root,
+                            start_new_session=True)
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                if proc.returncode is None and not getattr(proc, "asked_to_stop", False):
+                    print(f"[study] interrupted: `launch.py {argv[0]}` stops its runs in flight and keeps what it "
+                          "wrote", file=sys.stderr, flush=True)
+                    proc.send_signal(signal.SIGINT)
+                    proc.asked_to_stop = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
 
 
 def map_options(argv):

@@ -24,8 +24,7 @@ def quasi_random_sampler(seed, names, trials=QUASI_RANDOM_TRIALS):
 
     class QuasiRandomThenTPE(optuna.samplers.BaseSampler):
         def model(self, trial):
-            return optuna.samplers.TPESampler(seed=seed + trial.number, multivariate=True, n_startup_trials=0,
-                                              warn_independent_sampling=False)
+            return optuna.samplers.TPESampler(seed=seed + trial.number, multivariate=True, n_startup_trials=0)
 
         def infer_relative_search_space(self, study, trial):
             if trial.number < trials:
@@ -85,6 +84,11 @@ def seeds_pruner(seeds):
     return SeedsPruner()
 
 
+def not_an_interrupt(record):
+    """False for Optuna's report of a trial that Ctrl-C stopped (a traceback, where tune says it in one line)."""
+    return not (record.exc_info and record.exc_info[0] is KeyboardInterrupt)
+
+
 def open_storage(url):
     """Optuna's storage at `url`; UsageError (one line) where it cannot be opened."""
     import warnings
@@ -92,6 +96,8 @@ def open_storage(url):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the trials' own lines say what a study does
+    for handler in optuna.logging.get_logger("optuna").handlers:  # its children's records pass through these
+        handler.addFilter(not_an_interrupt)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat's, Wilcoxon's
     try:
         return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
