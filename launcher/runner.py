@@ -66,9 +66,18 @@ class JobHosts:
 
 
 def run(experiment, measured=None):
-    """The whole experiment; its exit code. SIGINT and SIGTERM stop every process it started. With --comm-ratio the
-    links' rate is measured first (`measured`: the measurements of earlier runs, by comm_ratio.resolve)."""
-    INTERRUPTS.install()
+    """The whole experiment; its exit code. SIGINT and SIGTERM stop every process it started (EXIT_INTERRUPTED, also
+    where one came as the run ended). With --comm-ratio the links' rate is measured first (`measured`: the
+    measurements of earlier runs, by comm_ratio.resolve)."""
+    previous = INTERRUPTS.install()
+    try:
+        code = run_measured(experiment, measured)
+    finally:
+        interrupted = INTERRUPTS.restore(previous)
+    return EXIT_INTERRUPTED if interrupted and code == 0 else code
+
+
+def run_measured(experiment, measured):
     try:
         return run_experiment(comm_ratio.resolve(experiment, measured))
     except comm_ratio.MeasurementFailed as error:

@@ -29,8 +29,16 @@ class SignalFlag:
         self.received = None
 
     def install(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._note)
+        """Note the signals from now on; the handlers they had (for restore)."""
+        self.received = None
+        return {sig: signal.signal(sig, self._note) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore(self, previous):
+        """The handlers `install` replaced, back, so that a caller that runs experiments in its own process (a
+        search's trials, a sweep's values) gets its Ctrl-C again; whether a signal was noted meanwhile."""
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        return self.received is not None
 
     def _note(self, signum, frame):
         self.received = signal.Signals(signum).name

@@ -113,3 +113,18 @@ def test_ports_taken_again_and_again_end_the_run_and_other_failures_are_not_retr
 
     code, calls = starts_until(monkeypatch, tmp_path, [other])
     assert code == 1 and len(calls) == 1
+
+
+def test_a_run_hands_back_the_interrupt_handlers_it_took_and_says_whether_a_signal_came_meanwhile():
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    previous = supervision.INTERRUPTS.install()
+    assert signal.getsignal(signal.SIGINT) != before
+    assert supervision.INTERRUPTS.restore(previous) is False and signal.getsignal(signal.SIGINT) is before
+
+    previous = supervision.INTERRUPTS.install()
+    os.kill(os.getpid(), signal.SIGINT)  # noted, not raised: the launcher acts on it where that is safe
+    assert supervision.INTERRUPTS.restore(previous) is True and signal.getsignal(signal.SIGINT) is before
+    assert supervision.INTERRUPTS.install() and supervision.INTERRUPTS.received is None  # a new run starts afresh
+    supervision.INTERRUPTS.restore(previous)

@@ -198,7 +198,9 @@ def run_command(argv, root):
     has written kept) and is waited for; a second interrupt only waits on."""
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), *argv], cwd=root,
                             start_new_session=True)
-    previous = signal.signal(signal.SIGTERM, _interrupted)
+    # SIGINT even where this process was started with it ignored (a background job of a script): `kill -INT` stops it
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupted),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     try:
         while True:
             try:
@@ -210,7 +212,8 @@ def run_command(argv, root):
                     proc.send_signal(signal.SIGINT)
                     proc.asked_to_stop = True
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupted(signum, frame):
