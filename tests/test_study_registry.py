@@ -151,7 +151,8 @@ def processes_in(folder):
     return found
 
 
-@pytest.mark.beside_others("in-process")  # a virtual clock's runs; the test waits on their stop
+@pytest.mark.slow
+@pytest.mark.beside_others  # a virtual clock's runs; the test waits on their stop
 def test_an_interrupted_study_stops_its_command_which_keeps_what_it_wrote_and_leaves_no_process(repo):
     long_search = SEARCH.replace("--max-time 1", "--max-time 120").replace("--until 1", "--until 3")
     (repo / registry.RESULTS / "search").mkdir(parents=True)
