@@ -317,9 +317,25 @@ def states(root=ROOT, names=None):
         rivals = len([s for s in regime_map_schemes() if s not in missing]) if maps else None
         searched = os.path.isfile(os.path.join(top, name, SEARCH_KEPT[0]))
         state = ("run" + order[declared_first(name, root)] if ran else
-                 "declared, in progress (its search kept so far)" if searched else "declared, not run")
+                 f"declared, in progress (its search at {search_progress(name, searches, root)})" if searched
+                 else "declared, not run")
         rows.append((name, state, (runs, seconds / 3600, rivals), later.get(name)))
     return rows
+
+
+def search_progress(name, searches, root=ROOT):
+    """'T of N trials, S of its K schemes done': the trials that ended (complete or pruned) in the kept search
+    against those its commands declare."""
+    from launcher.studies import tune
+
+    kept = tuned.read(os.path.join(root, RESULTS, name, SEARCH_KEPT[0]))
+    entries = [entry for cell in kept.values() for entry in cell["schemes"].values()]
+    declared = [tune.build_parser().parse_known_args(argv[1:])[0] for argv in searches]
+    wanted = sum(len(ns.schemes.split(",")) for ns in declared)
+    until = max((ns.until or ns.trials for ns in declared), default=0)
+    ended = [min(until, entry["complete"] + entry["pruned"]) for entry in entries]
+    return (f"{sum(ended)} of {wanted * until} trials, {sum(n >= until for n in ended)} of its {wanted} schemes "
+            "done")
 
 
 def studies_block(*folders):
