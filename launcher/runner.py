@@ -111,14 +111,6 @@ def run_in_turn(labelled, prog, kept=(), finished=None):
     return 0
 
 
-def run_subprogram(main, argv):
-    """A launch.py sub-program's exit code; Ctrl-C between its runs ends it with EXIT_INTERRUPTED."""
-    try:
-        return main(argv)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-
-
 def run_experiment(experiment):
     print(f"devices: {experiment.devices_described}", flush=True)
     with hosts_of_the_job(experiment) as hosts, device_groups(experiment) as quotas:

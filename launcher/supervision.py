@@ -10,6 +10,7 @@ from training import runlog
 from training.checkpoints import saved_steps
 from training.evaluator import EVALUATOR_LOG, read_evaluations
 from training.snapshots import reported_accuracy
+from training.faults.failures import EXIT_INTERRUPTED
 from training.files import write_json
 
 FINISH_GRACE = 20.0             # seconds the other workers get once one has exited 0 (they stop together), plus
@@ -49,6 +50,14 @@ class SignalFlag:
 
 
 INTERRUPTS = SignalFlag()
+
+
+def run_subprogram(main, argv):
+    """A launch.py sub-program's exit code; Ctrl-C between its runs ends it with EXIT_INTERRUPTED."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 def write_pid_file(group, mode):

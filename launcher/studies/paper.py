@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from analysis import paper, paper_text, timing, tuned
 from analysis import scheme_names
 from coordination.rules import apply as paper_rule
-from launcher import backends, checks, experiment, links, runner, workers
+from launcher import backends, checks, experiment, links, runner, supervision, workers
 from launcher.studies import parallel
 from launcher.dmlc import split_at_double_dash
 from launcher.studies.regime_map import parse_splits
@@ -301,4 +301,4 @@ def report(ns, networks, cluster_modes):
 
 
 def run(argv):
-    return runner.run_subprogram(main, argv)
+    return supervision.run_subprogram(main, argv)

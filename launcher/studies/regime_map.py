@@ -30,7 +30,7 @@ import sys
 import time
 
 from analysis import paper, regime_map, timing, tuned
-from launcher import backends, calibration, checks, experiment, links, runner, workers
+from launcher import backends, calibration, checks, experiment, links, runner, supervision, workers
 from launcher.studies import map_schemes, parallel
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
@@ -416,4 +416,4 @@ def report(ns):
 
 
 def run(argv):
-    return runner.run_subprogram(main, argv)
+    return supervision.run_subprogram(main, argv)

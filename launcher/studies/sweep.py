@@ -17,7 +17,7 @@ import os
 import sys
 
 from analysis import summary
-from launcher import checks, experiment, runner
+from launcher import checks, experiment, runner, supervision
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
 from training.checks import UsageError
@@ -134,4 +134,4 @@ def main(argv):
 
 
 def run(argv):
-    return runner.run_subprogram(main, argv)
+    return supervision.run_subprogram(main, argv)
