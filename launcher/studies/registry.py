@@ -201,16 +201,17 @@ def run_command(argv, root):
     # SIGINT even where this process was started with it ignored (a background job of a script): `kill -INT` stops it
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupted),
                 signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+    asked = False
     try:
         while True:
             try:
                 return proc.wait()
             except KeyboardInterrupt:
-                if proc.returncode is None and not getattr(proc, "asked_to_stop", False):
+                if not asked:
                     print(f"[study] interrupted: `launch.py {argv[0]}` stops its runs in flight and keeps what it "
                           "wrote", file=sys.stderr, flush=True)
                     proc.send_signal(signal.SIGINT)
-                    proc.asked_to_stop = True
+                    asked = True
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
