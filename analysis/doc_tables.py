@@ -334,7 +334,8 @@ KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block,
          "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model),
          "noise-scale": later("launcher.studies.noise_scale", "block"),
          "studies": later("launcher.studies.registry", "studies_block")}
-MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale", "studies")  # blocks of many folders
+# the kinds whose block may name several folders
+MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale", "studies")
 FIGURES = {"answers": (answers_figure, "one fast device's mean capped time over the best cluster scheme's, paired by "
                                        "seed, with its 95 % interval, per cluster, link and target")}  # with a figure
 

@@ -69,7 +69,7 @@ def display(scheme):
     if scheme == FAST_ONLY:
         return "SSGD on the fast devices alone"
     if scheme.startswith(FAST):
-        return display(scheme[len(FAST):]) + " on the fast devices alone"
+        return display(scheme.removeprefix(FAST)) + " on the fast devices alone"
     mode, variant = mode_of(scheme)
     collective = collective_of(scheme)[1]
     name = modes.MODES[mode].display

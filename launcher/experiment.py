@@ -119,7 +119,8 @@ class Experiment:
 
     @property
     def backend(self):
-        """How the job runs: processes here, namespaces, a tracker's hosts or the virtual clock (launcher/backends.py)."""
+        """How the job runs: processes here, namespaces, a tracker's hosts or the virtual clock
+        (launcher/backends.py)."""
         return backends.of(self)
 
     def job_id(self, mode):

@@ -261,7 +261,8 @@ def interface_bytes(namespace, interface):
 
 def clean_command(argv):
     """`launch.py clean-netns [PREFIX]`: remove the namespaces named with PREFIX (default esync-)."""
-    usage = f"usage: launch.py clean-netns [PREFIX]   (removes the network namespaces named PREFIX..., default {DEFAULT_PREFIX})"
+    usage = (f"usage: launch.py clean-netns [PREFIX]   (removes the network namespaces named PREFIX..., "
+             f"default {DEFAULT_PREFIX})")
     if argv[:1] in (["-h"], ["--help"]):
         print(usage)
         return 0

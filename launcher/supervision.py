@@ -52,6 +52,11 @@ class SignalFlag:
 INTERRUPTS = SignalFlag()
 
 
+def interrupt(signum, frame):
+    """A handler that makes SIGTERM a Ctrl-C: for the commands that stop their runs on KeyboardInterrupt."""
+    raise KeyboardInterrupt
+
+
 def run_subprogram(main, argv):
     """A launch.py sub-program's exit code; Ctrl-C between its runs ends it with EXIT_INTERRUPTED."""
     try:

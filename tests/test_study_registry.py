@@ -111,7 +111,8 @@ def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_l
     (cell,) = json.loads((repo / registry.RESULTS / "search" / "tuned.json").read_text())["cells"].values()
     assert cell["schemes"]["sync@ring"]["trials"] == 1 and (repo / registry.RESULTS / "search" / "tuned.md").is_file()
     assert "<!-- generated: search search -->" in (repo / registry.RESULTS / "search" / "README.md").read_text()
-    assert registry.listing(str(repo))[0].startswith("search: declared, in progress (its search at 1 of 1 trials, 1 of its 1 schemes done)")
+    assert registry.listing(str(repo))[0].startswith(
+        "search: declared, in progress (its search at 1 of 1 trials, 1 of its 1 schemes done)")
     assert "done: `python launch.py docs` writes its README" in outputs[1]
     (repo / registry.RESULTS / "search" / registry.DECLARATION).write_text(json.dumps({"command": SEARCH.replace(
         "--until 1", "--until 2")}))  # a trial more, declared after the results

@@ -52,14 +52,6 @@ def parts(scheme):
     return mode, {**configuration.launcher_options(), **over}, configuration.worker_flags()
 
 
-def fast_only_flags(ns, plan, link, profile, split):
-    """fast-only's tuned flags in the cell of the whole profile (--tuned), else none."""
-    if not ns.tuned:
-        return ()
-    cell = tuned.cell_key(plan["network"], plan["dataset"], profile, link, split == "niid")
-    return tuned.scheme_flags(ns.tuned, cell, scheme_names.FAST_ONLY)
-
-
 def in_cell(scheme, tuned_file, cell, profile, link_slowdown=None):
     """(mode, the launcher's options, the workers' flags, the devices it trains on) of `scheme` in the cell of
     `profile` (tuned.json's key `cell`): fast-only on the profile's fastest devices and their links at the values

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from launcher.cluster import ROOT
+from launcher.supervision import interrupt
 from training.checks import UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED
 
@@ -50,7 +51,7 @@ def run_at_once(labelled, jobs, prog, finished=None, total=None):
     waiting = list(labelled)
     running = {}  # pid -> (Popen, index, label, experiment)
     total, failed = total or len(labelled), 0
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         while waiting or running:
             while waiting and len(running) < jobs:
@@ -79,10 +80,6 @@ def run_at_once(labelled, jobs, prog, finished=None, total=None):
     finally:
         signal.signal(signal.SIGTERM, previous)
     return EXIT_FAILURE if failed else 0
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def main(argv):

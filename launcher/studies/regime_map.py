@@ -61,8 +61,9 @@ def build_parser():
     p.add_argument("--splits", default="iid,niid", help="iid, niid or both (default iid,niid)")
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
                    help=f"cluster modes, esync-<policy>[-overlap][-drift], local (one fast device) and fast-only (SSGD "
-                        f"on the fastest devices alone; fast:<scheme> is any other scheme there); a synchronous one may end in @ring, @butterfly or "
-                        f"@binary-blocks: summed over that MPI collective; any may end in @sharded: over as many "
+                        f"on the fastest devices alone; fast:<scheme> is any other scheme there); a synchronous one "
+                        f"may end in @ring, @butterfly or @binary-blocks: summed over that MPI collective; any may "
+                        f"end in @sharded: over as many "
                         f"parameter servers as workers, the keys split over them (default {DEFAULT_SCHEMES})")
     p.add_argument("--repeats", type=int, default=5,
                    help="runs of every scheme in every cell, on seeds --seed, --seed + 1, ... (default 5: the "

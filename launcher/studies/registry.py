@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 from analysis import regime_map, timing, tuned
+from launcher.supervision import interrupt
 from training.checks import UsageError
 from training.faults.failures import EXIT_USAGE
 from training.files import read_json, write_text
@@ -199,7 +200,7 @@ def run_command(argv, root):
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), *argv], cwd=root,
                             start_new_session=True)
     # SIGINT even where this process was started with it ignored (a background job of a script): `kill -INT` stops it
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupted),
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt),
                 signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     asked = False
     try:
@@ -215,10 +216,6 @@ def run_command(argv, root):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _interrupted(signum, frame):
-    raise KeyboardInterrupt
 
 
 def map_options(argv):

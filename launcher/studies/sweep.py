@@ -24,6 +24,8 @@ from training.checks import UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 from training.files import write_json
 
+USAGE = "usage: launch.py sweep FLAG V1,V2,... LAUNCH-OPTIONS [-- WORKER-ARGS]"
+
 
 def parse(argv):
     """(flag, [(value, Experiment)]); UsageError (one line) for bad input, before anything runs."""
@@ -97,9 +99,6 @@ def draw(flag, points, network, path, links=None):
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-USAGE = "usage: launch.py sweep FLAG V1,V2,... LAUNCH-OPTIONS [-- WORKER-ARGS]"
 
 
 def main(argv):
