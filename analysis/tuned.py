@@ -184,6 +184,8 @@ def markdown(cell, entry):
     for scheme, found in entry["schemes"].items():
         chosen = (values_text(found) if found.get("robust") else
                   f"no stable values found (the best trial, {values_text(found)}, missed on a seed)")
+        if found.get("widenings"):
+            chosen += f"; searched again over {found['widenings'][-1]['ranges']}"
         rows.append([scheme, f"{found['complete']} / {found['pruned']} / {found['failed']}", chosen,
                      seeds_text(found.get("chosen_results", [])), largest_rate_text(found),
                      f"{found.get('diverged_runs', 0)} of {found.get('seed_runs', 0)}"])

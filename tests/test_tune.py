@@ -48,6 +48,16 @@ def test_a_range_places_its_values_on_its_own_scale():
     assert "[launch.py tune searches log-uniform 0.0001 to 0.03]" in " ".join(shown.stdout.split())
 
 
+def test_a_range_widens_past_the_edge_its_chosen_value_lies_at_by_half_its_span_within_its_limits():
+    rates = Range(0.5, 8.0, log=True, limits=(0.01, 100.0))
+    momentum = Range(0.0, 0.95, limits=(0.0, 0.99))
+
+    assert rates.widened(0.6) == Range(0.125, 8.0, log=True, limits=(0.01, 100.0))
+    assert rates.widened(7.5).high == pytest.approx(32.0) and rates.widened(2.0) is None
+    assert momentum.widened(0.94).high == 0.99 and momentum.widened(0.01) is None  # 0 is its limit
+    assert Range(1, 256, log=True, integer=True).widened(1) is None  # no limits: as declared
+
+
 def test_a_seed_that_missed_scores_the_budget_with_the_accuracy_it_lacked_whenever_it_stopped():
     evaluations = [{"time": 1.0, "accuracy": 0.5}, {"time": 2.0, "accuracy": 0.7}]
     diverged = [{"time": 1.0, "accuracy": 0.1}, {"time": 1.5, "accuracy": 0.1, "diverged": "the test loss is nan"}]
@@ -223,6 +233,34 @@ def test_a_trial_that_missed_on_a_seed_is_pruned_once_another_reached_the_target
     assert os.path.isdir(os.path.join(folder, "seed-1000")) and not os.path.exists(os.path.join(folder, "seed-1001"))
     entry = json.load(open(os.path.join(logs, "tuned.json")))["cells"][CELL]["schemes"]["sync"]
     assert entry["chosen_trial"] == 0 and entry["robust"] and entry["largest_robust_rate"] == pytest.approx(0.001)
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others
+def test_a_chosen_value_at_its_ranges_edge_searches_again_over_the_widened_range(tmp_path, train_only):
+    import optuna
+
+    logs = str(tmp_path / "logs")
+    os.makedirs(logs)
+    rates = config.search_space("sync")["learning_rate"][1]
+    earlier = optuna.create_study(study_name=f"{CELL}|sync", storage=f"sqlite:///{logs}/studies.db")
+    earlier.add_trial(optuna.trial.create_trial(  # the study's one trial, at the bottom edge of the rate's range
+        params={"learning_rate": rates.low * 1.05}, value=1.0,
+        distributions={"learning_rate": optuna.distributions.FloatDistribution(rates.low, rates.high, log=True)},
+        intermediate_values={0: 1.0},
+        user_attrs={"results": [{"seed": 1000, "time": 1.0, "best": 0.7, "diverged": None, "score": 1.0}]}))
+
+    code, output = run_tune(tune_args(train_only, logs, "--until", "1", "--trial-seeds", "1"), logs)
+
+    assert code == 0, output
+    found = json.load(open(os.path.join(logs, "tuned.json")))["cells"][CELL]["schemes"]["sync"]
+    first = found["widenings"][0]
+    wider = f"--learning-rate {rates.widened(rates.low * 1.05).describe()}"
+    assert first["ended"] == 1 and first["ranges"] == f"{wider} (from {rates.low:g} to {rates.high:g})"
+    assert 1 <= len(found["widenings"]) <= tune.MAX_WIDENINGS and found["trials"] == 1 + len(found["widenings"])
+    assert f"sync over {wider}" in output and "searched again over" in output
+    assert os.path.isdir(os.path.join(logs, "lenet_mnist-5k_1-2_loopback_iid", "sync", "widened-1", "trial-0",
+                                      "seed-1000"))
 
 
 @pytest.mark.slow

@@ -27,6 +27,9 @@ class ModeError(ValueError):
     """A job's options do not suit its mode; the message is one line."""
 
 
+EDGE_SHARE = 0.1  # a chosen value in the outer tenth of its range lies at its edge
+
+
 @dataclass(frozen=True)
 class Range:
     """The values a search (launch.py tune) tries for a flag: low to high, on a log scale or not, whole numbers or
@@ -35,6 +38,30 @@ class Range:
     high: float
     log: bool = False
     integer: bool = False
+    limits: Optional[tuple] = None  # the widest a search widens it to (a chosen value at an edge); None: as it is
+
+    def widened(self, value):
+        """The range stretched past the edge `value` lies at (in its outer EDGE_SHARE), by half its span on its
+        scale, within its limits; None where it lies at no edge or that edge is already at its limit."""
+        least, most = self.limits or (self.low, self.high)
+        at = self.position(value)
+        if least < self.low and at < EDGE_SHARE:
+            low, high = self._stretch(self.low, -0.5), self.high
+        elif self.high < most and at > 1 - EDGE_SHARE:
+            low, high = self.low, self._stretch(self.high, 0.5)
+        else:
+            return None
+        low, high = max(least, low), min(most, high)
+        if self.integer:
+            low, high = round(low), round(high)
+        return dataclasses.replace(self, low=low, high=high)
+
+    def _stretch(self, edge, share):
+        import math
+
+        if self.log:
+            return edge * math.exp(share * math.log(self.high / self.low))
+        return edge + share * (self.high - self.low)
 
     def __contains__(self, value):
         return self.low <= value <= self.high
@@ -79,11 +106,15 @@ class Choice:
         """A name lies at no edge."""
         return 0.5
 
+    def widened(self, value):
+        return None
+
     def text(self, value, digits=6):
         return str(value)
 
 
-LEARNING_RATES = Range(1e-4, 3e-2, log=True)  # lenet's sequential SGD diverged at 0.016 on Fashion-MNIST
+# lenet's sequential SGD diverged at 0.016 on Fashion-MNIST
+LEARNING_RATES = Range(1e-4, 3e-2, log=True, limits=(1e-6, 1.0))
 
 
 def option(*flags, default=None, help, type=None, choices=None, switch=False, any_mode=False, search=None):
@@ -198,8 +229,8 @@ def local_optimizer():
 
 
 def global_lr():
-    return option("-gl", "--global-lr", default=1.0, type=argtypes.POSITIVE_FLOAT, search=Range(0.5, 8.0, log=True),
-                  help="weights = start + global_lr x the mean delta")
+    return option("-gl", "--global-lr", default=1.0, type=argtypes.POSITIVE_FLOAT,
+                  search=Range(0.5, 8.0, log=True, limits=(0.01, 100.0)), help="weights = start + global_lr x the mean delta")
 
 
 def sync_interval():

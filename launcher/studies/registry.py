@@ -184,7 +184,8 @@ def run_study(name, resume, root=ROOT):
         resumed = argv + ["--resume"] if resume and argv[0] == "regimes" else argv
         print(f"[study {name}] python launch.py {shlex.join(resumed)}", flush=True)
         code = run_command(resumed, root)
-        written = {"regimes": KEPT[1], "tune": SEARCH_KEPT[0]}.get(argv[0])  # the results file, once the command wrote it
+        # the results file, once the command wrote it
+        written = {"regimes": KEPT[1], "tune": SEARCH_KEPT[0]}.get(argv[0])
         if written and os.path.isfile(os.path.join(root, map_folder(argv), written)):
             keep(name, argv, len(maps), root)
         if code != 0:
@@ -331,9 +332,18 @@ def search_progress(name, searches, root=ROOT):
     declared = [tune.build_parser().parse_known_args(argv[1:])[0] for argv in searches]
     wanted = sum(len(ns.schemes.split(",")) for ns in declared)
     until = max((ns.until or ns.trials for ns in declared), default=0)
-    ended = [min(until, entry["complete"] + entry["pruned"]) for entry in entries]
-    return (f"{sum(ended)} of {wanted * until} trials, {sum(n >= until for n in ended)} of its {wanted} schemes "
-            "done")
+    stages = [stages_ended(entry) for entry in entries]  # a search whose chosen value lay at an edge goes on
+    ended = sum(min(until, n) for found in stages for n in found)
+    done = sum(all(n >= until for n in found) for found in stages)
+    widenings = sum(len(found) - 1 for found in stages)
+    return (f"{ended} of {(wanted + widenings) * until} trials" + (f" ({widenings} widened)" if widenings else "")
+            + f", {done} of its {wanted} schemes done")
+
+
+def stages_ended(entry):
+    """The trials that ended in each stage of a scheme's search: over its declared ranges, then each widening."""
+    widened = [stage["ended"] for stage in entry.get("widenings", [])]
+    return [entry["complete"] + entry["pruned"] - sum(widened), *widened]
 
 
 def studies_block(*folders):

@@ -38,6 +38,7 @@ from launcher.studies import map_schemes, parallel
 from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, open_storage, quasi_random_sampler,
                                      reached_every_seed, seeds_pruner, study_seed)
 from training import config, modes
+from training.options import EDGE_SHARE
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import write_text
@@ -47,7 +48,8 @@ DEFAULT_SCHEMES = "sync,async,esync,esync-apply,local,fast-only"
 PENALTY = 10.0          # a missed seed scores the budget x (1 + PENALTY x the accuracy it lacked)
 TRIAL_SEEDS = 3         # seeds a trial runs its values on
 BEST_FEW = 3            # the best trials whose spread tuned.json reports
-EDGE = 0.1              # a chosen value in the outer tenth of its range is flagged
+EDGE = EDGE_SHARE       # a chosen value in the outer tenth of its range is flagged
+MAX_WIDENINGS = 2       # searches again over a widened range, at most, after a chosen value at its range's edge
 RATE_FLAGS = ("learning_rate", "local_lr")  # the step's rate, whose largest value that reached the target is given
 
 
@@ -138,8 +140,9 @@ def scheme_run(scheme, profile):
     return (*map_schemes.parts(scheme), devices)
 
 
-def run_of(ns, scheme, number, seed, values):
-    """The Experiment of trial `number` of a scheme at `values` ({args name: value}) on one seed."""
+def run_of(ns, scheme, number, seed, values, stage=0):
+    """The Experiment of trial `number` of a scheme's search `stage` (0, or a widening) at `values` ({args name:
+    value}) on one seed."""
     mode, own, flags, profile = scheme_run(scheme, ns.profile)
     space = config.search_space(mode)
     flags = flags + [f"{space[name][0]}={space[name][1].text(value)}" for name, value in values.items()]
@@ -154,7 +157,7 @@ def run_of(ns, scheme, number, seed, values):
         max_time=ns.max_time, target_accuracy=ns.target, seed=seed, holdout=ns.holdout,
         snapshot_seconds=ns.snapshot_seconds, non_iid=ns.non_iid, figures=False, progress_every=1000.0,
         device_share=ns.device_share, sleeping_slowdown=ns.sleeping_slowdown, max_restarts=ns.max_restarts,
-        log_dir=os.path.join(trial_dir(ns, scheme, number), f"seed-{seed}"), **links, **own)
+        log_dir=os.path.join(trial_dir(ns, scheme, number, stage), f"seed-{seed}"), **links, **own)
     return experiment.build(options, flags)
 
 
@@ -170,8 +173,9 @@ def first_run(ns, scheme):
     return run_of(ns, scheme, 0, ns.seeds[0], {})
 
 
-def trial_dir(ns, scheme, number):
-    return os.path.join(ns.log_dir, cell_folder(ns.cell), scheme, f"trial-{number}")
+def trial_dir(ns, scheme, number, stage=0):
+    widening = [f"widened-{stage}"] if stage else []
+    return os.path.join(ns.log_dir, cell_folder(ns.cell), scheme, *widening, f"trial-{number}")
 
 
 def cell_folder(cell):
@@ -188,44 +192,48 @@ def seed_result(evaluations, target, max_time):
     return {"time": reached, "best": best, "diverged": diverged, "score": score}
 
 
-def objective(ns, scheme, trial, output):
-    """Run one trial on its seeds; the median of their scores (optuna.TrialPruned when pruned between seeds)."""
+def objective(ns, scheme, stage, space, trial, output):
+    """Run one trial of a search stage over `space` on its seeds; the median of their scores (optuna.TrialPruned when
+    pruned between seeds)."""
     import optuna
 
-    mode = scheme_run(scheme, ns.profile)[0]
-    space = config.search_space(mode)
     values = {name: rng.suggest(trial, name) for name, (_, rng) in space.items()}
     said = ", ".join(f"{name}={space[name][1].text(value, 4)}" for name, value in values.items())
     trial.set_user_attr("seeds", ns.seeds)
     results = []
     for start in range(0, len(ns.seeds), ns.jobs):  # --jobs seeds at once, pruned between them
-        results += run_seeds(ns, scheme, trial.number, ns.seeds[start:start + ns.jobs], values, mode)
+        results += run_seeds(ns, scheme, (trial.number, stage), ns.seeds[start:start + ns.jobs], values)
         trial.set_user_attr("results", results)
         step = len(results) - 1
         trial.report(results[-1]["score"], step)
         if step + 1 < len(ns.seeds) and trial.should_prune():
-            print(f"[tune {scheme} trial {trial.number}] {said}: pruned after {step + 1} seed(s) "
+            print(f"[tune {scheme} trial {label(trial.number, stage)}] {said}: pruned after {step + 1} seed(s) "
                   f"({tuned.seeds_text(results, best=True)})", file=output, flush=True)
             raise optuna.TrialPruned()
     value = statistics.median(r["score"] for r in results)
-    print(f"[tune {scheme} trial {trial.number}] {said}: {value:.1f} ({tuned.seeds_text(results, best=True)})",
-          file=output, flush=True)
+    print(f"[tune {scheme} trial {label(trial.number, stage)}] {said}: {value:.1f} "
+          f"({tuned.seeds_text(results, best=True)})", file=output, flush=True)
     return value
 
 
-def run_seeds(ns, scheme, number, seeds, values, mode):
-    """The launcher runs of a trial on `seeds`, at once where there are several (--jobs); their seed_results.
-    RuntimeError where a run failed."""
+def label(number, stage):
+    return f"{number}" if not stage else f"{number} of widening {stage}"
+
+
+def run_seeds(ns, scheme, trial, seeds, values):
+    """The launcher runs of a trial ((its number, its search stage)) on `seeds`, at once where there are several
+    (--jobs); their seed_results. RuntimeError where a run failed."""
     from analysis.summary import run_evaluations
 
-    runs = [run_of(ns, scheme, number, seed, values) for seed in seeds]
+    mode, (number, stage) = scheme_run(scheme, ns.profile)[0], trial
+    runs = [run_of(ns, scheme, number, seed, values, stage) for seed in seeds]
     codes, outputs = run_quietly(runs, f"tune {scheme}")
     for seed, run in zip(seeds, runs):
         if codes.get(run.log_dir) == EXIT_INTERRUPTED:
             raise KeyboardInterrupt
         if codes.get(run.log_dir) != 0:
-            raise RuntimeError(f"trial {number} of {scheme} failed on seed {seed} (exit {codes.get(run.log_dir)}): "
-                               f"{outputs[run.log_dir]}")
+            raise RuntimeError(f"trial {label(number, stage)} of {scheme} failed on seed {seed} "
+                               f"(exit {codes.get(run.log_dir)}): {outputs[run.log_dir]}")
     return [{"seed": seed, **seed_result(run_evaluations(run.mode_folder(mode)), ns.target, ns.max_time)}
             for seed, run in zip(seeds, runs)]
 
@@ -250,46 +258,93 @@ def run_quietly(runs, prog):
 # The studies (their sampler, pruner and storage: launcher/studies/search.py)
 
 
-def study_of(ns, storage, scheme):
+class Search:
+    """A scheme's search: its study over the declared ranges, then one study a widening of them (MAX_WIDENINGS)."""
+
+    def __init__(self, stages=None):
+        self.stages = stages or []  # [(an Optuna study, the space it searches)]
+
+    @property
+    def trials(self):
+        return [t for study, _ in self.stages for t in study.trials]
+
+    @property
+    def space(self):
+        return self.stages[-1][1]
+
+
+def study_of(ns, storage, scheme, space, stage=0):
+    """The Optuna study of a scheme's search stage; a widening's is named by its ranges, which a later rule may
+    change."""
     import optuna
 
-    names = list(config.search_space(scheme_run(scheme, ns.profile)[0]))
-    seed = study_seed(ns.cell, scheme, ns.seed)
-    return optuna.create_study(study_name=f"{ns.cell}|{scheme}", storage=storage, direction="minimize",
-                               sampler=quasi_random_sampler(seed, names), pruner=seeds_pruner(ns.trial_seeds),
-                               load_if_exists=True)
+    names = list(space)
+    widened = "".join(f"|{name} {rng.describe()}" for name, (_, rng) in space.items()
+                      if rng != config.search_space(scheme_run(scheme, ns.profile)[0])[name][1])
+    name = f"{ns.cell}|{scheme}" + (f"|widened-{stage}{widened}" if stage else "")
+    return optuna.create_study(study_name=name, storage=storage, direction="minimize",
+                               sampler=quasi_random_sampler(study_seed(ns.cell, scheme, ns.seed) + stage, names),
+                               pruner=seeds_pruner(ns.trial_seeds), load_if_exists=True)
 
 
-def tune(ns, storage, studies):
-    """Each scheme's study, --trials more trials each, into `studies` ({scheme: its study}) as it goes."""
+def tune(ns, storage, searches):
+    """Each scheme's search, --trials more trials each, into `searches` ({scheme: its Search}) as it goes. Under
+    --until N, a search whose chosen value lies at its range's edge goes on over the widened range, N trials more."""
     for scheme in ns.schemes:
-        study = studies[scheme] = study_of(ns, storage, scheme)
-        more = ns.trials if ns.until is None else max(0, ns.until - len(ended(study)))
-        print(f"[tune] {scheme}: {len(study.trials)} trials before, {more} more, each on seeds "
-              f"{', '.join(map(str, ns.seeds))}", flush=True)
-        if more:
-            study.optimize(lambda trial: objective(ns, scheme, trial, sys.stdout), n_trials=more,
-                           catch=(RuntimeError,))
+        search = searches[scheme] = Search()
+        space = config.search_space(scheme_run(scheme, ns.profile)[0])
+        for stage in range(MAX_WIDENINGS + 1):
+            study = study_of(ns, storage, scheme, space, stage)
+            search.stages.append((study, space))
+            more = ns.trials if ns.until is None else max(0, ns.until - len(ended(study)))
+            said = f" over {widening_text(search)}" if stage else ""
+            print(f"[tune] {scheme}{said}: {len(study.trials)} trials before, {more} more, each on seeds "
+                  f"{', '.join(map(str, ns.seeds))}", flush=True)
+            if more:
+                study.optimize(lambda trial: objective(ns, scheme, stage, space, trial, sys.stdout), n_trials=more,
+                               catch=(RuntimeError,))
+            space = ns.until and len(ended(study)) >= ns.until and widened(search)
+            if not space:
+                break
+
+
+def widened(search):
+    """The search's space with each range whose chosen value lies at its edge widened; None where none widens, or
+    where no values were chosen (no trial reached the target on every seed)."""
+    found = summarize(search.trials, search.space)
+    if not found["robust"]:
+        return None
+    wider = {name: (flag, rng.widened(found["values"][name])) for name, (flag, rng) in search.space.items()
+             if name in found["at_edge"]}
+    wider = {name: (flag, rng) for name, (flag, rng) in wider.items() if rng}
+    return {**search.space, **wider} if wider else None
+
+
+def widening_text(search):
+    """'--global-lr log-uniform 0.125 to 8 (from 0.5 to 8)': the ranges its last stage widened."""
+    first, last = search.stages[0][1], search.space
+    return ", ".join(f"{flag} {rng.describe()} (from {first[name][1].low:g} to {first[name][1].high:g})"
+                     for name, (flag, rng) in last.items() if rng != first[name][1])
 
 
 # ----------------------------------------------------------------------------------------------
 # What it writes
 
 
-def summarize(study, space):
-    """A study's entry of tuned.json: its trials, the chosen values (the best trial that reached the target on
-    every seed, else the best), and the largest rate that reached it on every seed."""
+def summarize(trials, space):
+    """A search's entry of tuned.json from its trials (every stage's): the chosen values (the best trial that reached
+    the target on every seed, else the best), and the largest rate that reached it on every seed."""
     import optuna
 
-    states = [t.state for t in study.trials]
-    complete = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value)
+    states = [t.state for t in trials]
+    complete = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value)
     robust = [t for t in complete if reached_every_seed(t)]
-    results = [r for t in study.trials for r in t.user_attrs.get("results") or []]
+    results = [r for t in trials for r in t.user_attrs.get("results") or []]
     entry = {"trials": len(states), "complete": len(complete), "pruned": states.count(optuna.trial.TrialState.PRUNED),
              "failed": states.count(optuna.trial.TrialState.FAIL),
-             "seeds": next((t.user_attrs["seeds"] for t in study.trials if t.user_attrs.get("seeds")), []),
+             "seeds": next((t.user_attrs["seeds"] for t in trials if t.user_attrs.get("seeds")), []),
              "seed_runs": len(results), "diverged_runs": sum(1 for r in results if r["diverged"]),
-             "robust_trials": len(robust), **largest_rate(study.trials, space)}
+             "robust_trials": len(robust), **largest_rate(trials, space)}
     if not complete:
         return {**entry, "flags": {}, "values": {}, "robust": False, "best_objective": None, "best_few": [],
                 "chosen_results": [], "at_edge": []}
@@ -308,7 +363,7 @@ def largest_rate(trials, space):
     return {"rate_flag": space[name][0] if name else None, "largest_robust_rate": max(rates) if rates else None}
 
 
-def report(ns, studies, seconds=0.0):
+def report(ns, searches, seconds=0.0):
     """tuned.json's entry of the cell (with the commands that ran its trials and their wall time together), its
     table and the figures."""
     path = os.path.join(ns.log_dir, tuned.FILE_NAME)
@@ -319,16 +374,17 @@ def report(ns, studies, seconds=0.0):
              "split": "niid" if ns.non_iid else "iid", "target": ns.target, "max_time": ns.max_time,
              "holdout": ns.holdout, "penalty": PENALTY, "trial_seeds": ns.seeds,
              "quasi_random_trials": QUASI_RANDOM_TRIALS, "protocol": tuned.PROTOCOL, "schemes": {}}
-    for scheme, study in studies.items():
-        space = config.search_space(scheme_run(scheme, ns.profile)[0])
-        entry["schemes"][scheme] = {**summarize(study, space), "space": {
-            flag: rng.describe() for flag, rng in space.values()}}
+    for scheme, search in searches.items():
+        entry["schemes"][scheme] = {**summarize(search.trials, search.space), "space": {
+            flag: rng.describe() for flag, rng in search.space.values()}, "widenings": [
+                {"ranges": widening_text(Search(search.stages[:stage + 1])), "ended": len(ended(study))}
+                for stage, (study, _) in enumerate(search.stages) if stage]}
     tuned.write(path, ns.cell, entry)
     table = tuned.markdown(ns.cell, entry)
     write_text(os.path.join(ns.log_dir, "tuned.md"), table)
     folder = os.path.join(ns.log_dir, cell_folder(ns.cell), "figures")
     figures = tuned.draw(folder, ns.cell, ns.target, [
-        (scheme, study, config.search_space(scheme_run(scheme, ns.profile)[0])) for scheme, study in studies.items()])
+        (scheme, search, search.space) for scheme, search in searches.items()])
     return path, table, figures
 
 
@@ -346,15 +402,15 @@ def run(argv):
     except UsageError as error:
         print(f"launch.py tune: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    studies = {}
+    searches = {}
     try:
-        tune(ns, storage, studies)
+        tune(ns, storage, searches)
     except KeyboardInterrupt:
-        report(ns, studies, time.time() - started)  # what ran is recorded, with the command that ran it
+        report(ns, searches, time.time() - started)  # what ran is recorded, with the command that ran it
         print("launch.py tune: interrupted; the studies keep what they ran (the same command goes on)",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    path, table, figures = report(ns, studies, time.time() - started if ns.trials or ns.until else 0.0)
+    path, table, figures = report(ns, searches, time.time() - started if ns.trials or ns.until else 0.0)
     print(table)
     print(f"tuned values: {path}\nfigures: {', '.join(figures) or 'none'}\ntook {time.time() - started:.0f} s")
     return 0

@@ -20,7 +20,7 @@ DEFAULT_OUTER_MOMENTUM = 0.9
 class AsyncLocalSGDOptions(CoordinatedOptions, FedBuffOptions):
     buffer_size: int = fixed(1)  # the momentum catches up every N arrivals, N the workers
     outer_momentum: float = option("--outer-momentum", default=DEFAULT_OUTER_MOMENTUM, type=argtypes.momentum,
-                                   search=Range(0.0, 0.95),
+                                   search=Range(0.0, 0.95, limits=(0.0, 0.99)),
                                    help="async-local-sgd: beta of the delayed Nesterov momentum (default 0.9)")
 
     @classmethod

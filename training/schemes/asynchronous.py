@@ -22,7 +22,7 @@ DC_LAMBDA_DEFAULTS = {"constant": 0.04, "adaptive": 2.0}  # the DC-ASGD paper's 
 @declaration
 class DCASGDOptions(Options):
     dc_lambda: Optional[float] = option(
-        "--dc-lambda", type=argtypes.NON_NEGATIVE_FLOAT, search=Range(0.01, 4.0, log=True),
+        "--dc-lambda", type=argtypes.NON_NEGATIVE_FLOAT, search=Range(0.01, 4.0, log=True, limits=(1e-4, 100.0)),
         help="lambda of the delay compensation (default 0.04; with --dc-adaptive lambda0, default 2)")
     dc_adaptive: float = fixed(0.0)
 

@@ -60,7 +60,7 @@ class LocalSGDOptions(Options):
              "to it as a pseudo-gradient, learning rate -gl, momentum --server-momentum (sgd: without momentum the "
              "average itself, FedAvg's and ESync's; nag: Nesterov's momentum, DiLoCo's outer step; adam: FedAdam's)")
     server_momentum: float = option(
-        "--server-momentum", default=0.0, type=argtypes.momentum, search=Range(0.0, 0.95),
+        "--server-momentum", default=0.0, type=argtypes.momentum, search=Range(0.0, 0.95, limits=(0.0, 0.99)),
         help="the outer optimizer's momentum beta (sgd, nag): each aggregation moves the global model by beta x its "
              "last move + the average of the deltas (default 0: the average alone)")
     normalised_averaging: bool = option(
