@@ -153,16 +153,22 @@ def processes_in(folder):
     return found
 
 
+def ignore_interrupts():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.slow
 @pytest.mark.beside_others  # a virtual clock's runs; the test waits on their stop
 def test_an_interrupted_study_stops_its_command_which_keeps_what_it_wrote_and_leaves_no_process(repo):
-    long_search = SEARCH.replace("--max-time 1", "--max-time 120").replace("--until 1", "--until 3")
+    long_search = SEARCH.replace("--max-time 1", "--max-time 120").replace("--until 1", "--until 3").replace(
+        "--trial-seeds 1", "--trial-seeds 2 --jobs 2")  # its seeds' runs in processes of their own
     (repo / registry.RESULTS / "search").mkdir(parents=True)
     (repo / registry.RESULTS / "search" / registry.DECLARATION).write_text(json.dumps({"command": long_search}))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "declare search")
     study = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), "study", "search", "--root", str(repo)],
-                             env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=ignore_interrupts)  # as a script's background job starts: `kill -INT` works
     try:
         lines = []
         for line in study.stdout:  # until the first trial's run is in flight

@@ -198,13 +198,14 @@ def run_command(argv, root):
     """The exit code of `python launch.py argv`. It runs in a session of its own, so that an interrupt of the study
     (Ctrl-C, SIGTERM) reaches it once, from here: it stops as on its own Ctrl-C (its runs in flight stopped, what it
     has written kept) and is waited for; a second interrupt only waits on."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), *argv], cwd=root,
-                            start_new_session=True)
-    # SIGINT even where this process was started with it ignored (a background job of a script): `kill -INT` stops it
+    # SIGINT even where this process was started with it ignored (a background job of a script): `kill -INT` stops
+    # it. Installed before the command starts, which would inherit the ignored SIGINT and never stop
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt),
                 signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     asked = False
     try:
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), *argv], cwd=root,
+                                start_new_session=True)
         while True:
             try:
                 return proc.wait()
