@@ -13,6 +13,7 @@ draw the comparison.
     python launch.py docs [--check]          # the docs' result tables again from the committed results
     python launch.py calibrate -n lenet --slowdown 1,4 --out devices.json   # the fast step, for --clock virtual
     python launch.py noise-scale -n lenet --devices 4    # the gradient noise scale: the most SSGD on n devices buys
+    python launch.py rate-sweep -n lenet --devices 1,4   # steps to a target against the rate, per device count
 
 Without --tracker every process runs on this machine on 127.0.0.1: the state server (esync and nbsync only), the
 ps-lite scheduler, -s servers and one worker per --devices entry. Per mode, the iteration logs go to
@@ -37,7 +38,7 @@ SUBPROGRAMS = {"submit": "launcher.dmlc:submit", "task": "launcher.dmlc:run_task
                "sweep": "launcher.studies.sweep:run", "regimes": "launcher.studies.regime_map:run",
                "tune": "launcher.studies.tune:run", "docs": "analysis.doc_tables:run",
                "calibrate": "launcher.calibrate:calibrate", "study": "launcher.studies.registry:run",
-               "noise-scale": "launcher.studies.noise_scale:run"}
+               "noise-scale": "launcher.studies.noise_scale:run", "rate-sweep": "launcher.studies.rate_sweep:run"}
 
 
 def subprogram(name):

@@ -1,6 +1,7 @@
 """Bad input ends in one line on stderr and a non-zero exit, before any process waits on the network."""
 import pytest
 
+from launch import SUBPROGRAMS
 from launcher.cluster import free_port
 from tests.jobs import run_main
 from training import config
@@ -172,8 +173,7 @@ def test_the_common_help_shows_the_flags_every_mode_reads_and_lists_the_modes():
     assert "--dc-lambda" not in text and "--local-lr" not in text
 
 
-@pytest.mark.parametrize("command", ["submit", "task", "clean-netns", "paper", "sweep", "regimes", "tune", "docs",
-                                     "calibrate", "study", "noise-scale"])
+@pytest.mark.parametrize("command", sorted(SUBPROGRAMS))
 def test_every_command_of_launch_py_says_its_usage_on_help_and_exits_0(command, capsys):
     import launch
 

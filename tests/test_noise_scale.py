@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from launcher.studies import noise_scale
+from launcher.studies import noise_scale, rate_sweep
 from tests.test_launch import launcher_env
 from tests.test_virtual_clock import LAUNCH_PY
 
@@ -103,3 +103,44 @@ def test_the_verdict_table_shows_the_ceiling_the_noise_scale_sets_for_the_cells_
     fresh = doc_tables.regenerate("<!-- generated: answers cell -->\n<!-- end generated -->\n", str(tmp_path))
 
     assert "against ESync; ceiling 1.00 |" in fresh  # one fast device: SSGD on it buys nothing
+
+
+# ----------------------------------------------------------------------------------------------
+# The rate re-tuned per batch size (launch.py rate-sweep)
+
+
+def sweep_result(runs):
+    return {"devices": [1, 4], "rates": [0.001, 0.002, 0.004], "targets": [0.8], "seeds": [0, 1], "runs": {
+        rate_sweep.run_key(n, rate, seed): {"steps": {"0.8": steps}} for (n, rate, seed), steps in runs.items()}}
+
+
+def test_each_device_count_takes_its_rate_of_least_median_steps_a_half_that_missed_counting_as_never():
+    result = sweep_result({(1, 0.001, 0): 400, (1, 0.001, 1): 500, (1, 0.002, 0): 300, (1, 0.002, 1): 350,
+                           (1, 0.004, 0): 100, (1, 0.004, 1): None,  # half missed: never, not 100
+                           (4, 0.001, 0): 300, (4, 0.001, 1): 300, (4, 0.002, 0): 200, (4, 0.002, 1): 250,
+                           (4, 0.004, 0): 150, (4, 0.004, 1): 170})
+
+    best = rate_sweep.best_rates(result)
+
+    assert best["1"]["0.8"] == {"rate": 0.002, "steps": 325.0, "at_edge": False}
+    assert best["4"]["0.8"] == {"rate": 0.004, "steps": 160.0, "at_edge": True}  # a larger rate may do better
+    assert "| 4 | 0.8 | 0.002 (325) | 0.004 (edge) (160) | 2.03 | – | – |" in rate_sweep.table(result)
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others  # counts of steps: no timing
+def test_launch_rate_sweep_runs_each_device_count_and_rate_once_and_refuses_bad_input_in_one_line(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = [sys.executable, LAUNCH_PY, "rate-sweep", "--dataset", "mnist-5k", "--devices", "1,2", "-b", "16",
+            "--rates", "0.002,0.004", "--steps", "4", "--eval-every", "2", "--targets", "0.5", "--out", str(out)]
+    ran = [subprocess.run(argv, capture_output=True, text=True, env=launcher_env(), timeout=300) for _ in range(2)]
+
+    assert [r.returncode for r in ran] == [0, 0], ran[0].stderr[-2000:]
+    result = json.loads((out / rate_sweep.FILE_NAME).read_text())
+    assert sorted(result["runs"]) == ["1|0.002|0", "1|0.004|0", "2|0.002|0", "2|0.004|0"]
+    assert ran[0].stdout.count("[rate-sweep] ") == 5 and ran[1].stdout.count("[rate-sweep] ") == 1  # nothing again
+    assert "| 2 | 0.5 |" in ran[1].stdout
+
+    assert rate_sweep.run(["--devices", "4,8"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "launch.py rate-sweep: error: --devices 4,8: give 1 (the ratios' base) and more"]

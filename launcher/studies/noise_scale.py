@@ -102,8 +102,10 @@ def squared_norm(grads):
     return float(sum((g.astype("float64") ** 2).sum().asscalar() for g in grads))
 
 
-def measure(ns, progress=print):
-    """{settings, points: [{step, accuracy, b_simple, true_sq, trace}], ratios: {target: ...}} of an SSGD run."""
+def measure(ns, progress=print, estimate=True, stop_at=None):
+    """{settings, points: [{step, accuracy, b_simple, true_sq, trace}], ratios: {target: ...}} of an SSGD run.
+    Without `estimate` (or on one device) no noise is estimated; with `stop_at` the run ends at the first test that
+    reaches that accuracy, and at the first whose weights are no longer finite (diverged: its last point says so)."""
     import mxnet as mx
     from mxnet import gluon
 
@@ -116,7 +118,9 @@ def measure(ns, progress=print):
     trainer = gluon.Trainer(model.trainable, "sgd", {"learning_rate": ns.lr, "momentum": ns.momentum})
     rng = np.random.RandomState(ns.seed)
     b, n = ns.batch_size, ns.devices
+    estimate = estimate and n > 1  # one device's batch is the only one: no second size to set it against
     true_avg, trace_avg = Smoothed(ns.smoothing), Smoothed(ns.smoothing)
+    smoothed_true = smoothed_trace = None
     points, started = [], time.perf_counter()
     for step in range(1, ns.steps + 1):
         chosen = rng.choice(len(data.train_labels), n * b, replace=False)
@@ -125,22 +129,28 @@ def measure(ns, progress=print):
             part = chosen[device * b:(device + 1) * b]
             model.forward_backward(data.train_images[part], data.train_labels[part])
             grads = [p.grad() for p in model.trainable]  # the device's summed gradient
-            small_sq += squared_norm([g / b for g in grads]) / n
+            if estimate:
+                small_sq += squared_norm([g / b for g in grads]) / n
             total = [g.copy() for g in grads] if total is None else [t + g for t, g in zip(total, grads)]
-        big_sq = squared_norm([t / (n * b) for t in total])
-        true_sq, trace = estimates(small_sq, big_sq, b, n * b)
-        smoothed_true, smoothed_trace = true_avg.add(true_sq), trace_avg.add(trace)
+        if estimate:
+            true_sq, trace = estimates(small_sq, squared_norm([t / (n * b) for t in total]), b, n * b)
+            smoothed_true, smoothed_trace = true_avg.add(true_sq), trace_avg.add(trace)
         for p, t in zip(model.trainable, total):
             t.copyto(p.grad())
         trainer.step(n)  # the mean of the devices' summed gradients, as SSGD steps
         if step % ns.eval_every == 0 or step == ns.steps:
             accuracy = model.accuracy(data.test_images, data.test_labels)
-            b_simple = smoothed_trace / smoothed_true if smoothed_true > 0 else None
+            b_simple = smoothed_trace / smoothed_true if estimate and smoothed_true > 0 else None
             points.append({"step": step, "accuracy": accuracy, "b_simple": b_simple, "true_sq": smoothed_true,
                            "trace": smoothed_trace})
             shown = "–" if b_simple is None else f"{b_simple:.0f}"
             progress(f"[noise-scale] step {step}/{ns.steps}  test accuracy {accuracy:.4f}  B_simple {shown}  "
                      f"({time.perf_counter() - started:.0f} s)")
+            if not np.isfinite(squared_norm([p.data() for p in model.trainable])):
+                points[-1]["diverged"] = True
+                break
+            if stop_at is not None and accuracy >= stop_at:
+                break
     return {"network": ns.network, "dataset": ns.dataset, "batch_size": b, "devices": n, "steps": ns.steps,
             "lr": ns.lr, "momentum": ns.momentum, "smoothing": ns.smoothing, "seed": ns.seed, "points": points,
             "ratios": ratios(points, ns.targets, b, n)}

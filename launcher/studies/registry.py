@@ -33,9 +33,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RESULTS = "results"
 DECLARATION = regime_map.DECLARATION_FILE
 KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
-RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json")  # a map's, the paper's table's, a noise scale's
+# a map's, the paper's table's, a noise scale's, a rate sweep's
+RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json", "rate-sweep.json")
 SEARCH_KEPT = ("tuned.json", "tuned.md")  # what a search's study keeps
-RUNNABLE = ("regimes", "tune", "calibrate", "noise-scale")  # the launcher's commands a declaration may run
+RUNNABLE = ("regimes", "tune", "calibrate", "noise-scale", "rate-sweep")  # the launcher's commands a declaration may run
 
 
 def declaration_path(name, root=ROOT):
