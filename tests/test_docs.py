@@ -280,3 +280,9 @@ def test_the_docs_stay_within_45_thousand_words():
                 for path in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
 
     assert words <= 45_000, f"docs/ holds {words} words: the numbers belong in results/<study>/, the past in git"
+
+
+def test_the_readme_is_read_in_one_sitting():
+    lines = read("README.md").count("\n")
+
+    assert lines < 150, f"README.md holds {lines} lines: the detail belongs in docs/"

@@ -92,6 +92,18 @@ SEARCH = ("python launch.py tune --clock virtual --step-seconds 0.01 --link 12 -
           f"-dd {os.path.join(ROOT, 'data')} -ld logs/search")
 
 
+def test_a_searchs_progress_counts_each_widening_of_a_range_as_trials_more_to_run(repo):
+    (repo / registry.RESULTS / "search").mkdir(parents=True)
+    (repo / registry.RESULTS / "search" / "tuned.json").write_text(json.dumps({"cells": {"c": {"schemes": {
+        "a": {"complete": 20, "pruned": 4, "widenings": [{"ranges": "-gl ...", "ended": 8}]},  # 16 + 8 of 16
+        "b": {"complete": 10, "pruned": 6}}}}}))
+
+    said = registry.search_progress("search", [["tune", "--schemes", "a,b,c", "--until", "16"]], str(repo))
+
+    assert said == "40 of 64 trials (1 widened), 1 of its 3 schemes done"
+
+
+@pytest.mark.slow
 @pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_lacks(repo):
     (repo / registry.RESULTS / "search").mkdir(parents=True)
