@@ -36,7 +36,8 @@ KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # 
 # a map's, the paper's table's, a noise scale's, a rate sweep's
 RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json", "rate-sweep.json")
 SEARCH_KEPT = ("tuned.json", "tuned.md")  # what a search's study keeps
-RUNNABLE = ("regimes", "tune", "calibrate", "noise-scale", "rate-sweep")  # the launcher's commands a declaration may run
+# the launcher's commands a declaration may run
+RUNNABLE = ("regimes", "tune", "calibrate", "noise-scale", "rate-sweep")
 
 
 def declaration_path(name, root=ROOT):
@@ -325,8 +326,8 @@ def states(root=ROOT, names=None):
 
 
 def search_progress(name, searches, root=ROOT):
-    """'T of N trials, S of its K schemes done': the trials that ended (complete or pruned) in the kept search
-    against those its commands declare."""
+    """'T of N trials, S of its K schemes done, about H h more': the trials that ended (complete or pruned) in the
+    kept search against those its commands declare, and the hours the rest take at the search's pace so far."""
     from launcher.studies import tune
 
     kept = tuned.read(os.path.join(root, RESULTS, name, SEARCH_KEPT[0]))
@@ -338,8 +339,10 @@ def search_progress(name, searches, root=ROOT):
     ended = sum(min(until, n) for found in stages for n in found)
     done = sum(all(n >= until for n in found) for found in stages)
     widenings = sum(len(found) - 1 for found in stages)
-    return (f"{ended} of {(wanted + widenings) * until} trials" + (f" ({widenings} widened)" if widenings else "")
-            + f", {done} of its {wanted} schemes done")
+    total, seconds = (wanted + widenings) * until, sum(cell.get("wall_seconds", 0) for cell in kept.values())
+    pace = f", about {seconds / ended * (total - ended) / 3600:.1f} h more" if seconds and total > ended > 0 else ""
+    return (f"{ended} of {total} trials" + (f" ({widenings} widened)" if widenings else "")
+            + f", {done} of its {wanted} schemes done{pace}")
 
 
 def stages_ended(entry):
