@@ -127,6 +127,11 @@ def test_each_device_count_takes_its_rate_of_least_median_steps_a_half_that_miss
     assert "| 4 | 0.8 | 0.002 (325) | 0.004 (edge) (160) | 2.03 | – | – |" in rate_sweep.table(result)
 
 
+def test_a_sweep_declared_but_not_run_says_how_to_run_it_in_the_docs(tmp_path):
+    assert rate_sweep.block(str(tmp_path / "rate-sweep-x")) == (
+        "Declared, not run yet: `python launch.py study rate-sweep-x`.\n")
+
+
 @pytest.mark.slow
 @pytest.mark.beside_others  # counts of steps: no timing
 def test_launch_rate_sweep_runs_each_device_count_and_rate_once_and_refuses_bad_input_in_one_line(tmp_path, capsys):

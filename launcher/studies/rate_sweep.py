@@ -185,5 +185,8 @@ def rate_text(found):
 
 
 def block(folder):
-    """docs' generated table of results/<folder>/rate-sweep.json."""
-    return table(read_json(os.path.join(folder, FILE_NAME)))
+    """docs' generated table of results/<folder>/rate-sweep.json; where it has not run, how to run it."""
+    path = os.path.join(folder, FILE_NAME)
+    if not os.path.isfile(path):
+        return f"Declared, not run yet: `python launch.py study {os.path.basename(folder)}`.\n"
+    return table(read_json(path))
