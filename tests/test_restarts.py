@@ -128,6 +128,9 @@ def children(pid):
         return [int(child) for child in f.read().split()]
 
 
+# With the timed tests: the loops' restarts meet only if each process starts within the others' --sync-timeout of 5 s,
+# and once, beside the heaviest tests, the job went on with no restart logged.
+@pytest.mark.beside_others(False)
 def test_by_hand_a_loop_around_each_process_restarts_the_job_from_its_newest_checkpoint(tmp_path):
     from launcher.cluster import ROOT, ProcessGroup, dmlc_env, free_port
     from tests.jobs import LENET_ARGS
@@ -160,6 +163,6 @@ def test_by_hand_a_loop_around_each_process_restarts_the_job_from_its_newest_che
     # rank 0 (whichever worker registered first the second time) loads the checkpoint for everyone
     resumed = [line for name in ("worker-0", "worker-1") for line in outputs[name].splitlines()
                if "resuming at global step" in line]
-    assert len(resumed) == 1 and int(resumed[0].split("global step ")[1].split()[0]) >= CHECKPOINT_EVERY
+    assert len(resumed) == 1 and int(resumed[0].split("global step ")[1].split()[0]) >= CHECKPOINT_EVERY, outputs
     assert sorted(os.listdir(worker_folder)) == sorted([f"iter-{n}.txt" for n in range(1, MAX_ITERS + 1)]
                                                        + ["meta.json", "model-final.params"])
