@@ -4,6 +4,7 @@ Used by the launcher, the benchmark and the tests. Every process gets its own ou
 (its whole process group), and a ProcessGroup used as a context manager leaves nothing behind, also on errors.
 """
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,19 +35,40 @@ class JobFailed(Exception):
 
 
 _handed_out = set()  # (host, port) pairs free_port returned in this process
+PORTS_BELOW_EPHEMERAL = 12000
+FIRST_UNPRIVILEGED = 1024
 
 
 def free_port(host=LOOPBACK):
     """A port nothing listens on now, and one this process has not handed out before: the kernel may offer a port
     again as soon as the probe closes it, and two jobs started in a row would then both take it before either's
-    scheduler binds it."""
+    scheduler binds it. Drawn below the kernel's ephemeral range, where ps-lite's servers and workers, MPI and every
+    other program that binds port 0 take theirs: a job's scheduler port chosen there was once taken by another job's
+    server before the scheduler bound it, and each job's nodes then reached the other's."""
+    low, high = chosen_ports()
     while True:
+        port = random.randrange(low, high) if high > low else 0
         with socket.socket() as s:
-            s.bind((host, 0))
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
             port = s.getsockname()[1]
         if (host, port) not in _handed_out:
             _handed_out.add((host, port))
             return port
+
+
+def chosen_ports():
+    """[low, high): the ports free_port draws from, the PORTS_BELOW_EPHEMERAL below the kernel's ephemeral range
+    (Linux's /proc/sys/net/ipv4/ip_local_port_range); (0, 0), the kernel's choice, where that range starts too low."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    low = max(FIRST_UNPRIVILEGED, ephemeral - PORTS_BELOW_EPHEMERAL)
+    return (low, ephemeral) if ephemeral - low >= PORTS_BELOW_EPHEMERAL // 2 else (0, 0)
 
 
 def dmlc_env(role, root_port, num_servers, num_workers, host=LOOPBACK, interface="lo", root_uri=None):

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from launcher import commands, dmlc, experiment
+from launcher import cluster, commands, dmlc, experiment
 from launcher.cluster import ROOT, ProcessGroup, free_port, is_running, processes_in_group
 from launcher.supervision import ExitWatch
 from training.checks import UsageError
@@ -147,6 +147,9 @@ def test_free_ports_are_never_handed_out_twice_by_one_process():
     ports = [free_port() for _ in range(300)]
 
     assert len(set(ports)) == len(ports)
+    # and none where the kernel hands out ports to whatever binds port 0 (ps-lite's servers and workers)
+    ephemeral = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    assert all(ephemeral - cluster.PORTS_BELOW_EPHEMERAL <= port < ephemeral for port in ports)
 
 
 def test_two_jobs_in_one_process_group_keep_their_outputs_apart(tmp_path):
