@@ -16,7 +16,9 @@ training/faults/divergence.py) scores --max-time x (1 + PENALTY x the accuracy i
 the median of its seeds' scores. Between seeds, a trial that missed on a seed is stopped once the study holds one that
 reached the target on all of its seeds, and from four seeds up Optuna's Wilcoxon pruner stops a trial its seeds so far
 say is behind the best. The chosen values of a study are its best trial that reached the target on every seed
-(robust); where none did, its best trial, marked so.
+(robust); where none did, its best trial, marked so. Under --until N, chosen values with one in the outer tenth of
+its range search N more trials over that range widened past the edge (Range.widened), at most MAX_WIDENINGS times;
+the chosen values are then the best of every stage.
 
 The studies live in an SQLite file under the log dir (or --storage URL): the same command runs --trials more trials
 of each study, none repeated, or with --until N only the trials a study lacks of N; a trial whose process was killed
@@ -38,10 +40,10 @@ from launcher.studies import map_schemes, parallel
 from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, open_storage, quasi_random_sampler,
                                      reached_every_seed, seeds_pruner, study_seed)
 from training import config, modes
-from training.options import EDGE_SHARE
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import write_text
+from training.options import EDGE_SHARE
 
 FAST_ONLY = scheme_names.FAST_ONLY
 DEFAULT_SCHEMES = "sync,async,esync,esync-apply,local,fast-only"
