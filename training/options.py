@@ -230,7 +230,8 @@ def local_optimizer():
 
 def global_lr():
     return option("-gl", "--global-lr", default=1.0, type=argtypes.POSITIVE_FLOAT,
-                  search=Range(0.5, 8.0, log=True, limits=(0.01, 100.0)), help="weights = start + global_lr x the mean delta")
+                  search=Range(0.5, 8.0, log=True, limits=(0.01, 100.0)),
+                  help="weights = start + global_lr x the mean delta")
 
 
 def sync_interval():

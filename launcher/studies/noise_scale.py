@@ -63,10 +63,7 @@ class Smoothed:
 def build_parser():
     p = argparse.ArgumentParser(prog="launch.py noise-scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", "--network", default="lenet")
-    p.add_argument("--dataset", default="mnist-5k")
-    p.add_argument("-dd", "--data-dir", help="(default: the first of data, /usr/share/datasets that holds it)")
-    p.add_argument("-b", "--batch-size", type=int, default=64, help="each device's batch, b (default 64)")
+    add_network_options(p)
     p.add_argument("--devices", type=int, default=4, help="n equal devices, 2 or more (default 4)")
     p.add_argument("--steps", type=int, default=300, help="SSGD steps (default 300)")
     p.add_argument("--lr", type=float, default=0.001, help="SSGD's rate on each device's summed gradient, as "
@@ -78,6 +75,15 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join("logs", "noise-scale"), help="(default logs/noise-scale)")
     return p
+
+
+def add_network_options(p):
+    """What the SSGD runs of measure() train: the network, its data and each device's batch (launch.py noise-scale,
+    launch.py rate-sweep)."""
+    p.add_argument("-n", "--network", default="lenet")
+    p.add_argument("--dataset", default="mnist-5k")
+    p.add_argument("-dd", "--data-dir", help="(default: the first of data, /usr/share/datasets that holds it)")
+    p.add_argument("-b", "--batch-size", type=int, default=64, help="each device's batch, b (default 64)")
 
 
 def parse(argv):

@@ -31,10 +31,7 @@ FILE_NAME = "rate-sweep.json"
 def build_parser():
     p = argparse.ArgumentParser(prog="launch.py rate-sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", "--network", default="lenet")
-    p.add_argument("--dataset", default="mnist-5k")
-    p.add_argument("-dd", "--data-dir", help="(default: the first of data, /usr/share/datasets that holds it)")
-    p.add_argument("-b", "--batch-size", type=int, default=64, help="each device's batch, b (default 64)")
+    noise_scale.add_network_options(p)
     p.add_argument("--devices", default="1,4", help="the device counts n, 1 first (default 1,4)")
     p.add_argument("--rates", default="0.001,0.002,0.004,0.008",
                    help="SSGD's rates on each device's summed gradient, a grid (default 0.001,0.002,0.004,0.008)")

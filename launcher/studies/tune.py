@@ -50,7 +50,6 @@ DEFAULT_SCHEMES = "sync,async,esync,esync-apply,local,fast-only"
 PENALTY = 10.0          # a missed seed scores the budget x (1 + PENALTY x the accuracy it lacked)
 TRIAL_SEEDS = 3         # seeds a trial runs its values on
 BEST_FEW = 3            # the best trials whose spread tuned.json reports
-EDGE = EDGE_SHARE       # a chosen value in the outer tenth of its range is flagged
 MAX_WIDENINGS = 2       # searches again over a widened range, at most, after a chosen value at its range's edge
 RATE_FLAGS = ("learning_rate", "local_lr")  # the step's rate, whose largest value that reached the target is given
 
@@ -263,8 +262,8 @@ def run_quietly(runs, prog):
 class Search:
     """A scheme's search: its study over the declared ranges, then one study a widening of them (MAX_WIDENINGS)."""
 
-    def __init__(self, stages=None):
-        self.stages = stages or []  # [(an Optuna study, the space it searches)]
+    def __init__(self):
+        self.stages = []  # [(an Optuna study, the space it searches)]
 
     @property
     def trials(self):
@@ -275,17 +274,15 @@ class Search:
         return self.stages[-1][1]
 
 
-def study_of(ns, storage, scheme, space, stage=0):
-    """The Optuna study of a scheme's search stage; a widening's is named by its ranges, which a later rule may
-    change."""
+def study_of(ns, storage, scheme, declared, space, stage=0):
+    """The Optuna study of a scheme's search stage over `space`; a widening's is named by the ranges it widened from
+    the `declared` ones, which a later rule may change."""
     import optuna
 
-    names = list(space)
-    widened = "".join(f"|{name} {rng.describe()}" for name, (_, rng) in space.items()
-                      if rng != config.search_space(scheme_run(scheme, ns.profile)[0])[name][1])
+    widened = "".join(f"|{name} {rng.describe()}" for name, (_, rng) in space.items() if rng != declared[name][1])
     name = f"{ns.cell}|{scheme}" + (f"|widened-{stage}{widened}" if stage else "")
     return optuna.create_study(study_name=name, storage=storage, direction="minimize",
-                               sampler=quasi_random_sampler(study_seed(ns.cell, scheme, ns.seed) + stage, names),
+                               sampler=quasi_random_sampler(study_seed(ns.cell, scheme, ns.seed) + stage, list(space)),
                                pruner=seeds_pruner(ns.trial_seeds), load_if_exists=True)
 
 
@@ -294,12 +291,12 @@ def tune(ns, storage, searches):
     --until N, a search whose chosen value lies at its range's edge goes on over the widened range, N trials more."""
     for scheme in ns.schemes:
         search = searches[scheme] = Search()
-        space = config.search_space(scheme_run(scheme, ns.profile)[0])
+        space = declared = config.search_space(scheme_run(scheme, ns.profile)[0])
         for stage in range(MAX_WIDENINGS + 1):
-            study = study_of(ns, storage, scheme, space, stage)
+            study = study_of(ns, storage, scheme, declared, space, stage)
             search.stages.append((study, space))
             more = ns.trials if ns.until is None else max(0, ns.until - len(ended(study)))
-            said = f" over {widening_text(search)}" if stage else ""
+            said = f" over {widening_text(declared, space)}" if stage else ""
             print(f"[tune] {scheme}{said}: {len(study.trials)} trials before, {more} more, each on seeds "
                   f"{', '.join(map(str, ns.seeds))}", flush=True)
             if more:
@@ -316,17 +313,15 @@ def widened(search):
     found = summarize(search.trials, search.space)
     if not found["robust"]:
         return None
-    wider = {name: (flag, rng.widened(found["values"][name])) for name, (flag, rng) in search.space.items()
-             if name in found["at_edge"]}
-    wider = {name: (flag, rng) for name, (flag, rng) in wider.items() if rng}
+    wider = {name: (flag, wide) for name, (flag, rng) in search.space.items()
+             if name in found["at_edge"] and (wide := rng.widened(found["values"][name]))}
     return {**search.space, **wider} if wider else None
 
 
-def widening_text(search):
-    """'--global-lr log-uniform 0.125 to 8 (from 0.5 to 8)': the ranges its last stage widened."""
-    first, last = search.stages[0][1], search.space
-    return ", ".join(f"{flag} {rng.describe()} (from {first[name][1].low:g} to {first[name][1].high:g})"
-                     for name, (flag, rng) in last.items() if rng != first[name][1])
+def widening_text(declared, space):
+    """'--global-lr log-uniform 0.125 to 8 (from 0.5 to 8)': the ranges of `space` widened from the declared ones."""
+    return ", ".join(f"{flag} {rng.describe()} (from {declared[name][1].low:g} to {declared[name][1].high:g})"
+                     for name, (flag, rng) in space.items() if rng != declared[name][1])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,7 +350,7 @@ def summarize(trials, space):
             "robust": bool(robust), "chosen_trial": best.number, "chosen_results": best.user_attrs.get("results", []),
             "best_objective": best.value, "best_few": [t.value for t in (robust or complete)[:BEST_FEW]],
             "at_edge": [name for name, value in best.params.items()
-                        if not EDGE <= space[name][1].position(value) <= 1 - EDGE]}
+                        if not EDGE_SHARE <= space[name][1].position(value) <= 1 - EDGE_SHARE]}
 
 
 def largest_rate(trials, space):
@@ -379,8 +374,8 @@ def report(ns, searches, seconds=0.0):
     for scheme, search in searches.items():
         entry["schemes"][scheme] = {**summarize(search.trials, search.space), "space": {
             flag: rng.describe() for flag, rng in search.space.values()}, "widenings": [
-                {"ranges": widening_text(Search(search.stages[:stage + 1])), "ended": len(ended(study))}
-                for stage, (study, _) in enumerate(search.stages) if stage]}
+                {"ranges": widening_text(search.stages[0][1], space), "ended": len(ended(study))}
+                for study, space in search.stages[1:]]}
     tuned.write(path, ns.cell, entry)
     table = tuned.markdown(ns.cell, entry)
     write_text(os.path.join(ns.log_dir, "tuned.md"), table)
