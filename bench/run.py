@@ -153,9 +153,9 @@ def check_links(cfg, only):
     chosen = [m for m in dict.fromkeys(cfg["modes"] + cfg["accuracy_profile_modes"]) if m in modes.cluster_names()]
     run = experiment.build(experiment.options(modes=",".join(chosen), slowdown=cfg["profiles"][0], max_time=1.0,
                                               **cfg["links"]))
-    if run.hosts == "netns":
+    if run.cluster.hosts == "netns":
         try:
-            netns.check_available(run.netns_prefix)
+            netns.check_available(run.cluster.netns_prefix)
         except netns.NetnsUnavailable as error:
             raise UsageError(str(error))
 

@@ -58,8 +58,8 @@ def calibrate(argv):
               "period_seconds": probe.period, "compute_seconds": probe.compute, "jitter": probe.jitter,
               "round_trip_seconds": round_trip, "server_apply_seconds_per_mb": apply,
               "model_bytes": probe.model_bytes, "steps": comm_ratio.PROBE_STEPS,
-              "device": run.devices[run.fastest_worker], "device_share": run.device_share,
-              "devices_described": run.devices_described, "measured_on": socket.gethostname(),
+              "device": run.cluster.devices[run.cluster.fastest_worker], "device_share": run.cluster.device_share,
+              "devices_described": run.cluster.devices_described, "measured_on": socket.gethostname(),
               "command": "python launch.py calibrate " + shlex.join(argv)}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     write_json(out, record, indent=1)

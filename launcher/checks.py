@@ -148,9 +148,9 @@ def check_machine(experiment):
     """UsageError (one line) unless the experiment can start here."""
     from launcher import netns
 
-    if experiment.hosts == "netns":
+    if experiment.cluster.hosts == "netns":
         try:
-            netns.check_available(experiment.netns_prefix)
+            netns.check_available(experiment.cluster.netns_prefix)
         except netns.NetnsUnavailable as error:
             raise UsageError(str(error))
     check_workers_can_start(experiment)  # last: it creates the first mode's log folder
@@ -169,7 +169,7 @@ def check_workers_can_start(experiment):
         return  # the devices and the data are on the other hosts
     os.environ.pop("DMLC_ROLE", None)  # importing mxnet under DMLC_ROLE=server would run a server here
     checked = set()
-    for index, device in enumerate(experiment.devices):
+    for index, device in enumerate(experiment.cluster.devices):
         if device in checked:
             continue
         # As a sync worker (no state server to reach), in the first mode's real log folder: main.py checks that

@@ -55,11 +55,12 @@ def describe_rate(bits_per_second):
 def probe_argv(experiment, log_dir):
     """main.py alone on the fastest worker's device and slowdown, with the workers' own options. No --seed: a step's
     time does not depend on it, and without it the repeats of one command share one measurement."""
-    fastest = experiment.fastest_worker
+    cluster = experiment.cluster
+    fastest = cluster.fastest_worker
     return ([commands.MAIN_PY, "-m", modes.STANDALONE, "-n", experiment.network, "--dataset", experiment.dataset,
              "-dd", experiment.data_dir]
-            + commands.device_flags(experiment.devices[fastest]) + ["--slowdown", experiment.slowdowns[fastest]]
-            + (["--device-share", f"{experiment.device_share:g}"] if experiment.device_share else [])
+            + commands.device_flags(cluster.devices[fastest]) + ["--slowdown", cluster.slowdowns[fastest]]
+            + (["--device-share", f"{cluster.device_share:g}"] if cluster.device_share else [])
             + config.flags_for_mode(experiment.worker_args, modes.STANDALONE)
             + ["--max-iters", str(PROBE_STEPS), "-e", "0", "-ld", log_dir, "--node-name", "probe"])
 
@@ -131,7 +132,7 @@ def measure(experiment):
 def resolve(experiment, measured=None):
     """The experiment with its links' rates set from --comm-ratio (unchanged without it). `measured` caches the
     measurements of earlier calls by what they ran, so that the runs of one command share one measurement."""
-    if experiment.comm_ratio is None or experiment.backend.charges_time:  # a virtual clock charges the ratio itself
+    if experiment.cluster.comm_ratio is None or experiment.backend.charges_time:  # a virtual clock charges it itself
         return experiment
     measured = {} if measured is None else measured
     key = probe_key(experiment)
@@ -140,19 +141,20 @@ def resolve(experiment, measured=None):
         measured[key] = experiment.link_probe or measure(experiment)
     probe = measured[key]
     step, compute, model_bytes = probe.step, probe.compute, probe.model_bytes
-    rate = rate_for(experiment.comm_ratio, step, model_bytes)
-    regime = {"comm_ratio": experiment.comm_ratio, "fast_step_seconds": step, "fast_compute_seconds": compute,
+    cluster = experiment.cluster
+    rate = rate_for(cluster.comm_ratio, step, model_bytes)
+    regime = {"comm_ratio": cluster.comm_ratio, "fast_step_seconds": step, "fast_compute_seconds": compute,
               "model_bytes": model_bytes,
               "rate_bps": rate, "transfer_seconds": 8 * model_bytes / rate}
-    ps_rate = experiment.ps_rate or network.server_bits(experiment.ps_link, rate)
-    resolved = dataclasses.replace(
-        experiment, worker_rate=rate, ps_rate=ps_rate, bandwidth=describe_rate(rate),
-        ps_bandwidth=experiment.ps_bandwidth if experiment.ps_rate else describe_rate(ps_rate), regime=regime)
+    ps_rate = cluster.ps_rate or network.server_bits(cluster.ps_link, rate)
+    resolved = dataclasses.replace(experiment, cluster=dataclasses.replace(
+        cluster, worker_rate=rate, ps_rate=ps_rate, bandwidth=describe_rate(rate),
+        ps_bandwidth=cluster.ps_bandwidth if cluster.ps_rate else describe_rate(ps_rate), regime=regime))
     if not first:
         print(f"links: each worker link at {rate / 1e6:.3f} Mbit/s, the parameter servers' at {ps_rate / 1e6:.3f} "
-              f"Mbit/s (the measurement before the first run, ratio {experiment.comm_ratio:g})", flush=True)
+              f"Mbit/s (the measurement before the first run, ratio {cluster.comm_ratio:g})", flush=True)
         return resolved
-    print(f"links: --comm-ratio {experiment.comm_ratio:g}: the fastest worker's step takes {1e3 * step:.2f} ms alone "
+    print(f"links: --comm-ratio {cluster.comm_ratio:g}: the fastest worker's step takes {1e3 * step:.2f} ms alone "
           f"({'as calibrated' if experiment.link_probe else 'measured now'}) "
           f"and {experiment.network} has {model_bytes} bytes of weights, so each worker link runs at "
           f"{rate / 1e6:.3f} Mbit/s (a transfer of the model: {8e3 * model_bytes / rate:.1f} ms), the parameter "

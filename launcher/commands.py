@@ -47,16 +47,16 @@ def shared_worker_args(experiment, mode, log_dir, state_server):
         command += ["-ip", address, "-port", str(port)]
     if config.reads(mode, "esync_policy"):
         command += ["--esync-policy", e.esync_policy]
-    if collectives.uses_mpi(e.collective) and modes.MODES[mode].cluster:
-        command += ["--collective", e.collective]
+    if collectives.uses_mpi(e.cluster.collective) and modes.MODES[mode].cluster:
+        command += ["--collective", e.cluster.collective]
     if e.byzantine:
         command += ["--byzantine", str(e.byzantine), "--attack", e.attack, "--attack-scale", str(e.attack_scale)]
     for flag, value in (("--max-time", e.max_time), ("--max-iters", e.max_iters),
                         ("--target-accuracy", e.target_accuracy)):
         if value is not None:
             command += [flag, str(value)]
-    if e.device_share:
-        command += ["--device-share", f"{e.device_share:g}"]
+    if e.cluster.device_share:
+        command += ["--device-share", f"{e.cluster.device_share:g}"]
     if e.holdout:
         command += ["--holdout", str(e.holdout)]
     if e.checkpoint_every:
@@ -108,7 +108,7 @@ def evaluator_argv(experiment, mode):
 def worker_argv(experiment, mode, index, log_dir, state_server=None):
     """Worker `index`'s main.py command line: its --devices entry, its slowdown and its position."""
     return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, state_server)
-            + device_flags(experiment.devices[index]) + ["--slowdown", experiment.slowdowns[index]]
+            + device_flags(experiment.cluster.devices[index]) + ["--slowdown", experiment.cluster.slowdowns[index]]
             + ["--worker-index", str(index)])
 
 
@@ -122,13 +122,14 @@ def validator_argv(experiment, mode, index, log_dir, state_server=None):
 def standalone_argv(experiment, mode, log_dir):
     """The main.py command line of a mode without a cluster: the fastest worker's device and slowdown; Hogwild!'s
     coordinator starts one process per --devices entry, each with its slowdown."""
-    fastest = experiment.fastest_worker
+    cluster = experiment.cluster
+    fastest = cluster.fastest_worker
     if mode == modes.HOGWILD:
-        per_worker = ["--hogwild-workers", str(experiment.num_workers), "--slowdown", ",".join(experiment.slowdowns)]
+        per_worker = ["--hogwild-workers", str(cluster.num_workers), "--slowdown", ",".join(cluster.slowdowns)]
     else:
-        per_worker = ["--slowdown", experiment.slowdowns[fastest]]
+        per_worker = ["--slowdown", cluster.slowdowns[fastest]]
     return ([MAIN_PY] + shared_worker_args(experiment, mode, log_dir, None)
-            + device_flags(experiment.devices[fastest]) + per_worker)
+            + device_flags(cluster.devices[fastest]) + per_worker)
 
 
 def workers_argv(experiment, mode, log_dir, state_server=None):
@@ -158,10 +159,10 @@ def tracker_argv(experiment, mode, log_dir, state_server=None):
     """`launch.py submit DMLC-OPTIONS -- COMMAND`, COMMAND being the `launch.py task` every task runs."""
     e = experiment
     dmlc_options = ["--cluster", e.tracker, "--num-workers", str(e.num_workers),
-                    "--num-servers", str(e.num_servers), "--host-ip", e.host_ip]
+                    "--num-servers", str(e.cluster.num_servers), "--host-ip", e.host_ip]
     if e.hostfile:
         dmlc_options += ["--host-file", e.hostfile]
-    task = [sys.executable, LAUNCH_PY, "task", "--devices", ",".join(e.devices),
-            "--slowdown", ",".join(e.slowdowns), "--"] + shared_worker_args(e, mode, log_dir, state_server)
+    task = [sys.executable, LAUNCH_PY, "task", "--devices", ",".join(e.cluster.devices),
+            "--slowdown", ",".join(e.cluster.slowdowns), "--"] + shared_worker_args(e, mode, log_dir, state_server)
     # dmlc_tracker joins the command with spaces and hands it to a shell.
     return [LAUNCH_PY, "submit"] + dmlc_options + ["--"] + [shlex.quote(part) for part in task]

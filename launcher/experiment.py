@@ -33,16 +33,57 @@ STANDALONE_HELP = ("a mode without a cluster (local) trains one process alone on
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """The cluster as its user declares it (the launcher's options, or a cluster file): each worker's device and
+    slowdown, the hosts and their links, the parameter servers or the collective. One frozen object: an experiment
+    carries it whole, and the links' line, the namespaces and the virtual clock's job all read it."""
+    devices: tuple                  # one --devices entry per worker
+    slowdowns: tuple                # one factor per worker, as given ("1", "4")
+    device_share: float | None      # a fast device's cores under a CPU quota; None: slow devices sleep instead
+    devices_described: str          # one line naming how the devices are emulated, for tables
+    num_servers: int
+    collective: str                 # ps, or an MPI allreduce (training/transport/collectives.py)
+    hosts: str                      # local or netns
+    bandwidth: str                  # --hosts netns: the links as given ("100mbit"), for messages
+    ps_bandwidth: str               # the servers' links, for messages
+    worker_rate: int | None         # --hosts netns: bits per second of each worker's link, else None
+    ps_rate: int | None             # --hosts netns: of each parameter-server link, else None
+    netns_prefix: str | None        # --hosts netns: name prefix of the namespaces, else None
+    netns_subnet: str
+    comm_ratio: float | None = None  # the links' rate follows this ratio (launcher/comm_ratio.py; virtual: charged)
+    regime: dict | None = None      # with comm_ratio, once measured: the fast step, the model's bytes, the rate
+    ps_link: str | None = None      # --ps-bandwidth as given (a rate, or a multiple of the workers'); None: theirs
+    link_slowdowns: tuple = ()      # --link-slowdown: each worker's link this many times slower; (): none slower
+
+    @property
+    def num_workers(self):
+        return len(self.devices)
+
+    @property
+    def fastest_worker(self):
+        """The index of the worker whose device the standalone mode trains on: the first of the least slowed."""
+        factors = [float(f) for f in self.slowdowns]
+        return factors.index(min(factors))
+
+    @property
+    def links_pending(self):
+        """True until --comm-ratio's rate has been measured and set (launcher/comm_ratio.resolve)."""
+        return self.hosts == "netns" and self.worker_rate is None
+
+    def charged_links(self):
+        """The links as training/clocks/job.py reads them from a virtual job's file."""
+        return {"ratio": self.comm_ratio, "num_servers": self.num_servers, "ps_bandwidth": self.ps_link,
+                "link_slowdowns": [float(f) for f in self.link_slowdowns]}
+
+
+@dataclass(frozen=True)
 class Experiment:
     """One experiment: the same job under several modes, one after another. Built by parse() alone."""
     modes: tuple
     network: str
     dataset: str
     data_dir: str                   # absolute
-    devices: tuple                  # one --devices entry per worker
-    slowdowns: tuple                # one factor per worker, as given ("1", "4")
-    num_servers: int
-    collective: str                 # ps, or the MPI allreduce of the synchronous modes (training/transport/collectives.py)
+    cluster: Cluster                # the devices, links and servers, as the user declared them
     max_time: float | None
     max_iters: int | None
     target_accuracy: float | None
@@ -60,21 +101,10 @@ class Experiment:
     progress_every: float
     figures: bool                   # draw the comparison figures after the modes
     snapshot_seconds: float         # rank 0 snapshots the model for the evaluator this often; 0: no evaluation
-    device_share: float | None      # a fast device's cores under a CPU quota; None: slow devices sleep instead
-    devices_described: str          # one line naming how the devices are emulated, for tables
     worker_args: tuple              # after `--`, for every worker
     tracker: str | None             # None: the launcher starts every process itself
     hostfile: str | None            # absolute, or None
     host_ip: str                    # this machine's address as the job's processes reach it
-    hosts: str                      # local or netns
-    bandwidth: str                  # --hosts netns: the links as given ("100mbit"), for messages
-    ps_bandwidth: str               # the servers' links, for messages
-    worker_rate: int | None         # --hosts netns: bits per second of each worker's link, else None
-    ps_rate: int | None             # --hosts netns: of each parameter-server link, else None
-    netns_prefix: str | None        # --hosts netns: name prefix of the namespaces, else None
-    netns_subnet: str
-    comm_ratio: float | None = None  # --hosts netns: the links' rate follows this ratio (launcher/comm_ratio.py)
-    regime: dict | None = None      # with comm_ratio, once measured: the fast step, the model's bytes, the rate
     link_probe: object = None       # real time, --step-seconds FILE: the Probe comm_ratio sizes the links by
     holdout: int = 0                # training samples held out, which the evaluator tests instead of the test set
     tuned_flags: dict = field(default_factory=dict)  # --tuned: {mode: the flags of its scheme's tuned values}
@@ -83,14 +113,7 @@ class Experiment:
     resuming: bool = False          # the job now started continues from the newest checkpoint
     clock: str = runlog.REAL_CLOCK  # virtual: the whole job in one process, its time charged (training/clocks/)
     charges: backends.Charges | None = None  # --clock virtual: what a step, a transfer, a request is charged
-    ps_link: str | None = None      # --ps-bandwidth as given (a rate, or a multiple of the workers'); None: theirs
-    link_slowdowns: tuple = ()      # --link-slowdown: each worker's link this many times slower; (): none slower
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
-
-    @property
-    def links_pending(self):
-        """True until --comm-ratio's rate has been measured and set (launcher/comm_ratio.resolve)."""
-        return self.hosts == "netns" and self.worker_rate is None
 
     def describe_links(self):
         """One line naming the links the experiment runs on, for tables and figures."""
@@ -98,13 +121,7 @@ class Experiment:
 
     @property
     def num_workers(self):
-        return len(self.devices)
-
-    @property
-    def fastest_worker(self):
-        """The index of the worker whose device the standalone mode trains on: the first of the least slowed."""
-        factors = [float(f) for f in self.slowdowns]
-        return factors.index(min(factors))
+        return self.cluster.num_workers
 
     @property
     def validator_hosts(self):
@@ -331,22 +348,24 @@ def build(ns, worker_args=()):
     netns_on = ns.hosts == "netns"
     return Experiment(
         modes=chosen, network=ns.network, dataset=ns.dataset, data_dir=data_dir(ns),
-        devices=devices, slowdowns=slowdowns, num_servers=ns.num_servers, collective=ns.collective,
+        cluster=Cluster(
+            devices=devices, slowdowns=slowdowns, device_share=share, devices_described=devices_described,
+            num_servers=ns.num_servers, collective=ns.collective, hosts=ns.hosts, bandwidth=links.bandwidth(ns),
+            ps_bandwidth=ns.ps_bandwidth or links.bandwidth(ns), worker_rate=worker_rate, ps_rate=ps_rate,
+            netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
+            netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, ps_link=ns.ps_bandwidth,
+            link_slowdowns=links.link_slowdowns(ns, len(devices))),
         max_time=ns.max_time,
         max_iters=ns.max_iters, target_accuracy=ns.target_accuracy, seed=ns.seed, non_iid=ns.non_iid,
         esync_policy=ns.esync_policy, byzantine=ns.byzantine, attack=ns.attack, attack_scale=ns.attack_scale,
         validator_device=ns.validator_device, validators=ns.validators, log_dir=os.path.abspath(ns.log_dir),
         node_name=node_name(ns),
         wall_limit=wall_limit(ns), progress_every=ns.progress_every, figures=ns.figures,
-        snapshot_seconds=ns.snapshot_seconds, device_share=share, devices_described=devices_described,
-        worker_args=tuple(worker_args),
+        snapshot_seconds=ns.snapshot_seconds, worker_args=tuple(worker_args),
         tracker=ns.tracker, hostfile=ns.hostfile and os.path.abspath(ns.hostfile), host_ip=host_ip(ns),
-        hosts=ns.hosts, bandwidth=links.bandwidth(ns), ps_bandwidth=ns.ps_bandwidth or links.bandwidth(ns),
-        worker_rate=worker_rate, ps_rate=ps_rate,
-        netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
-        netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, holdout=ns.holdout, max_restarts=ns.max_restarts,
+        holdout=ns.holdout, max_restarts=ns.max_restarts,
         checkpoint_every=ns.checkpoint_every, clock=ns.clock, link_probe=getattr(ns, "link_probe", None),
-        charges=charges, ps_link=ns.ps_bandwidth, link_slowdowns=links.link_slowdowns(ns, len(devices)),
+        charges=charges,
         tuned_flags=tuned.flags_for(ns.tuned, tuned.cell_key(
             ns.network, ns.dataset, ",".join(slowdowns), links.link_of(ns), ns.non_iid), chosen, ns.esync_policy,
             ns.collective)

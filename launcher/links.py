@@ -89,27 +89,28 @@ def describe(experiment):
     """One line naming the links `experiment` runs on, for tables and figures."""
     if experiment.tracker:
         return f"the hosts of dmlc_tracker's {experiment.tracker} launcher (links not shaped here)"
+    cluster = experiment.cluster
     if experiment.backend.charges_time:
-        text = (f"charged on a virtual clock: a transfer of the model lasts {experiment.comm_ratio:g} fast steps"
-                if experiment.comm_ratio else f"{LOOPBACK_LINKS}, on a virtual clock")
-        if experiment.num_servers != 1 or experiment.ps_link:
-            servers_link = experiment.ps_link or "the workers' rate"
-            text += f"; {experiment.num_servers} parameter server(s) on links of {servers_link}"
-        return text + slower_links(experiment)
-    if experiment.hosts == "local":
+        text = (f"charged on a virtual clock: a transfer of the model lasts {cluster.comm_ratio:g} fast steps"
+                if cluster.comm_ratio else f"{LOOPBACK_LINKS}, on a virtual clock")
+        if cluster.num_servers != 1 or cluster.ps_link:
+            servers_link = cluster.ps_link or "the workers' rate"
+            text += f"; {cluster.num_servers} parameter server(s) on links of {servers_link}"
+        return text + slower_links(cluster)
+    if cluster.hosts == "local":
         return LOOPBACK_LINKS
-    servers = f"{experiment.num_servers} parameter servers'" if experiment.num_servers != 1 else "parameter servers'"
-    text = f"network namespaces, workers' links {experiment.bandwidth}, {servers} {experiment.ps_bandwidth}"
-    if experiment.regime:
-        text += (f" (--comm-ratio {experiment.comm_ratio:g}: a model transfer of {experiment.regime['model_bytes']} "
-                 f"bytes over a worker link lasts {experiment.comm_ratio:g} x the fast step of "
-                 f"{1e3 * experiment.regime['fast_step_seconds']:.2f} ms)")
-    return text + slower_links(experiment)
+    servers = f"{cluster.num_servers} parameter servers'" if cluster.num_servers != 1 else "parameter servers'"
+    text = f"network namespaces, workers' links {cluster.bandwidth}, {servers} {cluster.ps_bandwidth}"
+    if cluster.regime:
+        text += (f" (--comm-ratio {cluster.comm_ratio:g}: a model transfer of {cluster.regime['model_bytes']} "
+                 f"bytes over a worker link lasts {cluster.comm_ratio:g} x the fast step of "
+                 f"{1e3 * cluster.regime['fast_step_seconds']:.2f} ms)")
+    return text + slower_links(cluster)
 
 
-def slower_links(experiment):
-    if not experiment.link_slowdowns:
+def slower_links(cluster):
+    if not cluster.link_slowdowns:
         return ""
     from analysis.tuned import compact
 
-    return f"; each worker's link slower by {compact(','.join(experiment.link_slowdowns))}"
+    return f"; each worker's link slower by {compact(','.join(cluster.link_slowdowns))}"

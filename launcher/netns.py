@@ -160,13 +160,14 @@ class VirtualNetwork:
         self.teardown()
 
 
-def build_cluster(network, num_servers, num_workers, worker_rate_bps, ps_rate_bps, link_slowdowns=()):
-    """The parameter-server host `ps` (scheduler, state server, server 0), one more host per further server
-    (`ps1`, ...) and one host per worker (`w0`, ...), worker w's link `link_slowdowns[w]` times slower (none: 1);
-    returns where each role runs."""
-    servers = [network.add_host("ps" if s == 0 else f"ps{s}", ps_rate_bps) for s in range(num_servers)]
-    factors = [float(f) for f in link_slowdowns] + [1.0] * (num_workers - len(link_slowdowns))
-    workers = [network.add_host(f"w{w}", int(worker_rate_bps / factors[w])) for w in range(num_workers)]
+def build_cluster(network, cluster, num_workers):
+    """The hosts of `cluster` (launcher/experiment.Cluster): the parameter-server host `ps` (scheduler, state server,
+    server 0), one more host per further server (`ps1`, ...) and one host per worker (`w0`, ...; num_workers with the
+    validators), worker w's link `cluster.link_slowdowns[w]` times slower (none: 1); returns where each role runs."""
+    servers = [network.add_host("ps" if s == 0 else f"ps{s}", cluster.ps_rate) for s in range(cluster.num_servers)]
+    slower = cluster.link_slowdowns
+    factors = [float(f) for f in slower] + [1.0] * (num_workers - len(slower))
+    workers = [network.add_host(f"w{w}", int(cluster.worker_rate / factors[w])) for w in range(num_workers)]
     return Placement(scheduler=servers[0], servers=servers, workers=workers)
 
 

@@ -28,7 +28,7 @@ def summarize_and_draw(experiment):
     print(format_table(runs, target))
     print("summaries: " + ", ".join(summary.summary_path(network_dir, run["mode"]) for run in runs))
     print(f"links: {experiment.describe_links()}")
-    print(f"devices: {experiment.devices_described}")
+    print(f"devices: {experiment.cluster.devices_described}")
     if drawn:
         print("figures:\n" + "\n".join(f"  {path}" for path in drawn), flush=True)
     return 0

@@ -112,7 +112,7 @@ def run_in_turn(labelled, prog, kept=(), finished=None):
 
 
 def run_experiment(experiment):
-    print(f"devices: {experiment.devices_described}", flush=True)
+    print(f"devices: {experiment.cluster.devices_described}", flush=True)
     with hosts_of_the_job(experiment) as hosts, device_groups(experiment) as quotas:
         hosts = dataclasses.replace(hosts, quotas=quotas)
         for position, mode in enumerate(experiment.modes):
@@ -130,7 +130,7 @@ def device_groups(experiment):
     """With CPU quotas, {worker index: the prefix that starts it in its cgroup} for every worker and validator, and
     "standalone" for the standalone baseline's (the fastest worker's device); the groups, and those MPI's ranks make
     themselves under this run's tag on loopback, are removed on the way out, whatever happens. {} without."""
-    if not experiment.device_share:
+    if not experiment.cluster.device_share:
         yield {}
         return
     tag = f"{DEVICE_GROUP_PREFIX}{os.getpid()}"
@@ -138,10 +138,10 @@ def device_groups(experiment):
     found = cpu_quota.controller()
     cpu_quota.remove_orphans(DEVICE_GROUP_PREFIX, found)
     try:
-        factors = list(experiment.slowdowns) + ["1"] * experiment.validator_hosts
-        prefixes = {index: (IN_CGROUP, found.create(f"{tag}-w{index}", experiment.device_share / float(factor)))
+        factors = list(experiment.cluster.slowdowns) + ["1"] * experiment.validator_hosts
+        prefixes = {index: (IN_CGROUP, found.create(f"{tag}-w{index}", experiment.cluster.device_share / float(factor)))
                     for index, factor in enumerate(factors)}
-        prefixes["standalone"] = prefixes[experiment.fastest_worker]
+        prefixes["standalone"] = prefixes[experiment.cluster.fastest_worker]
         yield prefixes
     finally:
         os.environ.pop(cpu_quota.TAG_VARIABLE, None)
@@ -152,18 +152,17 @@ def device_groups(experiment):
 def hosts_of_the_job(experiment):
     """The JobHosts of the experiment; with --hosts netns the namespaces and links of every host, removed on the
     way out whatever happens."""
-    if experiment.hosts == "local":
+    cluster = experiment.cluster
+    if cluster.hosts == "local":
         yield JobHosts(Placement(scheduler=Host("local", experiment.host_ip, "lo")))
         return
-    network = netns.VirtualNetwork(experiment.netns_prefix, experiment.netns_subnet)
+    network = netns.VirtualNetwork(cluster.netns_prefix, cluster.netns_subnet)
     try:
         network.create()
-        num_workers = experiment.num_workers + experiment.validator_hosts
-        placement = netns.build_cluster(network, experiment.num_servers, num_workers, experiment.worker_rate,
-                                        experiment.ps_rate, experiment.link_slowdowns)
-        print(f"hosts: namespaces {experiment.netns_prefix}*, parameter servers at "
-              f"{', '.join(h.address for h in placement.servers)} ({experiment.ps_bandwidth}), "
-              f"workers {', '.join(h.address for h in placement.workers)} ({experiment.bandwidth})", flush=True)
+        placement = netns.build_cluster(network, cluster, experiment.num_workers + experiment.validator_hosts)
+        print(f"hosts: namespaces {cluster.netns_prefix}*, parameter servers at "
+              f"{', '.join(h.address for h in placement.servers)} ({cluster.ps_bandwidth}), "
+              f"workers {', '.join(h.address for h in placement.workers)} ({cluster.bandwidth})", flush=True)
         INTERRUPTS.check()
         yield JobHosts(placement, network)
     finally:
@@ -256,8 +255,8 @@ def run_job(experiment, mode, label, log_dir, hosts, restarts, final, port_retry
         finally:
             if meter:
                 meter.stop()
-        record = {"links_described": experiment.describe_links(), "devices_described": experiment.devices_described,
-                  "restarts": restarts}
+        record = {"links_described": experiment.describe_links(),
+                  "devices_described": experiment.cluster.devices_described, "restarts": restarts}
         if meter:
             code = report_links(experiment, mode, label, meter, group.out_dir, record)
         else:
@@ -316,11 +315,11 @@ def start_processes(experiment, mode, group, log_dir, state_server, hosts, label
         return [start_standalone(experiment, mode, group, log_dir, hosts.placement.worker(0), record_and_check,
                                  quota)]
     workers_argv = commands.workers_argv(experiment, mode, log_dir, state_server)
-    if collectives.uses_mpi(experiment.collective):
+    if collectives.uses_mpi(experiment.cluster.collective):
         job = mpi.start_job(group, workers_argv, hosts.placement, quotas=hosts.quotas)
         record_and_check()
         return [job]
-    return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.num_servers,
+    return start_ps_job(group, commands.ps_argv(experiment, mode), workers_argv, experiment.cluster.num_servers,
                         record_and_check, hosts.placement, worker_prefixes=hosts.quotas)
 
 
@@ -333,10 +332,8 @@ def start_virtual(experiment, mode, group, log_dir, state_server, hosts, label):
     argvs = (commands.workers_argv(experiment, mode, log_dir) if modes.MODES[mode].cluster
              else [commands.standalone_argv(experiment, mode, log_dir)])
     path = os.path.join(group.out_dir, VIRTUAL_JOB_FILE)
-    write_json(path, {"workers": [argv[1:] for argv in argvs], **experiment.charges.job_file(),
-                      "ratio": experiment.comm_ratio, "seed": experiment.seed, "num_servers": experiment.num_servers,
-                      "ps_bandwidth": experiment.ps_link,
-                      "link_slowdowns": [float(f) for f in experiment.link_slowdowns]}, indent=1)
+    write_json(path, {"workers": [argv[1:] for argv in argvs], "seed": experiment.seed,
+                      **experiment.charges.job_file(), **experiment.cluster.charged_links()}, indent=1)
     proc = group.start_python("virtual-job", ["-m", "training.clocks.job", path], threads.ONE_THREAD,
                               role="worker", host="localhost")
     write_pid_file(group, mode)
@@ -398,20 +395,20 @@ def clear_earlier_run(mode_dir, summary_name, processes=True):
 def describe_aggregation(experiment, mode):
     if not modes.MODES[mode].cluster:
         return "no cluster"
-    if collectives.uses_mpi(experiment.collective):
-        return f"no servers: MPI's {experiment.collective} allreduce"
-    return f"{experiment.num_servers} server(s)"
+    if collectives.uses_mpi(experiment.cluster.collective):
+        return f"no servers: MPI's {experiment.cluster.collective} allreduce"
+    return f"{experiment.cluster.num_servers} server(s)"
 
 
 def describe_workers(experiment, mode):
     if not modes.MODES[mode].cluster:
-        return f"1 worker ({describe_device(experiment, experiment.fastest_worker)})"
+        return f"1 worker ({describe_device(experiment, experiment.cluster.fastest_worker)})"
     described = ", ".join(describe_device(experiment, w) for w in range(experiment.num_workers))
     return f"{experiment.num_workers} workers ({described})"
 
 
 def describe_device(experiment, index):
-    device, factor = experiment.devices[index], experiment.slowdowns[index]
+    device, factor = experiment.cluster.devices[index], experiment.cluster.slowdowns[index]
     return device if float(factor) == 1 else f"{device} x{factor}"
 
 
@@ -420,11 +417,12 @@ def report_links(experiment, mode, label, meter, out_dir, record):
     servers' links, or over MPI the workers'); 0, or EXIT_FAILURE after one line when a cluster mode's worker link
     carried no traffic or a link carried more than its rate: then the run did not measure the links it names."""
     report = {**meter.report(), "links_described": experiment.describe_links(),
-              "devices_described": experiment.devices_described, "regime": experiment.regime, **record}
+              "devices_described": experiment.cluster.devices_described, "regime": experiment.cluster.regime, **record}
     problems = netns.link_problems(report, worker_links=modes.MODES[mode].cluster)
     report["problems"] = problems
     write_json(os.path.join(out_dir, NETWORK_FILE), report)
-    kind, prefix = ("worker", "w") if collectives.uses_mpi(experiment.collective) else ("parameter-server", "ps")
+    over_mpi = collectives.uses_mpi(experiment.cluster.collective)
+    kind, prefix = ("worker", "w") if over_mpi else ("parameter-server", "ps")
     names = [name for name in report["links"] if name.startswith(prefix)]
     print(f"[{label}] {kind} links over {report['seconds']:.1f} s: {netns.describe_links(report, names)}",
           flush=True)

@@ -249,5 +249,5 @@ def test_every_transport_of_the_network_section_runs_on_the_same_devices():
                                                                                    "esync-t-")))
              for collective, servers in network.TRANSPORTS}
 
-    assert len({run.device_share for run in built.values()}) == 1
-    assert len({run.devices_described for run in built.values()}) == 1
+    assert len({run.cluster.device_share for run in built.values()}) == 1
+    assert len({run.cluster.devices_described for run in built.values()}) == 1

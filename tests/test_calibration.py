@@ -37,8 +37,8 @@ def test_in_real_time_a_calibration_file_sizes_the_comm_ratios_links_and_nothing
 
     resolved = comm_ratio.resolve(run)
 
-    assert resolved.worker_rate == comm_ratio.rate_for(12, 0.012, 177704)
-    assert resolved.regime["fast_step_seconds"] == 0.012 and resolved.charges is None
+    assert resolved.cluster.worker_rate == comm_ratio.rate_for(12, 0.012, 177704)
+    assert resolved.cluster.regime["fast_step_seconds"] == 0.012 and resolved.charges is None
 
 
 @pytest.mark.parametrize("extra, refusal", [

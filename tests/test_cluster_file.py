@@ -44,8 +44,7 @@ def test_a_cluster_file_gives_the_experiment_its_flags_give(tmp_path):
                                    "0.1", "--comm-ratio", "12", "--latency", "0.001", "-s", "6", "--ps-bandwidth",
                                    "2x", "--round-trip", "0.002", "--link-slowdown", "4x1,2x4"])
 
-    fields = ("slowdowns", "charges", "comm_ratio", "num_servers", "ps_link", "devices_described", "link_slowdowns")
-    assert [getattr(from_file, f) for f in fields] == [getattr(from_flags, f) for f in fields]
+    assert from_file.cluster == from_flags.cluster and from_file.charges == from_flags.charges
     assert from_file.describe_links() == from_flags.describe_links()
 
 
@@ -54,14 +53,15 @@ def test_the_same_file_as_json(tmp_path):
             '"links": {"comm_ratio": 3}}')
     given = experiment.parse([*VIRTUAL, "--cluster", cluster(tmp_path, text, "cluster.json")])
 
-    assert (given.slowdowns, given.num_servers, given.comm_ratio) == (("1", "1", "4"), 2, 3.0)
+    assert (given.cluster.slowdowns, given.cluster.num_servers, given.cluster.comm_ratio) == (("1", "1", "4"), 2, 3.0)
 
 
 def test_in_real_time_the_files_charges_are_left_to_the_measurement_and_said_so(tmp_path, capsys):
     given = experiment.parse(["--modes", "sync", "--max-time", "5", "--hosts", "netns",
                               "--cluster", cluster(tmp_path, PAPER)])
 
-    assert (given.num_servers, given.ps_link, given.comm_ratio, given.slowdowns[-1]) == (6, "2x", 12.0, "117")
+    declared = given.cluster
+    assert (declared.num_servers, declared.ps_link, declared.comm_ratio, declared.slowdowns[-1]) == (6, "2x", 12.0, "117")
     assert given.charges is None  # real time charges nothing
     said = capsys.readouterr().out
     assert ("devices.step_seconds, devices.jitter, links.latency, state_server.round_trip charged on the virtual "
@@ -131,4 +131,4 @@ def test_every_shipped_cluster_file_reads(name):
     path = os.path.join(os.path.dirname(LAUNCH_PY), "clusters", name)
     given = experiment.parse([*VIRTUAL, "--cluster", path])
 
-    assert given.num_workers == 6 and given.comm_ratio == 12
+    assert given.num_workers == 6 and given.cluster.comm_ratio == 12

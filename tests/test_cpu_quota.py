@@ -81,9 +81,9 @@ def test_without_a_cpu_controller_the_launcher_says_so_and_slow_devices_sleep(mo
 
     run = experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5"])
 
-    assert run.device_share is None
-    assert run.devices_described == ("slow devices sleep after each step (no CPU quotas: cannot create a cgroup "
-                                     "under /sys/fs/cgroup/cpu (root only))")
+    assert run.cluster.device_share is None
+    assert run.cluster.devices_described == ("slow devices sleep after each step (no CPU quotas: cannot create a "
+                                             "cgroup under /sys/fs/cgroup/cpu (root only))")
     with pytest.raises(UsageError, match="--device-share needs a CPU quota: cannot create"):
         experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--device-share", "0.5"])
 

@@ -56,13 +56,13 @@ def test_relative_folders_become_absolute():
 def test_devices_default_to_one_cpu_per_slowdown_factor():
     described = parse("--slowdown", "1,1,4")
 
-    assert described.devices == ("cpu", "cpu", "cpu") and described.slowdowns == ("1", "1", "4")
+    assert described.cluster.devices == ("cpu", "cpu", "cpu") and described.cluster.slowdowns == ("1", "1", "4")
     assert described == parse("--devices", "cpu,cpu,cpu", "--slowdown", "1,1,4")
 
 
 def test_one_slowdown_applies_to_every_device():
-    assert parse("--devices", "cpu,gpu0").slowdowns == ("1", "1")
-    assert parse("--devices", "cpu,gpu0", "--slowdown", "2").slowdowns == ("2", "2")
+    assert parse("--devices", "cpu,gpu0").cluster.slowdowns == ("1", "1")
+    assert parse("--devices", "cpu,gpu0", "--slowdown", "2").cluster.slowdowns == ("2", "2")
 
 
 def test_without_devices_or_slowdown_devices_are_required():
@@ -91,16 +91,18 @@ def test_netns_hosts_get_their_link_rates_and_a_prefix_of_their_own():
     described = parse("--devices", "cpu,cpu", "--hosts", "netns", "--bandwidth", "100mbit", "--ps-bandwidth", "1gbit")
     same_rate = parse("--devices", "cpu,cpu", "--hosts", "netns", "--bandwidth", "100mbit")
 
-    assert (described.worker_rate, described.ps_rate) == (10 ** 8, 10 ** 9)
-    assert (same_rate.worker_rate, same_rate.ps_rate, same_rate.ps_bandwidth) == (10 ** 8, 10 ** 8, "100mbit")
-    assert described.netns_prefix.startswith("esync-") and described.netns_prefix != same_rate.netns_prefix
-    assert parse("--devices", "cpu", "--hosts", "netns", "--netns-prefix", "mine-").netns_prefix == "mine-"
+    assert (described.cluster.worker_rate, described.cluster.ps_rate) == (10 ** 8, 10 ** 9)
+    same = same_rate.cluster
+    assert (same.worker_rate, same.ps_rate, same.ps_bandwidth) == (10 ** 8, 10 ** 8, "100mbit")
+    assert described.cluster.netns_prefix.startswith("esync-") and described.cluster.netns_prefix != same.netns_prefix
+    assert parse("--devices", "cpu", "--hosts", "netns", "--netns-prefix", "mine-").cluster.netns_prefix == "mine-"
 
 
 def test_local_hosts_have_no_links_or_namespaces():
     described = parse("--devices", "cpu,cpu")
 
-    assert (described.worker_rate, described.ps_rate, described.netns_prefix) == (None, None, None)
+    cluster = described.cluster
+    assert (cluster.worker_rate, cluster.ps_rate, cluster.netns_prefix) == (None, None, None)
 
 
 @pytest.mark.parametrize("argv, wall_limit", [
@@ -252,4 +254,4 @@ def test_a_profile_of_many_devices_is_written_as_runs_of_equal_factors():
     assert regime_map.compact("1,1,1,1,20,20") == "1,1,1,1,20,20"  # up to 8 devices as given
     assert regime_map.profile_folder(profile) == "48x1-16x4"
     run = experiment.parse(["--slowdown", "3x1,4", "--max-time", "1"])
-    assert run.slowdowns == ("1", "1", "1", "4") and run.devices == ("cpu",) * 4
+    assert run.cluster.slowdowns == ("1", "1", "1", "4") and run.cluster.devices == ("cpu",) * 4

@@ -91,7 +91,7 @@ def test_launch_runs_every_mode_the_standalone_one_on_the_fastest_worker():
     assert experiment.parse_modes(",".join(modes.names())) == modes.names()
     described = experiment.parse(["--modes", "sync,local", *LAUNCH_ARGS, "--slowdown", "4,1"])
 
-    assert described.fastest_worker == 1
+    assert described.cluster.fastest_worker == 1
     with pytest.raises(checks.UsageError, match="--modes local trains one process on this machine"):
         experiment.parse(["--modes", "sync,local", *LAUNCH_ARGS, "--slowdown", "4,1", "--tracker", "local"])
 

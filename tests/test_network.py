@@ -146,7 +146,7 @@ def test_the_servers_count_and_rate_reach_the_virtual_job_and_its_links_line():
     given = experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--clock", "virtual",
                               "--step-seconds", "0.01", "--comm-ratio", "3", "-s", "2", "--ps-bandwidth", "2x"])
 
-    assert (given.num_servers, given.ps_link) == (2, "2x")
+    assert (given.cluster.num_servers, given.cluster.ps_link) == (2, "2x")
     assert given.describe_links().endswith("; 2 parameter server(s) on links of 2x")
 
 
@@ -191,7 +191,7 @@ def test_a_worker_link_slowdown_is_refused_on_loopback_and_named_where_it_is_cha
     given = experiment.parse(["--modes", "sync", "--slowdown", "1,1", "--max-time", "5", "--clock", "virtual",
                               "--step-seconds", "0.01", "--comm-ratio", "3", "--link-slowdown", "1,4"])
 
-    assert given.link_slowdowns == ("1", "4") and given.describe_links().endswith("slower by 1,4")
+    assert given.cluster.link_slowdowns == ("1", "4") and given.describe_links().endswith("slower by 1,4")
 
 
 def test_the_namespaces_shape_each_workers_link_to_its_own_rate():
@@ -206,7 +206,10 @@ def test_the_namespaces_shape_each_workers_link_to_its_own_rate():
             return name
 
     recorded = Recording()
-    netns.build_cluster(recorded, 2, 3, 4_000_000, 8_000_000, ("1", "4", "2"))
+    declared = experiment.parse(["--modes", "sync", "--slowdown", "1,1,1", "--max-time", "5", "--hosts", "netns",
+                                 "--bandwidth", "4mbit", "--ps-bandwidth", "2x", "--num-servers", "2",
+                                 "--link-slowdown", "1,4,2"])
+    netns.build_cluster(recorded, declared.cluster, declared.num_workers)
 
     assert recorded.rates == {"ps": 8_000_000, "ps1": 8_000_000, "w0": 4_000_000, "w1": 1_000_000, "w2": 2_000_000}
 

@@ -165,7 +165,7 @@ def test_each_repeat_runs_both_splits_with_its_own_seed_and_the_standalone_with_
     assert [r.experiment.modes for r in runs[:2]] == [paper_command.PAPER_MODES + ("local",),
                                                       paper_command.PAPER_MODES]
     first = runs[0].experiment
-    assert first.slowdowns == ("1", "1", "1", "1", "20", "20") and first.max_time == 3.0
+    assert first.cluster.slowdowns == ("1", "1", "1", "1", "20", "20") and first.max_time == 3.0
     assert first.esync_policy == "apply"  # the paper's rule, whatever the project's default
     assert parse("--esync-policy", "adaptive")[2][0].experiment.esync_policy == "adaptive"
     assert first.log_dir == os.path.abspath(os.path.join("runs", "repeat-1"))
@@ -252,8 +252,8 @@ def test_ssgd_on_the_fast_devices_alone_is_a_run_of_its_own_where_the_profile_ha
 
     assert rows == paper_command.PAPER_MODES + ("fast-only",) and len(runs) == 2
     fast = runs[1].experiment
-    assert fast.modes == ("sync",) and fast.slowdowns == ("1", "1", "1", "1") and not fast.non_iid
-    assert fast.devices == ("cpu", "cpu1", "cpu", "cpu") and fast.worker_args == ("-b", "32")
+    assert fast.modes == ("sync",) and fast.cluster.slowdowns == ("1", "1", "1", "1") and not fast.non_iid
+    assert fast.cluster.devices == ("cpu", "cpu1", "cpu", "cpu") and fast.worker_args == ("-b", "32")
     assert fast.log_dir == os.path.abspath(os.path.join("runs", "repeat-1", "fast-only"))
     assert paper.display("fast-only") == "SSGD, fast devices alone" in runs[1].label
     assert len(parse("--repeats", "1", "--slowdown", "1,1", "--esync-variants", "")[2]) == 2  # no stragglers: none

@@ -44,7 +44,7 @@ def test_the_probe_runs_the_fastest_worker_alone_with_the_workers_options_and_ne
     assert argv[argv.index("-b") + 1] == "32" and argv[argv.index("-e") + 1] == "0"
     assert "--snapshot-dir" not in argv and "--eval-seconds" not in argv
     assert "--local-optimizer" not in argv  # ESync's: the standalone probe refuses it
-    assert run.links_pending and run.worker_rate is None
+    assert run.cluster.links_pending and run.cluster.worker_rate is None
 
 
 def test_a_resolved_experiment_carries_the_rate_and_what_it_came_from(capsys):
@@ -54,8 +54,8 @@ def test_a_resolved_experiment_carries_the_rate_and_what_it_came_from(capsys):
 
     resolved = comm_ratio.resolve(run, measured)
 
-    assert resolved.worker_rate == resolved.ps_rate == 20_000_000 and not resolved.links_pending
-    assert resolved.regime["transfer_seconds"] == pytest.approx(0.04)
+    assert resolved.cluster.worker_rate == resolved.cluster.ps_rate == 20_000_000 and not resolved.cluster.links_pending
+    assert resolved.cluster.regime["transfer_seconds"] == pytest.approx(0.04)
     assert "--comm-ratio 4" in resolved.describe_links() and "20mbit" in resolved.describe_links()
     assert "20.000 Mbit/s" in capsys.readouterr().out
 
@@ -66,7 +66,7 @@ def test_a_given_parameter_server_rate_stays_beside_the_ratio():
 
     resolved = comm_ratio.resolve(run, {comm_ratio.probe_key(run): comm_ratio.Probe(0.01, 0.008, 100_000, 0.012, 0.0)})
 
-    assert (resolved.worker_rate, resolved.ps_rate) == (20_000_000, 10 ** 9)
+    assert (resolved.cluster.worker_rate, resolved.cluster.ps_rate) == (20_000_000, 10 ** 9)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -86,7 +86,8 @@ def test_the_link_options_are_handed_on_as_given():
 
     run = experiment.build(experiment.options(modes="sync", slowdown="1,4", max_time=5.0,
                                               **experiment.handed_on(ns)))
-    assert (run.hosts, run.comm_ratio, run.num_servers, run.netns_prefix) == ("netns", 12.0, 2, "p-")
+    cluster = run.cluster
+    assert (cluster.hosts, cluster.comm_ratio, cluster.num_servers, cluster.netns_prefix) == ("netns", 12.0, 2, "p-")
     assert run == experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--hosts", "netns",
                                     "--comm-ratio", "12", "-s", "2", "--netns-prefix", "p-"])
 

@@ -36,9 +36,9 @@ def test_the_grid_runs_every_scheme_alone_in_every_cell_repeat_by_repeat():
 
     assert len(runs) == 2 * 2 * 2 * 2 * 2
     first, last = runs[0][2], runs[-1][2]
-    assert (first.modes, first.hosts, first.slowdowns, first.non_iid, first.seed) == (
+    assert (first.modes, first.cluster.hosts, first.cluster.slowdowns, first.non_iid, first.seed) == (
         ("sync",), "local", ("1", "1", "4"), False, 0)
-    assert (last.modes, last.esync_policy, last.hosts, last.comm_ratio, last.non_iid, last.seed) == (
+    assert (last.modes, last.esync_policy, last.cluster.hosts, last.cluster.comm_ratio, last.non_iid, last.seed) == (
         ("esync",), "plan", "netns", 3.0, True, 1)
     assert runs[-1][1] == os.path.join(ns.log_dir, "R3", "1-2", "niid", "repeat-2", "esync-plan")
     assert last.worker_args == ("-b", "32") and last.snapshot_seconds == 0.5 and last.dataset == "fashion-mnist"
@@ -57,9 +57,9 @@ def test_fast_only_trains_on_the_fast_devices_at_its_values_tuned_in_the_whole_p
                                 "sync,fast-only,fast:diloco@ring", "--repeats", "1", "--tuned", path, "--", "-b", "32")
 
     (_, sync_folder, sync), (_, folder, fast), (_, _, diloco) = runs
-    assert (diloco.modes, diloco.slowdowns, diloco.collective) == (("diloco",), ("1", "1"), "ring")
+    assert (diloco.modes, diloco.cluster.slowdowns, diloco.cluster.collective) == (("diloco",), ("1", "1"), "ring")
     assert diloco.worker_args[0] == "--sync-interval=40" and diloco.tuned_flags == {}
-    assert (fast.modes, fast.slowdowns) == (("sync",), ("1", "1")) and sync.slowdowns == ("1", "1", "4")
+    assert (fast.modes, fast.cluster.slowdowns) == (("sync",), ("1", "1")) and sync.cluster.slowdowns == ("1", "1", "4")
     assert folder == os.path.join(ns.log_dir, "loopback", "1-1-4", "iid", "repeat-1", "fast-only")
     assert fast.log_dir == folder  # where the map reads it back
     assert fast.worker_args == ("--learning-rate=0.008", "-b", "32") and fast.tuned_flags == {}
@@ -76,9 +76,11 @@ def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers
     loopback, shaped = runs[0][2], runs[1][2]
     assert loopback.esync_policy == shaped.esync_policy == "apply"
     assert loopback.worker_args == shaped.worker_args == (*esync_variants.DRIFT_CORRECTION, "-b", "32")
-    assert (shaped.hosts, shaped.comm_ratio, shaped.netns_subnet) == ("netns", 12.0, "10.9.0.0/24")
-    assert (loopback.hosts, loopback.comm_ratio) == ("local", None)
-    assert loopback.netns_subnet == experiment.options().netns_subnet  # the namespaces' options: shaped runs only
+    assert (shaped.cluster.hosts, shaped.cluster.comm_ratio) == ("netns", 12.0)
+    assert shaped.cluster.netns_subnet == "10.9.0.0/24"
+    assert (loopback.cluster.hosts, loopback.cluster.comm_ratio) == ("local", None)
+    # the namespaces' options: shaped runs only
+    assert loopback.cluster.netns_subnet == experiment.options().netns_subnet
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -358,7 +360,7 @@ def test_the_map_runs_one_device_alone_and_ssgd_on_the_fast_devices_beside_the_s
                                         "loopback", "--splits", "iid", "--repeats", "1", "--max-time", "5", "-n",
                                         "lenet", "--dataset", "mnist-5k", "-ld", str(tmp_path)])
 
-    planned = {os.path.basename(folder): (run.modes, run.slowdowns) for _, folder, run in runs}
+    planned = {os.path.basename(folder): (run.modes, run.cluster.slowdowns) for _, folder, run in runs}
     assert planned == {"esync": (("esync",), ("1", "1", "4")), "local": (("local",), ("1", "1", "4")),
                        "fast-only": (("sync",), ("1", "1"))}
 
@@ -368,7 +370,8 @@ def test_a_scheme_at_sharded_runs_over_a_parameter_server_per_worker_on_the_virt
                                "1,1,4", "--splits", "iid", "--schemes", "sync,sync@sharded,async@sharded,fast-only",
                                "--repeats", "1", "--ps-bandwidth", "2x")
 
-    servers = {os.path.basename(folder): (run.num_servers, run.collective, run.ps_link) for _, folder, run in runs}
+    servers = {os.path.basename(folder): (run.cluster.num_servers, run.cluster.collective, run.cluster.ps_link)
+               for _, folder, run in runs}
     assert servers == {"sync": (1, "ps", "2x"), "sync@sharded": (3, "ps", "2x"), "async@sharded": (3, "ps", "2x"),
                        "fast-only": (1, "ps", "2x")}
     assert scheme_names.display("esync-apply@sharded") == "ESync (apply) over a parameter server per worker"
@@ -384,7 +387,7 @@ def test_a_scheme_at_collective_sums_over_mpi_at_the_schemes_own_tuned_values(tm
                                 "esync-apply,esync-apply@ring", "--repeats", "1", "--tuned", path)
 
     (_, _, over_servers), (_, folder, over_ring) = runs
-    assert (over_servers.collective, over_ring.collective) == ("ps", "ring")
+    assert (over_servers.cluster.collective, over_ring.cluster.collective) == ("ps", "ring")
     assert over_ring.esync_policy == "apply" and over_ring.tuned_flags == over_servers.tuned_flags == {
         "esync": ("--local-lr=0.004",)}
     assert folder == os.path.join(ns.log_dir, "R12", "1-4", "iid", "repeat-1", "esync-apply@ring")

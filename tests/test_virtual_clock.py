@@ -373,9 +373,9 @@ def test_the_regime_map_charges_its_links_on_the_virtual_clock_and_takes_its_lim
         "--", "-b", "32"])
 
     shaped = [run for label, _, run in runs if "R = 3" in label]
-    assert all(run.clock == "virtual" and run.hosts == "local" and run.charges.step_seconds == 0.01
+    assert all(run.clock == "virtual" and run.cluster.hosts == "local" and run.charges.step_seconds == 0.01
                for _, _, run in runs)
-    assert {run.comm_ratio for run in shaped} == {3.0} and "lasts 3 fast steps" in shaped[0].describe_links()
+    assert {run.cluster.comm_ratio for run in shaped} == {3.0} and "lasts 3 fast steps" in shaped[0].describe_links()
     regimes_command.measure_limits(ns, plan, ["-b", "32"])
     assert json.load(open(tmp_path / "limits.json")) == {"1,4": [3200.0, 800.0]}  # 32 samples a 10 ms, and x 4
 

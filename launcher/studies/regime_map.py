@@ -286,9 +286,9 @@ def check_machine(runs):
     """The checks of the first run on each kind of host (namespaces need root)."""
     checked = set()
     for _, _, run in runs:
-        if run.hosts not in checked:
+        if run.cluster.hosts not in checked:
             checks.check_machine(run)
-            checked.add(run.hosts)
+            checked.add(run.cluster.hosts)
 
 
 def measure_limits(ns, plan, worker_args):
