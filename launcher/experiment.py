@@ -337,24 +337,12 @@ def build(ns, worker_args=()):
     checks.check_snapshot_seconds(ns.snapshot_seconds)
     calibration.resolve_charges(ns, worker_args)
     checks.check_clock(ns, chosen, worker_args)
-    charges = backends.Charges.of(ns)
-    if charges:
-        share, devices_described = None, charges.describe(ns.comm_ratio)
-    else:
-        share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
     if ns.validators < 1 or ns.validators > len(devices):
         raise UsageError(f"--validators {ns.validators}: give 1 to {len(devices)} (at most one per training worker)")
-    worker_rate, ps_rate = links.link_rates(ns, len(devices) + ns.num_servers + validator_hosts(chosen, ns.validators))
-    netns_on = ns.hosts == "netns"
+    charges = backends.Charges.of(ns)
     return Experiment(
         modes=chosen, network=ns.network, dataset=ns.dataset, data_dir=data_dir(ns),
-        cluster=Cluster(
-            devices=devices, slowdowns=slowdowns, device_share=share, devices_described=devices_described,
-            num_servers=ns.num_servers, collective=ns.collective, hosts=ns.hosts, bandwidth=links.bandwidth(ns),
-            ps_bandwidth=ns.ps_bandwidth or links.bandwidth(ns), worker_rate=worker_rate, ps_rate=ps_rate,
-            netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if netns_on else None,
-            netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, ps_link=ns.ps_bandwidth,
-            link_slowdowns=links.link_slowdowns(ns, len(devices))),
+        cluster=declared_cluster(ns, devices, slowdowns, charges, validator_hosts(chosen, ns.validators)),
         max_time=ns.max_time,
         max_iters=ns.max_iters, target_accuracy=ns.target_accuracy, seed=ns.seed, non_iid=ns.non_iid,
         esync_policy=ns.esync_policy, byzantine=ns.byzantine, attack=ns.attack, attack_scale=ns.attack_scale,
@@ -370,6 +358,23 @@ def build(ns, worker_args=()):
             ns.network, ns.dataset, ",".join(slowdowns), links.link_of(ns), ns.non_iid), chosen, ns.esync_policy,
             ns.collective)
         if ns.tuned else {})
+
+
+def declared_cluster(ns, devices, slowdowns, charges, validators):
+    """The Cluster of the launcher's options: how the devices are emulated (charged, under CPU quotas, or sleeping),
+    the links' rates with --hosts netns, the servers; UsageError (one line) for bad input."""
+    if charges:
+        share, devices_described = None, charges.describe(ns.comm_ratio)
+    else:
+        share, devices_described = workers.device_share(slowdowns, ns.device_share, ns.sleeping_slowdown, ns.tracker)
+    worker_rate, ps_rate = links.link_rates(ns, len(devices) + ns.num_servers + validators)
+    return Cluster(
+        devices=devices, slowdowns=slowdowns, device_share=share, devices_described=devices_described,
+        num_servers=ns.num_servers, collective=ns.collective, hosts=ns.hosts, bandwidth=links.bandwidth(ns),
+        ps_bandwidth=ns.ps_bandwidth or links.bandwidth(ns), worker_rate=worker_rate, ps_rate=ps_rate,
+        netns_prefix=(ns.netns_prefix or netns.unique_prefix()) if ns.hosts == "netns" else None,
+        netns_subnet=ns.netns_subnet, comm_ratio=ns.comm_ratio, ps_link=ns.ps_bandwidth,
+        link_slowdowns=links.link_slowdowns(ns, len(devices)))
 
 
 # ----------------------------------------------------------------------------------------------
