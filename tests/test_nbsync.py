@@ -38,10 +38,10 @@ def waiting_shares(runs, rank):
 
 def test_nbsync_fast_workers_barely_wait_and_all_hold_the_same_weights(processes, tmp_path):
     # A count of rounds, not seconds: what a round trains does not depend on how busy the machine is.
-    runs, meta_of = run_nbsync(processes, tmp_path, rounds=100)
+    runs, meta_of = run_nbsync(processes, tmp_path, rounds=60)
 
     rounds = min(len(records) for records in runs.values())
-    assert rounds == 100
+    assert rounds == 60
     for records in runs.values():
         assert [r["weights_digest"] for r in records[:rounds]] == [r["weights_digest"] for r in runs[0][:rounds]]
     slowdowns = {rank: meta_of[rank]["slowdown"] for rank in runs}
@@ -53,7 +53,8 @@ def test_nbsync_fast_workers_barely_wait_and_all_hold_the_same_weights(processes
     # The fast workers complete a batch of 8 parts or more per round; the slow one a part or two.
     assert statistics.mean(runlog.local_steps(r) for r in runs[slow]) < 0.5 * statistics.mean(
         runlog.local_steps(r) for rank in runs if rank != slow for r in runs[rank])
-    # How many parts the fast workers fit in a round depends on the machine's load, so the accuracy 100 rounds
-    # reach does too (0.76 to 0.95 seen); the floor asks only that the shared model learns.
+    # How many parts the fast workers fit in a round depends on the machine's load, so the accuracy 60 rounds
+    # reach does too (0.81 to 0.85 in three runs on a busy machine); the floor asks only that the shared model
+    # learns.
     final = [r["accuracy"] for r in runs[0] if "accuracy" in r][-1]
     assert final >= 0.5

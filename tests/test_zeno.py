@@ -21,7 +21,7 @@ from training.schemes.servers.zeno_server import ZenoLayout, ZenoPlusPlus
 
 MAIN = os.path.join(ROOT, "main.py")
 ATTACK = ["--byzantine", "1", "--attack", "signflip", "--attack-scale", "10"]
-ROUNDS = 40
+ROUNDS = 30
 BUDGET = ["--max-iters", str(ROUNDS), "-e", "0"]
 
 
@@ -77,7 +77,7 @@ def test_zeno_with_two_validators_rejects_the_sign_flipper_and_keeps_the_accurac
     finish(processes, workers, timeout=240)
     clean, attacked = (summary.summarize_mode(network_dir, mode) for mode in ("zeno", "zeno-attack"))
 
-    assert clean["final_accuracy"] >= 0.8  # 0.894 after its 40 rounds; the attacked run 0.874
+    assert clean["final_accuracy"] >= 0.8  # 0.869 after its 30 rounds, the attacked run 0.868 (after 25: 0.858, 0.817)
     assert attacked["final_accuracy"] >= clean["final_accuracy"] - 0.03
     assert len(attacked["validators"]) == 2 and len(workers_of(attacked)) == 3
     assert len(set(judges_of(os.path.join(network_dir, "zeno-attack")).values())) == 2
