@@ -31,8 +31,10 @@ def pytest_configure(config):
     config.add_cleanup(lambda: shutil.rmtree(stand_in, ignore_errors=True))
 
 
-# With PYTHONDONTWRITEBYTECODE set pytest would rewrite the assertions of every test module again in each of its three
-# workers (2.6 s of CPU each); the session byte-compiles the repository anyway (below).
+# With PYTHONDONTWRITEBYTECODE set each of the hundreds of processes the tests start would compile the same modules
+# again, and pytest rewrite the assertions of every test module again in each of its three workers (2.6 s of CPU
+# each): here the first process to import a module caches its bytecode and the others read it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 
