@@ -118,8 +118,9 @@ def start_state_server(group, host=LOCAL_HOST, port=None, name="state-server", t
     `after_start()` runs as soon as the process has started (to record it), `while_waiting()` at every poll (it
     may raise to stop waiting)."""
     port = port or on_host(host, free_port, host.address)
-    proc = group.start_python(name, [MANAGE_PY, "runserver", f"{host.address}:{port}", "--noreload"], role="state",
-                              command_prefix=host.command_prefix, host=host.name)
+    # --skip-checks: Django's system checks, a development aid, were 0.13 s of the server's 0.30 s of CPU to start
+    proc = group.start_python(name, [MANAGE_PY, "runserver", f"{host.address}:{port}", "--noreload", "--skip-checks"],
+                              role="state", command_prefix=host.command_prefix, host=host.name)
     if after_start:
         after_start()
     deadline = time.monotonic() + timeout
