@@ -3,6 +3,7 @@ beside its declaration, and a changed study is a new one."""
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from launcher.cluster import ROOT
-from launcher.studies import registry
+from launcher.studies import cost, registry
 from tests.test_launch import launcher_env
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED
@@ -83,8 +84,9 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
     assert registry.listing(str(repo))[0].endswith("; superseded by tiny-v2")
     assert registry.listing(str(repo))[1].startswith("tiny-v2: declared, not run")
     table = registry.studies_block(*(str(repo / registry.RESULTS / name) for name in ("tiny", "tiny-v2")))
-    assert "| [tiny](tiny/) | run, declared before its results | 3 | 0.0 | tiny-v2 |" in table
-    assert "| [tiny-v2](tiny-v2/) | declared, not run | 3 | 0.0 | – |" in table
+    # hours of this machine at the pace of the map run here: its wall time over its 2 s of training budgets
+    assert re.search(r"\| \[tiny\]\(tiny/\) \| run, declared before its results \| 3 \| 0.0 \| \d+ \| tiny-v2 \|", table)
+    assert re.search(r"\| \[tiny-v2\]\(tiny-v2/\) \| declared, not run \| 3 \| 0.0 \| \d+ \| – \|", table)
 
 
 SEARCH = ("python launch.py tune --clock virtual --step-seconds 0.01 --link 12 --profile 1,4 --schemes sync@ring "
@@ -149,7 +151,23 @@ def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):
     local_steps = {"verdict": True, "command": MAP.format(schemes="local,sync,diloco,fast-only@ring")}
     missing = registry.missing_rivals(local_steps, list(registry.commands_of(local_steps)))
     assert {"sync@ring", "diloco@ring", "fast:diloco"} <= set(missing) and "fast-only" not in missing
-    assert registry.size_of(maps) == (3, 3.0)  # one cell, three schemes, one repeat of 1 s
+    assert cost.size_of(maps) == (3, 3.0)  # one cell, three schemes, one repeat of 1 s
+
+
+def test_a_studys_hours_of_this_machine_follow_the_pace_of_the_maps_of_its_network_and_clock_run_here(tmp_path):
+    timed = tmp_path / registry.RESULTS / "timed"
+    timed.mkdir(parents=True)  # two runs of 1 s of lenet on the virtual clock took 30 s here
+    (timed / "timing.json").write_text(json.dumps({"command": MAP.format(schemes="local,sync"), "wall_seconds": 30}))
+    (timed / "paper").mkdir()  # a paper's table is no map: its time says nothing of a run's
+    (timed / "paper" / "timing.json").write_text(json.dumps({"command": "python launch.py paper", "wall_seconds": 9}))
+
+    paces = cost.paces(str(tmp_path / registry.RESULTS))
+
+    assert paces == {("lenet", "virtual"): 15.0}
+    three = registry.commands_of({"command": MAP.format(schemes="local,sync,esync")})
+    assert cost.machine_hours(three, paces) == 3 * 15.0 / 3600
+    resnet = registry.commands_of({"command": MAP.format(schemes="local").replace("--links", "-n resnet18-v1 --links")})
+    assert cost.machine_hours(three + resnet, paces) is None  # no map of resnet18-v1 has run here
 
 
 def processes_in(folder):

@@ -23,6 +23,8 @@ import subprocess
 import sys
 
 from analysis import regime_map, timing, tuned
+from launcher.studies import cost
+from launcher.studies.cost import map_options
 from launcher.supervision import interrupt
 from training.checks import UsageError
 from training.faults.failures import EXIT_USAGE
@@ -222,31 +224,6 @@ def run_command(argv, root):
             signal.signal(sig, handler)
 
 
-def map_options(argv):
-    """A map's parsed options (launch.py regimes' parser, its defaults where the command leaves them out)."""
-    from launcher.studies import regime_map
-
-    return regime_map.build_parser().parse_known_args(argv[1:])[0]
-
-
-def size_of(maps, searches=()):
-    """(runs, seconds of training budgets in all) of a study's maps and searches (a search at its most: every trial
-    on every seed, none pruned)."""
-    runs = seconds = 0
-    for argv in searches:
-        from launcher.studies import tune
-
-        ns = tune.build_parser().parse_known_args(argv[1:])[0]
-        count = len(ns.schemes.split(",")) * (ns.until or ns.trials) * ns.trial_seeds
-        runs, seconds = runs + count, seconds + count * ns.max_time
-    for argv in maps:
-        ns = map_options(argv)
-        count = len(ns.links.split(",")) * len(ns.profiles.split("/")) * len(ns.splits.split(",")) * len(
-            ns.schemes.split(",")) * ns.repeats
-        runs, seconds = runs + count, seconds + count * ns.max_time
-    return runs, seconds
-
-
 def missing_rivals(declaration, maps):
     """What a verdict study must run, or leave out with a reason ({"left_out": {scheme: why}}), that no map of it runs:
     the project's schemes (launch.py regimes' default list) in any topology; where a map's links cost anything, each
@@ -291,37 +268,40 @@ def listing(root=ROOT):
     """One line a folder of results/: whether a study was declared there, before its results or after, and whether it
     ran; a folder of results with no declaration is exploratory."""
     lines = []
-    for name, state, size, later in states(root):
-        size = (f"; {size[0]} runs, {size[1]:.1f} h of training budgets" if size[0] else "") + (
-            f", {size[2]} of the project's {len(regime_map_schemes())} schemes run or left out with a reason"
-            if size[2] is not None else "")
+    for name, state, (runs, hours, rivals, machine), later in states(root):
+        size = (f"; {runs} runs, {hours:.1f} h of training budgets" if runs else "") + (
+            f" (about {machine:.0f} h of this machine)" if machine else "") + (
+            f", {rivals} of the project's {len(regime_map_schemes())} schemes run or left out with a reason"
+            if rivals is not None else "")
         lines.append(f"{name}: {state}{size}" + (f"; superseded by {later}" if later else ""))
     return lines
 
 
 def states(root=ROOT, names=None):
-    """[(study, its state, (runs, hours of training budgets, rivals covered or None), the study superseding it or
-    None)] of each folder of results/ (of `names` where given)."""
+    """[(study, its state, (runs, hours of training budgets, rivals covered or None, hours of this machine at the
+    pace of its maps run here or None), the study superseding it or None)] of each folder of results/ (of `names`
+    where given)."""
     top = os.path.join(root, RESULTS)
-    later = superseded(root)
+    later, paces = superseded(root), cost.paces(top)
     rows = []
     for name in names or sorted(entry for entry in os.listdir(top) if os.path.isdir(os.path.join(top, entry))):
         ran = bool(results_files(os.path.join(top, name)))
         if not os.path.isfile(declaration_path(name, root)):
-            rows.append((name, "run, never declared (exploratory)" if ran else "no study", (0, 0.0, None), None))
+            rows.append((name, "run, never declared (exploratory)" if ran else "no study", (0, 0.0, None, None), None))
             continue
         order = {True: ", declared before its results", False: ", declared after its results", None: ""}
         declaration = read_json(declaration_path(name, root))
         maps = [argv for argv in commands_of(declaration) if argv[:1] == ["regimes"]]
         searches = [argv for argv in commands_of(declaration) if argv[:1] == ["tune"]]
-        runs, seconds = size_of(maps, searches)
+        runs, seconds = cost.size_of(searches + maps)
         missing = missing_rivals(declaration, maps)
         rivals = len([s for s in regime_map_schemes() if s not in missing]) if maps else None
         searched = os.path.isfile(os.path.join(top, name, SEARCH_KEPT[0]))
         state = ("run" + order[declared_first(name, root)] if ran else
                  f"declared, in progress (its search at {search_progress(name, searches, root)})" if searched
                  else "declared, not run")
-        rows.append((name, state, (runs, seconds / 3600, rivals), later.get(name)))
+        machine = cost.machine_hours(searches + maps, paces)
+        rows.append((name, state, (runs, seconds / 3600, rivals, machine), later.get(name)))
     return rows
 
 
@@ -355,10 +335,13 @@ def studies_block(*folders):
     """The studies of `folders` (results/<name>) as a table: state, size, the version that supersedes each (the
     docs' kind `studies`)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(folders[0])))
-    lines = ["| study | state | runs | hours of training budgets | superseded by |", "|---|---|---|---|---|"]
-    for name, state, (runs, hours, _), later in states(root, [os.path.basename(f) for f in folders]):
+    lines = ["| study | state | runs | hours of training budgets | hours of this machine, at its maps' pace here "
+             "| superseded by |", "|---|---|---|---|---|---|"]
+    for name, state, (runs, hours, _, machine), later in states(root, [os.path.basename(f) for f in folders]):
         link = f"[{name}]({name}/)" if os.path.isfile(declaration_path(name, root)) else name
-        lines.append(f"| {link} | {state} | {runs or '–'} | {f'{hours:.1f}' if runs else '–'} | {later or '–'} |")
+        by_machine = f"{machine:.0f}" if machine is not None and runs else "–"
+        lines.append(f"| {link} | {state} | {runs or '–'} | {f'{hours:.1f}' if runs else '–'} | {by_machine} "
+                     f"| {later or '–'} |")
     return "\n".join(lines) + "\n"
 
 
