@@ -85,8 +85,9 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
     assert registry.listing(str(repo))[1].startswith("tiny-v2: declared, not run")
     table = registry.studies_block(*(str(repo / registry.RESULTS / name) for name in ("tiny", "tiny-v2")))
     # hours of this machine at the pace of the map run here: its wall time over its 2 s of training budgets
-    assert re.search(r"\| \[tiny\]\(tiny/\) \| run, declared before its results \| 3 \| 0.0 \| \d+ \| tiny-v2 \|", table)
-    assert re.search(r"\| \[tiny-v2\]\(tiny-v2/\) \| declared, not run \| 3 \| 0.0 \| \d+ \| – \|", table)
+    assert re.search(r"\| \[tiny\]\(tiny/\) \| run, declared before its results \| 3 \| 0.0 \| \d+\.\d \| tiny-v2 \|",
+                     table)
+    assert re.search(r"\| \[tiny-v2\]\(tiny-v2/\) \| declared, not run \| 3 \| 0.0 \| \d+\.\d \| – \|", table)
 
 
 SEARCH = ("python launch.py tune --clock virtual --step-seconds 0.01 --link 12 --profile 1,4 --schemes sync@ring "

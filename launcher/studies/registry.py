@@ -24,7 +24,6 @@ import sys
 
 from analysis import regime_map, timing, tuned
 from launcher.studies import cost
-from launcher.studies.cost import map_options
 from launcher.supervision import interrupt
 from training.checks import UsageError
 from training.faults.failures import EXIT_USAGE
@@ -234,7 +233,7 @@ def missing_rivals(declaration, maps):
     left_out = set(declaration.get("left_out") or {})
     wanted = []
     for argv in maps:
-        ns = map_options(argv)
+        ns = cost.map_options(argv)
         schemes = ns.schemes.split(",")
         costly = any(link != regime_map.LOOPBACK for link in ns.links.split(","))
         for scheme in schemes:
@@ -243,7 +242,7 @@ def missing_rivals(declaration, maps):
                 wanted.append(f"{scheme}{scheme_names.OVER}ring")
             if scheme_names.takes_local_steps(scheme) and not scheme_names.on_fast_devices(scheme):
                 wanted.append(scheme_names.FAST + base)  # over any collective
-    run = {scheme for argv in maps for scheme in map_options(argv).schemes.split(",")}
+    run = {scheme for argv in maps for scheme in cost.map_options(argv).schemes.split(",")}
     anywhere = {scheme_names.collective_of(scheme)[0] for scheme in run}
     wanted = [s for s in regime_map_schemes() if s not in anywhere] + wanted
     return list(dict.fromkeys(s for s in wanted if s not in run | anywhere and s not in left_out))
@@ -270,7 +269,7 @@ def listing(root=ROOT):
     lines = []
     for name, state, (runs, hours, rivals, machine), later in states(root):
         size = (f"; {runs} runs, {hours:.1f} h of training budgets" if runs else "") + (
-            f" (about {machine:.0f} h of this machine)" if machine else "") + (
+            f" (about {machine:.1f} h of this machine)" if machine else "") + (
             f", {rivals} of the project's {len(regime_map_schemes())} schemes run or left out with a reason"
             if rivals is not None else "")
         lines.append(f"{name}: {state}{size}" + (f"; superseded by {later}" if later else ""))
@@ -287,7 +286,8 @@ def states(root=ROOT, names=None):
     for name in names or sorted(entry for entry in os.listdir(top) if os.path.isdir(os.path.join(top, entry))):
         ran = bool(results_files(os.path.join(top, name)))
         if not os.path.isfile(declaration_path(name, root)):
-            rows.append((name, "run, never declared (exploratory)" if ran else "no study", (0, 0.0, None, None), None))
+            state = "run, never declared (exploratory)" if ran else "no study"
+            rows.append((name, state, (0, 0.0, None, None), None))
             continue
         order = {True: ", declared before its results", False: ", declared after its results", None: ""}
         declaration = read_json(declaration_path(name, root))
@@ -339,7 +339,7 @@ def studies_block(*folders):
              "| superseded by |", "|---|---|---|---|---|---|"]
     for name, state, (runs, hours, _, machine), later in states(root, [os.path.basename(f) for f in folders]):
         link = f"[{name}]({name}/)" if os.path.isfile(declaration_path(name, root)) else name
-        by_machine = f"{machine:.0f}" if machine is not None and runs else "–"
+        by_machine = f"{machine:.1f}" if machine is not None and runs else "–"
         lines.append(f"| {link} | {state} | {runs or '–'} | {f'{hours:.1f}' if runs else '–'} | {by_machine} "
                      f"| {later or '–'} |")
     return "\n".join(lines) + "\n"
