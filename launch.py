@@ -25,6 +25,7 @@ itself lives in launcher/.
 """
 import importlib
 import logging
+import os
 import sys
 
 from launcher import checks, runner
@@ -64,4 +65,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the reader of the output left (`launch.py study | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit would fail again
+        sys.exit(1)

@@ -155,6 +155,16 @@ def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):
     assert cost.size_of(maps) == (3, 3.0)  # one cell, three schemes, one repeat of 1 s
 
 
+@pytest.mark.beside_others("in-process")  # one short process whose output does not depend on timing
+def test_a_listing_whose_reader_leaves_early_ends_in_exit_1_without_a_traceback():
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), "study"], cwd=ROOT, env=launcher_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # as `launch.py study | head -1` does once it has its line; here before the first
+    _, errors = proc.communicate(timeout=120)
+
+    assert proc.returncode == 1 and errors.decode() == ""
+
+
 def test_a_studys_hours_of_this_machine_follow_the_pace_of_the_maps_of_its_network_and_clock_run_here(tmp_path):
     timed = tmp_path / registry.RESULTS / "timed"
     timed.mkdir(parents=True)  # two runs of 1 s of lenet on the virtual clock took 30 s here
