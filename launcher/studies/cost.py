@@ -15,7 +15,10 @@ def map_options(argv):
     return regime_map.build_parser().parse_known_args(argv[1:])[0]
 
 
-def search_options(argv):
+def options_of(argv):
+    """A map's or a search's parsed options."""
+    if argv[:1] != ["tune"]:
+        return map_options(argv)
     from launcher.studies import tune
 
     return tune.build_parser().parse_known_args(argv[1:])[0]
@@ -24,11 +27,10 @@ def search_options(argv):
 def command_size(argv):
     """(runs, seconds of training budgets) of one command: a map's every run, or a search's at its most (every trial
     on every seed, none pruned)."""
+    ns = options_of(argv)
     if argv[:1] == ["tune"]:
-        ns = search_options(argv)
         runs = len(ns.schemes.split(",")) * (ns.until or ns.trials) * ns.trial_seeds
     else:
-        ns = map_options(argv)
         runs = len(ns.links.split(",")) * len(ns.profiles.split("/")) * len(ns.splits.split(",")) * len(
             ns.schemes.split(",")) * ns.repeats
     return runs, runs * ns.max_time
@@ -42,7 +44,7 @@ def size_of(commands):
 
 def kind_of(argv):
     """What a run's pace here depends on: its network and its clock."""
-    ns = search_options(argv) if argv[:1] == ["tune"] else map_options(argv)
+    ns = options_of(argv)
     return ns.network, ns.clock
 
 
@@ -55,8 +57,9 @@ def paces(results):
         argv = shlex.split(recorded.get("command", ""))[2:]
         if argv[:1] != ["regimes"] or not recorded.get("wall_seconds"):
             continue
-        wall, budgets = spent.get(kind_of(argv), (0, 0.0))
-        spent[kind_of(argv)] = (wall + recorded["wall_seconds"], budgets + command_size(argv)[1])
+        kind = kind_of(argv)
+        wall, budgets = spent.get(kind, (0, 0.0))
+        spent[kind] = (wall + recorded["wall_seconds"], budgets + command_size(argv)[1])
     return {kind: wall / budgets for kind, (wall, budgets) in spent.items() if budgets}
 
 
