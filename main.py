@@ -92,10 +92,10 @@ def run_ps_role(args, role):
 
 def run_training(args, data, resume):
     from training.loop import train
-    from coordination import client as state_client
+    from coordination.protocol import JOB_ENV
 
     if args.job_id:  # every state-server client of this process asks about this job
-        os.environ[state_client.JOB_ENV] = args.job_id
+        os.environ[JOB_ENV] = args.job_id
     quota = device_quota(args)
     try:
         train(args, modes.scheme_class(args.mode), data, resume, quota)
@@ -173,7 +173,7 @@ def configure_fault_injection():
 
 def run_guarded(role, args, run, in_cluster, peers=None):
     """Run a role; whatever it raises ends it with one line and a non-zero exit, at once when in a cluster."""
-    from coordination.client import StateServerError, StateServerUnavailable
+    from coordination.protocol import StateServerError, StateServerUnavailable
 
     failures.fail_on_thread_errors(role, traceback_folder(args))
     if in_cluster:

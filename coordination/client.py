@@ -24,11 +24,11 @@ import time
 from urllib.parse import urlencode
 
 from coordination import protocol
+from coordination.protocol import JOB_ENV, StateServerError, StateServerUnavailable
 
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "ESYNC_STATE_TOKEN"
-JOB_ENV = "ESYNC_JOB_ID"  # the job every client of the process is of, where none is given (main.py's --job-id)
 JOB_SECRET_ENV = "ESYNC_JOB_SECRET"  # that job's own secret: its first /init/ fixes it, its other requests carry it
 TOKEN_HEADER = "X-ESync-Token"
 FIRST_RETRY_DELAY = 0.05
@@ -38,19 +38,6 @@ FORM = "application/x-www-form-urlencoded"
 NO_JOB = "it has no job (restarted?)"
 CUT_SHORT = "an answer cut short (the server stopped while answering?)"
 _TEXT_ECHO_LIMIT = 200
-
-
-class StateServerError(RuntimeError):
-    """The server rejected a request (4xx) or answered something that is not JSON."""
-
-    def __init__(self, status, message, url):
-        super().__init__(f"{url} answered {status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class StateServerUnavailable(RuntimeError):
-    """The server could not be reached (or kept failing) for the whole retry period."""
 
 
 class StateClient:

@@ -11,6 +11,24 @@ from typing import Optional
 
 from coordination.records import MAX_PLANNED_STEPS, MAX_WORKERS
 
+
+JOB_ENV = "ESYNC_JOB_ID"  # the job every client of the process is of, where none is given (main.py's --job-id)
+
+
+# What a client of the protocol meets; here rather than in client.py, whose http.client and ssl (20 ms of CPU) the
+# processes that only name the rules never load.
+class StateServerError(RuntimeError):
+    """The server rejected a request (4xx) or answered something that is not JSON."""
+
+    def __init__(self, status, message, url):
+        super().__init__(f"{url} answered {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class StateServerUnavailable(RuntimeError):
+    """The server could not be reached (or kept failing) for the whole retry period."""
+
 INTEGER, NUMBER, TEXT, SWITCH = "integer", "number", "text", "switch"
 
 

@@ -4,7 +4,7 @@ the slowest worker's (records.is_ready). A round opens with /reset/ (sent while 
 import logging
 
 from coordination.rules.base import Rule, Worker
-from coordination.client import StateServerUnavailable
+from coordination.protocol import StateServerUnavailable
 
 NAME = "apply"
 log = logging.getLogger("esync")

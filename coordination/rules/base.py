@@ -7,7 +7,6 @@ the state server and when, what it does with the answer, and what it logs of it.
 import threading
 
 from coordination import records
-from coordination.client import StateClient
 
 WATCH_SECONDS = 2.0  # one long-poll of /watch/; a worker asks again until the answer it waits for comes
 
@@ -47,6 +46,10 @@ class LongPolling:
     def __init__(self, address, rank, num_workers, sync_timeout, give_up, **settings):
         self.rank, self.num_workers, self.sync_timeout, self.settings = rank, num_workers, sync_timeout, settings
         self.give_up = give_up
+        # here, not at the top: every process of a job reads the rules' names, and the client's http.client and ssl
+        # cost each of them 20 ms of CPU
+        from coordination.client import StateClient
+
         self.client = StateClient(*address, retry_for=sync_timeout, on_not_initialised=self.set_up_job_again)
         self.watch_client = StateClient(*address, retry_for=sync_timeout, timeout=WATCH_SECONDS + 10,
                                         on_not_initialised=self.set_up_job_again)

@@ -6,7 +6,7 @@ import time
 
 from coordination.rules.apply import Asking, log
 from coordination.rules.base import Rule
-from coordination.client import StateServerUnavailable
+from coordination.protocol import StateServerUnavailable
 from coordination.records import smoothed
 
 NAME = "nonblocking"

@@ -4,8 +4,6 @@ their long-polls. On the virtual clock the transport hands the in-process one in
 which answers the same calls: no scheme asks which it has."""
 import concurrent.futures
 
-from coordination.client import StateClient
-from coordination.rules.nbsync import Arrivals
 from training.faults import watchdog
 
 
@@ -25,8 +23,12 @@ class RemoteCoordination:
 
     def client(self, rank, on_not_initialised=None):
         """A client of worker `rank`; `on_not_initialised()` sets the job up again on a restarted server."""
+        from coordination.client import StateClient  # on first use: http.client costs the workers that ask none 20 ms
+
         return StateClient(*self.address, retry_for=self.sync_timeout, on_not_initialised=on_not_initialised)
 
     def arrivals(self, rank, num_workers, policy):
         """NBSSGD's arrivals of worker `rank` (`policy`: the rounds' rule, which Arrivals names itself)."""
+        from coordination.rules.nbsync import Arrivals
+
         return Arrivals(self.address, rank, num_workers, self.sync_timeout, watchdog.give_up)
