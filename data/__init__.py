@@ -15,9 +15,8 @@ import struct
 import threading
 from collections import namedtuple
 
-import numpy as np
-
 from data import originals
+from training.lazy import np
 
 # source: one line naming the files read and what they are, for the log
 Dataset = namedtuple("Dataset", "train_images train_labels test_images test_labels source", defaults=("",))

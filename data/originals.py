@@ -15,7 +15,7 @@ import hashlib
 import logging
 import os
 
-import numpy as np
+from training.lazy import np
 
 log = logging.getLogger("data")
 

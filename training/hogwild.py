@@ -18,10 +18,9 @@ import sys
 import time
 from multiprocessing import resource_tracker, shared_memory
 
-import numpy as np
-
 from training.devices import cpu_quota, threads
 from training.faults.failures import EXIT_FAILURE
+from training.lazy import np
 
 log = logging.getLogger("hogwild")
 

@@ -152,6 +152,7 @@ class _Loader(importlib.machinery.SourceFileLoader):
             super().exec_module(module)
             module._init_op_module = self._registering_from_the_cache(module._init_op_module)
             return
+        define_numpy_aliases()  # here, not at install: a process that never loads MXNet need not load numpy
         with scipy_hidden():
             for name in UNUSED_MODULES:
                 sys.modules.setdefault(name, _ImportedOnFirstUse(name))
@@ -226,7 +227,8 @@ def install(path=None):
     beside numpy 1.24 and later too."""
     if mxnet_executed() or installed_cache():
         return
-    define_numpy_aliases()
+    if "mxnet" in sys.modules:  # registered to load lazily before this hook: its loader is not the hook's
+        define_numpy_aliases()
     use_the_standard_distutils()
     sys.meta_path.insert(0, _Finder(OperatorCache(path or cache_path())))
 

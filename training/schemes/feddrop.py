@@ -12,11 +12,10 @@ everyone's and no mask travels. Networks: chains of Conv2D and Dense layers (mod
 """
 import math
 
-import numpy as np
 
 import models
 from training import argtypes, runlog
-from training.lazy import mx
+from training.lazy import mx, np
 from training.options import ModeError, Options, declaration, local_lr, local_optimizer, option, sync_interval
 from training.schemes.base import FixedLocalSteps
 

@@ -17,10 +17,9 @@ import collections
 import statistics
 from typing import Optional
 
-import numpy as np
 
 from training import argtypes, runlog
-from training.lazy import mx
+from training.lazy import mx, np
 from training.options import ModeError, declaration, fixed, option, sync_interval
 from training.schemes.base import FixedLocalSteps
 from training.schemes.local_sgd import DeltaAveraging, LocalSGDOptions

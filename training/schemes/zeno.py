@@ -24,13 +24,12 @@ emulation. BatchNorm statistics are the validators' mean.
 """
 from typing import Optional
 
-import numpy as np
 
 from data import partition
 from training import argtypes
 from training.attacks import attack_for
 from training.faults.failures import JobSetupError
-from training.lazy import mx
+from training.lazy import mx, np
 from training.options import (
     ModeError,
     Options,

@@ -27,10 +27,8 @@ import sys
 import threading
 import time
 
-import numpy as np
-
 from training import mxnet_internals, runlog
-
+from training.lazy import np
 from training.transport import traffic
 
 PS = "ps"
