@@ -157,7 +157,7 @@ def study(logs, scheme="sync"):
 @pytest.fixture(scope="module")
 def first_trial(tmp_path_factory, train_only):
     logs = str(tmp_path_factory.mktemp("tune") / "logs")
-    code, output = run_tune(tune_args(train_only, logs), logs)
+    code, output = run_tune(tune_args(train_only, logs, *VIRTUAL), logs)
     assert code == 0, output
     return logs, output
 
@@ -188,7 +188,7 @@ def test_a_study_writes_the_chosen_values_and_its_trial_runs_each_seed_on_held_o
 @pytest.mark.beside_others("in-process")  # a trial complete or pruned, its checks hold either way: no timing
 def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
     logs = str(tmp_path / "logs")
-    args = tune_args(train_only, logs, *VIRTUAL)
+    args = tune_args(train_only, logs)
     args[args.index("sync")] = "esync"
     args[args.index("--trials") + 1] = "1"
     args[args.index("--trial-seeds") + 1] = "1"
@@ -206,7 +206,7 @@ def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
 def test_the_same_command_again_runs_more_trials_of_the_study_none_repeated(first_trial, train_only):
     logs, _ = first_trial
 
-    code, output = run_tune(tune_args(train_only, logs), logs)
+    code, output = run_tune(tune_args(train_only, logs, *VIRTUAL), logs)
     trials = study(logs).trials
 
     assert code == 0, output
