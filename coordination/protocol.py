@@ -11,7 +11,6 @@ from typing import Optional
 
 from coordination.records import MAX_PLANNED_STEPS, MAX_WORKERS
 
-
 JOB_ENV = "ESYNC_JOB_ID"  # the job every client of the process is of, where none is given (main.py's --job-id)
 
 
@@ -28,6 +27,7 @@ class StateServerError(RuntimeError):
 
 class StateServerUnavailable(RuntimeError):
     """The server could not be reached (or kept failing) for the whole retry period."""
+
 
 INTEGER, NUMBER, TEXT, SWITCH = "integer", "number", "text", "switch"
 

@@ -12,7 +12,6 @@ everyone's and no mask travels. Networks: chains of Conv2D and Dense layers (mod
 """
 import math
 
-
 import models
 from training import argtypes, runlog
 from training.lazy import mx, np

@@ -17,7 +17,6 @@ import collections
 import statistics
 from typing import Optional
 
-
 from training import argtypes, runlog
 from training.lazy import mx, np
 from training.options import ModeError, declaration, fixed, option, sync_interval

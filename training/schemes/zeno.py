@@ -24,7 +24,6 @@ emulation. BatchNorm statistics are the validators' mean.
 """
 from typing import Optional
 
-
 from data import partition
 from training import argtypes
 from training.attacks import attack_for
