@@ -57,10 +57,15 @@ def search_block(folder):
 
 
 def ran_by(entries, folder):
-    """'Run by (N minutes in all):' and the commands that wrote these cells of tuned.json."""
-    commands = "".join(f"\n    {with_committed_values(ran, folder)}" for e in entries for ran in e.get("commands", []))
+    """'Run by (N minutes in all):' and the commands that wrote these cells of tuned.json, each once: a search
+    stopped and started again is the same command run again."""
+    ran = [with_committed_values(command, folder) for e in entries for command in e.get("commands", [])]
+    commands = list(dict.fromkeys(ran))
     took = sum(e.get("wall_seconds") or 0 for e in entries)
-    return f"\nRun by{f' ({took / 60:.0f} minutes in all)' if took else ''}:\n{commands}\n" if commands else ""
+    notes = ([f"{took / 60:.0f} minutes in all"] if took else []) + (
+        [f"{len(ran)} runs, each run again going on where it stopped"] if len(commands) < len(ran) else [])
+    said = f" ({'; '.join(notes)})" if notes else ""
+    return f"\nRun by{said}:\n" + "".join(f"\n    {command}" for command in commands) + "\n" if commands else ""
 
 
 def verdict_block(*folders):

@@ -71,6 +71,15 @@ def test_the_search_and_repeats_blocks_say_the_chosen_values_and_each_seeds_time
     assert "| ESync | 3.0, 4.0, 5.0, 3.0, 4.0 | 3.8 s (5 of 5 reached) | 1.00 | leader |" in fresh
 
 
+def test_a_search_run_again_names_its_command_once_and_counts_the_runs():
+    entries = [{"commands": ["tune --link 12", "tune --link 12", "tune --link 100"], "wall_seconds": 1200}]
+
+    said = doc_tables.ran_by(entries, "results/cell")
+
+    assert said == "\nRun by (20 minutes in all; 3 runs, each run again going on where it stopped):\n" \
+                   "\n    tune --link 12\n    tune --link 100\n"
+
+
 def test_cells_that_took_a_neighbours_values_are_one_row_each_not_their_neighbours_table_again(tmp_path):
     folder = a_study(str(tmp_path))
     path = os.path.join(folder, tuned.FILE_NAME)
