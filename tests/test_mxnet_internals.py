@@ -127,3 +127,32 @@ def test_on_python_3_12_mxnet_keeps_setuptools_stand_in_for_distutils_the_only_o
     monkeypatch.setattr(sys, "version_info", (3, 11, 2, "final", 0))
     mxnet_internals.use_the_standard_distutils()
     assert os.environ["SETUPTOOLS_USE_DISTUTILS"] == "stdlib"
+
+
+
+
+# As main.py starts a scheduler: its imports, the hook, the command line (which imports every scheme, each taking the
+# lazy `mx`). Neither NumPy nor MXNet is loaded then; a scheme's first use of `mx` loads MXNet's package through the
+# hook (without SciPy, which only the hook hides: registered before it, `mx` cost every worker about 0.5 s of CPU).
+AS_A_SCHEDULER = """
+import json, sys
+import importlib.util
+import main
+from training import config, mxnet_internals
+mxnet_internals.install()
+config.build_parser()
+numpy_loaded = type(sys.modules.get("numpy")) is not importlib.util._LazyModule
+mxnet_loaded = mxnet_internals.mxnet_executed()
+from training.lazy import mx
+computes = bool(mx.nd.ones((2,)).sum().asscalar() == 2)
+print(json.dumps(dict(numpy=numpy_loaded, mxnet=mxnet_loaded, computes=computes, scipy="scipy" in sys.modules)))
+"""
+
+
+def test_a_scheduler_loads_neither_numpy_nor_mxnet_and_a_later_mx_loads_through_the_hook():
+    result = subprocess.run([sys.executable, "-c", AS_A_SCHEDULER], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {"numpy": False, "mxnet": False, "computes": True,
+                                                         "scipy": False}
