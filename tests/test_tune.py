@@ -1,5 +1,7 @@
 """launch.py tune: the declared search spaces, and real studies of real launcher runs on data whose test set is
 absent (a trial that read it would fail)."""
+import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -56,6 +58,24 @@ def test_a_range_widens_past_the_edge_its_chosen_value_lies_at_by_half_its_span_
     assert rates.widened(7.5).high == pytest.approx(32.0) and rates.widened(2.0) is None
     assert momentum.widened(0.94).high == 0.99 and momentum.widened(0.01) is None  # 0 is its limit
     assert Range(1, 256, log=True, integer=True).widened(1) is None  # no limits: as declared
+
+
+def charged(clock="virtual"):
+    return argparse.Namespace(clock=clock, step_seconds=0.03, step_jitter=0.0, step_overhead=0.0, latency=0.0,
+                              round_trip=0.0, server_apply=0.0, max_time=180.0)
+
+
+def test_a_period_widens_up_to_the_longest_whose_first_aggregation_ends_within_the_budget():
+    def period(mode, devices, ns=charged()):
+        return tune.period_limits(config.search_space(mode), mode, devices, ns)["sync_interval"][1]
+
+    declared = config.search_space("fedavg")["sync_interval"][1]
+    # a synchronous round lasts the slowest device's period: 180 s / (0.03 s x 117) = 51 steps, below the top
+    assert period("fedavg", "1,1,1,1,117,117") == declared and declared.widened(250) is None
+    # on the fast devices alone, or where each device aggregates at its own pace, the fastest device's 6,000 steps
+    assert period("fedavg", "1,1,1,1").limits == period("fedbuff", "1,1,1,1,117,117").limits == (1, 6000)
+    assert period("fedavg", "1,1,1,1").widened(240) == dataclasses.replace(declared, high=4096, limits=(1, 6000))
+    assert period("fedavg", "1,1,1,1", charged(clock="real")) == declared  # a real step's time is not declared
 
 
 def test_a_seed_that_missed_scores_the_budget_with_the_accuracy_it_lacked_whenever_it_stopped():

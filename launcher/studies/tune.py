@@ -18,7 +18,8 @@ reached the target on all of its seeds, and from four seeds up Optuna's Wilcoxon
 say is behind the best. The chosen values of a study are its best trial that reached the target on every seed
 (robust); where none did, its best trial, marked so. Under --until N, chosen values with one in the outer tenth of
 its range search N more trials over that range widened past the edge (Range.widened), at most MAX_WIDENINGS times;
-the chosen values are then the best of every stage.
+the chosen values are then the best of every stage. On a charged clock a period of local steps (--sync-interval)
+widens up to the longest period whose first aggregation ends within the budget (period_limits).
 
 The studies live in an SQLite file under the log dir (or --storage URL): the same command runs --trials more trials
 of each study, none repeated, or with --until N only the trials a study lacks of N; a trial whose process was killed
@@ -26,6 +27,7 @@ is marked failed. Writes <log-dir>/tuned.json (tuned.py), tuned.md and a figure 
 each hyperparameter. --values-of CELL searches nothing: the cell takes a neighbour's values, and tuned.json says so.
 """
 import contextlib
+import dataclasses
 import logging
 import os
 import shlex
@@ -52,6 +54,7 @@ TRIAL_SEEDS = 3         # seeds a trial runs its values on
 BEST_FEW = 3            # the best trials whose spread tuned.json reports
 MAX_WIDENINGS = 2       # searches again over a widened range, at most, after a chosen value at its range's edge
 RATE_FLAGS = ("learning_rate", "local_lr")  # the step's rate, whose largest value that reached the target is given
+PERIOD = "sync_interval"  # local steps between aggregations
 
 
 # ----------------------------------------------------------------------------------------------
@@ -291,7 +294,8 @@ def tune(ns, storage, searches):
     --until N, a search whose chosen value lies at its range's edge goes on over the widened range, N trials more."""
     for scheme in ns.schemes:
         search = searches[scheme] = Search()
-        space = declared = config.search_space(scheme_run(scheme, ns.profile)[0])
+        mode, _, _, devices = scheme_run(scheme, ns.profile)
+        space = declared = period_limits(config.search_space(mode), mode, devices, ns)
         for stage in range(MAX_WIDENINGS + 1):
             study = study_of(ns, storage, scheme, declared, space, stage)
             search.stages.append((study, space))
@@ -305,6 +309,24 @@ def tune(ns, storage, searches):
             space = ns.until and len(ended(study)) >= ns.until and widened(search)
             if not space:
                 break
+
+
+def period_limits(space, mode, devices, ns):
+    """The space with the period's range free to widen past its top up to the longest period whose first aggregation
+    ends within the budget: the budget over a step of the device that times a round (the slowest of `devices` for a
+    synchronous scheme, the fastest otherwise), as the charged clock declares it. Longer periods are all one point,
+    no aggregation at all; below the range's top that bound widens nothing. In real time a step's time is not
+    declared and the range keeps its own limits."""
+    charges = backends.Charges.of(ns)
+    if PERIOD not in space or not charges:
+        return space
+    flag, rng = space[PERIOD]
+    factors = [float(f) for f in devices.split(",")]
+    slowdown = max(factors) if modes.MODES[mode].synchronous else min(factors)
+    longest = int(ns.max_time / (charges.step_seconds * slowdown))
+    if longest <= rng.high:
+        return space
+    return {**space, PERIOD: (flag, dataclasses.replace(rng, limits=(rng.low, longest)))}
 
 
 def widened(search):
