@@ -1,6 +1,5 @@
 """launch.py tune: the declared search spaces, and real studies of real launcher runs on data whose test set is
 absent (a trial that read it would fail)."""
-import argparse
 import dataclasses
 import json
 import os
@@ -11,7 +10,7 @@ import sys
 import pytest
 
 from analysis import tuned
-from launcher import experiment
+from launcher import backends, experiment
 from launcher.studies import search, tune
 from launcher.cluster import ROOT
 from tests.test_launch import launcher, launcher_env, read_output
@@ -60,14 +59,9 @@ def test_a_range_widens_past_the_edge_its_chosen_value_lies_at_by_half_its_span_
     assert Range(1, 256, log=True, integer=True).widened(1) is None  # no limits: as declared
 
 
-def charged(clock="virtual"):
-    return argparse.Namespace(clock=clock, step_seconds=0.03, step_jitter=0.0, step_overhead=0.0, latency=0.0,
-                              round_trip=0.0, server_apply=0.0, max_time=180.0)
-
-
 def test_a_period_widens_up_to_the_longest_whose_first_aggregation_ends_within_the_budget():
-    def period(mode, devices, ns=charged()):
-        return tune.period_limits(config.search_space(mode), mode, devices, ns)["sync_interval"][1]
+    def period(mode, devices, charges=backends.Charges(step_seconds=0.03)):
+        return tune.period_limits(config.search_space(mode), mode, devices, 180.0, charges)["sync_interval"][1]
 
     declared = config.search_space("fedavg")["sync_interval"][1]
     # a synchronous round lasts the slowest device's period: 180 s / (0.03 s x 117) = 51 steps, below the top
@@ -75,7 +69,23 @@ def test_a_period_widens_up_to_the_longest_whose_first_aggregation_ends_within_t
     # on the fast devices alone, or where each device aggregates at its own pace, the fastest device's 6,000 steps
     assert period("fedavg", "1,1,1,1").limits == period("fedbuff", "1,1,1,1,117,117").limits == (1, 6000)
     assert period("fedavg", "1,1,1,1").widened(240) == dataclasses.replace(declared, high=4096, limits=(1, 6000))
-    assert period("fedavg", "1,1,1,1", charged(clock="real")) == declared  # a real step's time is not declared
+    assert period("fedavg", "1,1,1,1", None) == declared  # in real time a step's time is not declared
+    assert period("fedavg", "1,1,1,1", backends.Charges(step_seconds=0.03, step_overhead=0.03)).limits == (1, 3000)
+
+
+def test_a_search_reads_its_periods_budget_from_the_step_time_its_trials_are_charged(tmp_path, train_only):
+    calibrated = tmp_path / "devices.json"
+    calibrated.write_text(json.dumps({"network": "lenet", "dataset": "mnist-5k", "batch_size": 64,
+                                      "step_seconds": 0.01, "overhead_seconds": 0.002}))
+
+    def limits(scheme, *clock):
+        ns = tune.parse(tune_args(train_only, str(tmp_path), "--max-time", "60", *clock))
+        return tune.declared_space(ns, scheme)["sync_interval"][1].limits
+
+    assert limits("fedbuff", "--clock", "virtual", "--step-seconds", "0.05") == (1, 1200)  # 60 s / 0.05 s
+    assert limits("fedavg", "--clock", "virtual", "--step-seconds", str(calibrated)) == (1, 2727)  # 60 / 0.022 s
+    assert limits("fast:fedavg", "--clock", "virtual", "--step-seconds", str(calibrated)) == (1, 5000)  # 60 / 0.012
+    assert limits("fedavg") is None  # real time: as declared
 
 
 def test_a_seed_that_missed_scores_the_budget_with_the_accuracy_it_lacked_whenever_it_stopped():

@@ -294,8 +294,7 @@ def tune(ns, storage, searches):
     --until N, a search whose chosen value lies at its range's edge goes on over the widened range, N trials more."""
     for scheme in ns.schemes:
         search = searches[scheme] = Search()
-        mode, _, _, devices = scheme_run(scheme, ns.profile)
-        space = declared = period_limits(config.search_space(mode), mode, devices, ns)
+        space = declared = declared_space(ns, scheme)
         for stage in range(MAX_WIDENINGS + 1):
             study = study_of(ns, storage, scheme, declared, space, stage)
             search.stages.append((study, space))
@@ -311,19 +310,25 @@ def tune(ns, storage, searches):
                 break
 
 
-def period_limits(space, mode, devices, ns):
+def declared_space(ns, scheme):
+    """{args name: (flag, Range)}: what the search of `scheme` tries, its period's limits set by its cell's budget."""
+    mode, _, _, devices = scheme_run(scheme, ns.profile)
+    charges = run_of(ns, scheme, 0, ns.seeds[0], {}).charges  # a calibration file's, read as a trial reads it
+    return period_limits(config.search_space(mode), mode, devices, ns.max_time, charges)
+
+
+def period_limits(space, mode, devices, budget, charges):
     """The space with the period's range free to widen past its top up to the longest period whose first aggregation
-    ends within the budget: the budget over a step of the device that times a round (the slowest of `devices` for a
-    synchronous scheme, the fastest otherwise), as the charged clock declares it. Longer periods are all one point,
-    no aggregation at all; below the range's top that bound widens nothing. In real time a step's time is not
-    declared and the range keeps its own limits."""
-    charges = backends.Charges.of(ns)
+    ends within the `budget`: the budget over a step of the device that times a round (the slowest of `devices` for
+    a synchronous scheme, the fastest otherwise), as the clock's `charges` declare it. Longer periods are all one
+    point, no aggregation at all; below the range's top that bound widens nothing. In real time (no charges) a step's
+    time is not declared and the range keeps its own limits."""
     if PERIOD not in space or not charges:
         return space
     flag, rng = space[PERIOD]
     factors = [float(f) for f in devices.split(",")]
     slowdown = max(factors) if modes.MODES[mode].synchronous else min(factors)
-    longest = int(ns.max_time / (charges.step_seconds * slowdown))
+    longest = int(budget / (charges.step_seconds * slowdown + charges.step_overhead))
     if longest <= rng.high:
         return space
     return {**space, PERIOD: (flag, dataclasses.replace(rng, limits=(rng.low, longest)))}
