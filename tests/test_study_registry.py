@@ -96,8 +96,9 @@ SEARCH = ("python launch.py tune --clock virtual --step-seconds 0.01 --link 12 -
 
 
 def test_a_searchs_progress_counts_each_widening_of_a_range_as_trials_more_to_run(repo):
-    schemes = {"a": {"complete": 20, "pruned": 4, "widenings": [{"ranges": "-gl ...", "ended": 8}]},  # 16 + 8 of 16
-               "b": {"complete": 10, "pruned": 6}}
+    schemes = {"a": {"complete": 20, "pruned": 4, "widenings": [{"ranges": "-gl ...", "ended": 8}],  # 16 + 8 of 16
+                     "trial_seconds": 8640},
+               "b": {"complete": 10, "pruned": 6, "trial_seconds": 5760}}
     (repo / registry.RESULTS / "search").mkdir(parents=True)
     (repo / registry.RESULTS / "search" / "tuned.json").write_text(json.dumps(
         {"cells": {"c": {"wall_seconds": 14400, "schemes": schemes}}}))
@@ -105,6 +106,23 @@ def test_a_searchs_progress_counts_each_widening_of_a_range_as_trials_more_to_ru
     said = registry.search_progress("search", [["tune", "--schemes", "a,b,c", "--until", "16"]], str(repo))
 
     assert said == "40 of 64 trials (1 widened), 1 of its 3 schemes done, about 2.4 h more"  # 360 s a trial
+
+
+def test_a_search_carried_over_from_an_earlier_store_is_paced_by_its_trials_own_times_not_its_runs(repo):
+    # 100 trials ended, 4 of them in this study's own run of 1,000 s: its wall time says nothing of the other 96
+    schemes = {"a": {"complete": 100, "pruned": 0, "trial_seconds": 25000}, "b": {"complete": 0, "pruned": 0}}
+    (repo / registry.RESULTS / "search").mkdir(parents=True)
+    (repo / registry.RESULTS / "search" / "tuned.json").write_text(json.dumps(
+        {"cells": {"c": {"wall_seconds": 1000, "schemes": schemes}}}))
+
+    said = registry.search_progress("search", [["tune", "--schemes", "a,b", "--until", "100"]], str(repo))
+
+    assert said == "100 of 200 trials, 1 of its 2 schemes done, about 6.9 h more"  # 250 s a trial
+    del schemes["a"]["trial_seconds"]
+    (repo / registry.RESULTS / "search" / "tuned.json").write_text(json.dumps({"cells": {"c": {
+        "wall_seconds": 1000, "schemes": schemes}}}))
+    assert registry.search_progress("search", [["tune", "--schemes", "a,b", "--until", "100"]], str(repo)) == \
+        "100 of 200 trials, 1 of its 2 schemes done"  # no trial's own time: no pace
 
 
 @pytest.mark.slow

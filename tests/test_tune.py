@@ -204,6 +204,7 @@ def test_a_study_writes_the_chosen_values_and_its_trial_runs_each_seed_on_held_o
     command, = entry["commands"]
     assert entry["protocol"] == tuned.PROTOCOL and command.startswith("python launch.py tune ")
     assert "--trial-seeds 2" in command and entry["wall_seconds"] > 0
+    assert 0 < found["trial_seconds"] <= entry["wall_seconds"] + 1  # the trial's own time, within the run's
     for trial in study(logs).trials:  # each trial ran both seeds, its objective their scores' median
         results = trial.user_attrs["results"]
         assert [r["seed"] for r in results] == [1000, 1001]

@@ -307,7 +307,9 @@ def states(root=ROOT, names=None):
 
 def search_progress(name, searches, root=ROOT):
     """'T of N trials, S of its K schemes done, about H h more': the trials that ended (complete or pruned) in the
-    kept search against those its commands declare, and the hours the rest take at the search's pace so far."""
+    kept search against those its commands declare, and the hours the rest take at the pace of the trials that ended
+    (their own times, where tuned.json keeps them: a store carried over from an earlier search holds trials its
+    commands' wall time did not run)."""
     from launcher.studies import tune
 
     kept = tuned.read(os.path.join(root, RESULTS, name, SEARCH_KEPT[0]))
@@ -319,8 +321,11 @@ def search_progress(name, searches, root=ROOT):
     ended = sum(min(until, n) for found in stages for n in found)
     done = sum(all(n >= until for n in found) for found in stages)
     widenings = sum(len(found) - 1 for found in stages)
-    total, seconds = (wanted + widenings) * until, sum(cell.get("wall_seconds", 0) for cell in kept.values())
-    pace = f", about {seconds / ended * (total - ended) / 3600:.1f} h more" if seconds and total > ended > 0 else ""
+    total = (wanted + widenings) * until
+    timed = [entry for entry in entries if "trial_seconds" in entry]
+    seconds, timed_trials = sum(e["trial_seconds"] for e in timed), sum(sum(stages_ended(e)) for e in timed)
+    pace = (f", about {seconds / timed_trials * (total - ended) / 3600:.1f} h more"
+            if seconds and timed_trials and total > ended else "")
     return (f"{ended} of {total} trials" + (f" ({widenings} widened)" if widenings else "")
             + f", {done} of its {wanted} schemes done{pace}")
 

@@ -368,7 +368,7 @@ def summarize(trials, space):
              "failed": states.count(optuna.trial.TrialState.FAIL),
              "seeds": next((t.user_attrs["seeds"] for t in trials if t.user_attrs.get("seeds")), []),
              "seed_runs": len(results), "diverged_runs": sum(1 for r in results if r["diverged"]),
-             "robust_trials": len(robust), **largest_rate(trials, space)}
+             "robust_trials": len(robust), "trial_seconds": trial_seconds(trials), **largest_rate(trials, space)}
     if not complete:
         return {**entry, "flags": {}, "values": {}, "robust": False, "best_objective": None, "best_few": [],
                 "chosen_results": [], "at_edge": []}
@@ -378,6 +378,16 @@ def summarize(trials, space):
             "best_objective": best.value, "best_few": [t.value for t in (robust or complete)[:BEST_FEW]],
             "at_edge": [name for name, value in best.params.items()
                         if not EDGE_SHARE <= space[name][1].position(value) <= 1 - EDGE_SHARE]}
+
+
+def trial_seconds(trials):
+    """The wall seconds the trials that ended took, each in the run that ran it (a store carried over from an
+    earlier search keeps its trials' own times)."""
+    import optuna
+
+    return round(sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+                     if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+                     and t.datetime_start and t.datetime_complete))
 
 
 def largest_rate(trials, space):
