@@ -4,6 +4,14 @@ import importlib
 import os
 import sys
 
+RULE_MODULES = "ESYNC_RULE_MODULES"
+MODE_MODULES = "ESYNC_MODE_MODULES"
+
+
+def any_named():
+    """Whether this process's environment names modules of either kind."""
+    return any(os.environ.get(variable, "").strip() for variable in (RULE_MODULES, MODE_MODULES))
+
 
 def named_modules(variable, attribute):
     """The modules `variable` names, each of which must define `attribute`; one that cannot be imported or lacks it

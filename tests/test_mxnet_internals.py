@@ -131,9 +131,10 @@ def test_on_python_3_12_mxnet_keeps_setuptools_stand_in_for_distutils_the_only_o
 
 
 
-# As main.py starts a scheduler: its imports, the hook, the command line (which imports every scheme, each taking the
-# lazy `mx`). Neither NumPy nor MXNet is loaded then; a scheme's first use of `mx` loads MXNet's package through the
-# hook (without SciPy, which only the hook hides: registered before it, `mx` cost every worker about 0.5 s of CPU).
+# As main.py starts a scheduler: its imports, the hook, the command line (whose mode table, where it is made, imports
+# every scheme, each taking the lazy `mx`). Neither NumPy nor MXNet is loaded then; a scheme's first use of `mx`
+# loads MXNet's package through the hook (without SciPy, which only the hook hides: registered before it, `mx` cost
+# every worker about 0.5 s of CPU).
 AS_A_SCHEDULER = """
 import json, sys
 import importlib.util

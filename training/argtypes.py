@@ -1,30 +1,35 @@
 """The argparse types of the command line: each checks one value and says in one line what it expected."""
 import argparse
 import math
+from dataclasses import dataclass
 
 BOOL_WORDS = {"true": 1, "false": 0}  # the original scripts wrote -c True, -s False
 
 
-def number(kind, zero_allowed):
-    """A finite number of `kind` above 0 (or at least 0)."""
-    def parse(text):
+@dataclass(frozen=True)
+class Number:
+    """A finite number of `kind` above 0 (or at least 0, where `zero_allowed`). A class, not a closure: the flags'
+    declarations are pickled (training/mode_table.py)."""
+    kind: type
+    zero_allowed: bool
+
+    def __call__(self, text):
         try:
-            value = kind(text)
+            value = self.kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
-            raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}" if zero_allowed
+        if not math.isfinite(value) or value < 0 or (value == 0 and not self.zero_allowed):
+            raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}" if self.zero_allowed
                                              else f"expected a positive number, got {text!r}")
         return value
-    return parse
 
 
 def positive(kind):
-    return number(kind, zero_allowed=False)
+    return Number(kind, zero_allowed=False)
 
 
 def non_negative(kind):
-    return number(kind, zero_allowed=True)
+    return Number(kind, zero_allowed=True)
 
 
 POSITIVE_INT = positive(int)
@@ -33,23 +38,24 @@ NON_NEGATIVE_INT = non_negative(int)
 NON_NEGATIVE_FLOAT = non_negative(float)
 
 
-def fraction(upper_included):
+@dataclass(frozen=True)
+class Fraction:
     """A number in (0, 1], or in (0, 1) when not `upper_included`."""
-    interval = "(0, 1]" if upper_included else "(0, 1)"
+    upper_included: bool
 
-    def parse(text):
+    def __call__(self, text):
         try:
             value = float(text)
         except ValueError:
             value = None
-        if value is None or not (0 < value < 1 or (upper_included and value == 1)):
+        if value is None or not (0 < value < 1 or (self.upper_included and value == 1)):
+            interval = "(0, 1]" if self.upper_included else "(0, 1)"
             raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {text!r}")
         return value
-    return parse
 
 
-SHARE = fraction(upper_included=True)
-OPEN_FRACTION = fraction(upper_included=False)
+SHARE = Fraction(upper_included=True)
+OPEN_FRACTION = Fraction(upper_included=False)
 
 
 def momentum(text):

@@ -39,7 +39,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 @dataclass
 class SchemeFlag:
     """A flag some schemes declare: its declaration, the modes that read it, and their help texts."""
-    field: dataclasses.Field
+    field: object  # its declaration: a mode_table.Flag (name, default, metadata)
     readers: list = field(default_factory=list)
     helps: dict = field(default_factory=dict)  # help text: the modes whose declaration says it
 
@@ -69,7 +69,7 @@ def scheme_flags():
     common = {f.name for f in dataclasses.fields(Options)}
     flags = {}
     for name, mode in modes.MODES.items():
-        for declared in flag_fields(mode.options):
+        for declared in mode.declared.flags:
             if declared.name not in common:
                 flags.setdefault(declared.name, SchemeFlag(declared)).add(name, declared)
     return flags

@@ -1,7 +1,7 @@
 """MXNet and NumPy, each loaded at its first use.
 
-Every process builds its command line from the schemes' option declarations, so it imports every scheme module; a
-ps-lite scheduler or a summing server never needs MXNet's Python package, whose import costs about a second of CPU
+Every process imports the scheme it runs (and every scheme module where the mode table is made: training/mode_table.py);
+a ps-lite scheduler or a summing server never needs MXNet's Python package, whose import costs about a second of CPU
 (it generates and compiles its operators). The scheme modules therefore take `mx` from here: the package is
 imported at the first attribute access (importlib's LazyLoader). A process that must import it with DMLC_ROLE hidden
 forces the load itself (training/transport/ps_node.py). NumPy likewise (0.07 s of CPU a process): the modules a

@@ -2,18 +2,21 @@
 
 config, main, launch, summary, drawer and the benchmark all read their modes from here. The catalog knows what
 only it knows: a mode's names, its colour and where its scheme is; the rest (its flags, its description, whether it
-talks to the state server, runs a validator or aggregates synchronously, its checks) the scheme class declares.
+talks to the state server, runs a validator or aggregates synchronously, its checks) the scheme class declares,
+and training/mode_table.py keeps what they declare in a file, so that a process imports only the scheme it runs.
 Adding a mode is one entry in MODES plus one scheme module (training/schemes/ or anywhere importable) whose class has
 `name` equal to the mode's name. A mode kept outside the project is one module that defines MODE (a Mode) and its
 scheme, named in ESYNC_MODE_MODULES (import paths, comma-separated) in the environment of every process that reads
 the catalog. Importing the catalog imports no scheme of the project's own; a scheme module imports MXNet only when it
 first uses it (training/lazy.py).
 """
+import functools
 import importlib
 import sys
 from dataclasses import dataclass
 
 from coordination import plugins
+from training import mode_table
 
 
 @dataclass(frozen=True)
@@ -34,30 +37,34 @@ class Mode:
         return self.scheme_class.Options
 
     @property
+    def declared(self):
+        """What its scheme declares, read without importing every scheme (training/mode_table.py)."""
+        found = declarations().get(self.name)
+        return found if found is not None and MODES.get(self.name) == self else mode_table.declared(self)
+
+    @property
     def description(self):
-        return self.scheme_class.description
+        return self.declared.description
 
     @property
     def state_server(self):
         """Its workers talk to the state server (SimpleStateServer)."""
-        from training.options import CoordinatedOptions
-
-        return issubclass(self.options, CoordinatedOptions)
+        return self.declared.state_server
 
     @property
     def validator(self):
         """One more worker, started with --validator, scores the others' updates."""
-        return self.scheme_class.validator
+        return self.declared.validator
 
     @property
     def cluster(self):
         """False: one process trains alone, no ps-lite job."""
-        return self.scheme_class.kvstore is not None
+        return self.declared.cluster
 
     @property
     def synchronous(self):
         """Each round ends in one aggregation of every worker, over any --collective."""
-        return self.scheme_class.kvstore == "dist_sync"
+        return self.declared.synchronous
 
     def check(self, args, num_workers):
         """ModeError (training/options.py) when the options do not suit a job of `num_workers` workers."""
@@ -90,7 +97,8 @@ MODES = {mode.name: mode for mode in (
     Mode("validation-only", "Validation only", "ValidationOnly", "slategray",
          "training.schemes.local:ValidationOnly"),
 )}
-EXTRA_MODULES_VARIABLE = "ESYNC_MODE_MODULES"
+EXTRA_MODULES_VARIABLE = plugins.MODE_MODULES
+PROJECT_SCHEMES = "training.schemes."
 
 
 def with_extra_modes(catalog):
@@ -127,3 +135,15 @@ def synchronous_names():
 
 def scheme_class(name):
     return MODES[name].scheme_class
+
+
+def declarations():
+    """{mode name: mode_table.Declarations} of the catalog."""
+    return _declarations(tuple(MODES.values()))
+
+
+@functools.lru_cache(maxsize=4)
+def _declarations(catalog):
+    # stored only where every scheme and rule is the project's own: whether a module elsewhere changed is not watched
+    own = all(mode.scheme.startswith(PROJECT_SCHEMES) for mode in catalog) and not plugins.any_named()
+    return mode_table.table(catalog, stored=own)

@@ -138,7 +138,8 @@ def flag_fields(options_class):
 def declaration(cls):
     """An `Options` class: a frozen dataclass whose fields declare flags. A worker makes one instance from its
     command line and reads it, never compares or prints it: the comparison and the text a dataclass writes methods
-    for are left out, since every process that parses a command line imports every scheme's Options."""
+    for are left out, since every process that makes the mode table (training/mode_table.py) imports every
+    scheme's Options."""
     return dataclass(frozen=True, repr=False, eq=False)(cls)
 
 

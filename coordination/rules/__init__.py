@@ -8,7 +8,7 @@ from coordination.rules import adaptive, apply, backup, nbsync, nonblocking, pla
 from coordination import plugins
 
 MODULES = (apply, plan, nonblocking, adaptive, nbsync, backup)
-EXTRA_MODULES_VARIABLE = "ESYNC_RULE_MODULES"
+EXTRA_MODULES_VARIABLE = plugins.RULE_MODULES
 
 
 def registry(modules):
