@@ -146,7 +146,9 @@ numpy_loaded = type(sys.modules.get("numpy")) is not importlib.util._LazyModule
 mxnet_loaded = mxnet_internals.mxnet_executed()
 from training.lazy import mx
 computes = bool(mx.nd.ones((2,)).sum().asscalar() == 2)
-print(json.dumps(dict(numpy=numpy_loaded, mxnet=mxnet_loaded, computes=computes, scipy="scipy" in sys.modules)))
+import gc
+print(json.dumps(dict(numpy=numpy_loaded, mxnet=mxnet_loaded, computes=computes, scipy="scipy" in sys.modules,
+                      collecting=gc.isenabled(), frozen=gc.get_freeze_count())))
 """
 
 
@@ -155,5 +157,8 @@ def test_a_scheduler_loads_neither_numpy_nor_mxnet_and_a_later_mx_loads_through_
                             timeout=120)
 
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.splitlines()[-1]) == {"numpy": False, "mxnet": False, "computes": True,
-                                                         "scipy": False}
+    found = json.loads(result.stdout.splitlines()[-1])
+    # MXNet's package, once imported, lies outside every collection (its hundred thousand objects live as long as
+    # the process), and the collector is on again
+    assert found.pop("frozen") > 50_000 and found.pop("collecting")
+    assert found == {"numpy": False, "mxnet": False, "computes": True, "scipy": False}

@@ -19,7 +19,9 @@ modification time of MXNet's library and of the module, so a changed MXNet gener
 package has a file of its own). main.py installs it before anything imports MXNet; `install` only registers an import
 hook. SciPy, which the reports need, is hidden from MXNet's import (`scipy_hidden`), and the modules MXNet imports
 for what the project never does (downloads, ONNX, text embeddings, quantization, its own tests) are imported when
-first used.
+first used. While the package is imported the garbage collector is off, and what the import made stays out of every
+later collection (gc.freeze): a standalone run of 150 lenet steps spent 0.011 s of CPU collecting instead of 0.058 s
+(three runs each, timed by gc.callbacks), `import mxnet` 0.005 s instead of 0.035 s.
 Measured with farm-bench, 12 runs each in turn: `import mxnet` 0.60 s of CPU (median) against 0.87 s when the
 cache held compiled code only and the source was generated again; a launcher run of 1 s of training (2 workers,
 a server, a scheduler, the evaluator) 5.4 s of CPU against 6.5 s. The stand-ins for the unused modules beyond
@@ -28,6 +30,7 @@ letting marshal read the file object piecewise: a one-step standalone run 0.95 s
 """
 import contextlib
 import ctypes
+import gc
 import importlib
 import importlib.machinery
 import logging
@@ -152,11 +155,12 @@ class _Loader(importlib.machinery.SourceFileLoader):
             super().exec_module(module)
             module._init_op_module = self._registering_from_the_cache(module._init_op_module)
             return
-        define_numpy_aliases()  # here, not at install: a process that never loads MXNet need not load numpy
-        with scipy_hidden():
-            for name in UNUSED_MODULES:
-                sys.modules.setdefault(name, _ImportedOnFirstUse(name))
-            super().exec_module(module)
+        with without_collections():
+            define_numpy_aliases()  # here, not at install: a process that never loads MXNet need not load numpy
+            with scipy_hidden():
+                for name in UNUSED_MODULES:
+                    sys.modules.setdefault(name, _ImportedOnFirstUse(name))
+                super().exec_module(module)
         self.cache.save()  # the whole package has been imported: every operator is registered
 
     def _registering_from_the_cache(self, init_op_module):
@@ -199,6 +203,21 @@ class _ImportedOnFirstUse(types.ModuleType):
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), attr)
+
+
+@contextlib.contextmanager
+def without_collections():
+    """The garbage collector off for the block, and what it made kept out of every later collection: MXNet's package
+    makes objects (the operators' functions, the modules) that live as long as the process, and collecting while
+    they are made, then visiting them at every full collection of the training, costs CPU for nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 @contextlib.contextmanager
