@@ -141,7 +141,7 @@ def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_l
         assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
         outputs.append(ran.stdout)
 
-    assert "sync@ring: 0 trials before, 1 more" in outputs[0] and "sync@ring: 1 trials before, 0 more" in outputs[1]
+    assert "sync@ring: 0 trials ended before, 1 more" in outputs[0] and "sync@ring: 1 trials ended before, 0 more" in outputs[1]
     (cell,) = json.loads((repo / registry.RESULTS / "search" / "tuned.json").read_text())["cells"].values()
     found = cell["schemes"]["sync@ring"]
     assert found["trials"] - len(found["widenings"]) == 1  # one trial; a widening of a range may add one
@@ -234,7 +234,7 @@ def test_an_interrupted_study_stops_its_command_which_keeps_what_it_wrote_and_le
         lines = []
         for line in study.stdout:  # until the first trial's run is in flight
             lines.append(line)
-            if "[tune] sync@ring: 0 trials before" in line:
+            if "[tune] sync@ring: 0 trials ended before" in line:
                 break
         time.sleep(2)
         study.send_signal(signal.SIGINT)  # to the study alone, as `kill -INT` does; a terminal's Ctrl-C reaches it too

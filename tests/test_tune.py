@@ -402,3 +402,14 @@ def test_a_scheme_whose_chosen_values_missed_on_a_seed_reads_as_no_stable_values
     rows = {line.split(" | ")[0]: line for line in tuned.markdown(CELL, entry).splitlines() if line.startswith("| ")}
     assert "no stable values found (the best trial, --learning-rate 0.002, missed on a seed)" in rows["| sync"]
     assert "no stable values" not in rows["| async"] and "--learning-rate 0.002" in rows["| async"]
+
+
+def test_the_trials_a_search_ran_before_are_counted_apart_from_those_an_interruption_left_unended():
+    import optuna
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    study.add_trial(optuna.trial.create_trial(value=1.0, params={}, distributions={}))
+    assert search.ended_before(study) == "1 trials ended before"
+
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params={}, distributions={}))
+    assert search.ended_before(study) == "1 trials ended before (1 more interrupted or failed)"

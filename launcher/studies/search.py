@@ -110,3 +110,10 @@ def ended(study):
     import optuna
 
     return [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+
+
+def ended_before(study):
+    """'N trials ended before', and how many others an interruption or a failure left unended (run again)."""
+    done = len(ended(study))
+    others = len(study.trials) - done
+    return f"{done} trials ended before" + (f" ({others} more interrupted or failed)" if others else "")

@@ -39,7 +39,7 @@ from analysis import tuned
 from analysis import scheme_names
 from launcher import backends, checks, experiment, runner, workers
 from launcher.studies import map_schemes, parallel
-from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, open_storage, quasi_random_sampler,
+from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, ended_before, open_storage, quasi_random_sampler,
                                      reached_every_seed, seeds_pruner, study_seed)
 from training import config, modes
 from training.checks import UsageError
@@ -300,7 +300,7 @@ def tune(ns, storage, searches):
             search.stages.append((study, space))
             more = ns.trials if ns.until is None else max(0, ns.until - len(ended(study)))
             said = f" over {widening_text(declared, space)}" if stage else ""
-            print(f"[tune] {scheme}{said}: {len(study.trials)} trials before, {more} more, each on seeds "
+            print(f"[tune] {scheme}{said}: {ended_before(study)}, {more} more, each on seeds "
                   f"{', '.join(map(str, ns.seeds))}", flush=True)
             if more:
                 study.optimize(lambda trial: objective(ns, scheme, stage, space, trial, sys.stdout), n_trials=more,
