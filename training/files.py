@@ -4,6 +4,12 @@ import os
 import tempfile
 
 
+def cache_folder():
+    """The folder of this user's caches of the project (MXNet's compiled operators, the mode table)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "esync-mxnet")
+
+
 def atomic_write(path, write):
     """Call write(tmp_path), then move the finished file into place."""
     folder = os.path.dirname(path) or "."

@@ -17,7 +17,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 
-from training.files import atomic_write
+from training.files import atomic_write, cache_folder
 
 log = logging.getLogger("mode-table")
 
@@ -69,9 +69,7 @@ def table(catalog, stored):
 
 def table_path():
     """A file per checkout of the project, beside MXNet's operator cache."""
-    folder = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(folder, "esync-mxnet", f"modes-{sys.implementation.cache_tag}-{zlib.crc32(ROOT.encode()):08x}"
-                                               ".pickle")
+    return os.path.join(cache_folder(), f"modes-{sys.implementation.cache_tag}-{zlib.crc32(ROOT.encode()):08x}.pickle")
 
 
 def catalog_key(catalog):

@@ -58,10 +58,11 @@ UNUSED_MODULES = {"requests": "downloads", "mxnet.contrib.onnx": "ONNX import an
 
 def cache_path():
     """A file per installed MXNet package: virtualenvs side by side do not rewrite each other's cache."""
-    folder = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    from training.files import cache_folder
+
     spec = importlib.machinery.PathFinder.find_spec("mxnet")
     package = f"{zlib.crc32(os.path.dirname(spec.origin).encode()):08x}" if spec and spec.origin else "none"
-    return os.path.join(folder, "esync-mxnet", f"functions-{sys.implementation.cache_tag}-{package}.marshal")
+    return os.path.join(cache_folder(), f"functions-{sys.implementation.cache_tag}-{package}.marshal")
 
 
 class OperatorCache:

@@ -107,9 +107,13 @@ def open_storage(url):
 
 def ended(study):
     """The study's trials that ran to their end: complete, or pruned between seeds."""
+    return ended_trials(study.trials)
+
+
+def ended_trials(trials):
     import optuna
 
-    return [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    return [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
 
 
 def ended_before(study):

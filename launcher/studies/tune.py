@@ -39,8 +39,8 @@ from analysis import tuned
 from analysis import scheme_names
 from launcher import backends, checks, experiment, runner, workers
 from launcher.studies import map_schemes, parallel
-from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, ended_before, open_storage, quasi_random_sampler,
-                                     reached_every_seed, seeds_pruner, study_seed)
+from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, ended_before, ended_trials, open_storage,
+                                     quasi_random_sampler, reached_every_seed, seeds_pruner, study_seed)
 from training import config, modes
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
@@ -383,11 +383,8 @@ def summarize(trials, space):
 def trial_seconds(trials):
     """The wall seconds the trials that ended took, each in the run that ran it (a store carried over from an
     earlier search keeps its trials' own times)."""
-    import optuna
-
-    return round(sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
-                     if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-                     and t.datetime_start and t.datetime_complete))
+    return round(sum((t.datetime_complete - t.datetime_start).total_seconds() for t in ended_trials(trials)
+                     if t.datetime_start and t.datetime_complete))
 
 
 def largest_rate(trials, space):
