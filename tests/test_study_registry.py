@@ -4,6 +4,8 @@ import contextlib
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,12 +142,14 @@ def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_l
                              env=launcher_env(), capture_output=True, text=True, timeout=300)
         assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
         outputs.append(ran.stdout)
+        shutil.rmtree(repo / "logs")  # as a fresh clone has none: the kept trials go back into it
 
     assert "sync@ring: 0 trials ended before, 1 more" in outputs[0] and "sync@ring: 1 trials ended before, 0 more" in outputs[1]
     (cell,) = json.loads((repo / registry.RESULTS / "search" / "tuned.json").read_text())["cells"].values()
     found = cell["schemes"]["sync@ring"]
     assert found["trials"] - len(found["widenings"]) == 1  # one trial; a widening of a range may add one
     assert (repo / registry.RESULTS / "search" / "tuned.md").is_file()
+    assert registry.stored_trials(repo / registry.RESULTS / "search" / registry.SEARCH_STORE) == found["trials"]
     assert "<!-- generated: search search -->" in (repo / registry.RESULTS / "search" / "README.md").read_text()
     assert registry.listing(str(repo))[0].startswith(
         "search: declared, in progress (its search at 1 of 1 trials, 1 of its 1 schemes done)")
@@ -155,6 +159,39 @@ def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_l
     git(repo, "commit", "-qam", "more trials")
     with pytest.raises(UsageError, match="holds results of .* declare the changed study anew"):
         registry.run_study("search", resume=False, root=str(repo))
+
+
+def store_with(path, trials):
+    import optuna
+
+    study = optuna.create_study(storage=f"sqlite:///{path}", study_name="c|sync")
+    for _ in range(trials):
+        study.tell(study.ask(), 1.0)
+
+
+def test_a_kept_search_goes_on_only_from_its_kept_trials_else_it_is_refused_before_anything_runs(repo):
+    kept = repo / registry.RESULTS / "search"
+    kept.mkdir(parents=True)
+    (kept / registry.DECLARATION).write_text(json.dumps({"command": SEARCH}))
+    (kept / "tuned.json").write_text(json.dumps({"cells": {"c": {"commands": [SEARCH], "schemes": {}}}}))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a search whose trials are not kept")
+    with pytest.raises(UsageError, match=r"holds a search whose trials \(studies.db\) are in neither results/search/ "
+                                         "nor logs/search/: it cannot go on where it stopped"):
+        registry.run_study("search", resume=False, root=str(repo))
+
+    store_with(kept / registry.SEARCH_STORE, 2)
+    (repo / "logs" / "search").mkdir(parents=True)
+    store_with(repo / "logs" / "search" / registry.SEARCH_STORE, 1)
+    with pytest.raises(UsageError, match="logs/search/studies.db holds 1 trials, results/search/studies.db 2: move "
+                                         "logs/search/ away to go on from the kept ones"):
+        registry.run_study("search", resume=False, root=str(repo))
+    assert not (repo / "logs" / "search" / "tuned.json").exists()  # refused before anything was put back
+
+    shutil.rmtree(repo / "logs")
+    registry.restore_search("search", shlex.split(SEARCH)[2:], str(repo))
+    assert registry.stored_trials(repo / "logs" / "search" / registry.SEARCH_STORE) == 2
+    assert (repo / "logs" / "search" / "tuned.json").read_bytes() == (kept / "tuned.json").read_bytes()
 
 
 def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):

@@ -10,11 +10,13 @@ committed as it stands (the commit order then shows it came before the results) 
 another command: an arm, a seed or a target added to a study that has results is a new study (results/<name>-v2/),
 the earlier one kept. After each map its plan, results, table and wall time are copied from its log folder into the
 study's folder (into <name>/<log folder's name>/ where the study runs several maps); after a search (`launch.py tune
-... --until N`), its tuned.json and tuned.md: the same search again runs only the trials its studies lack. The
+... --until N`), its tuned.json, tuned.md and its trials (studies.db), which go back into a log folder that lacks them
+(a fresh clone): the same search again runs only the trials its studies lack, on any machine. The
 study's README.md gets a generated block for each result; `launch.py docs` fills them, and the README's verdict
 table (every study that holds a map) follows.
 """
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -36,7 +38,8 @@ DECLARATION = regime_map.DECLARATION_FILE
 KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
 # a map's, the paper's table's, a noise scale's, a rate sweep's
 RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json", "rate-sweep.json")
-SEARCH_KEPT = ("tuned.json", "tuned.md")  # what a search's study keeps
+SEARCH_STORE = "studies.db"  # a search's trials (launch.py tune's default store, in its log folder)
+SEARCH_KEPT = ("tuned.json", "tuned.md", SEARCH_STORE)  # what a search's study keeps
 # the launcher's commands a declaration may run
 RUNNABLE = ("regimes", "tune", "calibrate", "noise-scale", "rate-sweep")
 
@@ -131,6 +134,44 @@ def as_declared(command):
     return [word for word in shlex.split(command) if word != "--resume"]
 
 
+def copy_whole(source, target):
+    """Copy a file so that `target` is never half-written: its old content, or all of the new."""
+    partial = f"{target}.partial"
+    shutil.copyfile(source, partial)
+    os.replace(partial, target)
+
+
+def stored_trials(path):
+    """The trials an Optuna SQLite store at `path` holds (0 where there is none)."""
+    import sqlite3
+
+    if not os.path.isfile(path):
+        return 0
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as store:
+        return store.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+
+
+def restore_search(name, argv, root=ROOT):
+    """Put what the study kept of its search back into the search's log folder where that lacks it, so that the search
+    goes on where it stopped; UsageError (one line) where the kept search's trials are lost, or where the log folder's
+    store holds fewer trials than the kept one (it would not go on from the kept trials)."""
+    kept, logs = os.path.join(root, RESULTS, name), os.path.join(root, map_folder(argv))
+    kept_store, store = os.path.join(kept, SEARCH_STORE), os.path.join(logs, SEARCH_STORE)
+    if tuned.read(os.path.join(kept, SEARCH_KEPT[0])) and not os.path.isfile(kept_store) \
+            and not os.path.isfile(store):
+        raise UsageError(f"results/{name}/{SEARCH_KEPT[0]} holds a search whose trials ({SEARCH_STORE}) are in "
+                         f"neither results/{name}/ nor {map_folder(argv)}/: it cannot go on where it stopped; remove "
+                         f"its {' and '.join(SEARCH_KEPT[:2])} to search again from the start")
+    if os.path.isfile(store) and stored_trials(store) < stored_trials(kept_store):
+        raise UsageError(f"{os.path.relpath(store, root)} holds {stored_trials(store)} trials, results/{name}/"
+                         f"{SEARCH_STORE} {stored_trials(kept_store)}: move {map_folder(argv)}/ away to go on "
+                         "from the kept ones")
+    os.makedirs(logs, exist_ok=True)
+    for file_name in SEARCH_KEPT:
+        if os.path.isfile(os.path.join(kept, file_name)) and not os.path.isfile(os.path.join(logs, file_name)):
+            copy_whole(os.path.join(kept, file_name), os.path.join(logs, file_name))
+
+
 def kept_files(argv):
     """What a command of the study leaves to keep: a map's plan, results, table and wall time; a search's values."""
     return {"regimes": KEPT, "tune": SEARCH_KEPT}.get(argv[0], ())
@@ -145,7 +186,7 @@ def keep(name, argv, maps, root=ROOT):
     kept = kept_files(argv)
     for file_name in kept:
         if os.path.isfile(os.path.join(source, file_name)):
-            shutil.copyfile(os.path.join(source, file_name), os.path.join(target, file_name))
+            copy_whole(os.path.join(source, file_name), os.path.join(target, file_name))
     print(f"[study {name}] kept {', '.join(kept)} of {map_folder(argv)} in {os.path.relpath(target, root)}",
           flush=True)
     mark_readme(target, os.path.relpath(target, os.path.join(root, RESULTS)))
@@ -183,6 +224,9 @@ def run_study(name, resume, root=ROOT):
     for argv in commands:
         if kept_files(argv):
             map_folder(argv)  # named before anything runs
+    for argv in commands:
+        if argv[0] == "tune":
+            restore_search(name, argv, root)
     for argv in commands:
         resumed = argv + ["--resume"] if resume and argv[0] == "regimes" else argv
         print(f"[study {name}] python launch.py {shlex.join(resumed)}", flush=True)
