@@ -29,7 +29,7 @@ from launcher.studies import cost
 from launcher.supervision import interrupt
 from training.checks import UsageError
 from training.faults.failures import EXIT_USAGE
-from training.files import read_json, write_text
+from training.files import atomic_write, read_json, write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # launch.py's; and the studies'
 
@@ -136,9 +136,7 @@ def as_declared(command):
 
 def copy_whole(source, target):
     """Copy a file so that `target` is never half-written: its old content, or all of the new."""
-    partial = f"{target}.partial"
-    shutil.copyfile(source, partial)
-    os.replace(partial, target)
+    atomic_write(target, lambda partial: shutil.copyfile(source, partial))
 
 
 def stored_trials(path):
