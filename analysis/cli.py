@@ -4,6 +4,7 @@ import argparse
 import logging
 import sys
 
+from training.checks import OneLineErrorParser
 from training.faults.failures import EXIT_USAGE
 
 
@@ -16,7 +17,7 @@ def positive_int(text):
 
 def logs_parser(description):
     """A command line that starts from the logs of one network: <base>/<network>/."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = OneLineErrorParser(description=description)
     parser.add_argument("-b", "--base-dir", default="logs", help="root of the logs (default: logs)")
     parser.add_argument("-n", "--network", required=True, help="network folder, e.g. lenet or resnet18-v1")
     return parser

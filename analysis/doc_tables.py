@@ -14,7 +14,6 @@ schemes tied with it, one fast device, whether the cluster pays), `brief`, `answ
 `launch.py docs` rewrites every block of README.md, docs/ and results/ (README.md files); `--check` changes nothing and
 exits 1 naming each block that differs.
 """
-import argparse
 import difflib
 import glob
 import importlib
@@ -28,6 +27,7 @@ from analysis import scheme_names
 from analysis.regime_map import cell_name, cells_at_targets, horizon_of
 from analysis.tables import markdown_table
 from training import runlog
+from training.checks import OneLineErrorParser
 from training.files import read_json, write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -416,7 +416,7 @@ def stale(root=ROOT, draw=False):
 
 
 def run(argv):
-    p = argparse.ArgumentParser(prog="launch.py docs", description=__doc__.splitlines()[0])
+    p = OneLineErrorParser(prog="launch.py docs", description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true",
                    help="change nothing, draw nothing; exit 1 where a table differs or a figure it names is missing")
     ns = p.parse_args(argv)

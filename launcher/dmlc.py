@@ -13,10 +13,9 @@ import subprocess
 import sys
 import threading
 
-from training import config
 from launcher.cluster import free_port
 from launcher.commands import MAIN_PY, device_flags
-from training.checks import UsageError
+from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 
 TRACKERS = ("local", "ssh", "mpi", "slurm", "sge", "yarn", "kubernetes")
@@ -126,7 +125,7 @@ def run_task(argv):
 
 def task_parser():
     """The command line of `launch.py task` before its `--`."""
-    parser = config.OneLineErrorParser(prog="launch.py task")
+    parser = OneLineErrorParser(prog="launch.py task")
     parser.add_argument("--devices", required=True)
     parser.add_argument("--slowdown", required=True)
     return parser

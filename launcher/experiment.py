@@ -16,7 +16,7 @@ from launcher.hosts import LOOPBACK
 from training import config, modes, runlog
 from training.transport import collectives
 from training.attacks import ATTACKS
-from training.checks import UsageError
+from training.checks import OneLineErrorParser, UsageError
 from training.schemes import esync
 
 # A mode's folder holds the workers' node folders and PROCESSES_FOLDER, with each process's output, PID_FILE and
@@ -166,7 +166,7 @@ def build_parser():  # built once per catalog of modes: the commands of many run
 
 @functools.lru_cache(maxsize=4)
 def _parser(catalog):
-    p = config.OneLineErrorParser(
+    p = OneLineErrorParser(
         prog="launch.py", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=help.EPILOG,
         usage="%(prog)s --modes M1,M2 -n NETWORK (--devices D1,D2,... | --slowdown F1,F2,...) [options] "
               "[-- extra worker args]",

@@ -267,8 +267,8 @@ def clean_command(argv):
     if argv[:1] in (["-h"], ["--help"]):
         print(usage)
         return 0
-    if len(argv) > 1:
-        print(usage, file=sys.stderr)
+    if len(argv) > 1 or argv[0:1] and argv[0].startswith("-"):
+        print(f"launch.py clean-netns: error: {' '.join(argv)}: give one PREFIX or none ({usage})", file=sys.stderr)
         return 2
     for name in remove_namespaces(argv[0] if argv else DEFAULT_PREFIX):
         print(f"removed namespace {name}")

@@ -52,6 +52,7 @@ def parse_factors(text, flag="--slowdown"):
         count, _, factor = entry.rpartition("x")
         try:
             repeat = int(count) if count else 1
+            float(factor)
         except ValueError:
             raise UsageError(f"{flag} {text}: {entry!r} is neither a factor nor NxF (F for N devices)") from None
         if repeat < 1:

@@ -182,3 +182,32 @@ def test_every_command_of_launch_py_says_its_usage_on_help_and_exits_0(command, 
     except SystemExit as ended:  # argparse's --help
         code = ended.code
     assert code in (0, None) and "usage: " in capsys.readouterr().out  # submit's is dmlc_tracker's own parser
+
+
+@pytest.mark.parametrize("command", sorted(set(SUBPROGRAMS) - {"submit"}))  # submit's is dmlc_tracker's own parser
+def test_every_command_of_launch_py_refuses_an_unknown_flag_in_one_line_and_exit_2(command, capsys):
+    import launch
+
+    try:
+        code = launch.main([command, "--no-such-flag"])
+    except SystemExit as ended:
+        code = ended.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("launch.py") and ": error: " in err[0], err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "--profile", "1,x"], "--profile 1,x: 'x' is neither a factor nor NxF (F for N devices)"),
+    (["regimes", "--profiles", "1,,4"], "--profiles 1,,4: '' is neither a factor nor NxF (F for N devices)"),
+    (["noise-scale", "--network", "vgg99"], "argument -n/--network: invalid choice: 'vgg99'"),
+    (["rate-sweep", "--dataset", "svhn"], "argument --dataset: invalid choice: 'svhn'"),
+])
+def test_a_studys_bad_device_list_network_or_data_set_is_one_line_naming_it(argv, message, capsys):
+    import launch
+
+    try:
+        code = launch.main(argv)
+    except SystemExit as ended:
+        code = ended.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err

@@ -3,6 +3,7 @@
 main.py runs these checks for its own role; the launcher runs a worker's checks for every worker before it
 starts any process.
 """
+import argparse
 import logging
 import os
 
@@ -16,6 +17,13 @@ DMLC_INTEGERS = ("DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 STATE_SERVER_STARTUP = 10.0  # seconds a worker gives a state server started beside it to answer
 
 log = logging.getLogger("main")  # its lines are main.py's
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Reports a bad argument in one line instead of the whole usage text."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 class UsageError(Exception):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from data import DATA_DIRS, DATA_PATH_VARIABLE
 from training import argtypes, modes
+from training.checks import OneLineErrorParser
 
 from training.transport import collectives
 from training.options import MOMENTUM_OPTIMIZER_DEFAULT, OptionError, Options, flag_fields
@@ -27,13 +28,6 @@ EVALUATE_MODE = "evaluate"  # the evaluator process beside a job: evaluates its 
 # every learning rate x0.1 at epochs 100 and 150 (ZenoPS's schedule; He et al. at 82 and 123 of 164).
 # Per-channel normalisation is part of reading cifar10 (data.CIFAR10_MEAN/STD).
 CIFAR10_RECIPE = dict(augment="crop", momentum=0.9, wd_of_mean_loss=5e-4, lr_schedule="step", lr_steps=(100.0, 150.0))
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Reports a bad argument in one line instead of the whole usage text."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 @dataclass

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from training.checks import UsageError
+from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_USAGE
 from training.files import write_json
 
@@ -61,7 +61,7 @@ class Smoothed:
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="launch.py noise-scale", description=__doc__,
+    p = OneLineErrorParser(prog="launch.py noise-scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_network_options(p)
     p.add_argument("--devices", type=int, default=4, help="n equal devices, 2 or more (default 4)")
@@ -80,8 +80,11 @@ def build_parser():
 def add_network_options(p):
     """What the SSGD runs of measure() train: the network, its data and each device's batch (launch.py noise-scale,
     launch.py rate-sweep)."""
-    p.add_argument("-n", "--network", default="lenet")
-    p.add_argument("--dataset", default="mnist-5k")
+    from models import NETWORKS
+    from training.config import DATASETS
+
+    p.add_argument("-n", "--network", default="lenet", choices=sorted(NETWORKS))
+    p.add_argument("--dataset", default="mnist-5k", choices=DATASETS)
     p.add_argument("-dd", "--data-dir", help="(default: the first of data, /usr/share/datasets that holds it)")
     p.add_argument("-b", "--batch-size", type=int, default=64, help="each device's batch, b (default 64)")
 

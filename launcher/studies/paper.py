@@ -39,7 +39,7 @@ from launcher.dmlc import split_at_double_dash
 from launcher.studies.regime_map import parse_splits
 from training import config, esync_variants, modes
 from training.schemes import esync
-from training.checks import UsageError
+from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 from training.files import write_json
 from training.runlog import read_json
@@ -51,7 +51,7 @@ DEFAULT_LOG_DIR = os.path.join("logs", "paper")
 
 
 def build_parser():
-    p = config.OneLineErrorParser(
+    p = OneLineErrorParser(
         prog="launch.py paper", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
         allow_abbrev=False,
         usage="%(prog)s [options] [-- extra worker args]")

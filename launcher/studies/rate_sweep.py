@@ -21,7 +21,7 @@ import sys
 
 from launcher.cluster import ROOT
 from launcher.studies import noise_scale
-from training.checks import UsageError
+from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_USAGE
 from training.files import read_json, write_json
 
@@ -29,7 +29,7 @@ FILE_NAME = "rate-sweep.json"
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="launch.py rate-sweep", description=__doc__,
+    p = OneLineErrorParser(prog="launch.py rate-sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     noise_scale.add_network_options(p)
     p.add_argument("--devices", default="1,4", help="the device counts n, 1 first (default 1,4)")

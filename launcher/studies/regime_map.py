@@ -34,7 +34,7 @@ from launcher import backends, calibration, checks, experiment, links, runner, s
 from launcher.studies import map_schemes, parallel
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
-from training.checks import UsageError
+from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
 
@@ -49,7 +49,7 @@ START_UP_SECONDS = 8.0   # about what a launcher run adds to its training time (
 
 
 def build_parser():
-    p = config.OneLineErrorParser(
+    p = OneLineErrorParser(
         prog="launch.py regimes", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
         allow_abbrev=False,
         usage="%(prog)s [options] [-- extra worker args]")

@@ -27,7 +27,7 @@ import sys
 from analysis import regime_map, timing, tuned
 from launcher.studies import cost
 from launcher.supervision import interrupt
-from training.checks import UsageError
+from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_USAGE
 from training.files import atomic_write, read_json, write_text
 
@@ -420,7 +420,7 @@ def declared_first(name, root=ROOT):
 
 def parse(argv):
     """The options of `launch.py study`; the study's declaration read and checked where a name is given."""
-    p = argparse.ArgumentParser(prog="launch.py study", description=__doc__,
+    p = OneLineErrorParser(prog="launch.py study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", help="the study to run (its folder in results/); none: list them")
     p.add_argument("--resume", action="store_true", help="hand --resume to its maps: keep the runs already done")

@@ -42,7 +42,7 @@ from launcher.studies import map_schemes, parallel
 from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, ended_before, ended_trials, open_storage,
                                      quasi_random_sampler, reached_every_seed, seeds_pruner, study_seed)
 from training import config, modes
-from training.checks import UsageError
+from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import write_text
 from training.options import EDGE_SHARE
@@ -62,7 +62,7 @@ PERIOD = "sync_interval"  # local steps between aggregations
 
 
 def build_parser():
-    p = config.OneLineErrorParser(prog="launch.py tune", description=__doc__.splitlines()[0])
+    p = OneLineErrorParser(prog="launch.py tune", description=__doc__.splitlines()[0])
     p.add_argument("--schemes", default=DEFAULT_SCHEMES,
                    help=f"cluster modes, esync-<policy>, local, {FAST_ONLY} and {scheme_names.FAST}<scheme> "
                         f"(default {DEFAULT_SCHEMES})")
