@@ -201,8 +201,10 @@ def test_every_command_of_launch_py_refuses_an_unknown_flag_in_one_line_and_exit
     (["regimes", "--profiles", "1,,4"], "--profiles 1,,4: '' is neither a factor nor NxF (F for N devices)"),
     (["noise-scale", "--network", "vgg99"], "argument -n/--network: invalid choice: 'vgg99'"),
     (["rate-sweep", "--dataset", "svhn"], "argument --dataset: invalid choice: 'svhn'"),
+    (["noise-scale", "--targets", "0.8,1.5"], "--targets 0.8,1.5: give accuracies in (0, 1], e.g. 0.8,0.85"),
+    (["rate-sweep", "--targets", "0,0.8"], "--targets 0,0.8: give accuracies in (0, 1], e.g. 0.8,0.85"),
 ])
-def test_a_studys_bad_device_list_network_or_data_set_is_one_line_naming_it(argv, message, capsys):
+def test_a_studys_bad_device_list_network_data_set_or_target_is_one_line_naming_it(argv, message, capsys):
     import launch
 
     try:

@@ -89,6 +89,17 @@ def add_network_options(p):
     p.add_argument("-b", "--batch-size", type=int, default=64, help="each device's batch, b (default 64)")
 
 
+def accuracies(text, flag="--targets"):
+    """The sorted accuracies of a comma list, each in (0, 1]; UsageError (one line) for anything else."""
+    try:
+        found = sorted({float(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        found = []
+    if not found or not 0 < found[0] <= found[-1] <= 1:
+        raise UsageError(f"{flag} {text}: give accuracies in (0, 1], e.g. 0.8,0.85")
+    return found
+
+
 def parse(argv):
     ns = build_parser().parse_args(argv)
     for flag, value, least in (("--devices", ns.devices, 2), ("-b", ns.batch_size, 1), ("--steps", ns.steps, 1),
@@ -97,10 +108,7 @@ def parse(argv):
             raise UsageError(f"{flag} {value}: give {least} or more")
     if not (ns.lr > 0 and 0 <= ns.momentum < 1 and 0 <= ns.smoothing < 1):
         raise UsageError("--lr must be positive, --momentum and --smoothing in [0, 1)")
-    try:
-        ns.targets = sorted(float(t) for t in ns.targets.split(",") if t.strip())
-    except ValueError:
-        raise UsageError(f"--targets {ns.targets}: give accuracies, e.g. 0.8,0.85") from None
+    ns.targets = accuracies(ns.targets)
     from launcher.experiment import data_dir
 
     ns.data_dir = data_dir(ns)

@@ -60,7 +60,7 @@ def parse(argv):
     if ns.devices[0] != 1 or len(ns.devices) < 2:
         raise UsageError(f"--devices {','.join(map(str, ns.devices))}: give 1 (the ratios' base) and more")
     ns.rates = sorted(set(numbers("--rates", ns.rates, float, 1e-12)))
-    ns.targets = sorted(set(numbers("--targets", ns.targets, float, 0.0)))
+    ns.targets = noise_scale.accuracies(ns.targets)
     ns.seeds = sorted(set(numbers("--seeds", ns.seeds, int, 0)))
     for flag, value in (("-b", ns.batch_size), ("--steps", ns.steps), ("--eval-every", ns.eval_every)):
         if value < 1:
