@@ -106,7 +106,8 @@ class VirtualClock(Backend):
             if not 0 <= value < float("inf"):
                 raise UsageError(f"{flag} {value:g}: give 0 or more")
         for flag, given in (("--hosts netns", ns.hosts == "netns"), ("--tracker", ns.tracker),
-                            ("--device-share", ns.device_share), ("--max-restarts", ns.max_restarts)):
+                            ("--device-share", ns.device_share), ("--sleeping-slowdown", ns.sleeping_slowdown),
+                            ("--max-restarts", ns.max_restarts)):
             if given:
                 raise UsageError(f"--clock virtual runs the whole job in one process on this machine: leave out {flag}")
 

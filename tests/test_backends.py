@@ -39,7 +39,7 @@ def test_an_experiment_asks_its_backend_and_each_backend_refuses_what_it_does_no
     assert type(real.backend) is backends.Processes and real.evaluator_runs
     with pytest.raises(UsageError, match="charged on a virtual clock: give --clock virtual"):
         experiment.parse(["--modes", "sync", "--slowdown", "1,2", "--max-time", "2", "--step-jitter", "0.1"])
-    with pytest.raises(UsageError, match="--clock virtual runs the whole job in one process.*--hosts netns"):
-        experiment.parse(["--modes", "sync", "--slowdown", "1,2", "--max-time", "2", "--clock", "virtual",
-                          "--step-seconds", "0.01",
-                          "--hosts", "netns"])
+    for flag in (["--hosts", "netns"], ["--sleeping-slowdown"], ["--device-share", "0.5"]):
+        with pytest.raises(UsageError, match=f"--clock virtual runs the whole job in one process.*{flag[0]}"):
+            experiment.parse(["--modes", "sync", "--slowdown", "1,2", "--max-time", "2", "--clock", "virtual",
+                              "--step-seconds", "0.01", *flag])
