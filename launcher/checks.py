@@ -66,6 +66,11 @@ def check_standalone(ns, chosen):
                          "leave out --tracker or that mode")
     if alone and ns.byzantine:
         raise UsageError(f"--modes {alone[0]} has no other worker to attack: leave out --byzantine or that mode")
+    aggregation = [text for text, given in ((f"--collective {ns.collective}", collectives.uses_mpi(ns.collective)),
+                                            (f"-s {ns.num_servers}", ns.num_servers != 1)) if given]
+    if aggregation and len(alone) == len(chosen):
+        raise UsageError(f"{aggregation[0]}: --modes {','.join(chosen)} trains alone, with nothing to aggregate; it "
+                         "sets how a cluster mode aggregates")
 
 
 def check_collective(ns, chosen):

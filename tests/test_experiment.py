@@ -105,6 +105,16 @@ def test_local_hosts_have_no_links_or_namespaces():
     assert (cluster.worker_rate, cluster.ps_rate, cluster.netns_prefix) == (None, None, None)
 
 
+@pytest.mark.parametrize("aggregation", [["--collective", "ring"], ["-s", "2"]])
+def test_how_a_cluster_aggregates_is_refused_where_every_mode_trains_alone_and_taken_beside_a_cluster_mode(
+        aggregation):
+    with pytest.raises(UsageError, match=f"^{' '.join(aggregation)}: --modes local trains alone, with nothing to "
+                                         "aggregate"):
+        experiment.parse(["--modes", "local", *LENET, "--slowdown", "1", *aggregation])
+    assert experiment.parse(["--modes", "local,sync", *LENET, "--slowdown", "1,2", *aggregation]).modes == (
+        "local", "sync")
+
+
 @pytest.mark.parametrize("argv, wall_limit", [
     (["--max-time", "30"], 180.0),
     (["--max-time", "30", "--wall-limit", "50"], 50.0),

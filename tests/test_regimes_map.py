@@ -374,6 +374,9 @@ def test_a_scheme_at_sharded_runs_over_a_parameter_server_per_worker_on_the_virt
                for _, folder, run in runs}
     assert servers == {"sync": (1, "ps", "2x"), "sync@sharded": (3, "ps", "2x"), "async@sharded": (3, "ps", "2x"),
                        "fast-only": (1, "ps", "2x")}
+    _, _, runs = parse_regimes("--clock", "virtual", "--step-seconds", "0.03", "--links", "12", "--profiles", "1,4",
+                               "--splits", "iid", "--schemes", "sync,local", "--repeats", "1", "-s", "2")
+    assert [run.cluster.num_servers for _, _, run in runs] == [2, 1]  # one device alone has no servers
     assert scheme_names.display("esync-apply@sharded") == "ESync (apply) over a parameter server per worker"
 
 

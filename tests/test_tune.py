@@ -131,7 +131,7 @@ def test_the_quasi_random_points_spread_over_the_range_on_its_own_scale():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--profile", "1,abc"], "--profile: "),
+    (["--profile", "1,abc"], "--profile 1,abc: 'abc' is neither a factor nor NxF"),
     (["--profile", "1,0"], "--profile: expected a positive number, got '0'"),
     (["--link", "fast"], "--link 'fast': give loopback or a communication ratio R > 0"),
     (["--trial-seeds", "0"], "--trial-seeds must be positive"),

@@ -187,6 +187,8 @@ def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_option
     """The launcher's options of one scheme (its mode and own options) in one cell and repeat; `devices`: the
     slowdowns it trains on where they are not the cell's profile (fast-only's)."""
     links = experiment.handed_on(ns)
+    if not modes.MODES[mode].cluster:  # one device alone: no servers to count
+        links.pop("num_servers", None)
     virtual = backends.of(ns).charges_time  # the links charged, not shaped
     if link == regime_map.LOOPBACK or virtual:
         dropped = NETNS_OPTIONS if virtual else (*NETNS_OPTIONS, *LINK_RATES, "step_seconds")
