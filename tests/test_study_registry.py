@@ -14,7 +14,7 @@ import time
 import pytest
 
 from launcher.cluster import ROOT
-from launcher.studies import cost, registry
+from launcher.studies import cost, kept, registry
 from tests.test_launch import launcher_env
 from training.checks import UsageError
 from training.faults.failures import EXIT_INTERRUPTED
@@ -68,10 +68,10 @@ def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_
     code = subprocess.run([sys.executable, os.path.join(ROOT, "launch.py"), "study", "tiny", "--root", str(repo)],
                           env=launcher_env(), capture_output=True, text=True, timeout=300)
     assert code.returncode == 0, code.stdout[-2000:] + code.stderr[-2000:]
-    kept = repo / registry.RESULTS / "tiny"
-    assert all((kept / name).is_file() for name in registry.KEPT)
-    assert json.loads((kept / "regimes.json").read_text())["schemes"] == ["local", "sync"]
-    readme = (kept / "README.md").read_text()  # the blocks launch.py docs fills
+    folder = repo / registry.RESULTS / "tiny"
+    assert all((folder / name).is_file() for name in registry.KEPT)
+    assert json.loads((folder / "regimes.json").read_text())["schemes"] == ["local", "sync"]
+    readme = (folder / "README.md").read_text()  # the blocks launch.py docs fills
     assert "<!-- generated: verdict tiny -->" in readme and "<!-- generated: repeats tiny -->" in readme
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "results")
@@ -149,7 +149,7 @@ def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_l
     found = cell["schemes"]["sync@ring"]
     assert found["trials"] - len(found["widenings"]) == 1  # one trial; a widening of a range may add one
     assert (repo / registry.RESULTS / "search" / "tuned.md").is_file()
-    assert registry.stored_trials(repo / registry.RESULTS / "search" / registry.SEARCH_STORE) == found["trials"]
+    assert kept.stored_trials(repo / registry.RESULTS / "search" / kept.SEARCH_STORE) == found["trials"]
     assert "<!-- generated: search search -->" in (repo / registry.RESULTS / "search" / "README.md").read_text()
     assert registry.listing(str(repo))[0].startswith(
         "search: declared, in progress (its search at 1 of 1 trials, 1 of its 1 schemes done)")
@@ -170,28 +170,28 @@ def store_with(path, trials):
 
 
 def test_a_kept_search_goes_on_only_from_its_kept_trials_else_it_is_refused_before_anything_runs(repo):
-    kept = repo / registry.RESULTS / "search"
-    kept.mkdir(parents=True)
-    (kept / registry.DECLARATION).write_text(json.dumps({"command": SEARCH}))
-    (kept / "tuned.json").write_text(json.dumps({"cells": {"c": {"commands": [SEARCH], "schemes": {}}}}))
+    folder = repo / registry.RESULTS / "search"
+    folder.mkdir(parents=True)
+    (folder / registry.DECLARATION).write_text(json.dumps({"command": SEARCH}))
+    (folder / "tuned.json").write_text(json.dumps({"cells": {"c": {"commands": [SEARCH], "schemes": {}}}}))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "a search whose trials are not kept")
     with pytest.raises(UsageError, match=r"holds a search whose trials \(studies.db\) are in neither results/search/ "
                                          "nor logs/search/: it cannot go on where it stopped"):
         registry.run_study("search", resume=False, root=str(repo))
 
-    store_with(kept / registry.SEARCH_STORE, 2)
+    store_with(folder / kept.SEARCH_STORE, 2)
     (repo / "logs" / "search").mkdir(parents=True)
-    store_with(repo / "logs" / "search" / registry.SEARCH_STORE, 1)
+    store_with(repo / "logs" / "search" / kept.SEARCH_STORE, 1)
     with pytest.raises(UsageError, match="logs/search/studies.db holds 1 trials, results/search/studies.db 2: move "
                                          "logs/search/ away to go on from the kept ones"):
         registry.run_study("search", resume=False, root=str(repo))
     assert not (repo / "logs" / "search" / "tuned.json").exists()  # refused before anything was put back
 
     shutil.rmtree(repo / "logs")
-    registry.restore_search("search", shlex.split(SEARCH)[2:], str(repo))
-    assert registry.stored_trials(repo / "logs" / "search" / registry.SEARCH_STORE) == 2
-    assert (repo / "logs" / "search" / "tuned.json").read_bytes() == (kept / "tuned.json").read_bytes()
+    kept.restore_search("search", shlex.split(SEARCH)[2:], str(repo))
+    assert kept.stored_trials(repo / "logs" / "search" / kept.SEARCH_STORE) == 2
+    assert (repo / "logs" / "search" / "tuned.json").read_bytes() == (folder / "tuned.json").read_bytes()
 
 
 def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):
@@ -264,16 +264,23 @@ def test_an_interrupted_study_stops_its_command_which_keeps_what_it_wrote_and_le
     (repo / registry.RESULTS / "search" / registry.DECLARATION).write_text(json.dumps({"command": long_search}))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "declare search")
-    study = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), "study", "search", "--root", str(repo)],
+    study = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), "study", "search", "--root", str(repo),
+                              "--keep-every", "0.5"],
                              env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              preexec_fn=ignore_interrupts)  # as a script's background job starts: `kill -INT` works
+    kept_store = repo / registry.RESULTS / "search" / kept.SEARCH_STORE
     try:
         lines = []
         for line in study.stdout:  # until the first trial's run is in flight
             lines.append(line)
             if "[tune] sync@ring: 0 trials ended before" in line:
                 break
-        time.sleep(2)
+        for _ in range(120):  # the search's trials are kept while it runs
+            if kept_store.exists() or study.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert kept_store.exists() and study.poll() is None
+        time.sleep(1)
         study.send_signal(signal.SIGINT)  # to the study alone, as `kill -INT` does; a terminal's Ctrl-C reaches it too
         rest = study.communicate(timeout=120)[0]
     finally:

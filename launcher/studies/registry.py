@@ -10,36 +10,33 @@ committed as it stands (the commit order then shows it came before the results) 
 another command: an arm, a seed or a target added to a study that has results is a new study (results/<name>-v2/),
 the earlier one kept. After each map its plan, results, table and wall time are copied from its log folder into the
 study's folder (into <name>/<log folder's name>/ where the study runs several maps); after a search (`launch.py tune
-... --until N`), its tuned.json, tuned.md and its trials (studies.db), which go back into a log folder that lacks them
-(a fresh clone): the same search again runs only the trials its studies lack, on any machine. The
+... --until N`), its tuned.json, tuned.md and its trials (studies.db, also every --keep-every seconds while it runs),
+which go back into a log folder that lacks them (a fresh clone): the same search again runs only the trials its
+studies lack, on any machine (kept.py). The
 study's README.md gets a generated block for each result; `launch.py docs` fills them, and the README's verdict
 table (every study that holds a map) follows.
 """
 import argparse
-import contextlib
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 
 from analysis import regime_map, timing, tuned
 from launcher.studies import cost
+from launcher.studies.kept import (KEEP_EVERY, KEPT, RESULTS, SEARCH_KEPT, keep, keep_store, kept_files, kept_in,
+                                   map_folder, restore_search)
 from launcher.supervision import interrupt
 from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_USAGE
-from training.files import atomic_write, read_json, write_text
+from training.files import read_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # launch.py's; and the studies'
 
-RESULTS = "results"
 DECLARATION = regime_map.DECLARATION_FILE
-KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
 # a map's, the paper's table's, a noise scale's, a rate sweep's
 RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json", "rate-sweep.json")
-SEARCH_STORE = "studies.db"  # a search's trials (launch.py tune's default store, in its log folder)
-SEARCH_KEPT = ("tuned.json", "tuned.md", SEARCH_STORE)  # what a search's study keeps
 # the launcher's commands a declaration may run
 RUNNABLE = ("regimes", "tune", "calibrate", "noise-scale", "rate-sweep")
 
@@ -83,21 +80,6 @@ def check_runnable(name, commands):
                              + " or ".join(RUNNABLE))
 
 
-def map_folder(argv):
-    """The -ld of a map's command line."""
-    for flag in ("-ld", "--log-dir", "--logs"):
-        if flag in argv[:-1]:
-            return argv[argv.index(flag) + 1]
-    raise UsageError(f"launch.py {' '.join(argv)}: a study's map names its log folder (-ld logs/<folder>)")
-
-
-def kept_in(name, argv, maps, root=ROOT):
-    """The folder a map's results are kept in: the study's, or a folder in it named as the map's logs where the study
-    runs several maps."""
-    folder = os.path.join(root, RESULTS, name)
-    return os.path.join(folder, os.path.basename(map_folder(argv).rstrip("/"))) if maps > 1 else folder
-
-
 def git(root, *argv):
     return subprocess.run(["git", "-C", root, *argv], capture_output=True, text=True)
 
@@ -134,80 +116,7 @@ def as_declared(command):
     return [word for word in shlex.split(command) if word != "--resume"]
 
 
-def copy_whole(source, target):
-    """Copy a file so that `target` is never half-written: its old content, or all of the new."""
-    atomic_write(target, lambda partial: shutil.copyfile(source, partial))
-
-
-def stored_trials(path):
-    """The trials an Optuna SQLite store at `path` holds (0 where there is none)."""
-    import sqlite3
-
-    if not os.path.isfile(path):
-        return 0
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as store:
-        return store.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
-
-
-def restore_search(name, argv, root=ROOT):
-    """Put what the study kept of its search back into the search's log folder where that lacks it, so that the search
-    goes on where it stopped; UsageError (one line) where the kept search's trials are lost, or where the log folder's
-    store holds fewer trials than the kept one (it would not go on from the kept trials)."""
-    kept, logs = os.path.join(root, RESULTS, name), os.path.join(root, map_folder(argv))
-    kept_store, store = os.path.join(kept, SEARCH_STORE), os.path.join(logs, SEARCH_STORE)
-    if tuned.read(os.path.join(kept, SEARCH_KEPT[0])) and not os.path.isfile(kept_store) \
-            and not os.path.isfile(store):
-        raise UsageError(f"results/{name}/{SEARCH_KEPT[0]} holds a search whose trials ({SEARCH_STORE}) are in "
-                         f"neither results/{name}/ nor {map_folder(argv)}/: it cannot go on where it stopped; remove "
-                         f"its {' and '.join(SEARCH_KEPT[:2])} to search again from the start")
-    if os.path.isfile(store) and stored_trials(store) < stored_trials(kept_store):
-        raise UsageError(f"{os.path.relpath(store, root)} holds {stored_trials(store)} trials, results/{name}/"
-                         f"{SEARCH_STORE} {stored_trials(kept_store)}: move {map_folder(argv)}/ away to go on "
-                         "from the kept ones")
-    os.makedirs(logs, exist_ok=True)
-    for file_name in SEARCH_KEPT:
-        if os.path.isfile(os.path.join(kept, file_name)) and not os.path.isfile(os.path.join(logs, file_name)):
-            copy_whole(os.path.join(kept, file_name), os.path.join(logs, file_name))
-
-
-def kept_files(argv):
-    """What a command of the study leaves to keep: a map's plan, results, table and wall time; a search's values."""
-    return {"regimes": KEPT, "tune": SEARCH_KEPT}.get(argv[0], ())
-
-
-def keep(name, argv, maps, root=ROOT):
-    """Copy what a map or a search wrote into the study's folder (a map's into a folder of its own where the study
-    runs several)."""
-    source = os.path.join(root, map_folder(argv))
-    target = kept_in(name, argv, maps, root) if argv[0] == "regimes" else os.path.join(root, RESULTS, name)
-    os.makedirs(target, exist_ok=True)
-    kept = kept_files(argv)
-    for file_name in kept:
-        if os.path.isfile(os.path.join(source, file_name)):
-            copy_whole(os.path.join(source, file_name), os.path.join(target, file_name))
-    print(f"[study {name}] kept {', '.join(kept)} of {map_folder(argv)} in {os.path.relpath(target, root)}",
-          flush=True)
-    mark_readme(target, os.path.relpath(target, os.path.join(root, RESULTS)))
-
-
-README_BLOCKS = {"regimes.json": ("verdict", "repeats"), "tuned.json": ("search",)}  # what a study's README shows
-
-
-def mark_readme(folder, study):
-    """The study's README.md with a generated block (analysis/doc_tables.py) for each result it holds: `launch.py docs`
-    fills them."""
-    path = os.path.join(folder, "README.md")
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else (
-        f"# {study}\n\nGenerated from the results here by `python launch.py docs`.\n")
-    wanted = [kind for file_name, kinds in README_BLOCKS.items() if os.path.isfile(os.path.join(folder, file_name))
-              for kind in kinds]
-    missing = [kind for kind in wanted if f"<!-- generated: {kind} {study} -->" not in text]
-    if missing:
-        write_text(path, text.rstrip("\n") + "\n" + "".join(
-            f"\n<!-- generated: {kind} {study} -->\n<!-- end generated -->\n" for kind in missing))
-
-
-def run_study(name, resume, root=ROOT):
+def run_study(name, resume, root=ROOT, keep_every=KEEP_EVERY):
     """Run every command of study `name` in order (a map with --resume where asked); the first exit code that is not
     0, else 0."""
     declaration = declared(name, root)
@@ -228,7 +137,8 @@ def run_study(name, resume, root=ROOT):
     for argv in commands:
         resumed = argv + ["--resume"] if resume and argv[0] == "regimes" else argv
         print(f"[study {name}] python launch.py {shlex.join(resumed)}", flush=True)
-        code = run_command(resumed, root)
+        code = run_command(resumed, root, (lambda: keep_store(name, argv, root)) if argv[0] == "tune" else None,
+                           keep_every)
         # the results file, once the command wrote it
         written = {"regimes": KEPT[1], "tune": SEARCH_KEPT[0]}.get(argv[0])
         if written and os.path.isfile(os.path.join(root, map_folder(argv), written)):
@@ -239,10 +149,11 @@ def run_study(name, resume, root=ROOT):
     return 0
 
 
-def run_command(argv, root):
+def run_command(argv, root, while_running=None, every=KEEP_EVERY):
     """The exit code of `python launch.py argv`. It runs in a session of its own, so that an interrupt of the study
     (Ctrl-C, SIGTERM) reaches it once, from here: it stops as on its own Ctrl-C (its runs in flight stopped, what it
-    has written kept) and is waited for; a second interrupt only waits on."""
+    has written kept) and is waited for; a second interrupt only waits on. `while_running`, where given, is called
+    every `every` seconds until it ends."""
     # SIGINT even where this process was started with it ignored (a background job of a script): `kill -INT` stops
     # it. Installed before the command starts, which would inherit the ignored SIGINT and never stop
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt),
@@ -253,7 +164,9 @@ def run_command(argv, root):
                                 start_new_session=True)
         while True:
             try:
-                return proc.wait()
+                return proc.wait(timeout=every if while_running else None)
+            except subprocess.TimeoutExpired:
+                while_running()
             except KeyboardInterrupt:
                 if not asked:
                     print(f"[study] interrupted: `launch.py {argv[0]}` stops its runs in flight and keeps what it "
@@ -424,9 +337,13 @@ def parse(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", help="the study to run (its folder in results/); none: list them")
     p.add_argument("--resume", action="store_true", help="hand --resume to its maps: keep the runs already done")
+    p.add_argument("--keep-every", type=float, default=KEEP_EVERY, metavar="SECONDS",
+                   help=f"copy a running search's trials into the study's folder this often (default {KEEP_EVERY:g})")
     p.add_argument("--root", default=ROOT, help="the checkout whose results/ holds the studies (default: this one)")
     ns = p.parse_args(argv)
     ns.root = os.path.abspath(ns.root)
+    if not 0 < ns.keep_every < float("inf"):
+        raise UsageError(f"--keep-every {ns.keep_every:g}: give a period in seconds")
     if ns.name is not None:
         check_runnable(ns.name, commands_of(declared(ns.name, ns.root)))
     return ns
@@ -438,7 +355,7 @@ def run(argv):
         if ns.name is None:
             print("\n".join(listing(ns.root)) or "no study declared")
             return 0
-        return run_study(ns.name, ns.resume, ns.root)
+        return run_study(ns.name, ns.resume, ns.root, ns.keep_every)
     except UsageError as error:
         print(f"launch.py study: error: {error}", file=sys.stderr)
         return EXIT_USAGE
