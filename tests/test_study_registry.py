@@ -220,7 +220,7 @@ def test_a_listing_whose_reader_leaves_early_ends_in_exit_1_without_a_traceback(
     assert proc.returncode == 1 and errors.decode() == ""
 
 
-def test_a_studys_hours_of_this_machine_follow_the_pace_of_the_maps_of_its_network_and_clock_run_here(tmp_path):
+def test_a_studys_hours_of_this_machine_follow_the_pace_of_the_maps_and_searches_of_its_network_and_clock_run_here(tmp_path):
     timed = tmp_path / registry.RESULTS / "timed"
     timed.mkdir(parents=True)  # two runs of 1 s of lenet on the virtual clock took 30 s here
     (timed / "timing.json").write_text(json.dumps({"command": MAP.format(schemes="local,sync"), "wall_seconds": 30}))
@@ -229,9 +229,17 @@ def test_a_studys_hours_of_this_machine_follow_the_pace_of_the_maps_of_its_netwo
 
     paces = cost.paces(str(tmp_path / registry.RESULTS))
 
-    assert paces == {("lenet", "virtual"): 15.0}
+    assert paces == {("regimes", "lenet", "virtual"): 15.0}
     three = registry.commands_of({"command": MAP.format(schemes="local,sync,esync")})
     assert cost.machine_hours(three, paces) == 3 * 15.0 / 3600
+    search = registry.commands_of({"command": SEARCH})  # one run of 1 s
+    assert cost.machine_hours(search, paces) == 15.0 / 3600  # no search has run here: at its maps' pace
+    (timed / "tuned.json").write_text(json.dumps({"cells": {"c": {  # 4 seeds' runs of 1 s in 20 s of trials
+        "commands": [SEARCH], "max_time": 1.0, "schemes": {"sync": {"trial_seconds": 20, "seed_runs": 4},
+                                                           "async": {"seed_runs": 8}}}}}))  # no times: not counted
+    paces = cost.paces(str(tmp_path / registry.RESULTS))
+    assert paces == {("regimes", "lenet", "virtual"): 15.0, ("tune", "lenet", "virtual"): 5.0}
+    assert cost.machine_hours(search + three, paces) == (5.0 + 3 * 15.0) / 3600
     resnet = registry.commands_of({"command": MAP.format(schemes="local").replace("--links", "-n resnet18-v1 --links")})
     assert cost.machine_hours(three + resnet, paces) is None  # no map of resnet18-v1 has run here
 

@@ -1,6 +1,8 @@
 """What a study costs before it runs: its runs and the seconds of their training budgets, from its declared commands,
-and the hours of this machine they take at the pace of the maps already run here of the same network and clock
-(each map's timing.json: its wall seconds over its training budgets, runs at once included)."""
+and the hours of this machine they take at the pace of the maps and searches already run here of the same network and
+clock: a map's timing.json, its wall seconds over its training budgets, runs at once included; a search's tuned.json,
+its trials' own seconds over their seeds' budgets (a search stops a run at its target and prunes trials, so it goes
+faster than a map; a search of a kind none ran yet is paced as its maps)."""
 import glob
 import os
 import shlex
@@ -43,31 +45,50 @@ def size_of(commands):
 
 
 def kind_of(argv):
-    """What a run's pace here depends on: its network and its clock."""
+    """What a run's pace here depends on: its command (a map or a search), its network and its clock."""
     ns = options_of(argv)
-    return ns.network, ns.clock
+    return argv[0], ns.network, ns.clock
 
 
 def paces(results):
-    """{(network, clock): this machine's wall seconds a second of training budget} over the maps run under
-    `results` (their timing.json), the maps of a kind taken together."""
+    """{(command, network, clock): this machine's wall seconds a second of training budget} over the maps and searches
+    kept under `results`, those of a kind taken together."""
     spent = {}
-    for path in glob.glob(os.path.join(results, "**", timing.FILE_NAME), recursive=True):
-        recorded = timing.read(os.path.dirname(path))
-        argv = shlex.split(recorded.get("command", ""))[2:]
-        if argv[:1] != ["regimes"] or not recorded.get("wall_seconds"):
-            continue
-        kind = kind_of(argv)
-        wall, budgets = spent.get(kind, (0, 0.0))
-        spent[kind] = (wall + recorded["wall_seconds"], budgets + command_size(argv)[1])
+    for kind, wall, budgets in [*map_times(results), *search_times(results)]:
+        before = spent.get(kind, (0, 0.0))
+        spent[kind] = (before[0] + wall, before[1] + budgets)
     return {kind: wall / budgets for kind, (wall, budgets) in spent.items() if budgets}
 
 
+def map_times(results):
+    """(kind, wall seconds, seconds of training budgets) of each map's timing.json under `results`."""
+    for path in glob.glob(os.path.join(results, "**", timing.FILE_NAME), recursive=True):
+        recorded = timing.read(os.path.dirname(path))
+        argv = shlex.split(recorded.get("command", ""))[2:]
+        if argv[:1] == ["regimes"] and recorded.get("wall_seconds"):
+            yield kind_of(argv), recorded["wall_seconds"], command_size(argv)[1]
+
+
+def search_times(results):
+    """(kind, its trials' own seconds, their seeds' budgets) of each cell of a tuned.json under `results`."""
+    from analysis import tuned
+
+    for path in glob.glob(os.path.join(results, "**", tuned.FILE_NAME), recursive=True):
+        for cell in tuned.read(path).values():
+            timed = [entry for entry in cell.get("schemes", {}).values() if entry.get("trial_seconds")]
+            argv = shlex.split(next(iter(cell.get("commands", [])), ""))[2:]
+            if timed and argv[:1] == ["tune"]:
+                yield (kind_of(argv), sum(entry["trial_seconds"] for entry in timed),
+                       sum(entry["seed_runs"] for entry in timed) * cell["max_time"])
+
+
 def machine_hours(commands, known_paces):
-    """Hours of this machine a study's commands take at their kinds' paces; None where a kind has no map run yet."""
+    """Hours of this machine a study's commands take at their kinds' paces (a search's, where none ran, as its maps');
+    None where a kind has no map run yet."""
     seconds = 0.0
     for argv in commands:
-        pace = known_paces.get(kind_of(argv))
+        kind = kind_of(argv)
+        pace = known_paces.get(kind, known_paces.get(("regimes", *kind[1:])))
         if pace is None:
             return None
         seconds += command_size(argv)[1] * pace

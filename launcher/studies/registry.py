@@ -233,7 +233,7 @@ def listing(root=ROOT):
 
 def states(root=ROOT, names=None):
     """[(study, its state, (runs, hours of training budgets, rivals covered or None, hours of this machine at the
-    pace of its maps run here or None), the study superseding it or None)] of each folder of results/ (of `names`
+    pace of the maps and searches run here or None), the study superseding it or None)] of each folder of results/ (of `names`
     where given)."""
     top = os.path.join(root, RESULTS)
     later, paces = superseded(root), cost.paces(top)
@@ -295,8 +295,8 @@ def studies_block(*folders):
     """The studies of `folders` (results/<name>) as a table: state, size, the version that supersedes each (the
     docs' kind `studies`)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(folders[0])))
-    lines = ["| study | state | runs | hours of training budgets | hours of this machine, at its maps' pace here "
-             "| superseded by |", "|---|---|---|---|---|---|"]
+    lines = ["| study | state | runs | hours of training budgets | hours of this machine, at the pace of the maps and "
+             "searches run here | superseded by |", "|---|---|---|---|---|---|"]
     for name, state, (runs, hours, _, machine), later in states(root, [os.path.basename(f) for f in folders]):
         link = f"[{name}]({name}/)" if os.path.isfile(declaration_path(name, root)) else name
         by_machine = f"{machine:.1f}" if machine is not None and runs else "–"
