@@ -5,6 +5,7 @@ registry.py)."""
 import contextlib
 import os
 import shutil
+import sqlite3
 
 from analysis import timing, tuned
 from training.checks import UsageError
@@ -38,7 +39,6 @@ def copy_whole(source, target):
     if os.path.basename(source) != SEARCH_STORE:
         atomic_write(target, lambda partial: shutil.copyfile(source, partial))
         return
-    import sqlite3
 
     def backup(partial):
         with contextlib.closing(sqlite3.connect(source)) as store, contextlib.closing(sqlite3.connect(partial)) as copy:
@@ -57,8 +57,6 @@ def keep_store(name, argv, root):
 
 def stored_trials(path):
     """The trials an Optuna SQLite store at `path` holds (0 where there is none)."""
-    import sqlite3
-
     if not os.path.isfile(path):
         return 0
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as store:
