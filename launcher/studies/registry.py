@@ -164,9 +164,10 @@ def run_command(argv, root, while_running=None, every=KEEP_EVERY):
                                 start_new_session=True)
         while True:
             try:
-                return proc.wait(timeout=every if while_running else None)
-            except subprocess.TimeoutExpired:
-                while_running()
+                try:
+                    return proc.wait(timeout=every if while_running else None)
+                except subprocess.TimeoutExpired:
+                    while_running()  # an interrupt that comes while it runs is the outer handler's too
             except KeyboardInterrupt:
                 if not asked:
                     print(f"[study] interrupted: `launch.py {argv[0]}` stops its runs in flight and keeps what it "
