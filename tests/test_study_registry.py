@@ -188,6 +188,10 @@ def test_a_kept_search_goes_on_only_from_its_kept_trials_else_it_is_refused_befo
         registry.run_study("search", resume=False, root=str(repo))
     assert not (repo / "logs" / "search" / "tuned.json").exists()  # refused before anything was put back
 
+    (repo / "logs" / "search" / kept.SEARCH_STORE).write_text("not a store")
+    with pytest.raises(UsageError, match="logs/search/studies.db: not a search's store of trials"):
+        registry.run_study("search", resume=False, root=str(repo))
+
     shutil.rmtree(repo / "logs")
     kept.restore_search("search", shlex.split(SEARCH)[2:], str(repo))
     assert kept.stored_trials(repo / "logs" / "search" / kept.SEARCH_STORE) == 2

@@ -56,11 +56,14 @@ def keep_store(name, argv, root):
 
 
 def stored_trials(path):
-    """The trials an Optuna SQLite store at `path` holds (0 where there is none)."""
+    """The trials an Optuna SQLite store at `path` holds (0 where there is none); UsageError where it is no store."""
     if not os.path.isfile(path):
         return 0
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as store:
-        return store.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as store:
+            return store.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    except sqlite3.DatabaseError as error:
+        raise UsageError(f"{path}: not a search's store of trials ({error})") from None
 
 
 def restore_search(name, argv, root):
