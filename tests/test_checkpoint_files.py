@@ -84,6 +84,19 @@ def test_the_local_optimizer_state_survives_a_checkpoint(tmp_path):
     assert pickle.loads(trained.local_optimizer_states())  # momentum of every trained parameter
 
 
+def test_one_device_steps_with_the_local_optimizer_it_is_given():
+    data = load_dataset(SAMPLE_DATA, "mnist-5k")
+    digests = {}
+    for optimizer in ("sgd", "adam"):
+        alone = Local(Local.Options.from_args(args_for("--local-optimizer", optimizer)), lenet(seed=3), None)
+        alone.setup()
+        alone.model.forward_backward(data.train_images[:64], data.train_labels[:64])
+        alone.local_step()
+        assert type(alone.trainer._optimizer).__name__.lower() == optimizer
+        digests[optimizer] = alone.model.digest()
+    assert digests["sgd"] != digests["adam"]
+
+
 def esync_worker(*flags, model=None):
     """An ESync worker's local optimizer on lenet, without its cluster (setup() would join one)."""
     scheme = ESync(ESync.Options.from_args(args_for("-m", "esync", *flags)), model or lenet(), None)

@@ -36,8 +36,9 @@ def worker_env():
     (["-m", "sync", *BASE, "-s", "maybe"], "-s/--split-by-class: expected True, False, 1 or 0, got 'maybe'"),
     (["-m", "sync", "-n", "lenet", "--dataset", "mnist-5k", "-dd", "data", "-c", "yes"],
      "-c/--cpu: expected True, False or a number of CPU contexts, got 'yes'"),
-    (["-m", "sync", *BASE, "--local-optimizer", "adam"], "--local-optimizer belongs to -m esync, fedavg, fedasync, fedbuff, async-local-sgd, "
-                                                          "tifl, feddrop, not -m sync"),
+    (["-m", "sync", *BASE, "--local-optimizer", "adam"], "--local-optimizer belongs to -m esync, fedavg, fedasync, "
+                                                          "fedbuff, async-local-sgd, tifl, feddrop, local, "
+                                                          "validation-only, not -m sync"),
     (["-m", "dcasgd", *BASE, "--dc-adaptive", "0.95"], "--dc-adaptive belongs to -m dcasgd-paper, not -m dcasgd"),
     (["-m", "dcasgd-paper", *BASE, "--dc-adaptive", "1"], "--dc-adaptive: expected a momentum in [0, 1), got '1'"),
     (["-m", "esync", *BASE, "--local-optimizer", "adam", "--momentum", "0.9"], "--momentum is SGD's"),

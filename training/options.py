@@ -224,9 +224,9 @@ def local_lr():
 
 def local_optimizer():
     return option("--local-optimizer", default="sgd", choices=LOCAL_OPTIMIZERS,
-                  help="the optimizer of the local steps (learning rate -ll), whose state carries over from round to "
-                       "round: sgd (with --momentum if given), momentum (SGD with --momentum), adam (Adam's default "
-                       "betas; no --momentum)")
+                  help="the optimizer of the steps a worker takes on its own (one device's at -l, a local-step "
+                       "scheme's at -ll, whose state carries over from round to round): sgd (with --momentum if "
+                       "given), momentum (SGD with --momentum), adam (Adam's default betas; no --momentum)")
 
 
 def global_lr():

@@ -1,21 +1,27 @@
 """Single-device (or single-machine, several devices) SGD: the standalone baseline of the paper's figures, and
 ZenoPS's "validation only" baseline, SGD on the validator's data alone."""
 
-from training.options import Options, declaration, validation_size
+from training.options import Options, declaration, local_optimizer, validation_size
 from training.schemes.base import LocallyUpdating
+
+
+@declaration
+class LocalOptions(Options):
+    local_optimizer: str = local_optimizer()
 
 
 class Local(LocallyUpdating):
     name = "local"
     description = "standalone, one device and no cluster: the baseline of the figures"
     aggregates = False
+    Options = LocalOptions
 
     def setup(self):
-        self.trainer = self.local_trainer(self.options.learning_rate)
+        self.trainer = self.local_trainer(self.options.learning_rate, self.options.local_optimizer)
 
 
 @declaration
-class ValidationOnlyOptions(Options):
+class ValidationOnlyOptions(LocalOptions):
     validation_size: int = validation_size()
 
 
