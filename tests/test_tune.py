@@ -16,7 +16,7 @@ from launcher.cluster import ROOT
 from tests.test_launch import launcher, launcher_env, read_output
 from training import config, modes
 from training.checks import UsageError
-from training.options import Range
+from training.options import Choice, Range
 
 LAUNCH_PY = os.path.join(ROOT, "launch.py")
 CELL = "lenet/mnist-5k/1,2/loopback/iid"
@@ -230,6 +230,32 @@ def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
     assert trial.params["outer_optimizer"] in ("sgd", "nag")
     assert f"--outer-optimizer {trial.params['outer_optimizer']}" in output or trial.state.name != "COMPLETE"
     assert f"outer_optimizer={trial.params['outer_optimizer']}" in output
+
+
+def test_the_local_optimizer_is_searched_where_asked_and_a_scheme_takes_one_of_its_own_choosing():
+    for mode in ("local", "esync", "fedavg"):
+        assert search.with_optimizer(config.search_space(mode), mode)["local_optimizer"] == (
+            "--local-optimizer", Choice(("sgd", "momentum", "adam")))
+    for mode in ("diloco", "sync"):  # DiLoCo brings its Adam; SSGD's step is the servers'
+        assert search.with_optimizer(config.search_space(mode), mode) == config.search_space(mode)
+
+
+@pytest.mark.slow
+@pytest.mark.beside_others("in-process")  # a trial complete or pruned, its checks hold either way: no timing
+def test_a_search_of_the_optimizer_runs_in_studies_of_its_own_and_the_map_takes_the_chosen_one(tmp_path, train_only):
+    logs = str(tmp_path / "logs")
+    args = tune_args(train_only, logs, *VIRTUAL, "--search-optimizer")
+    args[args.index("sync")] = "local"
+    args[args.index("--trial-seeds") + 1] = "1"
+    code, output = run_tune(args, logs)
+
+    assert code == 0, output
+    trial = study(logs, "local" + search.OPTIMIZER_SEARCHED).trials[0]
+    assert trial.params["local_optimizer"] in ("sgd", "momentum", "adam")
+    found = json.load(open(os.path.join(logs, "tuned.json")))["cells"][CELL]["schemes"]["local"]
+    assert found["space"]["--local-optimizer"] == "one of sgd, momentum, adam"
+    if found["flags"]:  # the trial completed
+        assert f"--local-optimizer={trial.params['local_optimizer']}" in tuned.flags_of(found)
 
 
 @pytest.mark.slow

@@ -1,11 +1,43 @@
 """The search's side of Optuna: a sampler of each study's own (quasi-random points first, TPE after them), a pruner
 between a trial's seeds, and the studies' storage (launch.py tune, launcher/studies/tune.py)."""
+import dataclasses
 import hashlib
 
+from training import config, modes
 from training.checks import UsageError
+from training.options import LOCAL_OPTIMIZERS, Choice
 
 QUASI_RANDOM_TRIALS = 8  # a power of two: the Sobol points before TPE models the objective
 WILCOXON_SEEDS = 4      # from this many seeds a trial, the Wilcoxon pruner (it cannot reach p < 0.125 on three)
+PERIOD = "sync_interval"  # local steps between aggregations
+OPTIMIZER = "local_optimizer"  # the optimizer of the steps a worker takes on its own
+OPTIMIZER_SEARCHED = "|local optimizer searched"  # in the name of a study whose space holds it: apart from the others
+
+
+def with_optimizer(space, mode):
+    """The space with the local optimizer (sgd, momentum, adam) where `mode` takes one: a scheme that brings its own
+    (DiLoCo's Adam) keeps it."""
+    flag = config.scheme_flags().get(OPTIMIZER)
+    if flag is None or mode not in flag.readers:
+        return space
+    return {**space, OPTIMIZER: ("--local-optimizer", Choice(LOCAL_OPTIMIZERS))}
+
+
+def period_limits(space, mode, devices, budget, charges):
+    """The space with the period's range free to widen past its top up to the longest period whose first aggregation
+    ends within the `budget`: the budget over a step of the device that times a round (the slowest of `devices` for
+    a synchronous scheme, the fastest otherwise), as the clock's `charges` declare it. Longer periods are all one
+    point, no aggregation at all; below the range's top that bound widens nothing. In real time (no charges) a step's
+    time is not declared and the range keeps its own limits."""
+    if PERIOD not in space or not charges:
+        return space
+    flag, rng = space[PERIOD]
+    factors = [float(f) for f in devices.split(",")]
+    slowdown = max(factors) if modes.MODES[mode].synchronous else min(factors)
+    longest = int(budget / (charges.step_seconds * slowdown + charges.step_overhead))
+    if longest <= rng.high:
+        return space
+    return {**space, PERIOD: (flag, dataclasses.replace(rng, limits=(rng.low, longest)))}
 
 
 def study_seed(cell, scheme, seed):

@@ -27,7 +27,6 @@ is marked failed. Writes <log-dir>/tuned.json (tuned.py), tuned.md and a figure 
 each hyperparameter. --values-of CELL searches nothing: the cell takes a neighbour's values, and tuned.json says so.
 """
 import contextlib
-import dataclasses
 import logging
 import os
 import shlex
@@ -39,8 +38,9 @@ from analysis import tuned
 from analysis import scheme_names
 from launcher import backends, checks, experiment, runner, workers
 from launcher.studies import map_schemes, parallel
-from launcher.studies.search import (QUASI_RANDOM_TRIALS, ended, ended_before, ended_trials, open_storage,
-                                     quasi_random_sampler, reached_every_seed, seeds_pruner, study_seed)
+from launcher.studies.search import (OPTIMIZER, OPTIMIZER_SEARCHED, QUASI_RANDOM_TRIALS, ended, ended_before,
+                                     ended_trials, open_storage, period_limits, quasi_random_sampler,
+                                     reached_every_seed, seeds_pruner, study_seed, with_optimizer)
 from training import config, modes
 from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
@@ -54,7 +54,6 @@ TRIAL_SEEDS = 3         # seeds a trial runs its values on
 BEST_FEW = 3            # the best trials whose spread tuned.json reports
 MAX_WIDENINGS = 2       # searches again over a widened range, at most, after a chosen value at its range's edge
 RATE_FLAGS = ("learning_rate", "local_lr")  # the step's rate, whose largest value that reached the target is given
-PERIOD = "sync_interval"  # local steps between aggregations
 
 
 # ----------------------------------------------------------------------------------------------
@@ -89,6 +88,9 @@ def build_parser():
                         "repeats'); also seeds each study's sampler, with its cell and scheme")
     p.add_argument("--snapshot-seconds", type=float, default=experiment.DEFAULT_SNAPSHOT_SECONDS,
                    help="seconds of training between the evaluations a run is timed by")
+    p.add_argument("--search-optimizer", action="store_true",
+                   help="also search the local optimizer (--local-optimizer: sgd, momentum, adam) of each scheme that "
+                        "takes one (one device, ESync, FedAvg, ...), as DiLoCo brings Adam: its own studies")
     p.add_argument("--storage", help="the studies' database, an SQLAlchemy URL (default: sqlite under the log dir)")
     p.add_argument("-ld", "--log-dir", "--logs", default=os.path.join("logs", "tune"))
     experiment.add_device_options(p)
@@ -148,7 +150,7 @@ def run_of(ns, scheme, number, seed, values, stage=0):
     """The Experiment of trial `number` of a scheme's search `stage` (0, or a widening) at `values` ({args name:
     value}) on one seed."""
     mode, own, flags, profile = scheme_run(scheme, ns.profile)
-    space = config.search_space(mode)
+    space = with_optimizer(config.search_space(mode), mode) if ns.search_optimizer else config.search_space(mode)
     flags = flags + [f"{space[name][0]}={space[name][1].text(value)}" for name, value in values.items()]
     links = {} if ns.link == tuned.LOOPBACK else {"comm_ratio": float(ns.link)}
     charges = backends.Charges.of(ns)
@@ -283,7 +285,8 @@ def study_of(ns, storage, scheme, declared, space, stage=0):
     import optuna
 
     widened = "".join(f"|{name} {rng.describe()}" for name, (_, rng) in space.items() if rng != declared[name][1])
-    name = f"{ns.cell}|{scheme}" + (f"|widened-{stage}{widened}" if stage else "")
+    name = f"{ns.cell}|{scheme}" + (OPTIMIZER_SEARCHED if OPTIMIZER in space else "") + (
+        f"|widened-{stage}{widened}" if stage else "")
     return optuna.create_study(study_name=name, storage=storage, direction="minimize",
                                sampler=quasi_random_sampler(study_seed(ns.cell, scheme, ns.seed) + stage, list(space)),
                                pruner=seeds_pruner(ns.trial_seeds), load_if_exists=True)
@@ -311,27 +314,12 @@ def tune(ns, storage, searches):
 
 
 def declared_space(ns, scheme):
-    """{args name: (flag, Range)}: what the search of `scheme` tries, its period's limits set by its cell's budget."""
+    """{args name: (flag, Range)}: what the search of `scheme` tries, its period's limits set by its cell's budget,
+    and under --search-optimizer its local optimizer where it takes one."""
     mode, _, _, devices = scheme_run(scheme, ns.profile)
     charges = run_of(ns, scheme, 0, ns.seeds[0], {}).charges  # a calibration file's, read as a trial reads it
-    return period_limits(config.search_space(mode), mode, devices, ns.max_time, charges)
-
-
-def period_limits(space, mode, devices, budget, charges):
-    """The space with the period's range free to widen past its top up to the longest period whose first aggregation
-    ends within the `budget`: the budget over a step of the device that times a round (the slowest of `devices` for
-    a synchronous scheme, the fastest otherwise), as the clock's `charges` declare it. Longer periods are all one
-    point, no aggregation at all; below the range's top that bound widens nothing. In real time (no charges) a step's
-    time is not declared and the range keeps its own limits."""
-    if PERIOD not in space or not charges:
-        return space
-    flag, rng = space[PERIOD]
-    factors = [float(f) for f in devices.split(",")]
-    slowdown = max(factors) if modes.MODES[mode].synchronous else min(factors)
-    longest = int(budget / (charges.step_seconds * slowdown + charges.step_overhead))
-    if longest <= rng.high:
-        return space
-    return {**space, PERIOD: (flag, dataclasses.replace(rng, limits=(rng.low, longest)))}
+    space = period_limits(config.search_space(mode), mode, devices, ns.max_time, charges)
+    return with_optimizer(space, mode) if ns.search_optimizer else space
 
 
 def widened(search):
