@@ -19,7 +19,8 @@ say is behind the best. The chosen values of a study are its best trial that rea
 (robust); where none did, its best trial, marked so. Under --until N, chosen values with one in the outer tenth of
 its range search N more trials over that range widened past the edge (Range.widened), at most MAX_WIDENINGS times;
 the chosen values are then the best of every stage. On a charged clock a period of local steps (--sync-interval)
-widens up to the longest period whose first aggregation ends within the budget (period_limits).
+widens up to the longest period whose first aggregation ends within the budget (period_limits). --search-optimizer
+searches --local-optimizer too wherever a scheme takes one, in studies of their own.
 
 The studies live in an SQLite file under the log dir (or --storage URL): the same command runs --trials more trials
 of each study, none repeated, or with --until N only the trials a study lacks of N; a trial whose process was killed
