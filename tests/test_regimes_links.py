@@ -43,7 +43,7 @@ def test_the_probe_runs_the_fastest_worker_alone_with_the_workers_options_and_ne
     assert argv[argv.index("-m") + 1] == "local" and argv[argv.index("--slowdown") + 1] == "1"
     assert argv[argv.index("-b") + 1] == "32" and argv[argv.index("-e") + 1] == "0"
     assert "--snapshot-dir" not in argv and "--eval-seconds" not in argv
-    assert "--local-optimizer" not in argv  # ESync's: the standalone probe refuses it
+    assert argv[argv.index("--local-optimizer") + 1] == "adam"  # the workers' step, its update included
     assert run.cluster.links_pending and run.cluster.worker_rate is None
 
 
