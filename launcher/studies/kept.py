@@ -8,12 +8,13 @@ import shutil
 import sqlite3
 
 from analysis import timing, tuned
+from launcher.studies import search
 from training.checks import UsageError
 from training.files import atomic_write, write_text
 
 RESULTS = "results"
 KEPT = ("regimes-plan.json", "regimes.json", "regimes.md", timing.FILE_NAME)  # what a map's study keeps
-SEARCH_STORE = "studies.db"  # a search's trials (launch.py tune's default store, in its log folder)
+SEARCH_STORE = search.STORE_FILE  # a search's trials (launch.py tune's default store, in its log folder)
 SEARCH_KEPT = ("tuned.json", "tuned.md", SEARCH_STORE)  # what a search's study keeps
 KEEP_EVERY = 600.0  # seconds between copies of a running search's trials into the study's folder
 

@@ -41,7 +41,7 @@ from launcher import backends, checks, experiment, runner, workers
 from launcher.studies import map_schemes, parallel
 from launcher.studies.search import (OPTIMIZER, OPTIMIZER_SEARCHED, QUASI_RANDOM_TRIALS, ended, ended_before,
                                      ended_trials, open_storage, period_limits, quasi_random_sampler,
-                                     reached_every_seed, seeds_pruner, study_seed, with_optimizer)
+                                     reached_every_seed, seeds_pruner, study_seed, with_optimizer, STORE_FILE)
 from training import config, modes
 from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
@@ -107,7 +107,7 @@ def parse(argv):
     ns = build_parser().parse_args(argv)
     ns.schemes = [s.strip() for s in ns.schemes.split(",") if s.strip()]
     ns.log_dir = os.path.abspath(ns.log_dir)
-    ns.storage = ns.storage or f"sqlite:///{os.path.join(ns.log_dir, 'studies.db')}"
+    ns.storage = ns.storage or f"sqlite:///{os.path.join(ns.log_dir, STORE_FILE)}"
     for name in ("holdout", "max_time", "target", "trial_seeds"):
         if not getattr(ns, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
