@@ -137,6 +137,9 @@ def test_the_rivals_flags_resolve_to_their_papers_defaults(argv, field, value):
     (["-m", "async", "--server-optimizer", "adagrad"], "--server-optimizer belongs to -m downpour, not -m async"),
     (["-m", "downpour", "--server-optimizer", "adagrad", "--momentum", "0.9"], "--momentum is SGD's"),
     (["-m", "async", "--update-on-servers"], "--update-on-servers belongs to -m sync"),
+    # given at its default, a flag no scheme of the mode reads is refused all the same
+    (["-m", "esync", "--backup-workers", "1"], "--backup-workers belongs to -m backup, not -m esync"),
+    (["-m", "sync", "--tiers=2"], "--tiers belongs to -m tifl, not -m sync"),
 ])
 def test_a_rivals_flag_where_it_does_not_belong_is_refused_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -332,12 +332,14 @@ def reads(mode, name):
     return flag is None or mode in flag.readers
 
 
-def refuse_other_modes_flags(parser, args):
-    """A scheme's flag changed from its default for a mode whose scheme does not read it."""
+def refuse_other_modes_flags(parser, args, argv):
+    """A scheme's flag given, or changed from its default, for a mode whose scheme does not read it (given at its
+    default it would be ignored as silently)."""
+    words = {arg.split("=", 1)[0] for arg in argv}
     for name, flag in scheme_flags().items():
         if flag.field.metadata["any_mode"] or args.mode in flag.readers:
             continue
-        if getattr(args, name) != flag.field.default:
+        if getattr(args, name) != flag.field.default or words & set(flag.field.metadata["flags"]):
             parser.error(f"{flag.name} belongs to -m {', '.join(flag.readers)}, not -m {args.mode}")
 
 
@@ -385,14 +387,15 @@ def resolve_mode(parser, args):
 def parse_args(argv=None):
     import sys
 
-    asked = asked_for_help(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    asked = asked_for_help(argv)
     if asked is not False:
         print(help_text(asked), end="")
         sys.exit(0)
     parser = build_parser()
     args = parser.parse_args(argv)
     resolve_mode_aliases(parser, args)
-    refuse_other_modes_flags(parser, args)
+    refuse_other_modes_flags(parser, args, argv)
     resolve_recipe(parser, args)
     resolve_momentum(parser, args)
     check_normalised_averaging(parser, args)
