@@ -5,7 +5,7 @@ import os
 
 from launcher import backends
 from launcher.dmlc import TRACKERS_WITH_TASK_INDEX
-from training import modes
+from training import config, modes
 from training.checks import UsageError
 from training.transport import collectives
 
@@ -50,6 +50,22 @@ def check_tracker(ns, devices, slowdowns):
                          "(e.g. --devices gpu0,gpu0) and one --slowdown")
     if ns.hosts == "netns":
         raise UsageError("--hosts netns starts the processes itself: leave out --tracker")
+
+
+def check_modes_read(ns, chosen, defaults):
+    """A launcher option set away from its default that no chosen mode reads would be ignored: refused. `defaults`:
+    the launcher's options as parsed from no arguments."""
+    readers = (("esync_policy", "--esync-policy", lambda mode: config.reads(mode, "esync_policy")),
+               ("validators", "--validators", lambda mode: modes.MODES[mode].validator),
+               ("validator_device", "--validator-device", lambda mode: modes.MODES[mode].validator))
+    for name, flag, reads in readers:
+        if getattr(ns, name) != getattr(defaults, name) and not any(reads(mode) for mode in chosen):
+            takers = ", ".join(mode for mode in modes.MODES if reads(mode))
+            raise UsageError(f"{flag} {getattr(ns, name)}: no mode of --modes {','.join(chosen)} reads it "
+                             f"(-m {takers} read it)")
+    for name, flag in (("attack", "--attack"), ("attack_scale", "--attack-scale")):
+        if getattr(ns, name) != getattr(defaults, name) and not ns.byzantine:
+            raise UsageError(f"{flag} {getattr(ns, name)} is what the Byzantine workers do: give --byzantine K too")
 
 
 def check_validators(tracker, chosen):

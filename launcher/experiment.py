@@ -322,14 +322,16 @@ def build(ns, worker_args=()):
     """The Experiment of the launcher's options (parsed, or made by options()) and the arguments every worker gets
     after them; UsageError (one line) for bad input."""
     worker_args = list(worker_args)
+    defaults = build_parser().parse_args([])
     if ns.cluster:
-        cluster_file.apply(ns, build_parser().parse_args([]))
+        cluster_file.apply(ns, defaults)
     devices = workers.parse_devices(ns.devices, ns.slowdown)
     slowdowns = workers.parse_slowdowns(ns.slowdown or "1", len(devices))
     chosen = parse_modes(ns.modes)
     device_flags(ns.validator_device)
     checks.check_limits(ns, len(devices))
     checks.check_tracker(ns, devices, slowdowns)
+    checks.check_modes_read(ns, chosen, defaults)
     checks.check_validators(ns.tracker, chosen)
     checks.check_standalone(ns, chosen)
     checks.check_collective(ns, chosen)

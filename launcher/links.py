@@ -44,6 +44,12 @@ def link_rates(ns, num_hosts):
             raise UsageError(f"--ps-bandwidth: {error}") from None
         check_shaped(ns, f"--ps-bandwidth {ns.ps_bandwidth}", "servers'")
     if ns.hosts == "local":
+        unshaped = [f"{flag} {value}" for flag, value in (("--bandwidth", ns.bandwidth),
+                                                          ("--netns-prefix", ns.netns_prefix)) if value]
+        if unshaped:
+            raise UsageError(f"{unshaped[0]} is for --hosts netns" + (
+                "; on the virtual clock --comm-ratio sets the workers' links" if backends.of(ns).charges_time else
+                ": on loopback the links carry what they can"))
         return None, None
     try:
         netns.parse_subnet(ns.netns_subnet, num_hosts)

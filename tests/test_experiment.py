@@ -2,6 +2,7 @@
 checks derive computed once, nothing written back."""
 import dataclasses
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -115,6 +116,32 @@ def test_how_a_cluster_aggregates_is_refused_where_every_mode_trains_alone_and_t
         "local", "sync")
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--modes", "sync", "--esync-policy", "apply"], "--esync-policy apply: no mode of --modes sync reads it"),
+    (["--modes", "esync,zeno", "--validators", "2", "--bandwidth", "1gbit"], "--bandwidth 1gbit is for --hosts netns"),
+    (["--modes", "sync", "--validators", "2"], "--validators 2: no mode of --modes sync reads it (-m zeno, zeno-async"),
+    (["--modes", "sync", "--validator-device", "gpu0"], "--validator-device gpu0: no mode of --modes sync reads it"),
+    (["--modes", "sync", "--attack", "random"], "--attack random is what the Byzantine workers do: give --byzantine"),
+    (["--modes", "sync", "--attack-scale", "3"], "--attack-scale 3.0 is what the Byzantine workers do"),
+    (["--modes", "sync", "--netns-prefix", "x-"], "--netns-prefix x- is for --hosts netns"),
+    (["--modes", "sync", "--clock", "virtual", "--step-seconds", "0.01", "--bandwidth", "1gbit"],
+     "--bandwidth 1gbit is for --hosts netns; on the virtual clock --comm-ratio sets the workers' links"),
+])
+def test_an_option_nothing_of_the_run_would_read_is_refused_in_one_line(argv, message):
+    with pytest.raises(UsageError, match=f"^{re.escape(message)}"):
+        experiment.parse([*argv, *LENET, "--slowdown", "1,2"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["--modes", "sync,esync", "--esync-policy", "apply"],
+    ["--modes", "sync,zeno", "--validators", "2", "--validator-device", "cpu"],
+    ["--modes", "sync", "--byzantine", "1", "--attack", "random", "--attack-scale", "3"],
+    ["--modes", "sync", "--hosts", "netns", "--bandwidth", "1gbit", "--netns-prefix", "x-"],
+])
+def test_the_same_options_are_taken_where_a_mode_or_the_hosts_read_them(argv):
+    assert experiment.parse([*argv, *LENET, "--slowdown", "1,2"]).modes[0] == "sync"
+
+
 @pytest.mark.parametrize("argv, wall_limit", [
     (["--max-time", "30"], 180.0),
     (["--max-time", "30", "--wall-limit", "50"], 50.0),
@@ -136,7 +163,8 @@ def test_validators_run_as_extra_workers_of_the_modes_that_have_them():
     assert described.validator_hosts == 2
     assert [argv.count("--validator") for argv in commands.workers_argv(described, "zeno", "logs")] == [0, 0, 0, 1, 1]
     assert not any("--validator" in argv for argv in commands.workers_argv(described, "sync", "logs"))
-    assert parse("--devices", "cpu,cpu", "--validators", "2").validator_hosts == 0  # no mode of it validates
+    with pytest.raises(UsageError, match="--validators 2: no mode of --modes esync,sync reads it"):
+        parse("--devices", "cpu,cpu", "--validators", "2")  # no mode of it validates
     for bad in ("0", "4"):
         with pytest.raises(UsageError, match=f"--validators {bad}: give 1 to 3"):
             experiment.parse(["--modes", "zeno", *LENET, "--devices", "cpu,cpu,cpu", "--validators", bad])

@@ -170,8 +170,9 @@ def planned_runs(ns, networks, cluster_modes, worker_args):
             for split in ns.splits:
                 chosen = cluster_modes + ((modes.STANDALONE,) if split == ns.splits[0] else ())
                 log_dir = paper.repeat_dir(ns.log_dir, repeat)
-                runs.append(paper_run(ns, network, repeat, split, chosen, log_dir, {"esync_policy": ns.esync_policy},
-                                      worker_args))
+                policy = ({"esync_policy": ns.esync_policy}
+                          if any(config.reads(mode, "esync_policy") for mode in chosen) else {})
+                runs.append(paper_run(ns, network, repeat, split, chosen, log_dir, policy, worker_args))
                 for variant in ns.esync_variants:
                     configuration = esync_variants.composition(variant)
                     runs.append(paper_run(ns, network, repeat, split, ("esync",),
