@@ -150,6 +150,22 @@ def test_a_rivals_flag_where_it_does_not_belong_is_refused_in_one_line(argv, mes
     assert message in line
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["-m", "sync", "--lr-steps", "5"], "--lr-steps and --lr-factor set --lr-schedule step's drops; the schedule "
+                                        "is constant"),
+    (["-m", "sync", "--lr-schedule", "cosine", "--epochs", "2", "--lr-factor", "0.5"], "the schedule is cosine"),
+    (["-m", "local", "--eval-timeout", "5"], "--eval-timeout is the evaluator's (-m evaluate), not -m local's"),
+])
+def test_a_setting_nothing_of_the_process_reads_is_refused_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        config.parse_args(argv)
+
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert message in line
+    assert config.parse_args(["-m", "sync", "--lr-schedule", "step", "--lr-steps", "5", "--lr-factor", "0.5"])
+
+
 def test_the_launcher_drops_another_modes_flags_with_their_values_and_switches_alone():
     argv = ["--overlap", "--eval-seconds", "0.5", "--proximal", "0.1", "--scaffold", "-b", "32"]
 

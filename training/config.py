@@ -287,6 +287,14 @@ def resolve_recipe(parser, args):
     args.lr_steps = tuple(args.lr_steps or ())
 
 
+def refuse_unread_settings(parser, args):
+    """Settings of one schedule or one process kind given where nothing reads them."""
+    if args.lr_schedule != "step" and (args.lr_steps or args.lr_factor != default("lr_factor")):
+        parser.error(f"--lr-steps and --lr-factor set --lr-schedule step's drops; the schedule is {args.lr_schedule}")
+    if args.mode != EVALUATE_MODE and args.eval_timeout != parser.get_default("eval_timeout"):
+        parser.error(f"--eval-timeout is the evaluator's (-m {EVALUATE_MODE}), not -m {args.mode}'s")
+
+
 def resolve_slowdown(parser, args):
     """args.slowdowns: the factor of each process the command starts; args.slowdown: this process's."""
     factors = args.slowdown if isinstance(args.slowdown, tuple) else (args.slowdown,)
@@ -397,6 +405,7 @@ def parse_args(argv=None):
     resolve_mode_aliases(parser, args)
     refuse_other_modes_flags(parser, args, argv)
     resolve_recipe(parser, args)
+    refuse_unread_settings(parser, args)
     resolve_momentum(parser, args)
     check_normalised_averaging(parser, args)
     resolve_slowdown(parser, args)
