@@ -135,6 +135,8 @@ def test_the_quasi_random_points_spread_over_the_range_on_its_own_scale():
     (["--profile", "1,0"], "--profile: expected a positive number, got '0'"),
     (["--link", "fast"], "--link 'fast': give loopback or a communication ratio R > 0"),
     (["--trial-seeds", "0"], "--trial-seeds must be positive"),
+    (["--schemes", "sync,diloco@ring", "--search-optimizer"], "--search-optimizer: no scheme of --schemes "
+                                                                "sync,diloco@ring steps with --local-optimizer"),
 ])
 def test_a_bad_cell_or_seed_count_is_one_line_before_anything_runs(argv, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):

@@ -3,6 +3,7 @@ between a trial's seeds, and the studies' storage (launch.py tune, launcher/stud
 import dataclasses
 import hashlib
 
+from analysis import scheme_names
 from training import config, modes
 from training.checks import UsageError
 from training.options import LOCAL_OPTIMIZERS, Choice
@@ -22,6 +23,13 @@ def with_optimizer(space, mode):
     if flag is None or mode not in flag.readers:
         return space
     return {**space, OPTIMIZER: ("--local-optimizer", Choice(LOCAL_OPTIMIZERS))}
+
+
+def check_optimizer_searched(schemes):
+    """--search-optimizer where no scheme steps with --local-optimizer would search nothing more: UsageError."""
+    if all(OPTIMIZER not in with_optimizer({}, scheme_names.mode_of(scheme)[0]) for scheme in schemes):
+        raise UsageError(f"--search-optimizer: no scheme of --schemes {','.join(schemes)} steps with "
+                         "--local-optimizer (DiLoCo keeps its Adam, the server-stepped schemes their SGD)")
 
 
 def period_limits(space, mode, devices, budget, charges):

@@ -39,9 +39,10 @@ from analysis import tuned
 from analysis import scheme_names
 from launcher import backends, checks, experiment, runner, workers
 from launcher.studies import map_schemes, parallel
-from launcher.studies.search import (OPTIMIZER, OPTIMIZER_SEARCHED, QUASI_RANDOM_TRIALS, ended, ended_before,
-                                     ended_trials, open_storage, period_limits, quasi_random_sampler,
-                                     reached_every_seed, seeds_pruner, study_seed, with_optimizer, STORE_FILE)
+from launcher.studies.search import (OPTIMIZER, OPTIMIZER_SEARCHED, QUASI_RANDOM_TRIALS, STORE_FILE,
+                                     check_optimizer_searched, ended, ended_before, ended_trials, open_storage,
+                                     period_limits, quasi_random_sampler, reached_every_seed, seeds_pruner,
+                                     study_seed, with_optimizer)
 from training import config, modes
 from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
@@ -122,7 +123,10 @@ def parse(argv):
     ns.command = "python launch.py tune " + shlex.join(argv)
     for scheme in ns.schemes:
         first_run(ns, scheme)  # every scheme's run is one the launcher takes
+    if ns.search_optimizer:
+        check_optimizer_searched(ns.schemes)
     return ns
+
 
 
 def check_cell(ns):
