@@ -42,7 +42,8 @@ def link_rates(ns, num_hosts):
             network.parse_server_rate(ns.ps_bandwidth)
         except ValueError as error:
             raise UsageError(f"--ps-bandwidth: {error}") from None
-        check_shaped(ns, f"--ps-bandwidth {ns.ps_bandwidth}", "servers'")
+        check_shaped(ns, f"--ps-bandwidth {ns.ps_bandwidth}", "servers'",
+                     relative=network.parse_server_rate(ns.ps_bandwidth)[0] is not None)
     if ns.hosts == "local":
         unshaped = [f"{flag} {value}" for flag, value in (("--bandwidth", ns.bandwidth),
                                                           ("--netns-prefix", ns.netns_prefix)) if value]
@@ -67,16 +68,20 @@ def link_slowdowns(ns, num_workers):
     factors = workers.parse_slowdowns(ns.link_slowdown, num_workers, "--link-slowdown")
     if all(float(f) == 1 for f in factors):
         return ()
-    check_shaped(ns, f"--link-slowdown {ns.link_slowdown}", "workers'")
+    check_shaped(ns, f"--link-slowdown {ns.link_slowdown}", "workers'", relative=True)
     return factors
 
 
-def check_shaped(ns, given, whose):
+def check_shaped(ns, given, whose, relative=False):
     """UsageError unless the links are shaped (--hosts netns) or charged (--clock virtual): on loopback in real time
-    a rate given for them would be ignored."""
+    a rate given for them would be ignored, and so would a multiple of the workers' rate (`relative`) where the
+    virtual clock's workers' links are free."""
     if not backends.of(ns).link_rates_apply:
         raise UsageError(f"{given}: the {whose} links are shaped with --hosts netns and charged with --clock virtual; "
                          "on loopback they carry what they can")
+    if relative and ns.hosts == "local" and ns.comm_ratio is None:
+        raise UsageError(f"{given} scales the workers' links, which are free on the virtual clock without "
+                         "--comm-ratio: give --comm-ratio R")
 
 
 def link_of(ns):

@@ -80,6 +80,19 @@ def test_a_ratio_is_positive_on_shaped_links_and_alone(args, message):
         experiment.parse(["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", *args])
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--link-slowdown", "1,3"], "--link-slowdown 1,3 scales the workers' links, which are free on the virtual clock "
+                                 "without --comm-ratio"),
+    (["--ps-bandwidth", "6x"], "--ps-bandwidth 6x scales the workers' links"),
+])
+def test_a_multiple_of_free_virtual_links_is_refused(args, message):
+    virtual = ["--modes", "sync", "--slowdown", "1,4", "--max-time", "5", "--clock", "virtual", "--step-seconds", "0.01"]
+    with pytest.raises(UsageError, match=message):
+        experiment.parse([*virtual, *args])
+    assert experiment.parse([*virtual, *args, "--comm-ratio", "12"]).cluster.comm_ratio == 12
+    assert experiment.parse([*virtual, "--ps-bandwidth", "100mbit"]).cluster.ps_link == "100mbit"
+
+
 def test_the_link_options_are_handed_on_as_given():
     parser = paper_command.build_parser()
     ns = parser.parse_args(["--hosts", "netns", "--comm-ratio", "12", "-s", "2", "--netns-prefix", "p-"])

@@ -101,6 +101,13 @@ def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers
     (["--higher-targets", "high"], "give accuracies"),
     (["--", "-m", "sync"], "set by the launcher"),
     (["--links", "loopback", "--step-seconds", "0.01"], "a number of seconds is charged on --clock virtual"),
+    (["--links", "loopback", "--ps-bandwidth", "1gbit"], "--ps-bandwidth 1gbit: --links loopback has loopback cells "
+                                                         "only, where it sets nothing"),
+    (["--links", "loopback", "--netns-prefix", "m-"], "--netns-prefix m-: --links loopback has loopback cells only"),
+    (["--links", "loopback", "--clock", "virtual", "--step-seconds", "0.01", "--link-slowdown", "1,3"],
+     "--link-slowdown 1,3: --links loopback has loopback cells only"),
+    (["--links", "loopback", "--clock", "virtual", "--step-seconds", "0.01", "--ps-bandwidth", "6x"],
+     "--ps-bandwidth 6x: --links loopback"),
 ])
 def test_bad_grids_are_refused_before_anything_runs(argv, message):
     with pytest.raises(UsageError, match=message):

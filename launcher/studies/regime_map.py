@@ -34,6 +34,7 @@ from launcher import backends, calibration, checks, experiment, links, runner, s
 from launcher.studies import map_schemes, parallel
 from launcher.dmlc import split_at_double_dash
 from training import config, modes
+from training.clocks import network
 from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from training.files import read_json, write_json
@@ -183,6 +184,28 @@ NETNS_OPTIONS = ("netns_prefix", "netns_subnet")  # handed on to the runs on sha
 LINK_RATES = ("ps_bandwidth", "link_slowdown")  # handed on to the runs on shaped links and on the virtual clock
 
 
+def relative_link_rates(ns):
+    """The LINK_RATES given as multiples of the workers' links: each worker's slowdown, the servers' "Nx"."""
+    relative = ("link_slowdown",)
+    if ns.ps_bandwidth and network.TIMES.match(ns.ps_bandwidth.strip().lower()):
+        relative += ("ps_bandwidth",)
+    return relative
+
+
+def check_link_options(ns, link_list):
+    """UsageError for a link option that no cell of the map would use: where every link is loopback, the namespaces'
+    options and, in real time, the links' rates; on the virtual clock the multiples of free workers' links."""
+    if any(link != regime_map.LOOPBACK for link in link_list):
+        return
+    unused = NETNS_OPTIONS + (relative_link_rates(ns) if backends.of(ns).charges_time else LINK_RATES)
+    defaults = build_parser().parse_args([])
+    given = [name for name in unused if getattr(ns, name) != getattr(defaults, name)]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UsageError(f"{flag} {getattr(ns, given[0])}: --links {','.join(link_list)} has loopback cells only, "
+                         "where it sets nothing")
+
+
 def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_options, devices=None):
     """The launcher's options of one scheme (its mode and own options) in one cell and repeat; `devices`: the
     slowdowns it trains on where they are not the cell's profile (fast-only's)."""
@@ -192,6 +215,8 @@ def run_options(ns, plan, link, profile, split, repeat, scheme, mode, own_option
     virtual = backends.of(ns).charges_time  # the links charged, not shaped
     if link == regime_map.LOOPBACK or virtual:
         dropped = NETNS_OPTIONS if virtual else (*NETNS_OPTIONS, *LINK_RATES, "step_seconds")
+        if virtual and link == regime_map.LOOPBACK:
+            dropped += relative_link_rates(ns)  # a multiple of free links is free
         links = {name: value for name, value in links.items() if name not in dropped}
         links.update(hosts="local", comm_ratio=None if link == regime_map.LOOPBACK else float(link))
     else:
@@ -240,6 +265,7 @@ def parse(argv):
     if ns.link_probe and not any(link != regime_map.LOOPBACK for link in parse_links(ns.links)):
         raise UsageError("--step-seconds FILE in real time sets the shaped links' rate: give a ratio in --links, or "
                          "--clock virtual")
+    check_link_options(ns, parse_links(ns.links))
     plan = plan_of(ns)
     if ns.resume:
         check_resumable(ns.log_dir, plan)
