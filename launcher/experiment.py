@@ -315,7 +315,9 @@ def options(**given):
 def parse(argv):
     """The Experiment of a launcher command line; UsageError (one line) for bad input."""
     own, worker_args = split_at_double_dash(list(argv))
-    return build(build_parser().parse_args(own), worker_args)
+    described = build(build_parser().parse_args(own), worker_args)
+    checks.check_worker_flags_read(worker_args, described.modes)
+    return described
 
 
 def build(ns, worker_args=()):

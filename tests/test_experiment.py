@@ -142,6 +142,14 @@ def test_the_same_options_are_taken_where_a_mode_or_the_hosts_read_them(argv):
     assert experiment.parse([*argv, *LENET, "--slowdown", "1,2"]).modes[0] == "sync"
 
 
+def test_a_schemes_flag_after_the_double_dash_that_no_mode_of_the_command_reads_is_refused():
+    with pytest.raises(UsageError, match=r"^--tiers=3 after --: no mode of the command \(sync, async\) reads it "
+                                         r"\(-m tifl read it\)"):
+        experiment.parse(["--modes", "sync,async", *LENET, "--slowdown", "1,2", "--", "--tiers=3"])
+    assert experiment.parse(["--modes", "sync,tifl", *LENET, "--slowdown", "1,2", "--", "--tiers", "3"]).modes == (
+        "sync", "tifl")
+
+
 @pytest.mark.parametrize("argv, wall_limit", [
     (["--max-time", "30"], 180.0),
     (["--max-time", "30", "--wall-limit", "50"], 50.0),

@@ -100,6 +100,7 @@ def test_a_named_configuration_runs_with_its_policy_and_flags_before_the_workers
     (["--higher-targets", "0.75"], "must be above --target 0.8"),
     (["--higher-targets", "high"], "give accuracies"),
     (["--", "-m", "sync"], "set by the launcher"),
+    (["--schemes", "sync,fast-only", "--", "--proximal", "0.1"], r"--proximal after --: no mode of the command \(sync\)"),
     (["--links", "loopback", "--step-seconds", "0.01"], "a number of seconds is charged on --clock virtual"),
     (["--links", "loopback", "--ps-bandwidth", "1gbit"], "--ps-bandwidth 1gbit: --links loopback has loopback cells "
                                                          "only, where it sets nothing"),

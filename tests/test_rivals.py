@@ -396,6 +396,7 @@ def glob_meta(folder):
 @pytest.mark.parametrize("argv, message", [
     (["-m", "0,1"], "set by the launcher"),
     (["--rho", "0.5"], "at least two distinct values"),
+    (["--tiers", "2,3"], r"--tiers after --: no mode of the command \(zeno\) reads it"),
 ])
 def test_a_sweep_of_a_flag_the_launcher_sets_or_of_one_value_is_refused(argv, message):
     from launcher.studies import sweep

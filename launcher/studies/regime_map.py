@@ -245,6 +245,7 @@ def planned_runs(ns, plan, worker_args):
                                               devices)
                         run = experiment.build(options, own_flags + list(worker_args))
                         runs.append((label, regime_map.run_dir(ns.log_dir, link, profile, split, repeat, scheme), run))
+    checks.check_worker_flags_read(worker_args, tuple(dict.fromkeys(mode for _, _, run in runs for mode in run.modes)))
     return runs
 
 

@@ -45,6 +45,7 @@ def parse(argv):
         options = copy.copy(given)
         options.log_dir = os.path.join(given.log_dir, folder_name(flag, value))
         runs.append((value, experiment.build(options, worker_args + [flag, value])))
+    checks.check_worker_flags_read(worker_args + [flag], runs[0][1].modes)
     return flag, runs
 
 
