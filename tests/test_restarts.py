@@ -58,8 +58,9 @@ def run_with_kills(tmp_path, mode, victims, max_restarts):
     exit code, output, the rounds logged at each kill)."""
     logs = str(tmp_path / "logs")
     # ESync under the paper's rule: on equal devices about one local step a round, as many rounds as SSGD's
-    args = ["--modes", mode, "--devices", "cpu,cpu", "--max-iters", str(MAX_ITERS), "--max-time", "120",
-            "--esync-policy", "apply", "--max-restarts", str(max_restarts), "--no-figures", *LENET]
+    policy = ["--esync-policy", "apply"] if mode == "esync" else []
+    args = ["--modes", mode, "--devices", "cpu,cpu", "--max-iters", str(MAX_ITERS), "--max-time", "120", *policy,
+            "--max-restarts", str(max_restarts), "--no-figures", *LENET]
     with launcher(args, logs) as proc:
         killed_at = [kill_during_training(logs, mode, victims[0], CHECKPOINT_EVERY + 5)]
         for kill, name in enumerate(victims[1:], 1):
