@@ -59,6 +59,9 @@ def test_an_unknown_study_or_one_that_runs_no_launcher_command_is_one_line(repo)
     (repo / registry.RESULTS / "odd" / registry.DECLARATION).write_text(json.dumps({"command": "python launch.py x"}))
     with pytest.raises(UsageError, match="a study runs launch.py regimes or tune or calibrate or noise-scale"):
         registry.run_study("odd", resume=False, root=str(repo))
+    for listing_with in (["--resume"], ["--keep-every", "5"]):
+        with pytest.raises(UsageError, match="--resume and --keep-every are for running a study: give its name"):
+            registry.parse([*listing_with, "--root", str(repo)])
 
 
 @pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load

@@ -12,9 +12,8 @@ the earlier one kept. After each map its plan, results, table and wall time are 
 study's folder (into <name>/<log folder's name>/ where the study runs several maps); after a search (`launch.py tune
 ... --until N`), its tuned.json, tuned.md and its trials (studies.db, also every --keep-every seconds while it runs),
 which go back into a log folder that lacks them (a fresh clone): the same search again runs only the trials its
-studies lack, on any machine (kept.py). The
-study's README.md gets a generated block for each result; `launch.py docs` fills them, and the README's verdict
-table (every study that holds a map) follows.
+studies lack, on any machine (kept.py). The study's README.md gets a generated block for each result; `launch.py
+docs` fills them, and the README's verdict table (every study that holds a map) follows.
 """
 import argparse
 import os
@@ -345,6 +344,8 @@ def parse(argv):
     ns.root = os.path.abspath(ns.root)
     if not 0 < ns.keep_every < float("inf"):
         raise UsageError(f"--keep-every {ns.keep_every:g}: give a period in seconds")
+    if ns.name is None and (ns.resume or ns.keep_every != KEEP_EVERY):
+        raise UsageError("--resume and --keep-every are for running a study: give its name")
     if ns.name is not None:
         check_runnable(ns.name, commands_of(declared(ns.name, ns.root)))
     return ns
