@@ -140,30 +140,24 @@ def test_the_rivals_flags_resolve_to_their_papers_defaults(argv, field, value):
     # given at its default, a flag no scheme of the mode reads is refused all the same
     (["-m", "esync", "--backup-workers", "1"], "--backup-workers belongs to -m backup, not -m esync"),
     (["-m", "sync", "--tiers=2"], "--tiers belongs to -m tifl, not -m sync"),
-])
-def test_a_rivals_flag_where_it_does_not_belong_is_refused_in_one_line(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        config.parse_args(argv)
-
-    assert exit_.value.code == 2
-    (line,) = capsys.readouterr().err.splitlines()
-    assert message in line
-
-
-@pytest.mark.parametrize("argv, message", [
+    # a schedule's or the evaluator's setting where nothing reads it
     (["-m", "sync", "--lr-steps", "5"], "--lr-steps and --lr-factor set --lr-schedule step's drops; the schedule "
                                         "is constant"),
     (["-m", "sync", "--lr-schedule", "cosine", "--epochs", "2", "--lr-factor", "0.5"], "the schedule is cosine"),
     (["-m", "local", "--eval-timeout", "5"], "--eval-timeout is the evaluator's (-m evaluate), not -m local's"),
 ])
-def test_a_setting_nothing_of_the_process_reads_is_refused_in_one_line(argv, message, capsys):
+def test_a_flag_where_nothing_of_the_process_reads_it_is_refused_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         config.parse_args(argv)
 
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert message in line
-    assert config.parse_args(["-m", "sync", "--lr-schedule", "step", "--lr-steps", "5", "--lr-factor", "0.5"])
+
+
+def test_the_step_schedule_takes_its_drops():
+    assert config.parse_args(["-m", "sync", "--lr-schedule", "step", "--lr-steps", "5", "--lr-factor", "0.5"]).lr_steps \
+        == (5,)
 
 
 def test_the_launcher_drops_another_modes_flags_with_their_values_and_switches_alone():
