@@ -3,7 +3,8 @@
     python -m bench.run                 # the full table (about 85 minutes on 2 cores, as root)
     python -m bench.run --only network  # one section (sync_overhead, heterogeneity, state_server, byzantine,
                                         # network, input_pipeline, evaluation, devices, placement,
-                                        # checkpointing, virtual_clock), into results-<section>.*
+                                        # checkpointing, virtual_clock, virtual_engine), into
+                                        # results-<section>.*
     python -m bench.run --quick         # every section, tiny durations (a smoke test)
     python -m bench.run --only heterogeneity --hosts netns --comm-ratio 3   # that section on shaped links
 
@@ -38,7 +39,9 @@ Writes bench/results.json and bench/results.md (or --out DIR). Sections (each a 
      CPU quota can be given (needs root);
  12. checkpointing: the launcher's runs with their default checkpoints against the same runs without any;
  13. the virtual clock's cost: SSGD, ESync, ASGD and one device on the paper's cell, 30 s of training in real time
-     and on the virtual clock, wall seconds side by side.
+     and on the virtual clock, wall seconds side by side;
+ 14. the virtual job's engine: one seed of a search's trial, ESync on the paper's cell at R = 12, on MXNet's naive
+     engine (a virtual job's default) and on its threaded one, alternately: CPU seconds, and whether the logs match.
 """
 import argparse
 import logging
@@ -59,6 +62,7 @@ from bench.sections import (
     state_server,
     sync_overhead,
     virtual_clock,
+    virtual_engine,
 )
 from launcher import experiment, links, netns
 from launcher.cluster import ROOT
@@ -101,7 +105,11 @@ FULL = dict(repeats=3, trainer_iters={"lenet": 600, "resnet18-v1": 80}, warmup=5
                 ("devices 1,000x apart", "esync", "1,1,1000", 30, "lenet", {}, []),
                 ("links at R = 100", "sync", "1,1,4", 10, "lenet", {"comm_ratio": 100.0}, []),
                 ("the paper's cluster, R = 12, GPUs at 0.03 s a step", "esync", "1,1,1,1,117,117", 1, "resnet18-v1",
-                 {"comm_ratio": 12.0, "step_seconds": 0.03}, [])])
+                 {"comm_ratio": 12.0, "step_seconds": 0.03}, [])],
+            # a search's trial in the headline cell (results/every-rival-117x-r12-v5)
+            virtual_engines=dict(mode="esync", profile="1,1,1,1,117,117", seconds=120, snapshot_seconds=2, repeats=3,
+                                 options={"comm_ratio": 12.0, "step_seconds": 0.03, "esync_policy": "apply",
+                                          "dataset": "fashion-mnist", "data_dir": None, "holdout": 5000}))
 # A smoke test of every section: one run where the full benchmark compares several, no separate accuracy runs, two
 # workers where the full benchmark has three or more.
 QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
@@ -116,7 +124,9 @@ QUICK = dict(repeats=1, trainer_iters={"lenet": 30}, warmup=3,
              placement_networks={"lenet": 3}, placement_steps=20, placement_profile="1,1,4", placement_slowdown=20,
              checkpoint_runs={"lenet": ["sync"]}, checkpoint_profile="1,4", checkpoint_seconds=1,
              virtual_profile="1,4", virtual_seconds=1, virtual_modes=["local"], virtual_step_seconds=0.01,
-             virtual_scale=[("8 workers", "sync", ",".join(["1"] * 8), 0.1, "lenet", {}, [])])
+             virtual_scale=[("8 workers", "sync", ",".join(["1"] * 8), 0.1, "lenet", {}, [])],
+             virtual_engines=dict(mode="sync", profile="1,4", seconds=1, snapshot_seconds=0.5, repeats=1,
+                                  options={"step_seconds": 0.01}))
 
 
 def unknown_modes(cfg):
@@ -132,9 +142,10 @@ def unknown_modes(cfg):
 # earlier) -> its results, `earlier` holding the sections that ran before it; its markdown(results) -> its table.
 SECTIONS = {"sync_overhead": sync_overhead, "heterogeneity": heterogeneity, "state_server": state_server,
             "byzantine": byzantine, "network": network, "input_pipeline": input_pipeline, "evaluation": evaluation,
-            "devices": devices, "placement": placement, "checkpointing": checkpointing, "virtual_clock": virtual_clock}
+            "devices": devices, "placement": placement, "checkpointing": checkpointing, "virtual_clock": virtual_clock,
+            "virtual_engine": virtual_engine}
 TABLE_ORDER = ("sync_overhead", "heterogeneity", "byzantine", "state_server", "network", "input_pipeline",
-               "evaluation", "devices", "placement", "checkpointing", "virtual_clock")
+               "evaluation", "devices", "placement", "checkpointing", "virtual_clock", "virtual_engine")
 
 
 def markdown(results):

@@ -175,6 +175,9 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     assert all(r["real_wall_seconds"] > 0 and r["virtual_wall_seconds"] > 0 for r in results["virtual_clock"]["rows"])
     assert [(r["workers"], r["rounds"] > 0, r["peak_mb"] > 0) for r in results["virtual_clock"]["scale"]] == [
         (8, True, True)]
+    engines = results["virtual_engine"]
+    assert engines["same_logs"] and set(engines["runs"]) == {"naive", "threaded"}
+    assert all(r["cpu_seconds"] > 0 for runs in engines["runs"].values() for r in runs)
     placed = results["placement"]
     if "skipped" not in placed:  # CPU quotas need root
         assert [r["network"] for r in placed["rows"]] == list(config["placement_networks"])
@@ -182,7 +185,8 @@ def test_quick_benchmark_writes_every_section(tmp_path):
         assert placed["rows"][0]["step"]["per_step"] > 0 and placed["rows"][0]["step"]["entered_once"] > 0
     table = (tmp_path / "results.md").read_text()
     for heading in ("Sync overhead", "Heterogeneity", "State server", "Byzantine workers", "Network", "Input pipeline",
-                    "Evaluation off the training path", "Devices", "Placement of a device's CPU quota"):
+                    "Evaluation off the training path", "Devices", "Placement of a device's CPU quota",
+                    "The virtual job's engine"):
         assert heading in table
 
 

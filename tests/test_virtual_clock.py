@@ -179,10 +179,12 @@ EVERY_MODE = ("--max-time", "2", "--step-seconds", "0.1", "--snapshot-seconds", 
 @pytest.fixture(scope="module")
 def virtual_jobs(tmp_path_factory):
     """Every mode that runs on the virtual clock, 2 virtual seconds on 3 devices; and at the same time ESync and ASGD
-    again, each job the other's load (and the tests' beside them)."""
+    again, each job the other's load (and the tests' beside them), the second on MXNet's threaded engine rather than
+    the naive one a virtual job takes (training/clocks/job.py)."""
     runs = [str(tmp_path_factory.mktemp("virtual") / "logs") for _ in range(2)]
     args = [virtual_args(",".join(chosen), "1,1,4", *EVERY_MODE) for chosen in (RUNS_VIRTUALLY, ["esync", "async"])]
-    with launcher(args[0], runs[0]) as every_mode, launcher(args[1], runs[1]) as beside_it:
+    threaded = {**launcher_env(), "MXNET_ENGINE_TYPE": "ThreadedEnginePerDevice"}
+    with launcher(args[0], runs[0]) as every_mode, launcher(args[1], runs[1], threaded) as beside_it:
         for proc in (every_mode, beside_it):
             proc.wait(timeout=300)
             assert proc.returncode == 0, read_output(proc)
@@ -191,7 +193,8 @@ def virtual_jobs(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load (the slow tests' group)
-def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machine_runs(virtual_jobs):
+def test_a_job_on_the_virtual_clock_writes_the_same_logs_whatever_else_the_machine_runs_on_either_engine(
+        virtual_jobs):
     every_mode, beside_busy_loops = (logged(logs) for logs in virtual_jobs)
     alone = {name: content for name, content in every_mode.items() if name.split(os.sep)[1] in ("esync", "async")}
 

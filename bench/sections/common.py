@@ -24,7 +24,8 @@ fmt = functools.partial(format_cell, missing="–")  # a number of the tables, o
 
 def launch(modes, profile, seconds, workdir, launcher_options=None, network="lenet",
            snapshot_seconds=DEFAULT_SNAPSHOT_SECONDS, worker_options=()):
-    """Summaries of the modes run by the launcher (`launcher_options`: more of its options, by attribute name);
+    """Summaries of the modes run by the launcher (`launcher_options`: more of its options, by attribute name, the
+    data set's among them where not the shipped sample);
     accuracy from the evaluator process's tests of rank 0's snapshots every `snapshot_seconds` (0: no evaluation,
     for the runs that measure throughput)."""
     logs = os.path.join(workdir, "logs")
@@ -32,7 +33,7 @@ def launch(modes, profile, seconds, workdir, launcher_options=None, network="len
     run = experiment.build(experiment.options(
         modes=",".join(modes), network=network, devices=",".join(["cpu"] * len(profile.split(","))),
         slowdown=profile, max_time=float(seconds), log_dir=logs, progress_every=1000.0, figures=False,
-        snapshot_seconds=snapshot_seconds, **DATA, **launcher_options), worker_options)
+        snapshot_seconds=snapshot_seconds, **{**DATA, **launcher_options}), worker_options)
     checks.check_machine(run)
     output = io.StringIO()  # the launcher's progress lines: kept for the error, off the benchmark's own output
     with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):

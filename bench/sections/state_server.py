@@ -3,14 +3,14 @@ import os
 import statistics
 
 from bench.sections.common import policy_row, runs_with_policies
-from launcher import calibration
+from launcher import calibrate
 from training import config
 
 
 def apply_latencies(num_workers, calls, workdir):
     """/apply/ round trips of `num_workers` client processes calling at once, as workers do: the median and the
-    99th percentile, in milliseconds (launcher/calibration.py measures them as `launch.py calibrate` does)."""
-    flat = calibration.apply_latencies(num_workers, calls, workdir)
+    99th percentile, in milliseconds (measured as `launch.py calibrate` measures them: launcher/calibrate.py)."""
+    flat = calibrate.apply_latencies(num_workers, calls, workdir)
     return {"p50_ms": 1000 * flat[len(flat) // 2], "p99_ms": 1000 * flat[int(len(flat) * 0.99) - 1]}
 
 

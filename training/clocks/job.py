@@ -137,6 +137,9 @@ def main(argv=None):
         print("usage: python -m training.clocks.job JOB.json", file=sys.stderr)
         return EXIT_USAGE
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # The workers compute one at a time, each operator awaited before the next: MXNet's naive engine runs each in
+    # the calling thread, with the threaded engine's results and less CPU (bench/results-virtual_engine.md).
+    os.environ.setdefault("MXNET_ENGINE_TYPE", "NaiveEngine")
     try:
         run(argv[0])
     except UsageError as error:
