@@ -156,9 +156,9 @@ def parse(argv):
     if not ns.report_only:
         ns.data_dir = experiment.data_dir(ns)
     ns.fast_only = ns.fast_only and len(fastest_devices(ns)[0].split(",")) < len(ns.slowdown.split(","))
-    checks.check_worker_flags_read(worker_args, cluster_modes + (modes.STANDALONE,) + (
-        ("esync",) if ns.esync_variants else ()))
     runs = [] if ns.report_only else planned_runs(ns, networks, cluster_modes, worker_args)
+    if runs:
+        checks.check_worker_flags_read(worker_args, tuple(dict.fromkeys(m for run in runs for m in run.experiment.modes)))
     return ns, networks, runs, (cluster_modes + tuple(esync_variants.PREFIX + v for v in ns.esync_variants)
                                 + ((paper.FAST_ONLY,) if ns.fast_only else ()))
 
