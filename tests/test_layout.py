@@ -1,5 +1,6 @@
 """The layout's rules: a mode or a policy is compared by name only in its own module and the catalog, no folder holds
-more than 20 modules, no source file is longer than 450 lines, no module imports back from a module that imports it."""
+more than 20 modules, no source file is longer than 450 lines, no module imports back from a module that imports it, and every name read off a project module exists there (the
+benchmark, which the default run leaves out, once called a function where it no longer was)."""
 import ast
 import itertools
 import os
@@ -110,3 +111,54 @@ def test_coordination_imports_nothing_from_training_and_only_the_django_entry_po
                and re.search(r"sys\.path\.(insert|append)|sys\.path\s*=", open(os.path.join(ROOT, path)).read())]
 
     assert {name: imports for name, imports in upward.items() if imports} == {} and editing == []
+
+
+PACKAGES = ("analysis", "bench", "coordination", "data", "launcher", "models", "training")
+
+
+def imported_modules(tree):
+    """{local name: project module} of the modules a file imports by a name of its own (`from launcher import
+    checks`, `import training.config as config`), leaving out a name it also binds otherwise or imports twice."""
+    import importlib
+
+    names, counts = {}, {}
+    for node in ast.walk(tree):
+        for alias in getattr(node, "names", []) if isinstance(node, (ast.Import, ast.ImportFrom)) else []:
+            local = alias.asname or alias.name.split(".")[0]
+            counts[local] = counts.get(local, 0) + 1
+            full = alias.name if isinstance(node, ast.Import) else f"{node.module}.{alias.name}"
+            if isinstance(node, ast.ImportFrom) and (node.level or not node.module):
+                continue
+            if full.split(".")[0] in PACKAGES and (alias.asname or isinstance(node, ast.ImportFrom)):
+                try:
+                    names[local] = importlib.import_module(full)
+                except ImportError:  # a function or a constant, not a module
+                    pass
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs}
+    return {local: module for local, module in names.items() if local not in bound and counts[local] == 1}
+
+
+def missing_attributes(source):
+    """(line, module, name) of each `module.name` read in `source` that the imported project module lacks."""
+    tree = ast.parse(source)
+    modules = imported_modules(tree)
+    return [(node.lineno, modules[node.value.id].__name__, node.attr) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name) and node.value.id in modules
+            and not hasattr(modules[node.value.id], node.attr)]
+
+
+def test_every_name_read_off_a_project_module_exists_there():
+    found = {path: missing for path in source_files() if path.split(os.sep)[0] in PACKAGES + ("tests",)
+             for missing in [missing_attributes(open(os.path.join(ROOT, path), encoding="utf-8").read())] if missing}
+
+    assert found == {}
+
+
+def test_the_check_sees_a_name_that_moved_and_not_a_local_that_shadows_a_module():
+    moved = "from launcher import calibration\n\ndef f():\n    return calibration.apply_latencies(1, 2, 3)\n"
+    shadowed = "from launcher import links\n\ndef f(links):\n    return links.append(1)\n"
+
+    assert missing_attributes(moved) == [(4, "launcher.calibration", "apply_latencies")]
+    assert missing_attributes(shadowed) == []
