@@ -1,6 +1,7 @@
 """The layout's rules: a mode or a policy is compared by name only in its own module and the catalog, no folder holds
-more than 20 modules, no source file is longer than 450 lines, no module imports back from a module that imports it, and every name read off a project module exists there (the
-benchmark, which the default run leaves out, once called a function where it no longer was)."""
+more than 20 modules, no source file is longer than 450 lines, no module imports back from a module that imports it,
+and every name read off a project module exists there (the benchmark, which the default run leaves out, once called
+a function where it no longer was)."""
 import ast
 import itertools
 import os
