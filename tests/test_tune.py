@@ -395,6 +395,9 @@ def test_a_cell_can_take_a_neighbours_values_and_says_so(tmp_path, capsys):
 
     assert tune.run(argv + ["--values-of", CELL]) == 0
     assert tune.run(argv + ["--values-of", "lenet/mnist-5k/1,4/loopback/iid"]) == 2
+    for searching in (["--trials", "20"], ["--until", "16"], ["--search-optimizer"]):
+        with pytest.raises(UsageError, match=f"^{searching[0]}: --values-of {CELL} searches nothing"):
+            tune.parse(argv + searching + ["--values-of", CELL])
 
     reused = tuned.read(path)["lenet/mnist-5k/1,2/loopback/niid"]
     assert reused["reused_from"] == CELL and reused["split"] == "niid" and reused["wall_seconds"] == 0

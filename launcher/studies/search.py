@@ -32,6 +32,16 @@ def check_optimizer_searched(schemes):
                          "--local-optimizer (DiLoCo keeps its Adam, the server-stepped schemes their SGD)")
 
 
+SEARCH_OPTIONS = ("trials", "until", "trial_seeds", "seed", "storage", "search_optimizer")
+
+
+def check_nothing_searched(ns, defaults):
+    """--values-of searches nothing: a search's option beside it would be ignored."""
+    given = [name for name in SEARCH_OPTIONS if getattr(ns, name) != getattr(defaults, name)]
+    if given:
+        raise UsageError(f"--{given[0].replace('_', '-')}: --values-of {ns.values_of} searches nothing")
+
+
 def period_limits(space, mode, devices, budget, charges):
     """The space with the period's range free to widen past its top up to the longest period whose first aggregation
     ends within the `budget`: the budget over a step of the device that times a round (the slowest of `devices` for

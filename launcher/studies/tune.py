@@ -40,9 +40,9 @@ from analysis import scheme_names
 from launcher import backends, checks, experiment, runner, workers
 from launcher.studies import map_schemes, parallel
 from launcher.studies.search import (OPTIMIZER, OPTIMIZER_SEARCHED, QUASI_RANDOM_TRIALS, STORE_FILE,
-                                     check_optimizer_searched, ended, ended_before, ended_trials, open_storage,
-                                     period_limits, quasi_random_sampler, reached_every_seed, seeds_pruner,
-                                     study_seed, with_optimizer)
+                                     check_nothing_searched, check_optimizer_searched, ended, ended_before,
+                                     ended_trials, open_storage, period_limits, quasi_random_sampler,
+                                     reached_every_seed, seeds_pruner, study_seed, with_optimizer)
 from training import config, modes
 from training.checks import OneLineErrorParser, UsageError
 from training.faults.failures import EXIT_INTERRUPTED, EXIT_USAGE
@@ -106,6 +106,8 @@ def build_parser():
 
 def parse(argv):
     ns = build_parser().parse_args(argv)
+    if ns.values_of:
+        check_nothing_searched(ns, build_parser().parse_args([]))
     ns.schemes = [s.strip() for s in ns.schemes.split(",") if s.strip()]
     ns.log_dir = os.path.abspath(ns.log_dir)
     ns.storage = ns.storage or f"sqlite:///{os.path.join(ns.log_dir, STORE_FILE)}"
