@@ -115,13 +115,11 @@ def check_worker_args(worker_args):
 def check_worker_flags_read(worker_args, chosen):
     """A scheme's flag after -- that no mode of the command reads: each run hands a mode only the flags it reads
     (config.flags_for_mode), so it would be dropped from every run."""
-    for token in worker_args:
-        flag = token.split("=", 1)[0]
-        for scheme_flag in config.scheme_flags().values():
-            meta = scheme_flag.field.metadata
-            if flag in meta["flags"] and not meta["any_mode"] and not set(scheme_flag.readers) & set(chosen):
-                raise UsageError(f"{token} after --: no mode of the command ({', '.join(chosen)}) reads it "
-                                 f"(-m {', '.join(scheme_flag.readers)} read it)")
+    unread = config.unread_flag(worker_args, chosen)
+    if unread:
+        token, flag = unread
+        raise UsageError(f"{token} after --: no mode of the command ({', '.join(chosen)}) reads it "
+                         f"(-m {', '.join(flag.readers)} read it)")
 
 
 def check_snapshot_seconds(seconds):

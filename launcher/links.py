@@ -42,8 +42,7 @@ def link_rates(ns, num_hosts):
             network.parse_server_rate(ns.ps_bandwidth)
         except ValueError as error:
             raise UsageError(f"--ps-bandwidth: {error}") from None
-        check_shaped(ns, f"--ps-bandwidth {ns.ps_bandwidth}", "servers'",
-                     relative=network.parse_server_rate(ns.ps_bandwidth)[0] is not None)
+        check_shaped(ns, f"--ps-bandwidth {ns.ps_bandwidth}", "servers'", relative=network.is_multiple(ns.ps_bandwidth))
     if ns.hosts == "local":
         unshaped = [f"{flag} {value}" for flag, value in (("--bandwidth", ns.bandwidth),
                                                           ("--netns-prefix", ns.netns_prefix)) if value]

@@ -340,15 +340,25 @@ def reads(mode, name):
     return flag is None or mode in flag.readers
 
 
+def unread_flag(argv, chosen):
+    """(the argument, its SchemeFlag) of the first scheme flag in `argv` (`--tiers 2` or `--tiers=2`) that no mode of
+    `chosen` reads; None where each is read."""
+    for arg in argv:
+        for flag in scheme_flags().values():
+            meta = flag.field.metadata
+            if arg.split("=", 1)[0] in meta["flags"] and not meta["any_mode"] and not set(flag.readers) & set(chosen):
+                return arg, flag
+    return None
+
+
 def refuse_other_modes_flags(parser, args, argv):
     """A scheme's flag given, or changed from its default, for a mode whose scheme does not read it (given at its
     default it would be ignored as silently)."""
-    words = {arg.split("=", 1)[0] for arg in argv}
-    for name, flag in scheme_flags().items():
-        if flag.field.metadata["any_mode"] or args.mode in flag.readers:
-            continue
-        if getattr(args, name) != flag.field.default or words & set(flag.field.metadata["flags"]):
-            parser.error(f"{flag.name} belongs to -m {', '.join(flag.readers)}, not -m {args.mode}")
+    changed = [flag for name, flag in scheme_flags().items() if not flag.field.metadata["any_mode"]
+               and args.mode not in flag.readers and getattr(args, name) != flag.field.default]
+    given = unread_flag(argv, [args.mode])
+    for flag in changed + ([given[1]] if given else []):
+        parser.error(f"{flag.name} belongs to -m {', '.join(flag.readers)}, not -m {args.mode}")
 
 
 def flags_for_mode(argv, mode):

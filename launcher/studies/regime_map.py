@@ -187,7 +187,7 @@ LINK_RATES = ("ps_bandwidth", "link_slowdown")  # handed on to the runs on shape
 def relative_link_rates(ns):
     """The LINK_RATES given as multiples of the workers' links: each worker's slowdown, the servers' "Nx"."""
     relative = ("link_slowdown",)
-    if ns.ps_bandwidth and network.TIMES.match(ns.ps_bandwidth.strip().lower()):
+    if ns.ps_bandwidth and network.is_multiple(ns.ps_bandwidth):
         relative += ("ps_bandwidth",)
     return relative
 

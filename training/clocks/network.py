@@ -44,6 +44,11 @@ def parse_rate(text):
     return int(float(match.group(1)) * RATE_UNITS[match.group(2)])
 
 
+def is_multiple(text):
+    """Whether a servers' rate is given as a multiple of the workers' ("6x")."""
+    return bool(TIMES.match(text.strip().lower()))
+
+
 def parse_server_rate(text):
     """(factor, None) for a multiple of the workers' rate ("6x"), (None, bits a second) for a rate ("1gbit")."""
     match = TIMES.match(text.strip().lower())
