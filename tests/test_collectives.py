@@ -370,7 +370,8 @@ def test_a_killed_rank_ends_the_job_and_leaves_nothing(faulty_jobs):
     assert logged_at(output, "interrupted") - logged_at(output, "injecting a fault") <= FAULT_TIMEOUT + 10, output
     assert not any(is_running(pid) for pid in pids.values())
     assert processes_in_group(job.pid) == []
-    assert len(iter_records(worker_folders(log_dir)[0])) == 4
+    # mpiexec may interrupt rank 0 before it has logged round 4, whose last sends rank 1 left buffered as it died
+    assert [r["num_iters"] for r in iter_records(worker_folders(log_dir)[0])] in ([1, 2, 3], [1, 2, 3, 4])
 
 
 @pytest.mark.slow

@@ -167,10 +167,10 @@ def test_nonblocking_policy_drops_the_step_that_ready_interrupts_and_keeps_every
                                                                                                   tmp_path):
     """The paper's delayed ACK: the questions travel while the workers step on, and the step during which READY
     arrives is left out (not applied, not counted, its time logged beside the round's last step)."""
-    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "nonblocking", seconds=3).items()}
+    runs = {rank: iter_records(folder) for rank, folder in run_esync(processes, tmp_path, "nonblocking", rounds=12).items()}
 
     rounds = min(len(r) for r in runs.values())
-    assert rounds > 10
+    assert rounds >= 12
     steps = {}
     for rank, records in runs.items():
         assert [r["weights_digest"] for r in records[:rounds]] == [r["weights_digest"] for r in runs[0][:rounds]]

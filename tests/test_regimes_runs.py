@@ -93,6 +93,7 @@ def assert_links_follow_the_ratio(network_file, ratio):
     return record
 
 
+@pytest.mark.long  # a paper run on shaped links, after a measured ratio
 @needs_netns
 @pytest.mark.slow
 def test_the_paper_command_runs_on_links_set_by_the_ratio_and_names_them(tmp_path, prefix):

@@ -71,6 +71,7 @@ def run_with_kills(tmp_path, mode, victims, max_restarts):
     return logs, proc.returncode, output, killed_at
 
 
+@pytest.mark.long  # three jobs, each killed and restarted
 def test_a_killed_worker_server_and_state_server_each_restart_the_job_from_its_newest_checkpoint(tmp_path):
     victims = ["worker-1", "server-0", "state-server"]
     logs, code, output, killed_at = run_with_kills(tmp_path, "esync", victims, max_restarts=3)
@@ -98,6 +99,7 @@ def test_a_second_kill_past_the_limit_ends_the_run_with_its_failure_line_and_not
     assert still_running(recorded_pids(logs)) == []
 
 
+@pytest.mark.long  # a paper run of two modes, one restarted
 def test_paper_keeps_a_repeat_whose_run_restarted_in_table_1(tmp_path):
     """launch.py paper --max-restarts 1: the repeat's SSGD job loses a worker past its first checkpoint, goes on
     from it, and its run is a cell of Table 1 like any other, its restart in its summary."""

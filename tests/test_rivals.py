@@ -160,6 +160,7 @@ def test_fedbuff_buffers_the_staleness_weighted_deltas_and_reaches_ssgds_final_a
     assert max(curve) >= ssgd_on_1_1_4, (curve, ssgd_on_1_1_4)
 
 
+@pytest.mark.long  # 40 rounds of up to 16 steps a fast worker
 @pytest.mark.slow
 def test_async_local_sgd_scales_each_workers_steps_to_its_speed_and_reaches_ssgds_final_accuracy(
         processes, tmp_path, ssgd_on_1_1_4):

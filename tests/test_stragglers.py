@@ -102,6 +102,7 @@ def assert_refused(args, workers, message):
 # ---------------------------------------------------------------------------------------------- backup workers
 
 
+@pytest.mark.long  # the four jobs of the `runs` fixture, 20 processes at once
 @pytest.mark.slow
 def test_backup_steps_apply_the_first_gradients_drop_the_slow_workers_and_every_worker_ends_identical(runs):
     job = runs["backup"]
@@ -158,6 +159,7 @@ def test_a_plan_is_made_again_only_once_a_speed_drifts_past_the_threshold():
     assert drifted([0.001, 0.0046], [0.001, 0.004], threshold=0.1)
 
 
+@pytest.mark.long  # the four jobs of the `runs` fixture, 20 processes at once
 @pytest.mark.slow
 def test_lb_bsp_gives_the_slow_worker_a_smaller_batch_the_batches_add_up_and_the_workers_stay_identical(runs):
     job = runs["lb-bsp"]
@@ -204,6 +206,7 @@ def test_a_tier_without_credits_is_never_chosen_and_none_left_is_minus_one():
     assert {choose_tier([0.5, 0.5], None, rng) for _ in range(50)} == {0, 1}
 
 
+@pytest.mark.long  # the four jobs of the `runs` fixture, 20 processes at once
 @pytest.mark.slow
 def test_tifl_trains_one_tier_a_round_the_others_sit_out_and_every_worker_stays_identical(runs):
     job = runs["tifl"]
@@ -280,6 +283,7 @@ def test_each_weight_is_averaged_over_the_workers_that_trained_it():
     assert (counts[2][:, kept] == 3.0).all() and counts[2].sum() == 2 * (2 * 3 + 2 * 2)
 
 
+@pytest.mark.long  # the four jobs of the `runs` fixture, 20 processes at once
 @pytest.mark.slow
 def test_feddrop_trains_a_sub_model_on_the_slow_worker_and_every_worker_stays_identical(runs):
     job = runs["feddrop"]

@@ -64,6 +64,7 @@ def test_one_sign_flipping_worker_wrecks_plain_sync_averaging(processes, tmp_pat
     assert run["final_accuracy"] < 0.5
 
 
+@pytest.mark.long  # two 30-round jobs of 3 workers and 2 validators
 @pytest.mark.slow
 @pytest.mark.beside_others
 def test_zeno_with_two_validators_rejects_the_sign_flipper_and_keeps_the_accuracy_of_a_clean_run(processes,
@@ -103,6 +104,7 @@ def test_zeno_with_two_validators_rejects_the_sign_flipper_and_keeps_the_accurac
 ASYNC = ["--zeno-flavour", "async", "-l", "0.00025", "--rho", "0.000025", "--max-iters", "200", "-e", "10"]
 
 
+@pytest.mark.long  # 200 asynchronous rounds of 4 workers and 2 validators
 @pytest.mark.slow
 def test_zeno_plus_plus_with_two_validators_drops_most_of_the_sign_flippers_gradients_where_plain_async_collapses(
         processes, tmp_path):
