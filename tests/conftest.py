@@ -61,20 +61,17 @@ def pytest_sessionstart(session):
 
 @pytest.hookimpl(wrapper=True)  # around every other plugin's, pytest-xdist's reading of the groups included
 def pytest_collection_modifyitems(items):
-    """Three groups for pytest.ini's three workers (-n 3 --dist loadgroup): the tests that start real processes and
-    check timing run one after another on one worker ("real-processes"); jobs of two such tests at once would each take
-    cores the other's timing counts on. A real-process test marked `beside_others` checks nothing that depends on
-    timing (or mostly waits on timeouts, or runs on a virtual clock) and runs beside them ("beside"), as the
-    in-process tests do ("in-process"), on the CPU time the timed tests leave idle. A test of a module marked
-    `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the same, and one
-    marked `beside_others("in-process")` with the in-process tests: each moves its length from one group to another,
-    to balance them."""
+    """Groups for pytest.ini's workers (-n 3 --dist loadgroup): the tests that start real processes and check timing
+    run one after another on one worker ("real-processes"); jobs of two such tests at once would each take cores the
+    other's timing counts on. Every other test, in-process or a real-process test marked `beside_others` (it checks
+    nothing that depends on timing, mostly waits on timeouts, or runs on a virtual clock), runs with the rest of its
+    module (its module-scoped fixtures run once) on whichever worker is free, so that the workers end together. A
+    test of a module marked `beside_others` that is marked `beside_others(False)` itself runs with the timed tests
+    all the same."""
     for item in items:
         beside = item.get_closest_marker("beside_others")
-        slow = item.get_closest_marker("slow")
-        alone = slow and (beside is None or beside.args == (False,))
-        group = "real-processes" if alone else "in-process" if not slow or beside.args == ("in-process",) else "beside"
-        item.add_marker(pytest.mark.xdist_group(group))
+        timed = item.get_closest_marker("slow") and (beside is None or beside.args == (False,))
+        item.add_marker(pytest.mark.xdist_group("real-processes" if timed else item.module.__name__))
     return (yield)
 
 

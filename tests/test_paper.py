@@ -308,8 +308,7 @@ def test_bad_input_is_refused_before_anything_runs(argv, message):
 TUNED_RATES = {"sync": 0.0042, "local": 0.0075}
 
 
-# Its checks do not depend on timing, but its eight launches run with the real-process tests, one after another,
-# which left the in-process group the suite's longer one by about their length.
+# Its checks do not depend on timing: its tests run beside the timed ones (tests/conftest.py).
 @pytest.fixture(scope="module")
 def quick_form(tmp_path_factory):
     """2 repeats of sync on a fast and a 20x slower worker, half a second each, and the standalone baseline (ESync's
@@ -353,6 +352,7 @@ def logged_accuracies(mode_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_the_quick_form_exits_0_and_leaves_no_process_behind(quick_form):
     logs, code, output = quick_form
 
@@ -362,6 +362,7 @@ def test_the_quick_form_exits_0_and_leaves_no_process_behind(quick_form):
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
     logs, _, output = quick_form
     report = json.load(open(os.path.join(logs, "lenet", paper.RESULTS_FILE)))
@@ -386,6 +387,7 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_with_tuned_values_every_run_of_the_quick_form_trains_at_its_schemes(quick_form):
     logs, _, _ = quick_form
     for repeat in (1, 2):
@@ -396,6 +398,7 @@ def test_with_tuned_values_every_run_of_the_quick_form_trains_at_its_schemes(qui
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_the_standalone_baseline_runs_once_per_repeat_on_the_fastest_device_with_each_repeats_seed(quick_form):
     logs, _, _ = quick_form
 
@@ -408,6 +411,7 @@ def test_the_standalone_baseline_runs_once_per_repeat_on_the_fastest_device_with
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_figures_3_to_5_are_drawn(quick_form):
     logs, _, output = quick_form
 
@@ -422,6 +426,7 @@ def test_figures_3_to_5_are_drawn(quick_form):
 
 
 @pytest.mark.slow
+@pytest.mark.beside_others
 def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
     logs, _, output = quick_form
 

@@ -101,7 +101,7 @@ def sync_job(tmp_path_factory):
 def esync_resnet_job(tmp_path_factory):
     """A short esync job of a network with BatchNorm, on the non-i.i.d. partition."""
     tmp_path = tmp_path_factory.mktemp("esync")
-    args = ["-n", "resnet18-v1", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "16", "-s", "1",
+    args = ["-n", "resnet20", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "16", "-s", "1",
             "--max-iters", "3", "-e", "0", "--digest-weights"]
     with ProcessGroup(str(tmp_path / "processes")) as group:
         yield run_job(group, str(tmp_path / "logs"), "esync", args, timeout=300)
@@ -184,7 +184,7 @@ def test_one_asgd_worker_whose_exchange_is_queued_with_its_backward_pass_ends_wi
 
 
 def test_batchnorm_statistics_are_identical_across_sync_workers(processes, tmp_path):
-    args = ["-n", "resnet18-v1", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "16", "--max-iters", "3",
+    args = ["-n", "resnet20", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "16", "--max-iters", "3",
             "-e", "0", "--digest-weights"]
     assert_trained_identical_batchnorm(run_job(processes, str(tmp_path / "logs"), "sync", args, timeout=300))
 
@@ -196,7 +196,7 @@ def test_batchnorm_statistics_are_identical_across_esync_workers(esync_resnet_jo
 def test_sync_whose_servers_apply_the_update_ends_with_the_weights_of_workers_applying_it(processes, tmp_path):
     # The same SGD with momentum on the same sums, once on the servers, once on every worker; BatchNorm statistics
     # summed on the servers' side as on the workers'.
-    args = ["-n", "resnet18-v1", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "8", "--max-iters", "3",
+    args = ["-n", "resnet20", "--dataset", "mnist-5k", "-dd", "data", "-c", "1", "-b", "8", "--max-iters", "3",
             "-e", "0", "-l", "0.01", "--momentum", "0.9"]
     on_workers = run_job(processes, str(tmp_path / "workers"), "sync", args, timeout=300)
     on_servers = run_job(processes, str(tmp_path / "servers"), "sync", args + ["--update-on-servers"], timeout=300)
