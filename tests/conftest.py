@@ -63,15 +63,17 @@ def pytest_sessionstart(session):
 def pytest_collection_modifyitems(items):
     """Groups for pytest.ini's workers (-n 3 --dist loadgroup): the tests that start real processes and check timing
     run one after another on one worker ("real-processes"); jobs of two such tests at once would each take cores the
-    other's timing counts on. Every other test, in-process or a real-process test marked `beside_others` (it checks
-    nothing that depends on timing, mostly waits on timeouts, or runs on a virtual clock), runs with the rest of its
-    module (its module-scoped fixtures run once) on whichever worker is free, so that the workers end together. A
-    test of a module marked `beside_others` that is marked `beside_others(False)` itself runs with the timed tests
-    all the same."""
+    other's timing counts on. A real-process test marked `beside_others` checks nothing that depends on timing (or
+    mostly waits on timeouts, or runs on a virtual clock): those run one after another on a second worker ("beside"),
+    so that a timed test shares the cores with at most one other job. The in-process tests run a module at a time
+    (its module-scoped fixtures run once) on whichever worker is free, so that the workers end together. A test of a
+    module marked `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the
+    same."""
     for item in items:
         beside = item.get_closest_marker("beside_others")
-        timed = item.get_closest_marker("slow") and (beside is None or beside.args == (False,))
-        item.add_marker(pytest.mark.xdist_group("real-processes" if timed else item.module.__name__))
+        slow = item.get_closest_marker("slow")
+        group = ("real-processes" if beside is None or beside.args == (False,) else "beside") if slow else None
+        item.add_marker(pytest.mark.xdist_group(group or item.module.__name__))
     return (yield)
 
 

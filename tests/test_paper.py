@@ -302,13 +302,15 @@ def test_bad_input_is_refused_before_anything_runs(argv, message):
 
 
 # ----------------------------------------------------------------------------------------------
-# The quick form, for real
-
+# The quick form, for real: its checks do not depend on timing, so its tests run beside the timed ones (conftest.py)
 
 TUNED_RATES = {"sync": 0.0042, "local": 0.0075}
 
 
-# Its checks do not depend on timing: its tests run beside the timed ones (tests/conftest.py).
+def untimed(test):
+    return pytest.mark.slow(pytest.mark.beside_others(test))
+
+
 @pytest.fixture(scope="module")
 def quick_form(tmp_path_factory):
     """2 repeats of sync on a fast and a 20x slower worker, half a second each, and the standalone baseline (ESync's
@@ -351,8 +353,7 @@ def logged_accuracies(mode_dir):
                                           key=lambda r: r["step"])]
 
 
-@pytest.mark.slow
-@pytest.mark.beside_others
+@untimed
 def test_the_quick_form_exits_0_and_leaves_no_process_behind(quick_form):
     logs, code, output = quick_form
 
@@ -361,8 +362,7 @@ def test_the_quick_form_exits_0_and_leaves_no_process_behind(quick_form):
     assert still_running(recorded_pids(os.path.join(logs, "repeat-2"))) == []
 
 
-@pytest.mark.slow
-@pytest.mark.beside_others
+@untimed
 def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
     logs, _, output = quick_form
     report = json.load(open(os.path.join(logs, "lenet", paper.RESULTS_FILE)))
@@ -386,8 +386,7 @@ def test_every_cell_of_table_1_comes_from_the_repeats_logs(quick_form):
     assert table.endswith(f"Run by ({timing.describe(report['wall_seconds'])}):\n\n    {report['command']}\n\n")
 
 
-@pytest.mark.slow
-@pytest.mark.beside_others
+@untimed
 def test_with_tuned_values_every_run_of_the_quick_form_trains_at_its_schemes(quick_form):
     logs, _, _ = quick_form
     for repeat in (1, 2):
@@ -397,8 +396,7 @@ def test_with_tuned_values_every_run_of_the_quick_form_trains_at_its_schemes(qui
                                    for folder in folders), (repeat, row, split)
 
 
-@pytest.mark.slow
-@pytest.mark.beside_others
+@untimed
 def test_the_standalone_baseline_runs_once_per_repeat_on_the_fastest_device_with_each_repeats_seed(quick_form):
     logs, _, _ = quick_form
 
@@ -410,8 +408,7 @@ def test_the_standalone_baseline_runs_once_per_repeat_on_the_fastest_device_with
         assert {json.load(open(p))["config"]["seed"] for p in workers} == {seed}
 
 
-@pytest.mark.slow
-@pytest.mark.beside_others
+@untimed
 def test_figures_3_to_5_are_drawn(quick_form):
     logs, _, output = quick_form
 
@@ -425,8 +422,7 @@ def test_figures_3_to_5_are_drawn(quick_form):
         assert figure in output
 
 
-@pytest.mark.slow
-@pytest.mark.beside_others
+@untimed
 def test_each_run_reports_its_progress_table_and_process_outputs(quick_form):
     logs, _, output = quick_form
 
