@@ -66,14 +66,17 @@ def pytest_collection_modifyitems(items):
     other's timing counts on. A real-process test marked `beside_others` checks nothing that depends on timing (or
     mostly waits on timeouts, or runs on a virtual clock): those run one after another on a second worker ("beside"),
     so that a timed test shares the cores with at most one other job. The in-process tests run a module at a time
-    (its module-scoped fixtures run once) on whichever worker is free, so that the workers end together. A test of a
-    module marked `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the
-    same."""
+    (its module-scoped fixtures run once) on whichever worker is free, so that the workers end together, and so does
+    a real-process test marked `beside_others("in-process")`, light or mostly waiting. A test of a module marked
+    `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the same."""
     for item in items:
         beside = item.get_closest_marker("beside_others")
         slow = item.get_closest_marker("slow")
-        group = ("real-processes" if beside is None or beside.args == (False,) else "beside") if slow else None
-        item.add_marker(pytest.mark.xdist_group(group or item.module.__name__))
+        if slow and (beside is None or beside.args == (False,)):
+            group = "real-processes"
+        else:
+            group = "beside" if slow and beside.args != ("in-process",) else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
     return (yield)
 
 

@@ -15,7 +15,7 @@ from launcher.cluster import ROOT, start_state_server
 from tests import logfactory
 from tests.jobs import LENET_ARGS, finish, start_job, worker_folders
 
-# Its jobs' checks do not depend on timing: they run beside the timed tests (tests/conftest.py).
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
 
 def run_summary(base, network, mode):

@@ -19,7 +19,7 @@ from launcher.cluster import ROOT, ProcessGroup, free_port, is_running, processe
 from launcher.supervision import ExitWatch
 from training.checks import UsageError
 
-# Its jobs' checks do not depend on timing: they run beside the timed tests (tests/conftest.py).
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
 
 LAUNCH_PY = os.path.join(ROOT, "launch.py")

@@ -151,7 +151,7 @@ def test_the_servers_count_and_rate_reach_the_virtual_job_and_its_links_line():
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_more_parameter_servers_or_faster_server_links_make_the_sums_sooner(tmp_path):
     rounds = {}
     for name, servers in (("one", ["-s", "1"]), ("three", ["-s", "3"]), ("faster", ["--ps-bandwidth", "3x"])):
@@ -165,7 +165,7 @@ def test_more_parameter_servers_or_faster_server_links_make_the_sums_sooner(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_esyncs_fast_workers_take_as_many_local_steps_a_round_wherever_the_profile_lists_them(tmp_path):
     logs = str(tmp_path / "logs")
     # batches of 16 charged as a step: the same rounds for a quarter of the computing
@@ -215,7 +215,7 @@ def test_the_namespaces_shape_each_workers_link_to_its_own_rate():
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_a_slower_worker_link_is_charged_on_the_virtual_clock(tmp_path):
     rounds = {}
     for name, slower in (("equal", []), ("one slower", ["--link-slowdown", "1,1,8"])):

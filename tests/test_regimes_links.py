@@ -9,7 +9,7 @@ from launcher import comm_ratio, experiment, netns, runner
 from launcher.studies import paper as paper_command
 from training.checks import UsageError
 
-# Its jobs' checks do not depend on timing: they run beside the timed tests (tests/conftest.py).
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
 
 

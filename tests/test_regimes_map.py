@@ -12,7 +12,7 @@ from training import runlog
 from training.checks import UsageError
 from training.files import write_json
 
-# Its jobs' checks do not depend on timing: they run beside the timed tests (tests/conftest.py).
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
 
 

@@ -22,7 +22,7 @@ from tests.test_launch import (LAUNCH_PY, PNG_SIGNATURE, launcher, launcher_env,
 from tests.test_netns import leftovers, prefix  # noqa: F401  (prefix: the fixture of a test's own namespaces)
 from tests.test_netns import pytestmark as needs_netns
 
-# Its jobs' checks do not depend on timing: they run beside the timed tests (tests/conftest.py).
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
 
 # The commands' default data, Fashion-MNIST, found where the tests put it (tests/conftest.py: tiny files in its
@@ -120,7 +120,7 @@ def test_the_paper_command_runs_on_links_set_by_the_ratio_and_names_them(tmp_pat
 
 @needs_netns
 @pytest.mark.slow
-@pytest.mark.beside_others  # its checks do not depend on timing
+@pytest.mark.beside_others("in-process")  # its checks do not depend on timing: where the groups' lengths balance
 def test_the_regime_map_fills_every_cell_from_real_runs_and_redraws_from_the_logs(tmp_path, prefix):
     logs = str(tmp_path / "logs")
     args = ["--links", "loopback,4", "--profiles", "1,2", "--splits", "iid", "--schemes", "sync,esync-plan",
@@ -203,7 +203,7 @@ def test_an_interrupted_regime_map_leaves_no_namespace_or_process(tmp_path, pref
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_a_scheme_at_a_collective_sums_over_it_and_aggregates_sooner_than_over_one_servers_link(tmp_path):
     logs = str(tmp_path / "logs")
     schemes = ("esync-apply", "esync-apply@ring")

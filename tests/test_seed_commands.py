@@ -22,7 +22,7 @@ from launcher.cluster import ROOT, free_port, start_state_server, tail
 from tests.jobs import run_main
 from training import config
 
-# Its jobs' checks do not depend on timing: they run beside the timed tests (tests/conftest.py).
+# Its jobs' checks do not depend on timing: they run beside the in-process tests (tests/conftest.py).
 pytestmark = pytest.mark.beside_others
 
 SCHEDULER = "python main.py -c True -m esync"
@@ -115,7 +115,7 @@ def run_here(argv, folder):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # its checks do not depend on timing
+@pytest.mark.beside_others("in-process")  # where the groups' lengths balance
 def test_the_seeds_cluster_lines_train_and_its_summary_and_drawer_lines_read_the_logs(tmp_path, processes):
     folder = seed_folder(tmp_path)
     state_port = start_state_server(processes)

@@ -65,7 +65,7 @@ def status_of(host, port, token=None):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # its checks do not depend on timing
+@pytest.mark.beside_others("in-process")  # its checks do not depend on timing: where the groups' lengths balance
 def test_a_launcher_run_of_esync_trains_with_a_fresh_token_that_others_lack(tmp_path):
     logs = str(tmp_path / "logs")
     with launcher(["--modes", "esync", "--devices", "cpu,cpu", "--max-time", "6", "--no-figures", *LENET],

@@ -64,7 +64,7 @@ def test_an_unknown_study_or_one_that_runs_no_launcher_command_is_one_line(repo)
             registry.parse([*listing_with, "--root", str(repo)])
 
 
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_a_committed_study_runs_as_declared_keeps_its_results_and_a_changed_one_is_a_new_study(repo):
     declare(repo, "tiny")
 
@@ -131,7 +131,7 @@ def test_a_search_carried_over_from_an_earlier_store_is_paced_by_its_trials_own_
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_a_search_study_keeps_its_values_and_run_again_runs_only_the_trials_it_lacks(repo):
     (repo / registry.RESULTS / "search").mkdir(parents=True)
     (repo / registry.RESULTS / "search" / registry.DECLARATION).write_text(json.dumps({"command": SEARCH}))
@@ -217,7 +217,7 @@ def test_a_verdict_study_runs_every_rival_or_says_why_each_is_left_out(repo):
     assert cost.size_of(maps) == (3, 3.0)  # one cell, three schemes, one repeat of 1 s
 
 
-@pytest.mark.beside_others  # one short process whose output does not depend on timing
+@pytest.mark.beside_others("in-process")  # one short process whose output does not depend on timing
 def test_a_listing_whose_reader_leaves_early_ends_in_exit_1_without_a_traceback():
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "launch.py"), "study"], cwd=ROOT, env=launcher_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -218,7 +218,7 @@ def test_a_study_writes_the_chosen_values_and_its_trial_runs_each_seed_on_held_o
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a trial complete or pruned, its checks hold either way: no timing
+@pytest.mark.beside_others("in-process")  # a trial complete or pruned, its checks hold either way: no timing
 def test_a_flag_of_a_few_names_is_searched_among_them(tmp_path, train_only):
     logs = str(tmp_path / "logs")
     args = tune_args(train_only, logs)
@@ -243,7 +243,7 @@ def test_the_local_optimizer_is_searched_where_asked_and_a_scheme_takes_one_of_i
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a trial complete or pruned, its checks hold either way: no timing
+@pytest.mark.beside_others("in-process")  # a trial complete or pruned, its checks hold either way: no timing
 def test_a_search_of_the_optimizer_runs_in_studies_of_its_own_and_the_map_takes_the_chosen_one(tmp_path, train_only):
     logs = str(tmp_path / "logs")
     args = tune_args(train_only, logs, *VIRTUAL, "--search-optimizer")

@@ -284,7 +284,7 @@ def test_a_virtual_runs_progress_is_told_in_virtual_seconds(virtual_jobs):
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_sixty_four_workers_on_the_virtual_clock_complete_a_job_of_one_virtual_second(tmp_path):
     logs = str(tmp_path / "logs")
     code, output = virtual_run(logs, "sync", ",".join(["1"] * 48 + ["4"] * 16), "--max-time", "1", "--step-seconds",
@@ -297,7 +297,7 @@ def test_sixty_four_workers_on_the_virtual_clock_complete_a_job_of_one_virtual_s
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # a virtual clock's results do not depend on the machine's load
+@pytest.mark.beside_others("in-process")  # a virtual clock's results do not depend on the machine's load
 def test_jobs_run_the_repeats_at_once_each_as_it_would_run_alone(tmp_path):
     from analysis import regime_map
 

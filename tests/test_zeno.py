@@ -53,7 +53,7 @@ def workers_of(run):
 
 
 # The next two tests' synchronous runs learn the same in a fixed number of rounds however busy the cores are: they
-# run beside the timed tests.
+# run beside the in-process tests.
 @pytest.mark.slow
 @pytest.mark.beside_others
 def test_one_sign_flipping_worker_wrecks_plain_sync_averaging(processes, tmp_path):
