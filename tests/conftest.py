@@ -61,21 +61,19 @@ def pytest_sessionstart(session):
 
 @pytest.hookimpl(wrapper=True)  # around every other plugin's, pytest-xdist's reading of the groups included
 def pytest_collection_modifyitems(items):
-    """Groups for pytest.ini's workers (-n 3 --dist loadgroup): the tests that start real processes and check timing
-    run one after another on one worker ("real-processes"); jobs of two such tests at once would each take cores the
-    other's timing counts on. A real-process test marked `beside_others` checks nothing that depends on timing (or
-    mostly waits on timeouts, or runs on a virtual clock): those run one after another on a second worker ("beside"),
-    so that a timed test shares the cores with at most one other job. The in-process tests run a module at a time
-    (its module-scoped fixtures run once) on whichever worker is free, so that the workers end together, and so does
-    a real-process test marked `beside_others("in-process")`, light or mostly waiting. A test of a module marked
-    `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the same."""
+    """Three groups for pytest.ini's three workers (-n 3 --dist loadgroup): the tests that start real processes and
+    check timing run one after another on one worker ("real-processes"); jobs of two such tests at once would each take
+    cores the other's timing counts on. A real-process test marked `beside_others` checks nothing that depends on
+    timing (or mostly waits on timeouts, or runs on a virtual clock) and runs beside them ("beside"), as the
+    in-process tests do ("in-process"), on the CPU time the timed tests leave idle. A test of a module marked
+    `beside_others` that is marked `beside_others(False)` itself runs with the timed tests all the same, and one
+    marked `beside_others("in-process")` with the in-process tests: each moves its length from one group to another,
+    to balance them."""
     for item in items:
         beside = item.get_closest_marker("beside_others")
         slow = item.get_closest_marker("slow")
-        if slow and (beside is None or beside.args == (False,)):
-            group = "real-processes"
-        else:
-            group = "beside" if slow and beside.args != ("in-process",) else item.module.__name__
+        alone = slow and (beside is None or beside.args == (False,))
+        group = "real-processes" if alone else "in-process" if not slow or beside.args == ("in-process",) else "beside"
         item.add_marker(pytest.mark.xdist_group(group))
     return (yield)
 
