@@ -79,6 +79,7 @@ def step_seconds(records, phases=RULES_VIEW):
     return statistics.mean(sum(step.get(p, 0.0) for p in phases) for step in steps)
 
 
+@pytest.mark.long  # the apply job of 100 rounds, its timing checked on a busy 2-core machine
 def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_one(apply_run):
     """Against the step times measured in the same run (the emulated 8x is 8x of a compute time that sharing 2
     cores inflates): a worker k times faster, as the rule sees its steps, fits about k steps in the slowest one's.
@@ -142,6 +143,7 @@ def test_a_rule_kept_outside_the_project_runs_a_real_job_with_the_real_state_ser
 OUTSIDE_PER_STEP, OUTSIDE_PER_ROUND = 0.002, 0.010
 
 
+@pytest.mark.long  # the apply job of 100 rounds, its timing checked on a busy 2-core machine
 @pytest.mark.skipif(not quotas_available(), reason="CPU quotas need root and a cgroup CPU controller")
 def test_an_esync_worker_computes_under_its_quota_and_little_else_outside_it(apply_job):
     folders, outputs = apply_job
@@ -155,6 +157,7 @@ def test_an_esync_worker_computes_under_its_quota_and_little_else_outside_it(app
         assert outside < OUTSIDE_PER_STEP * steps + OUTSIDE_PER_ROUND * len(records), (rank, usage, steps)
 
 
+@pytest.mark.long  # the apply job of 100 rounds, its timing checked on a busy 2-core machine
 def test_the_state_server_round_trip_is_recorded_per_local_step(apply_run):
     for folder in apply_run.values():
         for record in iter_records(folder)[:50]:

@@ -140,6 +140,7 @@ def test_clean_removes_what_a_killed_run_left(prefix):
 # Jobs across namespaces
 
 
+@pytest.mark.long  # two jobs across namespaces, timed against the link limit
 @pytest.mark.slow
 def test_esync_and_sync_train_across_namespaces_within_the_link_limit_each_server_carrying_half(tmp_path, prefix):
     logs = str(tmp_path / "logs")

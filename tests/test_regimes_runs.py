@@ -118,6 +118,7 @@ def test_the_paper_command_runs_on_links_set_by_the_ratio_and_names_them(tmp_pat
     assert leftovers(prefix) == [] and still_running(recorded_pids(logs)) == []
 
 
+@pytest.mark.long  # a real-time map of every cell (virtual maps run in the default run)
 @needs_netns
 @pytest.mark.slow
 @pytest.mark.beside_others("in-process")  # its checks do not depend on timing: where the groups' lengths balance

@@ -129,6 +129,7 @@ def ssgd_on_1_1_4(tmp_path_factory):
         group.stop()
 
 
+@pytest.mark.long  # a real job to an accuracy (the virtual clock runs DiLoCo in the default run)
 @pytest.mark.slow
 def test_diloco_steps_with_adam_applies_the_average_by_nesterovs_momentum_and_ends_at_least_where_ssgd_does(
         processes, tmp_path, ssgd_on_1_1_4):
@@ -183,6 +184,7 @@ def test_async_local_sgd_scales_each_workers_steps_to_its_speed_and_reaches_ssgd
     assert max(curve) >= ssgd_on_1_1_4, (curve, ssgd_on_1_1_4)
 
 
+@pytest.mark.long  # a real job to an accuracy (the virtual clock runs FedAsync in the default run)
 @pytest.mark.slow
 def test_fedasync_mixes_the_slow_workers_stale_models_with_less_weight_and_learns(processes, tmp_path):
     # with the proximal term (its pull on a local step is unit-tested below), which changes nothing of the mixing
@@ -221,6 +223,7 @@ def test_dc_asgd_compensates_each_gradient_with_the_backup_of_the_worker_that_se
     assert rule.backups[(1, 0)].asscalar() == pytest.approx(w3)
 
 
+@pytest.mark.long  # a real job to an accuracy (the virtual clock runs DC-ASGD in the default run)
 @pytest.mark.slow
 def test_dc_asgd_a_with_a_backup_per_worker_learns(processes, tmp_path):
     # DC-ASGD-a: the adaptive lambda on top of DC-ASGD-c's per-worker backups (both rules are unit-tested above)
