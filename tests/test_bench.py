@@ -228,6 +228,7 @@ def test_link_options_that_the_heterogeneity_runs_cannot_take_are_one_line_and_e
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.long  # a benchmark section on shaped links
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tc"), reason="network namespaces need root and iproute2")
 def test_the_heterogeneity_section_runs_on_links_set_by_a_ratio_and_says_so(tmp_path):

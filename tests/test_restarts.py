@@ -134,6 +134,7 @@ def children(pid):
 # With the timed tests: the loops' restarts meet only if each process starts within the others' --sync-timeout. At 5 s,
 # beside the heaviest tests, the four restarts of each loop once never met (a worker's start, its MXNet and data, came
 # 2-4 s after the scheduler's): 10 s leaves room for that skew.
+@pytest.mark.long  # four loops restarting a killed job, each waiting out a 10 s --sync-timeout
 @pytest.mark.beside_others(False)
 def test_by_hand_a_loop_around_each_process_restarts_the_job_from_its_newest_checkpoint(tmp_path):
     from launcher.cluster import ROOT, ProcessGroup, dmlc_env, free_port
