@@ -61,6 +61,16 @@ def test_a_fault_fires_on_the_nth_pass_of_its_point_only():
     plan.reached("worker", "aggregation", 0)
 
 
+def test_an_injected_fault_is_placed_at_the_point_that_reached_it_not_in_the_injector():
+    plan = FaultPlan.parse("worker:setup:raise")
+
+    def setup_point():
+        plan.reached("worker", "setup", 0)
+
+    line = failures.one_line(caught(setup_point))
+    assert "in setup_point)" in line and "fault_injection.py" not in line, line
+
+
 def test_a_rank_filtered_fault_ignores_the_other_ranks_and_roles():
     plan = FaultPlan.parse("worker:setup:raise:rank=0")
 

@@ -2,6 +2,9 @@
 and following a run while it trains."""
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -21,6 +24,27 @@ def write_rounds(folder, rounds):
     writer.flush()
     writer.close()
     return writer.folder
+
+
+ENDING_AT_ONCE = textwrap.dedent("""
+    import sys, time
+    from training import files, runlog
+    from training.faults import failures
+    write_text = files.write_text
+    files.write_text = lambda *args: (time.sleep(0.2), write_text(*args))  # a disk that lags behind the rounds
+    writer = runlog.RunLogWriter(sys.argv[1], "node", "cpu-rank0", {"rank": 0})
+    for n in range(1, 6):
+        writer.write(n, [{runlog.FORWARD_BACKWARD: 0.01}], num_samples=32, total_time=0.1 * n)
+    failures.end_now(failures.EXIT_INTERRUPTED)
+""")
+
+
+def test_a_process_that_ends_at_once_still_writes_the_rounds_it_handed_over(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", ENDING_AT_ONCE, str(tmp_path)], cwd=root, timeout=60)
+    assert result.returncode == 130
+    folder = os.path.join(tmp_path, "node", "cpu-rank0")
+    assert sorted(os.listdir(folder)) == sorted(["meta.json"] + [f"iter-{n}.txt" for n in range(1, 6)])
 
 
 def test_a_round_is_encoded_when_handed_over_and_a_failed_write_is_raised_by_the_next_call(tmp_path):

@@ -32,6 +32,7 @@ import statistics
 import threading
 
 from training import files
+from training.faults import failures
 from training.files import write_json
 
 log = logging.getLogger(__name__)
@@ -169,6 +170,8 @@ class RunLogWriter:
         self._writer = threading.Thread(target=self._write_rounds, name="round-logs", daemon=True)
         if in_thread:
             self._writer.start()
+            # A process that ends at once (an interrupt, a failure: failures.end_now) still writes the rounds it ran.
+            self._forget_at_end = failures.before_ending(self._write_pending)
 
     def write(self, n, step_times, num_samples, total_time, accuracy=None, **extra):
         """Round n (from 1): `step_times` holds each local step's {phase: seconds}."""
@@ -195,9 +198,13 @@ class RunLogWriter:
 
     def close(self):
         """Write what is pending and end the writer's thread (a failure is left to flush())."""
-        if self._writer.is_alive():
+        self._write_pending()
+
+    def _write_pending(self, seconds=None):
+        if self._writer.is_alive() and self._writer is not threading.current_thread():
+            self._forget_at_end()
             self._pending.put(None)
-            self._writer.join()
+            self._writer.join(seconds)
 
     def path(self, name):
         return os.path.join(self.folder, name)

@@ -25,7 +25,7 @@ EXIT_USAGE = 2          # bad input, reported in one line before anything starts
 EXIT_INTERRUPTED = 130
 # This file is training/faults/failures.py: three folders up is the repository.
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INJECTION_MODULE = os.path.join(PROJECT_ROOT, "training", "fault_injection.py")  # a fault's place is its caller
+INJECTION_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_injection.py")  # a fault's place is its caller
 
 
 def one_line(err):
@@ -116,8 +116,25 @@ def end_interrupted(logger):
     end_now(EXIT_INTERRUPTED)
 
 
+_before_ending = []
+ENDING_WAIT = 5.0  # seconds each callback of before_ending() may take
+
+
+def before_ending(callback):
+    """Have end_now() call `callback(seconds)` before the process leaves: what must still reach disk (round logs
+    queued for their writer's thread). The callback gets at most that many seconds; it returns a function that
+    takes it off again."""
+    _before_ending.append(callback)
+    return lambda: _before_ending.remove(callback) if callback in _before_ending else None
+
+
 def end_now(code):
     """Leave without unwinding: no destructor of MXNet's may wait at a barrier for peers that are gone."""
+    for callback in list(_before_ending):
+        try:
+            callback(ENDING_WAIT)
+        except Exception as err:  # leaving goes on: the one line says what could not be saved
+            log.error("while ending: %s", one_line(err))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
