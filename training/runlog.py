@@ -169,8 +169,7 @@ class RunLogWriter:
         self._failure = None
         self._writer = threading.Thread(target=self._write_rounds, name="round-logs", daemon=True)
         if in_thread:
-            self._writer.start()
-            # A process that ends at once (an interrupt, a failure: failures.end_now) still writes the rounds it ran.
+            self._writer.start()  # and a process that ends at once (failures.end_now) writes what is queued first
             self._forget_at_end = failures.before_ending(self._write_pending)
 
     def write(self, n, step_times, num_samples, total_time, accuracy=None, **extra):
