@@ -103,7 +103,7 @@ def test_the_launcher_refuses_a_bad_file_in_one_line_with_exit_2_before_it_start
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others  # it checks what ran, not how fast
+@pytest.mark.beside_others(False)  # it checks what ran, not how fast: with the timed tests, where the groups balance
 def test_one_file_runs_its_cluster_in_real_time_and_on_the_virtual_clock(tmp_path):
     path = cluster(tmp_path, "[devices]\nslowdown = [1, 2]\nstep_seconds = 0.007\n\n[servers]\ncount = 2\n")
     runs = {}

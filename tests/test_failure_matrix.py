@@ -19,8 +19,8 @@ from launcher.cluster import ProcessGroup, start_state_server
 from tests.jobs import LENET_ARGS, start_job, wait_until
 from training import modes
 
-# Real processes, which mostly wait for the bound: with the in-process tests (tests/conftest.py), to balance the groups.
-pytestmark = [pytest.mark.slow, pytest.mark.beside_others("in-process")]
+# Real processes, which mostly wait for the bound: beside the timed tests (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.beside_others]
 
 SYNC_TIMEOUT = 6
 BOUND = SYNC_TIMEOUT + 10
