@@ -338,7 +338,7 @@ KINDS = {"search": search_block, "verdict": verdict_block, "brief": brief_block,
          "beside-paper": paper_tables.beside_paper_block, "table1": table1_block,
          "answers-text": lambda *f: paired.sentences(*answers_of(f), earlier_model),
          "noise-scale": later("launcher.studies.noise_scale", "block"),
-         "rate-sweep": later("launcher.studies.rate_sweep", "block"),
+         "rate-sweep": later("launcher.studies.rate_sweep", "block"), "demo": later("launcher.results", "demo_block"),
          "studies": later("launcher.studies.registry", "studies_block")}
 # the kinds whose block may name several folders
 MANY_FOLDERS = ("verdict", "brief", "answers", "beside-paper", "answers-text", "noise-scale", "studies")

@@ -2,6 +2,7 @@
 where its logs go. Every check raises a one-line UsageError; nothing is started or created here.
 """
 import argparse
+import dataclasses
 import functools
 import os
 import socket
@@ -114,6 +115,7 @@ class Experiment:
     clock: str = runlog.REAL_CLOCK  # virtual: the whole job in one process, its time charged (training/clocks/)
     charges: backends.Charges | None = None  # --clock virtual: what a step, a transfer, a request is charged
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], compare=False)  # a mode's job id starts so
+    command: tuple = field(default=(), compare=False)  # the launcher's arguments as given; () where a command built it
 
     def describe_links(self):
         """One line naming the links the experiment runs on, for tables and figures."""
@@ -317,7 +319,7 @@ def parse(argv):
     own, worker_args = split_at_double_dash(list(argv))
     described = build(build_parser().parse_args(own), worker_args)
     checks.check_worker_flags_read(worker_args, described.modes)
-    return described
+    return dataclasses.replace(described, command=tuple(argv))
 
 
 def build(ns, worker_args=()):

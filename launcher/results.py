@@ -1,11 +1,17 @@
-"""After the modes: each mode's summary JSON, the figures of the experiment's modes, and the table."""
+"""After the modes: each mode's summary JSON, the figures of the experiment's modes, and the table; what ran where
+(experiment.json) beside them."""
 import os
+import shlex
 import sys
+import time
 
 from analysis import summary
 from analysis.tables import format_cell, text_table
 from launcher.supervision import INTERRUPTS
 from training.faults.failures import EXIT_FAILURE
+from training.files import read_json, write_json
+
+EXPERIMENT_FILE = "experiment.json"
 
 
 def summarize_and_draw(experiment):
@@ -24,6 +30,11 @@ def summarize_and_draw(experiment):
     runs = sorted(filter(None, (summary.load_summary(network_dir, f) for f in folders)), key=summary.run_order)
     INTERRUPTS.check()
     drawn = draw(runs, experiment.network, network_dir) if experiment.figures else []
+    command = shlex.join(["python", "launch.py", *experiment.command]) if experiment.command else None
+    write_json(os.path.join(network_dir, EXPERIMENT_FILE), {
+        "command": command, "machine": machine(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+        "folders": folders, "target": target,
+        "links": experiment.describe_links(), "devices": experiment.cluster.devices_described}, indent=1)
     print()
     print(format_table(runs, target))
     print("summaries: " + ", ".join(summary.summary_path(network_dir, run["mode"]) for run in runs))
@@ -46,3 +57,23 @@ def format_table(runs, target):
                ("traffic_mb_per_s", ".2f")]
     return text_table(headers, [[run["mode"]] + [format_cell(run.get(key), spec) for key, spec in columns]
                                 for run in runs])
+
+
+def machine():
+    """The processor's model name as Linux gives it, or what the platform says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        import platform
+        return platform.processor() or platform.machine()
+
+
+def demo_block(folder):
+    """`launch.py docs`' `demo` kind: the table an experiment printed, from the summaries and experiment.json
+    committed in `folder` (a copy of its network's log folder), with the machine and the command that printed it."""
+    ran = read_json(os.path.join(folder, EXPERIMENT_FILE))
+    runs = sorted(filter(None, (summary.load_summary(folder, name) for name in ran["folders"])), key=summary.run_order)
+    table = "\n".join("    " + line for line in format_table(runs, ran["target"]).splitlines())
+    return (f"On {ran['machine']}, {ran['cores']} cores, {ran['date']} (devices: {ran['devices']}; links: "
+            f"{ran['links']}):\n\n{table}\n")

@@ -1,6 +1,7 @@
 """The launcher's command line read into a frozen Experiment: one description per command line, the values the
 checks derive computed once, nothing written back."""
 import dataclasses
+import json
 import os
 import re
 import socket
@@ -253,8 +254,14 @@ def test_no_figures_ends_with_the_summaries_and_table_without_loading_matplotlib
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # importing it would now fail
 
     assert described.figures is False and results.summarize_and_draw(described) == 0
-    assert "esync" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "esync" in printed
     assert not os.path.exists(tmp_path / logfactory.NETWORK / "figures")
+    # what ran where, beside the summaries: `launch.py docs`' demo block prints the same table from them
+    ran = json.load(open(tmp_path / logfactory.NETWORK / results.EXPERIMENT_FILE))
+    assert ran["folders"] == ["esync"] and ran["cores"] == os.cpu_count() and "--no-figures" in ran["command"]
+    table = [line.strip() for line in results.demo_block(str(tmp_path / logfactory.NETWORK)).splitlines()[2:]]
+    assert table == [line.strip() for line in printed.splitlines()[1:3]] and table[1].startswith("esync ")
 
 
 def test_a_flag_of_some_modes_reaches_the_workers_of_those_modes_only():
