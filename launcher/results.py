@@ -71,9 +71,8 @@ def machine():
 
 def demo_block(folder):
     """`launch.py docs`' `demo` kind: the table an experiment printed, from the summaries and experiment.json
-    committed in `folder` (a copy of its network's log folder), with the machine and the command that printed it."""
+    committed in `folder` (a copy of its network's log folder), under the machine that printed it."""
     ran = read_json(os.path.join(folder, EXPERIMENT_FILE))
     runs = sorted(filter(None, (summary.load_summary(folder, name) for name in ran["folders"])), key=summary.run_order)
     table = "\n".join("    " + line for line in format_table(runs, ran["target"]).splitlines())
-    return (f"On {ran['machine']}, {ran['cores']} cores, {ran['date']} (devices: {ran['devices']}; links: "
-            f"{ran['links']}):\n\n{table}\n")
+    return f"{ran['machine']}, {ran['cores']} cores, {ran['date']}:\n\n{table}\n"

@@ -34,8 +34,8 @@ from training.files import read_json
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # launch.py's; and the studies'
 
 DECLARATION = regime_map.DECLARATION_FILE
-# a map's, the paper's table's, a noise scale's, a rate sweep's
-RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json", "rate-sweep.json")
+# a map's, the paper's table's, a noise scale's, a rate sweep's, one launcher run's (the README's demo)
+RESULT_FILES = ("regimes.json", "paper.json", "noise-scale.json", "rate-sweep.json", "experiment.json")
 # the launcher's commands a declaration may run
 RUNNABLE = ("regimes", "tune", "calibrate", "noise-scale", "rate-sweep")
 
