@@ -249,6 +249,11 @@ def test_a_studys_hours_of_this_machine_follow_the_pace_of_the_maps_and_searches
     assert cost.machine_hours(search + three, paces) == (5.0 + 3 * 15.0) / 3600
     resnet = registry.commands_of({"command": MAP.format(schemes="local").replace("--links", "-n resnet18-v1 --links")})
     assert cost.machine_hours(three + resnet, paces) is None  # no map of resnet18-v1 has run here
+    for network, step in (("lenet", 0.02), ("resnet18-v1", 0.5)):  # as launch.py calibrate measured their steps
+        (timed / f"calibration-{network}.json").write_text(json.dumps({"network": network, "step_seconds": step}))
+    paces = cost.paces(str(tmp_path / registry.RESULTS))
+    assert paces[("regimes", "resnet18-v1", "virtual")] == pytest.approx(15.0 * 25)  # lenet's pace, 25 times its step
+    assert cost.machine_hours(three + resnet, paces) == pytest.approx((3 * 15.0 + 15.0 * 25) / 3600)
 
 
 def processes_in(folder):

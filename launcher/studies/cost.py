@@ -2,12 +2,17 @@
 and the hours of this machine they take at the pace of the maps and searches already run here of the same network and
 clock: a map's timing.json, its wall seconds over its training budgets, runs at once included; a search's tuned.json,
 its trials' own seconds over their seeds' budgets (a search stops a run at its target and prunes trials, so it goes
-faster than a map; a search of a kind none ran yet is paced as its maps)."""
+faster than a map; a search of a kind none ran yet is paced as its maps). A network none ran is paced as one that
+ran on the same clock, times the ratio of their fast steps as `launch.py calibrate` measured them here
+(calibration-<network>.json beside a study's results)."""
 import glob
+import json
 import os
 import shlex
 
 from analysis import timing
+
+CALIBRATIONS = "calibration-*.json"
 
 
 def map_options(argv):
@@ -57,7 +62,30 @@ def paces(results):
     for kind, wall, budgets in [*map_times(results), *search_times(results)]:
         before = spent.get(kind, (0, 0.0))
         spent[kind] = (before[0] + wall, before[1] + budgets)
-    return {kind: wall / budgets for kind, (wall, budgets) in spent.items() if budgets}
+    measured = {kind: wall / budgets for kind, (wall, budgets) in spent.items() if budgets}
+    return {**scaled_paces(measured, step_seconds(results)), **measured}
+
+
+def step_seconds(results):
+    """{network: a fast step's seconds} of the calibrations committed under `results`; the fastest where several."""
+    steps = {}
+    for path in glob.glob(os.path.join(results, "**", CALIBRATIONS), recursive=True):
+        with open(path) as f:
+            record = json.load(f)
+        steps[record["network"]] = min(record["step_seconds"], steps.get(record["network"], float("inf")))
+    return steps
+
+
+def scaled_paces(measured, steps):
+    """{(command, network, clock): pace} for each calibrated network without a measured pace of that command and
+    clock: a calibrated network's measured pace times the ratio of their steps (the first such network, by name)."""
+    scaled = {}
+    for (command, network, clock), pace in sorted(measured.items()):
+        if network not in steps:
+            continue
+        for other, seconds in steps.items():
+            scaled.setdefault((command, other, clock), pace * seconds / steps[network])
+    return scaled
 
 
 def map_times(results):
