@@ -296,7 +296,8 @@ def studies_block(*folders):
     docs' kind `studies`)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(folders[0])))
     lines = ["| study | state | runs | hours of training budgets | hours of this machine, at the pace of the maps and "
-             "searches run here (another network's, by the calibrated steps) | superseded by |", "|---|---|---|---|---|---|"]
+             "searches run here (another network's, by the calibrated steps) | superseded by |",
+             "|---|---|---|---|---|---|"]
     for name, state, (runs, hours, _, machine), later in states(root, [os.path.basename(f) for f in folders]):
         link = f"[{name}]({name}/)" if os.path.isfile(declaration_path(name, root)) else name
         by_machine = f"{machine:.1f}" if machine is not None and runs else "–"
