@@ -168,6 +168,8 @@ def test_empty_network_folder_exits_2(tmp_path):
     result = run_drawer("-b", str(tmp_path), "-n", NETWORK)
 
     assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"drawer.py: error: no summaries or iteration logs under {tmp_path / NETWORK}"]
 
 
 # ----------------------------------------------------------------------------------------------

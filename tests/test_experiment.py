@@ -1,6 +1,7 @@
 """The launcher's command line read into a frozen Experiment: one description per command line, the values the
 checks derive computed once, nothing written back."""
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -133,14 +134,19 @@ def test_an_option_nothing_of_the_run_would_read_is_refused_in_one_line(argv, me
         experiment.parse([*argv, *LENET, "--slowdown", "1,2"])
 
 
-@pytest.mark.parametrize("argv", [
-    ["--modes", "sync,esync", "--esync-policy", "apply"],
-    ["--modes", "sync,zeno", "--validators", "2", "--validator-device", "cpu"],
-    ["--modes", "sync", "--byzantine", "1", "--attack", "random", "--attack-scale", "3"],
-    ["--modes", "sync", "--hosts", "netns", "--bandwidth", "1gbit", "--netns-prefix", "x-"],
+@pytest.mark.parametrize("argv, taken", [
+    (["--modes", "sync,esync", "--esync-policy", "apply"], {"esync_policy": "apply"}),
+    (["--modes", "sync,zeno", "--validators", "2", "--validator-device", "cpu"],
+     {"validators": 2, "validator_device": "cpu"}),
+    (["--modes", "sync", "--byzantine", "1", "--attack", "random", "--attack-scale", "3"],
+     {"byzantine": 1, "attack": "random", "attack_scale": 3.0}),
+    (["--modes", "sync", "--hosts", "netns", "--bandwidth", "1gbit", "--netns-prefix", "x-"],
+     {"cluster.hosts": "netns", "cluster.bandwidth": "1gbit", "cluster.netns_prefix": "x-"}),
 ])
-def test_the_same_options_are_taken_where_a_mode_or_the_hosts_read_them(argv):
-    assert experiment.parse([*argv, *LENET, "--slowdown", "1,2"]).modes[0] == "sync"
+def test_the_same_options_are_taken_where_a_mode_or_the_hosts_read_them(argv, taken):
+    described = experiment.parse([*argv, *LENET, "--slowdown", "1,2"])
+
+    assert {name: functools.reduce(getattr, name.split("."), described) for name in taken} == taken
 
 
 def test_a_schemes_flag_after_the_double_dash_that_no_mode_of_the_command_reads_is_refused():

@@ -228,7 +228,7 @@ def test_client_momentum_makes_a_round_repeat_beta_of_the_last_global_move_plus_
     assert np.allclose(parameter.grad.asnumpy(), [0.1, -0.1] + beta * np.array([-2.0, 2.0]) / (lr * steps))
 
 
-def test_the_drift_correction_is_one_flag_that_sets_its_three_and_refuses_to_be_contradicted():
+def test_the_drift_correction_is_one_flag_that_sets_its_three_and_refuses_to_be_contradicted(capsys):
     from training import config
     from training.schemes.local_sgd import DRIFT_CORRECTION
 
@@ -236,8 +236,10 @@ def test_the_drift_correction_is_one_flag_that_sets_its_three_and_refuses_to_be_
 
     assert {name: getattr(args, name) for name in DRIFT_CORRECTION} == DRIFT_CORRECTION
     assert vars(args)["drift_correction"]  # the run's meta.json records config=vars(args)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as refused:
         config.parse_args(["-m", "fedavg", "-n", "lenet", "--drift-correction", "--normalisation-power", "0.3"])
+    assert refused.value.code == 2
+    assert "--drift-correction sets --normalisation-power: leave it out" in capsys.readouterr().err
 
 
 def test_the_options_choose_the_parts_a_round_is_composed_of():

@@ -31,6 +31,7 @@ def final_weights(log_dir):
 
 
 def assert_identical_weights(folders):
+    assert len(folders) >= 2, folders  # a job's workers, each with its final weights
     first = final_weights(folders[0])
     for other in folders[1:]:
         weights = final_weights(other)
@@ -149,6 +150,10 @@ def test_non_iid_training_gives_each_worker_a_block_of_classes(request, job):
         assert meta(folder)["non_iid"] is True and meta(folder)["train_samples"] == 2000
         assert len(iter_records(folder)) == meta(folder)["config"]["max_iters"]
     assert "accuracy" in iter_records(folders[0])[-1]
+    first, second = (meta(folder)["classes"] for _, folder in sorted(folders.items()))
+    # samples sorted by label and cut in two: each a contiguous block, sharing at most the class at the cut
+    assert all(block == list(range(block[0], block[-1] + 1)) for block in (first, second)), (first, second)
+    assert set(first) | set(second) == set(range(10)) and first[-1] <= second[0], (first, second)
 
 
 def test_dist_async_improves_accuracy(processes, tmp_path):

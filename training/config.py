@@ -417,9 +417,9 @@ def parse_args(argv=None):
     resolve_recipe(parser, args)
     refuse_unread_settings(parser, args)
     resolve_momentum(parser, args)
-    check_normalised_averaging(parser, args)
     resolve_slowdown(parser, args)
     resolve_mode(parser, args)
+    check_normalised_averaging(parser, args)  # after the mode's scheme, whose --drift-correction sets both flags
     if args.node_name is None:
         args.node_name = socket.gethostname()
     return args

@@ -106,5 +106,5 @@ class ServerSchedule(lr_scheduler.LRScheduler):
         self.schedule = schedule
         self.updates_per_epoch = max(1.0, float(updates_per_epoch))
 
-    def __call__(self, num_update):
-        return self.base_lr * self.schedule.factor_at(num_update / self.updates_per_epoch)
+    def __call__(self, num_update):  # MXNet counts this update in: the epochs done before it, as a worker counts
+        return self.base_lr * self.schedule.factor_at((num_update - 1) / self.updates_per_epoch)
