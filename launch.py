@@ -2,7 +2,7 @@
 draw the comparison.
 
     python launch.py --modes esync,sync,async -n lenet --dataset mnist-5k --slowdown 1,1,4 --max-time 60
-    python launch.py --modes esync,sync --devices gpu0,gpu1,gpu0+gpu1 -n resnet18-v1 --max-iters 2000 -- -b 32 -e 10
+    python launch.py --modes esync,sync --devices gpu0,gpu1,gpu0+gpu1 -n resnet18-v1 --max-iters 2000 -- -b 32
     python launch.py --tracker ssh -H hosts --host-ip 10.0.0.1 --modes sync --devices gpu0,gpu0 --max-time 600
     python launch.py clean-netns [PREFIX]    # network namespaces a killed `--hosts netns` run left behind
     python launch.py paper [--repeats R]     # the ESync paper's experiment: Table 1, Figures 3-5 (launcher/studies/paper.py)

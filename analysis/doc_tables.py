@@ -415,11 +415,15 @@ def stale(root=ROOT, draw=False):
     return found
 
 
-def run(argv):
+def parse(argv):
     p = OneLineErrorParser(prog="launch.py docs", description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true",
                    help="change nothing, draw nothing; exit 1 where a table differs or a figure it names is missing")
-    ns = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def run(argv):
+    ns = parse(argv)
     try:
         differing = stale(draw=not ns.check)
     except DocsError as error:

@@ -29,7 +29,6 @@ POWER = 0.8                 # for detectable_ratio
 TEST_NAME = "an exact permutation test of the means at 5 %"
 TIME_TEST_NAME = ("an exact permutation test of the mean time to target at 5 % (a repeat that missed the target "
                   "counted at the budget)")
-CORRECTION_NAME = "Holm's correction for choosing the leader among the schemes"
 
 
 def censored_times(times, training_times, budget=None):

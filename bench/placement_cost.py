@@ -25,6 +25,7 @@ import numpy as np
 from mxnet import gluon
 
 from bench.snapshot_cost import timed
+from training.checks import first_sentence
 from training.devices import cpu_quota
 from training.model import Model
 from training.schemes.base import PackedStatistics
@@ -143,7 +144,7 @@ def measure(network, pushpulls, steps, fast, slow):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=first_sentence(__doc__))
     p.add_argument("-n", "--network", default="lenet")
     p.add_argument("--fast-cores", type=float, required=True, help="a fast device's share of a core")
     p.add_argument("--slowdown", type=float, default=20.0, help="the slow device: the fast one's share / this")

@@ -23,6 +23,7 @@ import mxnet as mx  # noqa: E402
 import numpy as np
 from mxnet import gluon
 
+from training.checks import first_sentence
 from training.model import Model, save_snapshot
 
 BATCH = 64
@@ -69,7 +70,7 @@ def measure(network, steps):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=first_sentence(__doc__))
     p.add_argument("-n", "--network", default="lenet")
     p.add_argument("--steps", type=int, default=100, help="steps timed, and as many snapshots (default 100)")
     args = p.parse_args()

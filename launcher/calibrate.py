@@ -25,7 +25,7 @@ from launcher import comm_ratio, experiment
 from launcher.calibration import batch_size_of
 from launcher.cluster import STATE_TOKEN_VARIABLE, ProcessGroup, start_state_server
 from training import modes
-from training.checks import OneLineErrorParser, UsageError
+from training.checks import OneLineErrorParser, UsageError, first_sentence
 from training.faults.failures import EXIT_FAILURE, EXIT_USAGE
 from training.files import write_json
 
@@ -71,7 +71,7 @@ def calibrate(argv):
 
 def parse_calibration(argv):
     """(the file to write, the Experiment whose fast step is measured) of `launch.py calibrate`'s arguments."""
-    p = OneLineErrorParser(prog="launch.py calibrate", description=calibrate.__doc__.splitlines()[0])
+    p = OneLineErrorParser(prog="launch.py calibrate", description=first_sentence(__doc__))
     p.add_argument("--out", default="devices.json", help="the file to write (default devices.json)")
     ns, rest = p.parse_known_args(argv)
     return ns.out, experiment.parse(["--modes", modes.STANDALONE, "--max-iters", str(comm_ratio.PROBE_STEPS),

@@ -13,7 +13,7 @@ so that pushing (or pulling) the whole model once over a worker link lasts R fas
 
 The ESync paper's cluster, derived (the paper states neither its link nor its step times per network): a GTX 1080Ti
 step of ResNet-18-v1 at batch 64 takes about 0.03 s (the paper's "about 0.03 s" GPU step), its weights are 44.7 MB
-(11.2M float32). Over 1 Gbit/s one transfer takes 44.7e6 x 8 / 1e9 = 0.36 s, R = 0.36 / 0.03 = 12 (PAPER_RATIO);
+(11.2M float32). Over 1 Gbit/s one transfer takes 44.7e6 x 8 / 1e9 = 0.36 s, R = 0.36 / 0.03 = 12;
 over 10 Gbit/s R = 1.2. The paper's Figure 5 (its GPUs computing a small share of the time under SSGD) fits the
 1 Gbit/s reading.
 """
@@ -33,7 +33,6 @@ from training.devices import threads
 
 log = logging.getLogger("launch")
 
-PAPER_RATIO = 12.0
 PROBE_STEPS = 100
 PROBE_WARMUP = 10
 PROBE_TIMEOUT = 300.0

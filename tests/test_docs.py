@@ -1,7 +1,9 @@
 """The README and the pages under docs/: every link leads somewhere, the manual cluster path comes early in the README,
 and every command line they show parses as the scripts would parse it (nothing is started)."""
+import ast
 import contextlib
 import glob
+import importlib
 import io
 import os
 import re
@@ -10,12 +12,14 @@ import shlex
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+DOCSTRINGS = ["launch.py", "main.py", "summary.py", "drawer.py"]  # the scripts' own, which show commands too
 MANUAL_PATH_WITHIN = 150
 
 
 def read(page):
     with open(os.path.join(ROOT, page), encoding="utf-8") as f:
-        return f.read()
+        text = f.read()
+    return ast.get_docstring(ast.parse(text)) or "" if page.endswith(".py") else text
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,8 +176,10 @@ def script_calls(line):
 
 
 def placeholder(argv):
-    """A command shown with elided or generic parts (`...`, `<mode>`) is not meant to run as it stands."""
-    return any(word in ("...", "…") or re.search(r"<[^<>]+>", word) for word in argv)
+    """A command shown with elided, generic or optional parts (`...`, `<mode>`, `[--check]`) is not meant to run as
+    it stands."""
+    return (any(word in ("...", "…") or re.search(r"<[^<>]+>", word) for word in argv)
+            or bool(re.search(r"\[[^\[\]]+\]", " ".join(argv))))
 
 
 def parse_launch(argv, monkeypatch):
@@ -194,6 +200,12 @@ def parse_launch(argv, monkeypatch):
         from launcher.studies import registry
 
         return registry.parse(argv[1:])
+    if argv[:1] in (["noise-scale"], ["rate-sweep"]):
+        return importlib.import_module(f"launcher.studies.{argv[0].replace('-', '_')}").parse(argv[1:])
+    if argv[:1] == ["docs"]:
+        from analysis import doc_tables
+
+        return doc_tables.parse(argv[1:])
     if argv[:1] == ["calibrate"]:
         from launcher import calibrate
 
@@ -224,7 +236,7 @@ def parse(script, argv, monkeypatch):
 
 
 def shown_commands():
-    for page in PAGES:
+    for page in PAGES + DOCSTRINGS:
         for number, line in command_lines(read(page)):
             for script, argv in script_calls(line):
                 yield page, number, line, script, argv

@@ -71,6 +71,16 @@ def test_an_injected_fault_is_placed_at_the_point_that_reached_it_not_in_the_inj
     assert "in setup_point)" in line and "fault_injection.py" not in line, line
 
 
+def test_the_innermost_project_frame_is_the_projects_own_not_a_library_installed_in_the_clone():
+    import numpy as np
+
+    def compare():
+        np.testing.assert_equal(1, 2)
+
+    line = failures.one_line(caught(compare))
+    assert "in compare)" in line and "site-packages" not in line, line
+
+
 def test_a_rank_filtered_fault_ignores_the_other_ranks_and_roles():
     plan = FaultPlan.parse("worker:setup:raise:rank=0")
 

@@ -19,6 +19,14 @@ STATE_SERVER_STARTUP = 10.0  # seconds a worker gives a state server started bes
 log = logging.getLogger("main")  # its lines are main.py's
 
 
+def first_sentence(doc):
+    """A docstring's first sentence on one line: a parser's description (--help), where the first line may break
+    mid-sentence."""
+    text = " ".join(doc.split())
+    end = text.find(". ")
+    return text if end < 0 else text[:end + 1]
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """Reports a bad argument in one line instead of the whole usage text."""
 

@@ -110,7 +110,7 @@ HELP_WIDTH = 120
 
 def help_text(mode=None):
     """`main.py --help`: the flags every mode reads and the list of modes; `main.py -m MODE --help`: that mode's own
-    flags, with their defaults and search ranges (docs/modes.md lists them all)."""
+    flags, with their defaults and search ranges (docs/clusters.md, "Main flags", lists them all)."""
     if mode is None:
         p = OneLineErrorParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
                                epilog="modes (main.py -m MODE --help: its own flags):\n" + "\n".join(

@@ -42,11 +42,17 @@ def one_line(err):
 
 def _innermost_project_frame(tb):
     frames = [frame for frame in traceback.extract_tb(tb)
-              if frame.filename.startswith(PROJECT_ROOT) and frame.filename != INJECTION_MODULE]
+              if frame.filename.startswith(PROJECT_ROOT) and frame.filename != INJECTION_MODULE
+              and not _installed(frame.filename)]
     if not frames:
         return ""
     frame = frames[-1]
     return f"{os.path.relpath(frame.filename, PROJECT_ROOT)}:{frame.lineno} in {frame.name}"
+
+
+def _installed(path):
+    """A library's file, though under the project's folder: the README's environment is .venv in the clone."""
+    return path.startswith(os.path.join(sys.prefix, "")) or f"{os.sep}site-packages{os.sep}" in path
 
 
 def save_traceback(err, folder, role):

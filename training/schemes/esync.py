@@ -37,7 +37,7 @@ ROUND_SIZING_FLAGS = ("aggregation_share", "max_slowest_steps")  # what a rule w
 
 @declaration
 class ESyncOptions(CoordinatedOptions, LocalSGDOptions):
-    # The paper's rule is "apply" (launch.py paper's default); docs/modes.md, "Keeping every device busy", says why
+    # The paper's rule is "apply" (launch.py paper's default); docs/esync.md, "Keeping every device busy", says why
     # the default is "adaptive".
     esync_policy: str = option(
         "--esync-policy", default="adaptive", choices=POLICIES,
