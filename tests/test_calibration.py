@@ -53,7 +53,7 @@ def test_in_real_time_a_step_is_refused_unless_a_calibration_file_sizes_shaped_l
 
 
 @pytest.mark.slow
-@pytest.mark.beside_others(False)  # it checks what was written, not how fast: with the timed tests, to balance the groups
+@pytest.mark.beside_others(False)  # it checks what was written, not how fast: with the timed tests, where it balances
 def test_calibration_writes_the_fast_step_and_a_virtual_run_is_charged_it(tmp_path):
     devices = str(tmp_path / "devices.json")
     calibrated = subprocess.run([sys.executable, LAUNCH_PY, "calibrate", "-n", "lenet", "--dataset", "mnist-5k",
