@@ -1,11 +1,13 @@
 """A real ESync job: scheduler, server, the Django state server and 2 workers, one emulated 4x slower (8x in the
 shared apply job)."""
+import math
 import os
 import statistics
 
 import pytest
 
-from coordination.records import PLANNED_SECONDS, PLANNED_SLOWEST_STEPS, PLANNED_STEPS, PLAN_REASON
+from coordination.records import (AUTO_MARGIN_FRACTION, PLANNED_SECONDS, PLANNED_SLOWEST_STEPS, PLANNED_STEPS,
+                                 PLAN_REASON)
 from coordination import rules
 from launcher.cluster import ProcessGroup, start_state_server
 from tests import example_rule
@@ -82,7 +84,8 @@ def step_seconds(records, phases=RULES_VIEW):
 @pytest.mark.long  # the apply job of 100 rounds, its timing checked on a busy 2-core machine
 def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_one(apply_run):
     """Against the step times measured in the same run (the emulated 8x is 8x of a compute time that sharing 2
-    cores inflates): a worker k times faster, as the rule sees its steps, fits about k steps in the slowest one's.
+    cores inflates): a worker k times faster, as the rule sees its steps, fits the whole steps of k, less the
+    margin, in the slowest one's.
     The devices must differ by more than 2x in their own computing; k itself is lower (its steps also count the
     state server's round trip, outside the quota: 1.94 and 1.46 in CI runs)."""
     runs = {rank: iter_records(folder) for rank, folder in apply_run.items()}
@@ -97,9 +100,13 @@ def test_esync_fast_workers_do_as_many_local_steps_as_fit_in_the_slow_workers_on
             devices = step_seconds(runs[slow], own) / step_seconds(records[3:], own)
             speedup = step_seconds(runs[slow]) / step_seconds(records[3:])
             ratio = mean_steps(records[3:]) / mean_steps(runs[slow][3:])
-            assert devices > 2 and ratio > 1.2 and 0.7 * speedup <= ratio <= 1.3 * speedup, (
+            # The rule starts a step only where it ends, with the margin, before the slowest's: a round holds
+            # floor((1 - margin) x speedup) whole steps when both start together, one fewer in a round that jitter
+            # shortens (at most one in ten here)
+            whole = max(1, math.floor((1 - AUTO_MARGIN_FRACTION) * speedup))
+            assert devices > 2 and ratio > 1.2 and 0.9 * whole <= ratio <= 1.3 * speedup, (
                 f"rank {rank} computes {devices:.2f}x faster, is {speedup:.2f}x faster with the round trip and did "
-                f"{ratio:.2f}x the slow worker's local steps")
+                f"{ratio:.2f}x the slow worker's local steps (the rule's whole steps: {whole})")
     final = [r["accuracy"] for r in runs[0] if "accuracy" in r][-1]
     assert final >= 0.8  # the paper's target: 100 rounds reach it however many local steps the machine's speed fits
 
