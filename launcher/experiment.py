@@ -101,7 +101,7 @@ class Experiment:
     wall_limit: float               # seconds after which a mode is stopped as hung
     progress_every: float
     figures: bool                   # draw the comparison figures after the modes
-    snapshot_seconds: float         # rank 0 snapshots the model for the evaluator this often; 0: no evaluation
+    snapshot_seconds: float         # rank 0 snapshots the model for the evaluator this often; 0: the final model only
     worker_args: tuple              # after `--`, for every worker
     tracker: str | None             # None: the launcher starts every process itself
     hostfile: str | None            # absolute, or None
@@ -236,7 +236,7 @@ def _parser(catalog):
 def add_snapshot_option(p):
     p.add_argument("--snapshot-seconds", type=float, default=DEFAULT_SNAPSHOT_SECONDS,
                    help="seconds of training between the snapshots of the model the evaluator process tests "
-                        f"(default {DEFAULT_SNAPSHOT_SECONDS:g}; 0: no evaluation; see below)")
+                        f"(default {DEFAULT_SNAPSHOT_SECONDS:g}; 0: the final model only; see below)")
 
 
 def add_run_options(p):

@@ -46,8 +46,9 @@ accuracy: no worker evaluates inside its training loop. Every --snapshot-seconds
   and a thread writes the copy to <mode>/{runlog.SNAPSHOT_FOLDER}/; the evaluator process, started with each mode at the
   lowest CPU priority, tests every snapshot on the whole test set and logs it with the training time it was taken
   at (<mode>/evaluator.jsonl). The table, the summaries and the figures take their accuracy from that log.
-  --snapshot-seconds 0 evaluates nothing (throughput runs). With a remote --tracker the snapshots land on rank 0's
-  host: rank 0 starts the evaluator there itself (main.py --evaluator-beside), and the launcher says so.
+  --snapshot-seconds 0 tests the final model only, in rank 0 after training (throughput runs). With a remote
+  --tracker the snapshots land on rank 0's host: rank 0 starts the evaluator there itself (main.py
+  --evaluator-beside), and the launcher says so.
 
 --clock virtual: a mode's whole job runs in one process, its workers one at a time in the order of their virtual
   times, each step charged --step-seconds x its device's --slowdown (x a log-normal jitter with --step-jitter) and
