@@ -272,7 +272,7 @@ def ratio_text(cell):
     if not found:
         return "–"
     bound = {"lower": "≥ ", "upper": "≤ ", "both": "misses on both sides: "}.get(found["bound"], "")
-    return (f"{bound}{found['ratio']:.2f} ({found['low']:.2f}–{found['high']:.2f}) against "
+    return (f"{bound}{found['ratio']:.2f} ({paired.interval_text(found)}) against "
             f"{scheme_names.display(found['scheme'])}")
 
 

@@ -6,16 +6,18 @@ the device alone and a cluster scheme on one seed are a pair.
 | step | how |
 |---|---|
 | a run's time | its time to the target, capped at the budget: reached after the budget, or never, it counts as the budget |
-| the test | the mean of the paired differences against every flip of their signs (scipy.stats.permutation_test, permutation_type="samples": exact, 2^n flips), two-sided; Holm-corrected over every comparison the cell names (each cluster scheme against the device alone, at every target) |
-| the ratio | the device's mean capped time over the scheme's; its 95 % interval from the paired bootstrap (scipy.stats.bootstrap, paired=True, BCa) |
+| the test | the mean of the paired differences against every flip of their signs (scipy.stats.permutation_test, permutation_type="samples": exact, 2^n flips), two-sided; Holm-corrected over every comparison the study names (each cluster scheme against the device alone, in every cell, at every target, or at its primary target) |
+| the ratio | the device's mean capped time over the scheme's; its 95 % interval the same test inverted: the ratios rho at which the mean of device - rho x scheme is not rejected |
 | a bound | where one side's capped times include a miss its mean is a lower bound: the ratio is `≥` where the device's do, `≤` where the scheme's do, and bounded neither way where both do (said so); no ratio where neither side reached the target |
 | the answer | "yes" where a cluster scheme is sooner, "no" where the device is sooner than every one, only from MIN_PAIRS or more pairs, after correction and with an interval that excludes 1; "cannot be told" otherwise; "exploratory" under MIN_PAIRS pairs |
 
-A map whose runs all ended well pairs its repeats by their order; one where a run failed pairs the repeats both
-schemes finished (`times_by_repeat`, where the map recorded it).
+Times closer than a microsecond (the logs' resolution) are a tie. A map whose runs all ended well pairs its repeats by
+their order; one where a run failed pairs the repeats both schemes finished (`times_by_repeat`); a cell whose repeats
+cannot be aligned (a map from before `times_by_repeat`, with a failed run) gets no verdict, and its comparisons count
+in the correction at p = 1.
 """
+import math
 import os
-import warnings
 
 import numpy as np
 from scipy import stats
@@ -28,8 +30,7 @@ DECLARATION = "declared.json"  # launcher/studies/registry.py's: a study's decla
 ALPHA = significance.ALPHA
 MIN_PAIRS = 10
 EXACT_UP_TO = 20            # pairs: up to 2^20 sign flips enumerated
-BOOTSTRAP_DRAWS = 9_999
-LEVEL = 0.95
+TIME_DECIMALS = 6           # the logs' resolution: times closer than a microsecond are a tie
 TEST_NAME = ("an exact paired permutation test of the mean capped time to target at 5 % (the runs paired by seed, a "
              "target missed within the budget counted at the budget), Holm-corrected over the cell's comparisons")
 
@@ -54,11 +55,12 @@ def capped_seconds(times, budget):
 
 
 def capped_pairs(first, second, budget):
-    """(first's, second's capped seconds, first's misses, second's) over the repeats both have."""
+    """(first's, second's capped seconds, first's misses, second's: arrays) over the repeats both have."""
     both = [(capped(a, budget), capped(b, budget)) for a, b in zip(first, second) if a is not None and b is not None]
     a, b = ([pair[i] for pair in both] for i in (0, 1))
-    return (np.array([s for s, _ in a], dtype=float), np.array([s for s, _ in b], dtype=float),
-            any(m for _, m in a), any(m for _, m in b))
+    return (np.round(np.array([s for s, _ in a], dtype=float), TIME_DECIMALS),
+            np.round(np.array([s for s, _ in b], dtype=float), TIME_DECIMALS),
+            np.array([m for _, m in a], dtype=bool), np.array([m for _, m in b], dtype=bool))
 
 
 def paired_p(a, b):
@@ -73,26 +75,33 @@ def paired_p(a, b):
 
 
 def floor(pairs):
-    """The smallest p-value `pairs` pairs allow: every difference of one sign."""
+    """The smallest p-value `pairs` differing pairs allow: every difference of one sign."""
     return 1.0 if pairs < 2 else min(1.0, 2.0 / 2 ** pairs)
 
 
 def ratio_interval(a, b):
-    """(mean a / mean b, low, high): the ratio of mean capped times and its paired bootstrap interval."""
+    """(mean a / mean b, low, high): the ratio of mean capped times and the ratios rho the paired test does not reject
+    at ALPHA (the mean of a - rho x b against the flips of its signs): the test's own interval, inverted. low or high
+    None where no ratio that way is rejected (too few differing pairs: the test's floor is above ALPHA)."""
     ratio = float(np.mean(a) / np.mean(b))
-    if len(a) < 3 or (np.all(a == a[0]) and np.all(b == b[0])):
-        return ratio, ratio, ratio
-    for method in ("BCa", "percentile"):  # BCa is undefined where the draws barely vary
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-            warnings.simplefilter("ignore", RuntimeWarning)
-            found = stats.bootstrap((a, b), lambda x, y, axis: np.mean(x, axis=axis) / np.mean(y, axis=axis),
-                                    paired=True, vectorized=True, confidence_level=LEVEL, n_resamples=BOOTSTRAP_DRAWS,
-                                    method=method, rng=np.random.default_rng(0))
-        low, high = found.confidence_interval
-        if np.isfinite(low) and np.isfinite(high):
+    return ratio, edge(a, b, ratio, 0.8), edge(a, b, ratio, 1.25)
+
+
+def edge(a, b, ratio, step):
+    """The last ratio the test does not reject going from `ratio` by factors of `step`, bisected to 1e-6; None where
+    it rejects none."""
+    inside, outside = ratio, None
+    for _ in range(100):
+        if paired_p(a, b * inside * step) < ALPHA:
+            outside = inside * step
             break
-    return ratio, float(low), float(high)
+        inside *= step
+    if outside is None:
+        return None
+    while abs(math.log(outside / inside)) > 1e-6:
+        middle = math.sqrt(inside * outside)
+        inside, outside = (inside, middle) if paired_p(a, b * middle) < ALPHA else (middle, outside)
+    return float(inside)
 
 
 def budget_of(a, b):
@@ -106,45 +115,55 @@ def bound_of(device_missed, scheme_missed):
 
 def verdicts(cells_by_target, budget, primary=None):
     """{target: {answer, scheme, ratio, low, high, bound, pairs, p_values, adjusted_p_values, ...}} of one cell timed
-    to several targets ({target: cell}), the device alone against each cluster scheme, Holm over all of them, or
-    over the `primary` target's alone where the study declared one (the others then exploratory); {} where the cell
-    has no device alone or nothing can be paired."""
-    compared = {}
-    for target, cell in cells_by_target.items():
-        alone = cell["schemes"].get(STANDALONE)
-        mine = by_repeat(alone) if alone else None
-        if mine is None:
-            continue
-        for scheme, numbers in cell["schemes"].items():
-            theirs = by_repeat(numbers) if scheme != STANDALONE else None
-            if theirs is not None:
-                compared[target, scheme] = capped_pairs(mine, theirs, budget)
+    to several targets ({target: cell}): study_verdicts of a study of that one cell."""
+    return study_verdicts({None: cells_by_target}, budget, primary).get(None, {})
+
+
+def study_verdicts(groups, budget, primary=None):
+    """{cell: {target: verdict}} of a study's cells ({cell: {target: cell's numbers}}), the device alone against each
+    cluster scheme, Holm over every comparison of every cell, or over the `primary` target's alone where the study
+    declared one (the others then exploratory); a cell without the device alone, or whose repeats cannot be aligned,
+    has none."""
+    compared, unaligned = {}, []
+    for group, cells in groups.items():
+        for target, cell in cells.items():
+            alone = cell["schemes"].get(STANDALONE)
+            mine = by_repeat(alone) if alone else None
+            theirs = {scheme: by_repeat(numbers) for scheme, numbers in cell["schemes"].items() if scheme != STANDALONE}
+            if mine is None or any(times is None for times in theirs.values()):
+                unaligned += [(group, target, scheme) for scheme in theirs] if alone else []
+                continue
+            for scheme, times in theirs.items():
+                compared[group, target, scheme] = capped_pairs(mine, times, budget)
     p_values = {key: paired_p(a, b) for key, (a, b, _, _) in compared.items()}
-    family = {f"{target:g} {scheme}": p for (target, scheme), p in p_values.items()
-              if primary is None or target == primary}
-    adjusted = {**dict.fromkeys((f"{target:g} {scheme}" for target, scheme in p_values), 1.0),
-                **significance.holm(family)}
+    adjusted = corrected({**p_values, **dict.fromkeys(unaligned, 1.0)}, primary)
     found = {}
-    for target in cells_by_target:
-        keys = [key for key in compared if key[0] == target and len(compared[key][0])]
-        if keys:
-            found[target] = judged(target, keys, compared, p_values, adjusted)
-            if primary is not None and target != primary:
-                found[target]["answer"] = "exploratory"  # a target the study did not name primary
+    for group, cells in groups.items():
+        for target in cells:
+            keys = [key for key in compared if key[:2] == (group, target) and len(compared[key][0])]
+            if keys:
+                found.setdefault(group, {})[target] = judged(keys, compared, p_values, adjusted)
+                if primary is not None and target != primary:
+                    found[group][target]["answer"] = "exploratory"  # a target the study did not name primary
     return found
 
 
-def judged(target, keys, compared, p_values, adjusted):
-    """The answer at one target from its comparisons."""
+def corrected(p_values, primary):
+    """Holm-adjusted p-values of {(cell, target, scheme): p}: the family every comparison, or the primary target's
+    (the others 1)."""
+    family = {key: p for key, p in p_values.items() if primary is None or key[1] == primary}
+    return {**dict.fromkeys(p_values, 1.0), **significance.holm(family)}
+
+
+def judged(keys, compared, p_values, adjusted):
+    """The answer at one cell and target from its comparisons."""
     best = min(keys, key=lambda key: np.mean(compared[key][1]))
     a, b, device_missed, scheme_missed = compared[best]
-    everyone_missed = np.all(np.concatenate([a, b]) >= budget_of(a, b))  # no ratio where neither side reached
+    everyone_missed = bool(device_missed.all() and scheme_missed.all())  # no ratio where neither side reached
     ratio, low, high = (None, None, None) if everyone_missed else ratio_interval(a, b)
     pairs = min(len(compared[key][0]) for key in keys)
-    sooner = [key for key in keys if adjusted[f"{target:g} {key[1]}"] < ALPHA
-              and np.mean(compared[key][1]) < np.mean(compared[key][0])]
-    later = [key for key in keys if adjusted[f"{target:g} {key[1]}"] < ALPHA
-             and np.mean(compared[key][1]) > np.mean(compared[key][0])]
+    sooner = [key for key in keys if adjusted[key] < ALPHA and np.mean(compared[key][1]) < np.mean(compared[key][0])]
+    later = [key for key in keys if adjusted[key] < ALPHA and np.mean(compared[key][1]) > np.mean(compared[key][0])]
     if pairs < MIN_PAIRS:
         answer = "exploratory"
     elif best in sooner and low is not None and low > 1:
@@ -153,11 +172,12 @@ def judged(target, keys, compared, p_values, adjusted):
         answer = "no"
     else:
         answer = "cannot be told"
-    return {"answer": answer, "scheme": best[1], "ratio": ratio, "low": low, "high": high,
-            "bound": bound_of(device_missed, scheme_missed), "pairs": pairs, "floor": floor(pairs),
-            "sooner": [key[1] for key in sooner], "later": [key[1] for key in later],
-            "p_values": {key[1]: p_values[key] for key in keys},
-            "adjusted_p_values": {key[1]: adjusted[f"{target:g} {key[1]}"] for key in keys}}
+    return {"answer": answer, "scheme": best[2], "ratio": ratio, "low": low, "high": high,
+            "bound": bound_of(device_missed.any(), scheme_missed.any()), "pairs": pairs,
+            "floor": floor(int(np.count_nonzero(a != b))),
+            "sooner": [key[2] for key in sooner], "later": [key[2] for key in later],
+            "p_values": {key[2]: p_values[key] for key in keys},
+            "adjusted_p_values": {key[2]: adjusted[key] for key in keys}}
 
 
 def judged_cells(folder, result, timed_cells):
@@ -170,7 +190,7 @@ def judged_cells(folder, result, timed_cells):
     for target, cell in timed_cells:
         key = (cell["split"], cell["profile"], cell["link"])
         judged = found[key].get(target)
-        yield target, {**(overlaid(cell, judged) if judged else cell), **leaders[key].get(target, {})}
+        yield target, {**(overlaid(cell, judged) if judged else unpaired(cell)), **leaders[key].get(target, {})}
 
 
 JUDGED = {}  # judged_groups' results by map folder and the time its results were written
@@ -188,39 +208,48 @@ def judged_groups(folder, result, timed_cells):
         groups = {}
         for target, cell in timed_cells:
             groups.setdefault((cell["split"], cell["profile"], cell["link"]), {})[target] = cell
-        JUDGED[key] = ({cell: verdicts(group, result["max_time"], primary) for cell, group in groups.items()},
-                       {cell: leader_verdicts(group, result["max_time"], primary) for cell, group in groups.items()})
+        found = study_verdicts(groups, result["max_time"], primary)
+        leaders = study_leader_verdicts(groups, result["max_time"], primary)
+        JUDGED[key] = ({cell: found.get(cell, {}) for cell in groups}, {cell: leaders.get(cell, {}) for cell in groups})
     return JUDGED[key]
 
 
 def leader_verdicts(cells_by_target, budget, primary=None):
-    """{target: {leader, winner, tied, p_values, adjusted_p_values}}: the scheme of the lowest mean capped time
-    against each other one, paired, Holm over every target's comparisons (or the primary's); it wins where it leads
-    each beyond the spread from MIN_PAIRS pairs or more, else `tied` lists it with those it does not lead."""
+    """{target: {leader, winner, tied, p_values, adjusted_p_values}} of one cell: study_leader_verdicts of a study of
+    that one cell."""
+    return study_leader_verdicts({None: cells_by_target}, budget, primary).get(None, {})
+
+
+def study_leader_verdicts(groups, budget, primary=None):
+    """{cell: {target: {leader, winner, tied, p_values, adjusted_p_values}}}: in each cell and target the scheme of
+    the lowest mean capped time against each other one, paired, Holm over every comparison of the study (or the
+    primary target's); it wins where it leads each beyond the spread from MIN_PAIRS pairs or more, else `tied` lists
+    it with those it does not lead."""
     compared, leaders = {}, {}
-    for target, cell in cells_by_target.items():
-        aligned = {scheme: by_repeat(numbers) for scheme, numbers in cell["schemes"].items()}
-        aligned = {scheme: times for scheme, times in aligned.items() if times}
-        if not aligned:
-            continue
-        means = {scheme: np.mean(capped_seconds(times, budget)) for scheme, times in aligned.items()}
-        leaders[target] = min(means, key=means.get)
-        for scheme in aligned:
-            if scheme != leaders[target]:
-                compared[target, scheme] = capped_pairs(aligned[leaders[target]], aligned[scheme], budget)
+    for group, cells in groups.items():
+        for target, cell in cells.items():
+            aligned = {scheme: by_repeat(numbers) for scheme, numbers in cell["schemes"].items()}
+            aligned = {scheme: times for scheme, times in aligned.items() if times}
+            if not aligned:
+                continue
+            means = {scheme: np.mean(capped_seconds(times, budget)) for scheme, times in aligned.items()}
+            leader = leaders[group, target] = min(means, key=means.get)
+            for scheme in aligned:
+                if scheme != leader:
+                    compared[group, target, scheme] = capped_pairs(aligned[leader], aligned[scheme], budget)
     p_values = {key: paired_p(a, b) for key, (a, b, _, _) in compared.items()}
-    family = {f"{t:g} {s}": p for (t, s), p in p_values.items() if primary is None or t == primary}
-    adjusted = {**dict.fromkeys((f"{t:g} {s}" for t, s in p_values), 1.0), **significance.holm(family)}
+    adjusted = corrected(p_values, primary)
     found = {}
-    for target, leader in leaders.items():
-        keys = [key for key in compared if key[0] == target]
-        beaten = [s for _, s in keys if adjusted[f"{target:g} {s}"] < ALPHA
-                  and np.mean(compared[target, s][0]) < np.mean(compared[target, s][1])]
+    for (group, target), leader in leaders.items():
+        keys = [key for key in compared if key[:2] == (group, target)]
+        beaten = [key[2] for key in keys if adjusted[key] < ALPHA
+                  and np.mean(compared[key][0]) < np.mean(compared[key][1])]
         pairs = min((len(compared[key][0]) for key in keys), default=0)
-        tied = [leader] + [s for _, s in keys if s not in beaten]
-        found[target] = {"leader": leader, "winner": leader if len(tied) == 1 and pairs >= MIN_PAIRS else None,
-                         "tied": tied, "p_values": {s: p_values[target, s] for _, s in keys},
-                         "adjusted_p_values": {s: adjusted[f"{target:g} {s}"] for _, s in keys}}
+        tied = [leader] + [key[2] for key in keys if key[2] not in beaten]
+        found.setdefault(group, {})[target] = {
+            "leader": leader, "winner": leader if len(tied) == 1 and pairs >= MIN_PAIRS else None, "tied": tied,
+            "p_values": {key[2]: p_values[key] for key in keys},
+            "adjusted_p_values": {key[2]: adjusted[key] for key in keys}}
     return found
 
 
@@ -231,6 +260,11 @@ def declared_primary(folder):
             primary = read_json(path).get("primary_target")
             return None if primary is None else float(primary)
     return None
+
+
+def unpaired(cell):
+    """A cell the paired test could not judge (no device alone, or repeats that cannot be aligned): no verdict."""
+    return {**cell, "cluster_pays": "exploratory" if cell.get("cluster_pays") in VERDICTS else cell.get("cluster_pays")}
 
 
 def overlaid(cell, judged):
@@ -293,4 +327,10 @@ def ratio_said(cell):
     if not found:
         return ""
     return (f", one device's mean time over {scheme_names.display(found['scheme'])}'s {found['ratio']:.2f} "
-            f"({found['low']:.2f}–{found['high']:.2f})")
+            f"({interval_text(found)})")
+
+
+def interval_text(found):
+    """`low–high` of a ratio's interval, an open end where the test rejects no ratio that way."""
+    low, high = found.get("low"), found.get("high")
+    return f"{'0' if low is None else f'{low:.2f}'}–{'∞' if high is None else f'{high:.2f}'}"

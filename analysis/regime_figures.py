@@ -95,7 +95,9 @@ def draw_answers(points, path, shared=""):
     fig, ax = plt.subplots(figsize=(9, 0.2 * len(shown) + 1.5), dpi=120)
     for y, (label, answer, found) in enumerate(reversed(shown)):
         colour = ANSWER_STYLES.get(answer, ANSWER_STYLES["cannot be told"])[0]
-        ax.plot([found["low"], found["high"]], [y, y], color=colour, linewidth=1.5)
+        open_end = 8  # an interval the test leaves open at an end (too few differing pairs) is drawn to 8x the ratio
+        ax.plot([found["low"] or found["ratio"] / open_end, found["high"] or found["ratio"] * open_end], [y, y],
+                color=colour, linewidth=1.5)
         ax.plot(found["ratio"], y, BOUND_MARKERS.get(found.get("bound")), color=colour, markersize=5)
     ax.axvline(1, color="black", linestyle="--", linewidth=0.8)
     ax.set_xscale("log")

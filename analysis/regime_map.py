@@ -79,6 +79,15 @@ def read_run(log_dir, plan, link, profile, split, repeat, scheme):
     return {"status": "not run" if code is None else "failed", "summary": None}
 
 
+def repeat_time(run, target, budget=None):
+    """A run's [seconds, reached] (significance.censored_times'), None where it failed or did not run."""
+    if run["status"] != "ok":
+        return None
+    found = significance.censored_times([time_to_target(run["summary"], target)],
+                                        [run["summary"].get("elapsed_time")], budget)
+    return found[0] if found else None
+
+
 def cell_of_scheme(runs, limit, target, budget=None):
     """The numbers of one scheme in one cell from its repeats' runs."""
     done = [run["summary"] for run in runs if run["status"] == "ok"]
@@ -87,6 +96,7 @@ def cell_of_scheme(runs, limit, target, budget=None):
     return {
         "repeats": len(runs),
         "censored_times": significance.censored_times(times, [s.get("elapsed_time") for s in done], budget),
+        "times_by_repeat": [repeat_time(run, target, budget) for run in runs],  # the paired test's, by seed
         "failed": sum(run["status"] == "failed" for run in runs),
         "not_run": sum(run["status"] == "not run" for run in runs),
         "reached": sum(t is not None for t in times),

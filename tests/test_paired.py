@@ -1,5 +1,5 @@
 """The verdict's paired test (analysis/paired.py): runs paired by seed, capped at the budget, a verdict only from
-ten pairs, corrected over the cell's comparisons."""
+ten pairs, corrected over the study's comparisons, its interval the test inverted."""
 import itertools
 import json
 
@@ -41,7 +41,7 @@ def test_a_target_reached_after_the_budget_counts_as_a_miss_at_the_budget():
         [[10.0, True], [70.0, True], [80.0, False]], [[20.0, True], [30.0, True], None], BUDGET)
 
     assert list(first) == [10.0, 60.0] and list(second) == [20.0, 30.0]  # the third repeat has no pair
-    assert first_missed and not second_missed
+    assert list(first_missed) == [False, True] and not second_missed.any()
 
 
 def test_ten_pairs_where_the_cluster_is_sooner_in_every_seed_read_yes_and_five_are_exploratory():
@@ -99,3 +99,68 @@ def test_the_leader_wins_only_where_it_leads_every_scheme_paired_beyond_the_spre
     assert found["leader"] == "esync" and found["winner"] is None and found["tied"] == ["esync", "local"]
     assert found["adjusted_p_values"]["sync"] < 0.05
     assert few["winner"] is None and few["tied"] == ["esync", "sync"]  # 5 pairs cannot reach 5 %
+
+
+def test_the_interval_is_the_test_inverted_its_ends_where_the_paired_test_starts_rejecting():
+    rng = np.random.default_rng(3)
+    for _ in range(6):
+        a, b = rng.uniform(10, 60, 10).round(1), rng.uniform(10, 60, 10).round(1)
+        ratio, low, high = paired.ratio_interval(a, b)
+
+        assert low < ratio < high
+        assert paired.paired_p(a, b * low) >= paired.ALPHA > paired.paired_p(a, b * low * 0.999)
+        assert paired.paired_p(a, b * high) >= paired.ALPHA > paired.paired_p(a, b * high * 1.001)
+        assert (low > 1 or high < 1) == (paired.paired_p(a, b) < paired.ALPHA)  # it excludes 1 where the test rejects
+    assert paired.ratio_interval(a[:5], b[:5])[1:] == (None, None)  # 5 pairs: no ratio is ever rejected
+
+
+def test_times_a_microsecond_apart_are_a_tie_and_equal_times_that_reached_have_a_ratio():
+    device = [100 * (0.1 + 0.2)] * 10  # 30.000000000000004
+    tied = paired.verdicts({0.8: cell(local=device, sync=[30.0] * 10)}, BUDGET)[0.8]
+    same = paired.verdicts({0.8: cell(local=[30.0] * 10, sync=[30.0] * 10)}, BUDGET)[0.8]
+
+    assert tied["answer"] == "cannot be told" and tied["p_values"] == {"sync": 1.0}
+    assert same["ratio"] == 1.0 and same["bound"] is None
+
+
+def test_the_floor_counts_the_pairs_that_differ_not_those_that_both_missed():
+    device = [30.0 + i for i in range(4)] + [None] * 6
+    found = paired.verdicts({0.8: cell(local=device, sync=[t and t / 2 for t in device])}, BUDGET)[0.8]
+
+    assert found["pairs"] == 10 and found["floor"] == paired.floor(4) == 0.125
+    assert found["answer"] == "cannot be told"
+
+
+def test_a_scheme_with_a_failed_run_stays_in_the_race_on_the_seeds_it_ran():
+    device = [30.0 + i for i in range(11)]
+    runs = cell(local=device, esync=[t / 3 for t in device], sync=[t + 5 for t in device])
+    runs["schemes"]["esync"]["times_by_repeat"] = [None] + runs["schemes"]["esync"]["censored_times"][1:]
+    runs["schemes"]["esync"]["censored_times"] = runs["schemes"]["esync"]["censored_times"][1:]  # as a map stores it
+
+    found = paired.verdicts({0.8: runs}, BUDGET)[0.8]
+
+    assert found["answer"] == "yes" and found["scheme"] == "esync" and found["pairs"] == 10
+    assert set(found["adjusted_p_values"]) == {"esync", "sync"}
+
+
+def test_a_cell_whose_repeats_cannot_be_aligned_gets_no_verdict_and_counts_in_the_correction():
+    device = [30.0 + i for i in range(10)]
+    aligned = cell(local=device, sync=[t / 2 for t in device])
+    unaligned = cell(local=device, sync=[t / 2 for t in device[1:]])  # a failed run, no times_by_repeat
+    unaligned["schemes"]["sync"]["repeats"] = 10
+
+    found = paired.study_verdicts({"a": {0.8: aligned}, "b": {0.8: unaligned}}, BUDGET)
+
+    assert "b" not in found and found["a"][0.8]["adjusted_p_values"]["sync"] == pytest.approx(2 * 2 / 1024)
+    assert paired.unpaired({"cluster_pays": "yes"})["cluster_pays"] == "exploratory"  # what the docs then show
+
+
+def test_the_correction_covers_every_cell_of_the_study():
+    device = [30.0 + i for i in range(10)]
+    one_cell = {0.8: cell(local=device, **{f"s{i}": [d - 1 for d in device] for i in range(10)})}
+
+    alone = paired.study_verdicts({"R12": one_cell}, BUDGET)
+    three = paired.study_verdicts({link: one_cell for link in ("free", "R12", "R100")}, BUDGET)
+
+    assert alone["R12"][0.8]["answer"] == "yes"  # 10 comparisons at 2/1024: Holm's 0.05/10 is above it
+    assert three["R12"][0.8]["answer"] == "cannot be told"  # 30 at 2/1024: 0.05/30 is below it

@@ -181,6 +181,8 @@ def test_failed_runs_are_recorded_the_map_goes_on_and_shows_them(tmp_path):
     assert "2 of 2 runs failed" in output
     table = open(os.path.join(logs, regime_map.TABLE_FILE)).read()
     assert "| 1,2 | loopback | Sync | failed (1 of 1) |" in table and "| 1,2 | loopback | ESync | failed (1 of 1) |" in table
+    cell = json.load(open(os.path.join(logs, regime_map.RESULTS_FILE)))["cells"][0]["schemes"]
+    assert cell["sync"]["times_by_repeat"] == [None] and cell["sync"]["censored_times"] == []  # the seed's gap kept
     assert still_running(recorded_pids(logs)) == []
 
 
