@@ -3,6 +3,7 @@ exact permutation test, Holm's correction for the choice of the leader."""
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from analysis import significance
@@ -137,3 +138,15 @@ def test_the_ratio_of_medians_comes_with_a_bootstrap_interval_and_says_where_a_m
     never = [[30.0, False]] * 5
     assert significance.ratio_interval(never, never) is None  # two misses have no ratio
     assert significance.ratio_interval(never, fast)["bound"] == "lower"
+
+
+def test_the_enumerated_test_gives_scipys_exact_p_values_for_samples_of_one_size():
+    from scipy import stats
+
+    rng = np.random.default_rng(7)
+    for sizes in ((5, 5), (6, 6), (3, 3)):
+        first, second = rng.uniform(10, 60, sizes[0]), rng.uniform(10, 60, sizes[1])
+        scipys = stats.permutation_test((first, second), lambda x, y, axis: x.mean(axis=axis) - y.mean(axis=axis),
+                                        vectorized=True, permutation_type="independent", n_resamples=np.inf)
+
+        assert significance.permutation_p(list(first), list(second)) == pytest.approx(scipys.pvalue, abs=1e-12)
