@@ -32,7 +32,7 @@ MIN_PAIRS = 10
 EXACT_UP_TO = 20            # pairs: up to 2^20 sign flips enumerated
 TIME_DECIMALS = 6           # the logs' resolution: times closer than a microsecond are a tie
 TEST_NAME = ("an exact paired permutation test of the mean capped time to target at 5 % (the runs paired by seed, a "
-             "target missed within the budget counted at the budget), Holm-corrected over the cell's comparisons")
+             "target missed within the budget counted at the budget), Holm-corrected over the study's comparisons")
 
 
 def by_repeat(numbers):
@@ -212,6 +212,38 @@ def judged_groups(folder, result, timed_cells):
         leaders = study_leader_verdicts(groups, result["max_time"], primary)
         JUDGED[key] = ({cell: found.get(cell, {}) for cell in groups}, {cell: leaders.get(cell, {}) for cell in groups})
     return JUDGED[key]
+
+
+def judged_map(result, primary=None):
+    """The map `result` (analysis.regime_map's) with every cell's answer, ratio and test, and its leader and ties,
+    those of the paired tests over the whole map, at its target and each higher one: what its own regimes.json and
+    regimes.md then say is what the docs' tables say."""
+    timed = []
+    for cell in result["cells"]:
+        timed.append((result["target"], cell))
+        timed += [(float(target), {**cell, **higher}) for target, higher in cell["at_higher_targets"].items()]
+    groups = {}
+    for target, cell in timed:
+        groups.setdefault((cell["split"], cell["profile"], cell["link"]), {})[target] = cell
+    found = study_verdicts(groups, result["max_time"], primary)
+    leaders = study_leader_verdicts(groups, result["max_time"], primary)
+
+    def judged_cell(cell, target):
+        key = (cell["split"], cell["profile"], cell["link"])
+        judged = found.get(key, {}).get(target)
+        return {**(overlaid(cell, judged) if judged else unpaired(cell)), **leaders.get(key, {}).get(target, {})}
+
+    cells = []
+    for cell in result["cells"]:
+        higher = {target: {name: value for name, value in judged_cell({**cell, **numbers}, float(target)).items()
+                           if name in numbers or name in JUDGED_FIELDS}
+                  for target, numbers in cell["at_higher_targets"].items()}
+        cells.append({**judged_cell(cell, result["target"]), "at_higher_targets": higher})
+    return {**result, "cells": cells, "test_name": TEST_NAME}
+
+
+JUDGED_FIELDS = ("cluster_pays", "one_device_over_best", "cluster_pays_test", "test", "leader", "winner", "tied",
+                 "p_values", "adjusted_p_values")
 
 
 def leader_verdicts(cells_by_target, budget, primary=None):

@@ -409,8 +409,8 @@ def format_report(result):
              f"time to test accuracy {result['target']:g} (mean ± stddev over the repeats that reached it). "
              "Links: loopback, or every link shaped so that one transfer of the model over a worker's link lasts "
              "R steps of the fastest worker. Efficiency: samples/s over the concurrent standalone limit. A cell names "
-             f"a winner where its lead over every other scheme holds by {significance.TIME_TEST_NAME} on the "
-             "repeats' times; otherwise "
+             f"a winner where its lead over every other scheme holds by "
+             f"{result.get('test_name', significance.TIME_TEST_NAME)} on the repeats' times; otherwise "
              "\"tie\" lists the schemes it does not lead beyond the spread. Fast step: the fast devices' median "
              "forward and backward pass in the run, and its ratio to the --comm-ratio probe's alone.", ""]
     for split in result["splits"]:

@@ -164,3 +164,17 @@ def test_the_correction_covers_every_cell_of_the_study():
 
     assert alone["R12"][0.8]["answer"] == "yes"  # 10 comparisons at 2/1024: Holm's 0.05/10 is above it
     assert three["R12"][0.8]["answer"] == "cannot be told"  # 30 at 2/1024: 0.05/30 is below it
+
+
+def test_a_map_written_after_its_runs_carries_the_paired_answers_at_every_target():
+    device = [30.0 + i for i in range(10)]
+    first, higher = cell(local=device, sync=[t / 2 for t in device]), cell(local=device, sync=[t * 2 for t in device])
+    stored = {**first, "cluster_pays": "cannot be told", "leader": "local", "winner": None, "tied": ["local", "sync"],
+              "at_higher_targets": {"0.85": {"schemes": higher["schemes"], "cluster_pays": "cannot be told"}}}
+
+    judged = paired.judged_map({"target": 0.8, "max_time": BUDGET, "cells": [stored]})
+
+    now = judged["cells"][0]
+    assert now["cluster_pays"] == "yes" and now["leader"] == now["winner"] == "sync"
+    assert now["at_higher_targets"]["0.85"]["cluster_pays"] == "no"
+    assert now["at_higher_targets"]["0.85"]["winner"] == "local" and judged["test_name"] == paired.TEST_NAME

@@ -29,7 +29,7 @@ import shutil
 import sys
 import time
 
-from analysis import paper, regime_map, timing, tuned
+from analysis import paired, paper, regime_map, timing, tuned
 from launcher import backends, calibration, checks, experiment, links, runner, supervision, workers
 from launcher.studies import map_schemes, parallel
 from launcher.dmlc import split_at_double_dash
@@ -431,7 +431,7 @@ def main(argv):
 
 def report(ns):
     try:
-        result = regime_map.build(ns.log_dir)
+        result = paired.judged_map(regime_map.build(ns.log_dir))  # the answers as the docs give them
     except regime_map.RegimeMapError as error:
         print(f"launch.py regimes: error: {error}", file=sys.stderr)
         return EXIT_USAGE
