@@ -75,7 +75,7 @@ def verdict_block(*folders):
     return markdown_table(["cell", "target", "repeats", "leader (its tuned values): mean time, misses at the budget",
                            "tied with it (Holm-adjusted p)", "one fast device", "does the cluster pay?",
                            "one device's mean capped time / the best cluster scheme's, paired (95 % interval)",
-                           "smallest p the repeats allow", "ratio of times they detect"], rows) + "\n"
+                           "smallest p the pairs allow", "ratio of times the pairs detect"], rows) + "\n"
 
 
 EARLIER_MODELS = {  # the mark of a cell charged an earlier link model of the virtual clock: that model

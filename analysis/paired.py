@@ -18,6 +18,7 @@ in the correction at p = 1.
 """
 import math
 import os
+import statistics
 
 import numpy as np
 from scipy import stats
@@ -104,6 +105,16 @@ def edge(a, b, ratio, step):
     return float(inside)
 
 
+def detectable_ratio(a, b):
+    """The ratio of times `a` and `b`'s pairs detect with POWER at ALPHA (a normal approximation on the spread of their
+    log ratios); None where the exact test cannot reach ALPHA at all."""
+    if floor(len(a)) >= ALPHA:
+        return None
+    normal = statistics.NormalDist()
+    spread = float(np.std(np.log(a) - np.log(b), ddof=1))
+    return math.exp((normal.inv_cdf(1 - ALPHA / 2) + normal.inv_cdf(significance.POWER)) * spread / math.sqrt(len(a)))
+
+
 def budget_of(a, b):
     """The budget the pairs were capped at, as far as they show it: the longest capped time."""
     return float(max(np.max(a), np.max(b)))
@@ -174,7 +185,7 @@ def judged(keys, compared, p_values, adjusted):
         answer = "cannot be told"
     return {"answer": answer, "scheme": best[2], "ratio": ratio, "low": low, "high": high,
             "bound": bound_of(device_missed.any(), scheme_missed.any()), "pairs": pairs,
-            "floor": floor(int(np.count_nonzero(a != b))),
+            "floor": floor(int(np.count_nonzero(a != b))), "detectable_ratio": detectable_ratio(a, b),
             "sooner": [key[2] for key in sooner], "later": [key[2] for key in later],
             "p_values": {key[2]: p_values[key] for key in keys},
             "adjusted_p_values": {key[2]: adjusted[key] for key in keys}}
@@ -306,7 +317,7 @@ def overlaid(cell, judged):
             "cluster_pays_test": {"faster": judged["sooner"], "slower": judged["later"], "p_values": judged["p_values"],
                                   "adjusted_p_values": adjusted, "pairs": judged["pairs"]},
             "test": {**(cell.get("test") or {}), "repeats": judged["pairs"], "floor": judged["floor"],
-                     "name": TEST_NAME}}
+                     "detectable_ratio": judged["detectable_ratio"], "name": TEST_NAME}}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -178,3 +178,12 @@ def test_a_map_written_after_its_runs_carries_the_paired_answers_at_every_target
     assert now["cluster_pays"] == "yes" and now["leader"] == now["winner"] == "sync"
     assert now["at_higher_targets"]["0.85"]["cluster_pays"] == "no"
     assert now["at_higher_targets"]["0.85"]["winner"] == "local" and judged["test_name"] == paired.TEST_NAME
+
+
+def test_the_detectable_ratio_follows_the_spread_of_the_pairs_log_ratios():
+    rng = np.random.default_rng(5)
+    device = rng.uniform(20, 60, 10)
+    tight, loose = device / 1.5 * rng.uniform(0.98, 1.02, 10), device / 1.5 * rng.uniform(0.6, 1.6, 10)
+
+    assert 1 < paired.detectable_ratio(device, tight) < paired.detectable_ratio(device, loose)
+    assert paired.detectable_ratio(device[:5], tight[:5]) is None  # 5 pairs never reach 5 %
