@@ -115,11 +115,6 @@ def detectable_ratio(a, b):
     return math.exp((normal.inv_cdf(1 - ALPHA / 2) + normal.inv_cdf(significance.POWER)) * spread / math.sqrt(len(a)))
 
 
-def budget_of(a, b):
-    """The budget the pairs were capped at, as far as they show it: the longest capped time."""
-    return float(max(np.max(a), np.max(b)))
-
-
 def bound_of(device_missed, scheme_missed):
     return {(True, False): "lower", (False, True): "upper", (True, True): "both"}.get((device_missed, scheme_missed))
 
@@ -197,64 +192,67 @@ def judged_cells(folder, result, timed_cells):
     winner, tied, adjusted_p_values) those of the paired tests, where they apply; the primary target the study's
     declaration names, if it names one."""
     timed_cells = list(timed_cells)
-    found, leaders = judged_groups(folder, result, timed_cells)
+    judgement = judged_groups(folder, result, timed_cells)
     for target, cell in timed_cells:
-        key = (cell["split"], cell["profile"], cell["link"])
-        judged = found[key].get(target)
-        yield target, {**(overlaid(cell, judged) if judged else unpaired(cell)), **leaders[key].get(target, {})}
+        yield target, with_verdict(cell, target, judgement)
 
 
 JUDGED = {}  # judged_groups' results by map folder and the time its results were written
 
 
 def judged_groups(folder, result, timed_cells):
-    """({cell: verdicts}, {cell: leader_verdicts}) of a map's cells, computed once per map as committed (the docs ask
-    for a map's cells in several tables)."""
+    """judge() of a map's cells, computed once per map as committed (the docs ask for a map's cells in several
+    tables)."""
     from analysis.regime_map import RESULTS_FILE
 
     path = os.path.join(folder, RESULTS_FILE)
     key = (os.path.abspath(folder), os.stat(path).st_mtime_ns if os.path.exists(path) else None)
     if key[1] is None or key not in JUDGED:
-        primary = declared_primary(folder)
-        groups = {}
-        for target, cell in timed_cells:
-            groups.setdefault((cell["split"], cell["profile"], cell["link"]), {})[target] = cell
-        found = study_verdicts(groups, result["max_time"], primary)
-        leaders = study_leader_verdicts(groups, result["max_time"], primary)
-        JUDGED[key] = ({cell: found.get(cell, {}) for cell in groups}, {cell: leaders.get(cell, {}) for cell in groups})
+        JUDGED[key] = judge(timed_cells, result["max_time"], declared_primary(folder))
     return JUDGED[key]
+
+
+def judge(timed_cells, budget, primary=None):
+    """({cell: {target: verdict}}, {cell: {target: leader verdict}}) of a map's [(target, cell)], one study: its
+    cells keyed by split, profile and link."""
+    groups = {}
+    for target, cell in timed_cells:
+        groups.setdefault(cell_key(cell), {})[target] = cell
+    return study_verdicts(groups, budget, primary), study_leader_verdicts(groups, budget, primary)
+
+
+def cell_key(cell):
+    return cell["split"], cell["profile"], cell["link"]
+
+
+def with_verdict(cell, target, judgement):
+    """`cell` at `target` with verdict_of()'s fields over its own."""
+    return {**cell, **verdict_of(cell, target, judgement)}
+
+
+def verdict_of(cell, target, judgement):
+    """judge()'s answer, ratio and test of `cell` at `target` (no verdict where it could not pair the cell), and its
+    leader and ties: the fields that replace the cell's own."""
+    found, leaders = judgement
+    verdict = found.get(cell_key(cell), {}).get(target)
+    leader = leaders.get(cell_key(cell), {}).get(target, {})
+    return {**(overlaid(cell, verdict) if verdict else unpaired(cell)), **leader}
 
 
 def judged_map(result, primary=None):
     """The map `result` (analysis.regime_map's) with every cell's answer, ratio and test, and its leader and ties,
     those of the paired tests over the whole map, at its target and each higher one: what its own regimes.json and
     regimes.md then say is what the docs' tables say."""
-    timed = []
-    for cell in result["cells"]:
-        timed.append((result["target"], cell))
-        timed += [(float(target), {**cell, **higher}) for target, higher in cell["at_higher_targets"].items()]
-    groups = {}
-    for target, cell in timed:
-        groups.setdefault((cell["split"], cell["profile"], cell["link"]), {})[target] = cell
-    found = study_verdicts(groups, result["max_time"], primary)
-    leaders = study_leader_verdicts(groups, result["max_time"], primary)
+    from analysis.regime_map import cells_at_targets
 
-    def judged_cell(cell, target):
-        key = (cell["split"], cell["profile"], cell["link"])
-        judged = found.get(key, {}).get(target)
-        return {**(overlaid(cell, judged) if judged else unpaired(cell)), **leaders.get(key, {}).get(target, {})}
-
+    judgement = judge(cells_at_targets(result), result["max_time"], primary)
     cells = []
     for cell in result["cells"]:
-        higher = {target: {name: value for name, value in judged_cell({**cell, **numbers}, float(target)).items()
-                           if name in numbers or name in JUDGED_FIELDS}
-                  for target, numbers in cell["at_higher_targets"].items()}
-        cells.append({**judged_cell(cell, result["target"]), "at_higher_targets": higher})
+        higher = {}
+        for target, numbers in cell["at_higher_targets"].items():
+            higher[target] = {**numbers, **verdict_of({**cell, **numbers}, float(target), judgement)}
+        cells.append({**with_verdict(cell, result["target"], judgement), "at_higher_targets": higher})
     return {**result, "cells": cells, "test_name": TEST_NAME}
-
-
-JUDGED_FIELDS = ("cluster_pays", "one_device_over_best", "cluster_pays_test", "test", "leader", "winner", "tied",
-                 "p_values", "adjusted_p_values")
 
 
 def leader_verdicts(cells_by_target, budget, primary=None):
@@ -307,13 +305,13 @@ def declared_primary(folder):
 
 def unpaired(cell):
     """A cell the paired test could not judge (no device alone, or repeats that cannot be aligned): no verdict."""
-    return {**cell, "cluster_pays": "exploratory" if cell.get("cluster_pays") in VERDICTS else cell.get("cluster_pays")}
+    return {"cluster_pays": "exploratory" if cell.get("cluster_pays") in VERDICTS else cell.get("cluster_pays")}
 
 
 def overlaid(cell, judged):
     adjusted = judged["adjusted_p_values"]
     ratio = {key: judged[key] for key in ("scheme", "ratio", "low", "high", "bound")}
-    return {**cell, "cluster_pays": judged["answer"], "one_device_over_best": ratio if judged["ratio"] else None,
+    return {"cluster_pays": judged["answer"], "one_device_over_best": ratio if judged["ratio"] else None,
             "cluster_pays_test": {"faster": judged["sooner"], "slower": judged["later"], "p_values": judged["p_values"],
                                   "adjusted_p_values": adjusted, "pairs": judged["pairs"]},
             "test": {**(cell.get("test") or {}), "repeats": judged["pairs"], "floor": judged["floor"],

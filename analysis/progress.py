@@ -46,7 +46,8 @@ def runs_of(cell_dir, scheme):
     """{label: folder} of a scheme's runs: each trial (trial-N, and widened-K/trial-N of a widened range) and, where
     a trial ran several seeds, each seed-S under it; the label the path below the scheme's folder."""
     scheme_dir = os.path.join(cell_dir, scheme)
-    trials = glob.glob(os.path.join(scheme_dir, "trial-*")) + glob.glob(os.path.join(scheme_dir, "widened-*", "trial-*"))
+    trials = [*glob.glob(os.path.join(scheme_dir, "trial-*")),
+              *glob.glob(os.path.join(scheme_dir, "widened-*", "trial-*"))]
     runs = {}
     for trial in filter(os.path.isdir, trials):
         for run in sorted(filter(os.path.isdir, glob.glob(os.path.join(trial, "seed-*")))) or [trial]:

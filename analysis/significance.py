@@ -18,8 +18,8 @@ never called faster or slower than another.
 The splits are enumerated here, once per pair of sizes (every_split), rather than by scipy.stats.permutation_test
 (permutation_type="independent"), which gives the same p-values for samples of one size (of two sizes it doubles
 the smaller one-sided p-value; this test counts the splits at least as far from zero): ten against ten took it 2.2 s
-a test on this machine, this enumeration 0.01 s once cached, and the docs' tables make hundreds of such tests. The verdict's own
-test, paired by seed, is SciPy's (analysis/paired.py).
+a test on this machine, this enumeration 0.01 s once cached, and the docs' tables make hundreds of such tests. The
+verdict's own test, paired by seed, is SciPy's (analysis/paired.py).
 """
 import functools
 import itertools

@@ -27,7 +27,7 @@ def summarize_and_draw(experiment):
         elsewhere = " (with a remote --tracker the logs stay on the hosts)" if remote else ""
         print(f"launch.py: no summary: {error}{elsewhere}", file=sys.stderr)
         return 0 if remote else EXIT_FAILURE
-    runs = sorted(filter(None, (summary.load_summary(network_dir, f) for f in folders)), key=summary.run_order)
+    runs = summaries(network_dir, folders)
     INTERRUPTS.check()
     drawn = draw(runs, experiment.network, network_dir) if experiment.figures else []
     command = shlex.join(["python", "launch.py", *experiment.command]) if experiment.command else None
@@ -43,6 +43,11 @@ def summarize_and_draw(experiment):
     if drawn:
         print("figures:\n" + "\n".join(f"  {path}" for path in drawn), flush=True)
     return 0
+
+
+def summaries(network_dir, folders):
+    """The summaries of the mode folders that have one, in the tables' order of modes."""
+    return sorted(filter(None, (summary.load_summary(network_dir, f) for f in folders)), key=summary.run_order)
 
 
 def draw(runs, network, network_dir):
@@ -73,6 +78,6 @@ def demo_block(folder):
     """`launch.py docs`' `demo` kind: the table an experiment printed, from the summaries and experiment.json
     committed in `folder` (a copy of its network's log folder), under the machine that printed it."""
     ran = read_json(os.path.join(folder, EXPERIMENT_FILE))
-    runs = sorted(filter(None, (summary.load_summary(folder, name) for name in ran["folders"])), key=summary.run_order)
+    runs = summaries(folder, ran["folders"])
     table = "\n".join("    " + line for line in format_table(runs, ran["target"]).splitlines())
     return f"{ran['machine']}, {ran['cores']} cores, {ran['date']}:\n\n{table}\n"

@@ -172,7 +172,7 @@ def test_a_map_written_after_its_runs_carries_the_paired_answers_at_every_target
     stored = {**first, "cluster_pays": "cannot be told", "leader": "local", "winner": None, "tied": ["local", "sync"],
               "at_higher_targets": {"0.85": {"schemes": higher["schemes"], "cluster_pays": "cannot be told"}}}
 
-    judged = paired.judged_map({"target": 0.8, "max_time": BUDGET, "cells": [stored]})
+    judged = paired.judged_map({"target": 0.8, "targets": [0.8, 0.85], "max_time": BUDGET, "cells": [stored]})
 
     now = judged["cells"][0]
     assert now["cluster_pays"] == "yes" and now["leader"] == now["winner"] == "sync"

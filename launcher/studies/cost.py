@@ -6,11 +6,11 @@ faster than a map; a search of a kind none ran yet is paced as its maps). A netw
 ran on the same clock, times the ratio of their fast steps as `launch.py calibrate` measured them here
 (calibration-<network>.json beside a study's results)."""
 import glob
-import json
 import os
 import shlex
 
 from analysis import timing
+from training.files import read_json
 
 CALIBRATIONS = "calibration-*.json"
 
@@ -70,8 +70,7 @@ def step_seconds(results):
     """{network: a fast step's seconds} of the calibrations committed under `results`; the fastest where several."""
     steps = {}
     for path in glob.glob(os.path.join(results, "**", CALIBRATIONS), recursive=True):
-        with open(path) as f:
-            record = json.load(f)
+        record = read_json(path)
         steps[record["network"]] = min(record["step_seconds"], steps.get(record["network"], float("inf")))
     return steps
 

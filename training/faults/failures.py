@@ -25,7 +25,8 @@ EXIT_USAGE = 2          # bad input, reported in one line before anything starts
 EXIT_INTERRUPTED = 130
 # This file is training/faults/failures.py: three folders up is the repository.
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INJECTION_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_injection.py")  # a fault's place is its caller
+# a fault's place is its caller, not the injector
+INJECTION_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_injection.py")
 
 
 def one_line(err):
